@@ -1,0 +1,16 @@
+//! Sparse assembly, linear and nonlinear solvers, the parameter registry, the adjoint tape,
+//! Taylor tests and optimizers.
+//!
+//! This crate sees operators, residuals, tangents and vector-Jacobian products; it never names
+//! an element type.
+
+pub mod amg;
+pub mod sparse;
+pub mod assembly;
+pub mod cg;
+pub mod error;
+pub mod linear;
+pub mod newton;
+pub mod optimize;
+pub mod params;
+pub mod taylor;
