@@ -1,1 +1,294 @@
-fn main() {}
+//! The `gradfem` command line.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use gradfem::app::{self, DEFAULT_PROBLEM};
+use gradfem::mesh_report;
+use gradfem::problem::ProblemFile;
+use gradfem::thermal::ThermalProblem;
+use gradfem_solvers::taylor::TaylorParams;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Differentiable multiphysics finite elements: solve, and get the gradient of an objective with
+/// respect to every registered parameter by the adjoint method.
+///
+/// With no command, runs the embedded default problem (a heated block: solve, gradient, Taylor
+/// test) and writes its results to ./results.
+#[derive(Parser, Debug)]
+#[command(name = "gradfem", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Print only errors (no progress, no tables).
+    #[arg(long, global = true)]
+    quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Solve a problem file, write results.h5 + results.xdmf and print a summary.
+    Run {
+        /// Problem file (TOML).
+        file: PathBuf,
+        /// Print the summary as one JSON object (keys name quantities with their units).
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: the problem's [output] directory, else ./results).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Solve, then compute the gradient of the objective with respect to every registered
+    /// parameter; writes gradients.json (and per-element gradients as cell fields in the XDMF).
+    Gradient {
+        /// Problem file (TOML).
+        file: PathBuf,
+        /// Print gradients.json to standard output as well.
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: the problem's [output] directory, else ./results).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Check the gradient by a Taylor test: prints the remainders and their rates; the exit code
+    /// is 0 when the observed rate reaches the minimum (default 1.9), 1 otherwise.
+    CheckGradient {
+        /// Problem file (TOML).
+        file: PathBuf,
+        /// Print the Taylor table as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print counts per cell type, groups with dimension, count and measure, the bounding box and
+    /// the quality summary of a mesh (.msh).
+    MeshInfo {
+        /// Mesh file.
+        file: PathBuf,
+        /// Print as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Convert a mesh to HDF5 + XDMF (opens in ParaView), with its group ids as cell data.
+    MeshConvert {
+        /// Input mesh (.msh).
+        input: PathBuf,
+        /// Output file (.xdmf; the .h5 is written beside it).
+        output: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn spinner(quiet: bool, msg: &str) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+    pb.set_message(msg.to_string());
+    pb.enable_steady_tick(Duration::from_millis(100));
+    pb
+}
+
+fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, ThermalProblem)> {
+    let pb = spinner(quiet, "setting up");
+    let file = ProblemFile::read(path)?;
+    let problem = app::build(&file)?;
+    pb.finish_and_clear();
+    Ok((file, problem))
+}
+
+fn solve(problem: &mut ThermalProblem, quiet: bool) -> Result<()> {
+    let pb = spinner(quiet, "solving");
+    problem.solve().context("forward solve")?;
+    pb.finish_and_clear();
+    Ok(())
+}
+
+fn output_dir(file: &ProblemFile, output: Option<PathBuf>) -> PathBuf {
+    output.unwrap_or_else(|| PathBuf::from(&file.spec.output.directory))
+}
+
+fn print_summary(s: &app::Summary) {
+    println!("{}", if s.title.is_empty() { "gradfem run" } else { &s.title });
+    println!("  nodes {}, elements {}, unknowns {}", s.nodes, s.elements, s.unknowns);
+    println!(
+        "  temperature: min {:.4} K, mean {:.4} K, max {:.4} K",
+        s.min_temperature_k, s.mean_temperature_k, s.max_temperature_k
+    );
+    println!("  objective J = {:.10e}", s.objective);
+    println!(
+        "  {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",
+        s.timings.linear_solver,
+        s.timings.newton_iterations,
+        s.timings.assembly_s,
+        s.timings.factor_s,
+        s.timings.solve_s
+    );
+}
+
+fn print_gradients(report: &app::GradientReport) {
+    println!("  gradient of J = {:.10e}:", report.objective);
+    for (name, g) in &report.gradients {
+        match g {
+            app::GradValue::Scalar(v) => println!("    dJ/d{name:<28} = {v:+.6e}"),
+            app::GradValue::Array(v) => {
+                let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+                println!("    dJ/d{name:<28} : {} entries, 2-norm {norm:.6e}", v.len());
+            }
+        }
+    }
+    println!(
+        "  forward {:.3} s, gradient {:.3} s (adjoint solve {:.3} s)",
+        report.timings.forward.assembly_s + report.timings.forward.factor_s + report.timings.forward.solve_s,
+        report.timings.gradient.gradient_s,
+        report.timings.gradient.adjoint_solve_s
+    );
+}
+
+fn taylor(problem: &mut ThermalProblem, file: &ProblemFile, quiet: bool) -> Result<gradfem_solvers::taylor::TaylorResult> {
+    let params = TaylorParams {
+        h0: file.spec.taylor.h0,
+        steps: file.spec.taylor.steps,
+        min_rate: file.spec.taylor.min_rate,
+    };
+    if problem.registry.is_empty() {
+        bail!("{}: no parameters are registered ([parameters] register = [...])", file.path.display());
+    }
+    let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(params.steps as u64 + 1) };
+    pb.set_style(
+        ProgressStyle::with_template("Taylor test {bar:30} {pos}/{len} solves [{elapsed}]").expect("valid template"),
+    );
+    let result = problem.taylor_test(&params, |i| pb.set_position(i as u64))?;
+    pb.finish_and_clear();
+    Ok(result)
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let quiet = cli.quiet;
+    match cli.command {
+        None => run_default(quiet),
+        Some(Command::Run { file, json, output }) => {
+            let (pf, mut problem) = load(&file, quiet || json)?;
+            solve(&mut problem, quiet || json)?;
+            let s = app::summary(&pf.spec.title, &problem)?;
+            let dir = output_dir(&pf, output);
+            let xdmf = app::write_results(&dir, &problem, None)?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else if !quiet {
+                print_summary(&s);
+                println!("  results: {}", xdmf.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Gradient { file, json, output }) => {
+            let (pf, mut problem) = load(&file, quiet || json)?;
+            solve(&mut problem, quiet || json)?;
+            let pb = spinner(quiet || json, "adjoint gradient");
+            let (j, grad, timings) = problem.gradient()?;
+            pb.finish_and_clear();
+            let report = app::gradient_report(&problem, j, &grad, timings);
+            let dir = output_dir(&pf, output);
+            let xdmf = app::write_results(&dir, &problem, Some(&grad))?;
+            let gpath = dir.join("gradients.json");
+            app::write_gradients(&gpath, &report)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else if !quiet {
+                print_gradients(&report);
+                println!("  wrote {} and {}", gpath.display(), xdmf.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::CheckGradient { file, json }) => {
+            let (pf, mut problem) = load(&file, quiet || json)?;
+            solve(&mut problem, quiet || json)?;
+            let result = taylor(&mut problem, &pf, quiet || json)?;
+            if json {
+                let table = serde_json::json!({
+                    "h": result.h,
+                    "j0": result.j0,
+                    "dj_dm": result.dj_dm,
+                    "remainders": result.remainders,
+                    "remainders_zeroth": result.remainders_zeroth,
+                    "rates": result.rates,
+                    "rates_zeroth": result.rates_zeroth,
+                    "min_rate": result.min_rate(),
+                    "passed": result.passed,
+                    "note": result.note,
+                });
+                println!("{table}");
+            } else if !quiet {
+                println!("{}", result.table());
+            }
+            Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Some(Command::MeshInfo { file, json }) => {
+            let mesh = gradfem_io::gmsh::read_msh(&file)?;
+            let report = mesh_report::MeshReport::new(&file, &mesh);
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.text());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::MeshConvert { input, output }) => {
+            let mesh = gradfem_io::gmsh::read_msh(&input)?;
+            mesh_report::convert(&mesh, &output)?;
+            if !quiet {
+                println!("wrote {}", output.with_extension("xdmf").display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run_default(quiet: bool) -> Result<ExitCode> {
+    let pf = ProblemFile::parse(Path::new("<embedded heat_sink.toml>"), DEFAULT_PROBLEM.to_string())?;
+    let mut problem = app::build(&pf)?;
+    solve(&mut problem, quiet)?;
+    let s = app::summary(&pf.spec.title, &problem)?;
+    if !quiet {
+        print_summary(&s);
+    }
+    let pb = spinner(quiet, "adjoint gradient");
+    let (j, grad, timings) = problem.gradient()?;
+    pb.finish_and_clear();
+    let report = app::gradient_report(&problem, j, &grad, timings);
+    if !quiet {
+        print_gradients(&report);
+    }
+    let result = taylor(&mut problem, &pf, quiet)?;
+    if !quiet {
+        println!("{}", result.table());
+    }
+    let dir = PathBuf::from("results");
+    let xdmf = app::write_results(&dir, &problem, Some(&grad))?;
+    let gpath = dir.join("gradients.json");
+    app::write_gradients(&gpath, &report)?;
+    if !quiet {
+        println!("results: {} (open in ParaView), gradients: {}", xdmf.display(), gpath.display());
+    }
+    Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -142,8 +142,8 @@ impl Mesh {
         let nodes = &self.cell_nodes(id)[..ct.n_vertices()];
         let mut c = [0.0; 3];
         for &n in nodes {
-            for k in 0..3 {
-                c[k] += self.coords[n][k];
+            for (ck, xk) in c.iter_mut().zip(self.coords[n]) {
+                *ck += xk;
             }
         }
         c.map(|v| v / nodes.len() as f64)

@@ -1,1 +1,695 @@
-//! (in progress)
+//! Parallel, deterministic finite-element assembly into a CSR matrix whose pattern is built once.
+//!
+//! [`AssemblyPattern::new`] takes the element → unknown map once and precomputes
+//! - the symmetric CSR sparsity pattern (sorted columns, diagonal always stored),
+//! - for every element the position in `values` of each local `(i, j)` pair (its *slots*), so
+//!   that refilling is a gather/scatter with no search,
+//! - an element colouring in which no two elements of one colour share an unknown.
+//!
+//! Assembly then runs colour by colour; inside a colour the elements run in parallel (rayon)
+//! and write to disjoint slots, so the sum in every entry is formed in the same order whatever
+//! the number of threads: the result is bitwise reproducible.
+//!
+//! This is written by hand rather than through a triplet/COO builder (`sprs::TriMat`, faer's
+//! `try_new_from_triplets`) because those sort all `n_el · nd²` triplets at every refill; here
+//! the pattern and the slots are computed once and each Newton step only scatters.
+
+use crate::sparse::CsrMatrix;
+use rayon::prelude::*;
+
+/// Marks a local degree of freedom that is not an unknown (e.g. a Dirichlet node): its rows and
+/// columns of the element matrix and its entry of the element vector are skipped.
+pub const CONSTRAINED: usize = usize::MAX;
+
+/// Default number of consecutive elements per colouring block (see
+/// [`AssemblyPattern::with_block_size`]).
+pub const DEFAULT_BLOCK_SIZE: usize = 64;
+
+/// Per-element slot table, stored as `u32` when the matrix has fewer than 2³² − 1 entries
+/// (halves the memory of the largest array of the pattern).
+#[derive(Clone, Debug)]
+enum Slots {
+    U32(Vec<u32>),
+    U64(Vec<usize>),
+}
+
+/// An index type for slot tables; `NONE` marks a skipped (constrained) pair.
+trait SlotIndex: Copy + PartialEq + Send + Sync + 'static {
+    const NONE: Self;
+    fn from_usize(k: usize) -> Self;
+    fn to_usize(self) -> usize;
+}
+
+impl SlotIndex for u32 {
+    const NONE: Self = u32::MAX;
+    #[inline(always)]
+    fn from_usize(k: usize) -> Self {
+        k as u32
+    }
+    #[inline(always)]
+    fn to_usize(self) -> usize {
+        self as usize
+    }
+}
+
+impl SlotIndex for usize {
+    const NONE: Self = usize::MAX;
+    #[inline(always)]
+    fn from_usize(k: usize) -> Self {
+        k
+    }
+    #[inline(always)]
+    fn to_usize(self) -> usize {
+        self
+    }
+}
+
+/// A raw pointer that may cross threads. Used only for the colour-disjoint scatter, see the
+/// SAFETY comments at its uses.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f64);
+// SAFETY: the pointer is only dereferenced at indices that no other thread touches at the same
+// time (elements of one colour share no unknown, hence no matrix slot and no vector entry).
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// The pointer (a method, so closures capture the whole `Sync` wrapper, not the field).
+    #[inline(always)]
+    fn ptr(self) -> *mut f64 {
+        self.0
+    }
+}
+
+/// The sparsity pattern, element slot tables and element colouring of one assembled operator.
+///
+/// Build it once per mesh and space (and Dirichlet set); refill it at every Newton step with
+/// [`assemble_into`](Self::assemble_into).
+#[derive(Clone, Debug)]
+pub struct AssemblyPattern {
+    n_unknowns: usize,
+    offsets: Vec<usize>,
+    element_dofs: Vec<usize>,
+    row_ptr: Vec<usize>,
+    col_idx: Vec<usize>,
+    /// Slot of local pair `(a, b)` of element `e` at `slot_offsets[e] + a · nd + b`.
+    slot_offsets: Vec<usize>,
+    slots: Slots,
+    /// Elements are grouped into blocks of `block_size` consecutive elements; the blocks of
+    /// colour `c` are `colour_blocks[colour_ptr[c]..colour_ptr[c + 1]]`.
+    block_size: usize,
+    colour_ptr: Vec<usize>,
+    colour_blocks: Vec<usize>,
+    max_nd: usize,
+}
+
+impl AssemblyPattern {
+    /// Builds the pattern for `n_unknowns` unknowns (rows and columns).
+    ///
+    /// Element `e` has local dofs `element_dofs[offsets[e]..offsets[e + 1]]`, each an unknown
+    /// index `< n_unknowns` or [`CONSTRAINED`]. Entry `(i, j)` is stored when unknowns `i` and
+    /// `j` share an element; the diagonal is always stored (also for an unknown in no element).
+    ///
+    /// Cost: O(Σ_rows (candidates · log candidates)) for the pattern, done in parallel; the
+    /// colouring is a sequential greedy pass over the elements.
+    ///
+    /// # Panics
+    /// If `offsets` is not non-decreasing, does not start at 0 or end at `element_dofs.len()`,
+    /// or if a dof is neither `< n_unknowns` nor [`CONSTRAINED`].
+    pub fn new(n_unknowns: usize, offsets: &[usize], element_dofs: &[usize]) -> Self {
+        Self::with_block_size(n_unknowns, offsets, element_dofs, DEFAULT_BLOCK_SIZE)
+    }
+
+    /// As [`new`](Self::new), with the colouring done on blocks of `block_size` consecutive
+    /// elements instead of the default [`DEFAULT_BLOCK_SIZE`].
+    ///
+    /// A block is assembled by one thread in element order, so consecutive elements (which
+    /// share nodes in a well-ordered mesh) hit the cache; blocks of one colour share no unknown
+    /// and run in parallel. The summation order, hence the bitwise result, depends on the block
+    /// size but never on the number of threads.
+    pub fn with_block_size(
+        n_unknowns: usize,
+        offsets: &[usize],
+        element_dofs: &[usize],
+        block_size: usize,
+    ) -> Self {
+        assert!(block_size > 0, "block_size must be ≥ 1");
+        assert!(!offsets.is_empty(), "offsets must have n_elements + 1 entries (got none)");
+        assert_eq!(offsets[0], 0, "offsets must start at 0");
+        assert_eq!(
+            *offsets.last().unwrap(),
+            element_dofs.len(),
+            "offsets end at {} but element_dofs has {} entries",
+            offsets.last().unwrap(),
+            element_dofs.len()
+        );
+        assert!(offsets.windows(2).all(|w| w[0] <= w[1]), "offsets must be non-decreasing");
+        if let Some((k, &d)) =
+            element_dofs.iter().enumerate().find(|&(_, &d)| d >= n_unknowns && d != CONSTRAINED)
+        {
+            panic!("element_dofs[{k}] = {d} is neither < n_unknowns = {n_unknowns} nor CONSTRAINED");
+        }
+        let n_elements = offsets.len() - 1;
+        let max_nd = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+
+        // Unknown → elements adjacency, by counting sort.
+        let mut adj_ptr = vec![0usize; n_unknowns + 1];
+        for &d in element_dofs {
+            if d != CONSTRAINED {
+                adj_ptr[d + 1] += 1;
+            }
+        }
+        for i in 0..n_unknowns {
+            adj_ptr[i + 1] += adj_ptr[i];
+        }
+        let mut adj = vec![0usize; adj_ptr[n_unknowns]];
+        {
+            let mut next = adj_ptr.clone();
+            for e in 0..n_elements {
+                for &d in &element_dofs[offsets[e]..offsets[e + 1]] {
+                    if d != CONSTRAINED {
+                        adj[next[d]] = e;
+                        next[d] += 1;
+                    }
+                }
+            }
+        }
+
+        // Rows, in parallel chunks: gather the unknowns of the elements around each row,
+        // deduplicate with a marker array (reset after each row), sort the short row.
+        // `vec![false; n]` is a zeroed allocation, cheap even when rayon calls the init closure
+        // for many splits.
+        const ROWS_PER_CHUNK: usize = 4096;
+        let chunks: Vec<(Vec<usize>, Vec<usize>)> = (0..n_unknowns.div_ceil(ROWS_PER_CHUNK))
+            .into_par_iter()
+            .map_init(
+                || vec![false; n_unknowns],
+                |mark, c| {
+                    let rows = c * ROWS_PER_CHUNK..((c + 1) * ROWS_PER_CHUNK).min(n_unknowns);
+                    let mut lens = Vec::with_capacity(rows.len());
+                    let mut cols = Vec::with_capacity(rows.len() * 16);
+                    for i in rows {
+                        let start = cols.len();
+                        mark[i] = true;
+                        cols.push(i);
+                        for &e in &adj[adj_ptr[i]..adj_ptr[i + 1]] {
+                            for &d in &element_dofs[offsets[e]..offsets[e + 1]] {
+                                if d != CONSTRAINED && !mark[d] {
+                                    mark[d] = true;
+                                    cols.push(d);
+                                }
+                            }
+                        }
+                        let row = &mut cols[start..];
+                        for &d in row.iter() {
+                            mark[d] = false;
+                        }
+                        row.sort_unstable();
+                        lens.push(row.len());
+                    }
+                    (lens, cols)
+                },
+            )
+            .collect();
+        let incidence = Incidence { n_unknowns, offsets, element_dofs, adj_ptr, adj };
+        let nnz: usize = chunks.iter().map(|(_, c)| c.len()).sum();
+        let mut row_ptr = Vec::with_capacity(n_unknowns + 1);
+        row_ptr.push(0);
+        let mut col_idx = Vec::with_capacity(nnz);
+        for (lens, cols) in chunks {
+            for l in lens {
+                row_ptr.push(row_ptr.last().unwrap() + l);
+            }
+            col_idx.extend_from_slice(&cols);
+        }
+
+        // Slot tables.
+        let mut slot_offsets = Vec::with_capacity(n_elements + 1);
+        slot_offsets.push(0usize);
+        for e in 0..n_elements {
+            let nd = offsets[e + 1] - offsets[e];
+            slot_offsets.push(slot_offsets[e] + nd * nd);
+        }
+        let slots = if nnz < u32::MAX as usize {
+            Slots::U32(build_slots::<u32>(&incidence, &row_ptr, &col_idx, &slot_offsets))
+        } else {
+            Slots::U64(build_slots::<usize>(&incidence, &row_ptr, &col_idx, &slot_offsets))
+        };
+        drop(incidence);
+
+        let (colour_ptr, colour_blocks) =
+            colour_blocks(n_unknowns, offsets, element_dofs, block_size);
+        tracing::debug!(
+            n_unknowns,
+            n_elements,
+            nnz,
+            n_colours = colour_ptr.len() - 1,
+            "assembly pattern built"
+        );
+
+        AssemblyPattern {
+            n_unknowns,
+            offsets: offsets.to_vec(),
+            element_dofs: element_dofs.to_vec(),
+            row_ptr,
+            col_idx,
+            slot_offsets,
+            slots,
+            block_size,
+            colour_ptr,
+            colour_blocks,
+            max_nd,
+        }
+    }
+
+    /// Number of unknowns (rows and columns of the matrix).
+    pub fn n_unknowns(&self) -> usize {
+        self.n_unknowns
+    }
+
+    /// Number of elements.
+    pub fn n_elements(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// Number of stored matrix entries.
+    pub fn nnz(&self) -> usize {
+        self.col_idx.len()
+    }
+
+    /// Number of colours of element blocks.
+    pub fn n_colours(&self) -> usize {
+        self.colour_ptr.len() - 1
+    }
+
+    /// The elements of colour `c`, block by block. Two elements of one colour in different
+    /// blocks share no unknown.
+    pub fn colour_elements(&self, c: usize) -> impl Iterator<Item = usize> + '_ {
+        self.colour_blocks[self.colour_ptr[c]..self.colour_ptr[c + 1]]
+            .iter()
+            .flat_map(move |&b| self.block_range(b))
+    }
+
+    fn block_range(&self, b: usize) -> std::ops::Range<usize> {
+        b * self.block_size..((b + 1) * self.block_size).min(self.n_elements())
+    }
+
+    /// Local dofs of element `e` (unknown indices or [`CONSTRAINED`]).
+    pub fn element_dofs(&self, e: usize) -> &[usize] {
+        &self.element_dofs[self.offsets[e]..self.offsets[e + 1]]
+    }
+
+    /// CSR row pointers of the pattern.
+    pub fn row_ptr(&self) -> &[usize] {
+        &self.row_ptr
+    }
+
+    /// CSR column indices of the pattern (sorted within each row).
+    pub fn col_idx(&self) -> &[usize] {
+        &self.col_idx
+    }
+
+    /// The position in `values` of local pair `(a, b)` of element `e`, or `None` when either
+    /// local dof is constrained.
+    pub fn slot(&self, e: usize, a: usize, b: usize) -> Option<usize> {
+        let nd = self.offsets[e + 1] - self.offsets[e];
+        assert!(a < nd && b < nd, "local pair ({a}, {b}) out of range for element {e} with {nd} dofs");
+        let k = self.slot_offsets[e] + a * nd + b;
+        match &self.slots {
+            Slots::U32(s) => (s[k] != u32::MAX).then_some(s[k] as usize),
+            Slots::U64(s) => (s[k] != usize::MAX).then_some(s[k]),
+        }
+    }
+
+    /// A matrix with this pattern and all values zero.
+    pub fn new_matrix(&self) -> CsrMatrix {
+        CsrMatrix::zeros(self.n_unknowns, self.n_unknowns, self.row_ptr.clone(), self.col_idx.clone())
+    }
+
+    fn check_matrix(&self, matrix: &CsrMatrix) {
+        assert!(
+            matrix.n_rows == self.n_unknowns
+                && matrix.n_cols == self.n_unknowns
+                && matrix.nnz() == self.nnz()
+                && matrix.values.len() == self.nnz(),
+            "matrix ({}×{}, {} entries) does not have this pattern ({n}×{n}, {} entries)",
+            matrix.n_rows,
+            matrix.n_cols,
+            matrix.nnz(),
+            self.nnz(),
+            n = self.n_unknowns
+        );
+        debug_assert!(matrix.row_ptr == self.row_ptr && matrix.col_idx == self.col_idx);
+    }
+
+    /// Refills `matrix` (values zeroed first) and `vector` (zeroed first) from element
+    /// contributions: `kernel(e, ke, fe)` writes the dense `nd × nd` row-major element matrix
+    /// `ke` and the element vector `fe` (both pre-zeroed, `nd` = number of local dofs of `e`).
+    ///
+    /// K = Σₑ Pₑᵀ kₑ Pₑ and F = Σₑ Pₑᵀ fₑ, where Pₑ picks the unconstrained local dofs.
+    /// Colour by colour, elements of a colour in parallel: the result is bitwise identical for
+    /// any number of threads.
+    ///
+    /// # Panics
+    /// If `matrix` does not have this pattern or `vector.len() != n_unknowns`.
+    pub fn assemble_into(
+        &self,
+        matrix: &mut CsrMatrix,
+        vector: &mut [f64],
+        kernel: impl Fn(usize, &mut [f64], &mut [f64]) + Sync,
+    ) {
+        self.check_matrix(matrix);
+        self.check_vector(vector);
+        matrix.values.fill(0.0);
+        vector.fill(0.0);
+        self.scatter(Some(&mut matrix.values), Some(vector), &kernel);
+    }
+
+    /// Refills `vector` (zeroed first) from element vectors: `kernel(e, fe)` writes `fe`
+    /// (pre-zeroed). F = Σₑ Pₑᵀ fₑ; bitwise identical for any number of threads.
+    pub fn assemble_vector_into(&self, vector: &mut [f64], kernel: impl Fn(usize, &mut [f64]) + Sync) {
+        self.check_vector(vector);
+        vector.fill(0.0);
+        self.scatter(None, Some(vector), &|e: usize, _ke: &mut [f64], fe: &mut [f64]| kernel(e, fe));
+    }
+
+    /// Refills `matrix` (values zeroed first) from element matrices: `kernel(e, ke)` writes the
+    /// row-major `ke` (pre-zeroed). K = Σₑ Pₑᵀ kₑ Pₑ; bitwise identical for any number of
+    /// threads.
+    pub fn assemble_matrix_into(
+        &self,
+        matrix: &mut CsrMatrix,
+        kernel: impl Fn(usize, &mut [f64]) + Sync,
+    ) {
+        self.check_matrix(matrix);
+        matrix.values.fill(0.0);
+        self.scatter(Some(&mut matrix.values), None, &|e: usize, ke: &mut [f64], _fe: &mut [f64]| {
+            kernel(e, ke)
+        });
+    }
+
+    fn check_vector(&self, vector: &[f64]) {
+        assert_eq!(
+            vector.len(),
+            self.n_unknowns,
+            "vector has {} entries for {} unknowns",
+            vector.len(),
+            self.n_unknowns
+        );
+    }
+
+    fn scatter<K: Fn(usize, &mut [f64], &mut [f64]) + Sync>(
+        &self,
+        values: Option<&mut [f64]>,
+        vector: Option<&mut [f64]>,
+        kernel: &K,
+    ) {
+        match &self.slots {
+            Slots::U32(s) => self.scatter_with(s, values, vector, kernel),
+            Slots::U64(s) => self.scatter_with(s, values, vector, kernel),
+        }
+    }
+
+    fn scatter_with<S: SlotIndex, K: Fn(usize, &mut [f64], &mut [f64]) + Sync>(
+        &self,
+        slots: &[S],
+        values: Option<&mut [f64]>,
+        vector: Option<&mut [f64]>,
+        kernel: &K,
+    ) {
+        let want_matrix = values.is_some();
+        let want_vector = vector.is_some();
+        let values = SharedMut(values.map_or(std::ptr::null_mut(), |v| v.as_mut_ptr()));
+        let vector = SharedMut(vector.map_or(std::ptr::null_mut(), |v| v.as_mut_ptr()));
+        let max_nd = self.max_nd;
+        for c in 0..self.n_colours() {
+            let blocks = &self.colour_blocks[self.colour_ptr[c]..self.colour_ptr[c + 1]];
+            blocks.par_iter().for_each_init(
+                || (vec![0.0; max_nd * max_nd], vec![0.0; max_nd]),
+                |(ke_buf, fe_buf), &block| {
+                    for e in self.block_range(block) {
+                        let dofs = &self.element_dofs[self.offsets[e]..self.offsets[e + 1]];
+                        let nd = dofs.len();
+                        let ke = &mut ke_buf[..nd * nd];
+                        let fe = &mut fe_buf[..nd];
+                        ke.fill(0.0);
+                        fe.fill(0.0);
+                        kernel(e, ke, fe);
+                        if want_matrix {
+                            let s = &slots[self.slot_offsets[e]..self.slot_offsets[e] + nd * nd];
+                            for (&k, &v) in s.iter().zip(ke.iter()) {
+                                if k != S::NONE {
+                                    // SAFETY: `k < nnz` by construction of the slot table, and
+                                    // blocks of one colour share no unknown, so no other
+                                    // thread writes slot `k` during this colour.
+                                    unsafe { *values.ptr().add(k.to_usize()) += v };
+                                }
+                            }
+                        }
+                        if want_vector {
+                            for (&d, &v) in dofs.iter().zip(fe.iter()) {
+                                if d != CONSTRAINED {
+                                    // SAFETY: `d < n_unknowns` (checked in `new`), and no
+                                    // other block of this colour has unknown `d`.
+                                    unsafe { *vector.ptr().add(d) += v };
+                                }
+                            }
+                        }
+                    }
+                },
+            );
+        }
+    }
+}
+
+/// Element → unknown map and its inverse (unknown → elements), borrowed for the pattern build.
+struct Incidence<'a> {
+    n_unknowns: usize,
+    offsets: &'a [usize],
+    element_dofs: &'a [usize],
+    adj_ptr: Vec<usize>,
+    adj: Vec<usize>,
+}
+
+/// Slot of every local pair, computed row by row: for row `i`, the position of each column in
+/// the row is stored in a scratch array `pos`, then every element around `i` looks its local
+/// columns up there (no search). Rows run in parallel; each writes the slot-table rows
+/// `(e, a)` with `dofs_e[a] = i`, which no other row writes.
+fn build_slots<S: SlotIndex>(
+    inc: &Incidence<'_>,
+    row_ptr: &[usize],
+    col_idx: &[usize],
+    slot_offsets: &[usize],
+) -> Vec<S> {
+    #[derive(Clone, Copy)]
+    struct SharedSlots<S>(*mut S);
+    // SAFETY: see the write below: disjoint positions per row.
+    unsafe impl<S> Send for SharedSlots<S> {}
+    unsafe impl<S> Sync for SharedSlots<S> {}
+    impl<S> SharedSlots<S> {
+        #[inline(always)]
+        fn ptr(self) -> *mut S {
+            self.0
+        }
+    }
+
+    let n = inc.n_unknowns;
+    let mut slots = vec![S::NONE; *slot_offsets.last().unwrap()];
+    let len = slots.len();
+    let out = SharedSlots(slots.as_mut_ptr());
+    const ROWS_PER_CHUNK: usize = 4096;
+    (0..n.div_ceil(ROWS_PER_CHUNK)).into_par_iter().for_each_init(
+        || vec![0usize; n],
+        |pos, c| {
+            for i in c * ROWS_PER_CHUNK..((c + 1) * ROWS_PER_CHUNK).min(n) {
+                let start = row_ptr[i];
+                for (k, &j) in col_idx[start..row_ptr[i + 1]].iter().enumerate() {
+                    pos[j] = start + k;
+                }
+                for &e in &inc.adj[inc.adj_ptr[i]..inc.adj_ptr[i + 1]] {
+                    let dofs = &inc.element_dofs[inc.offsets[e]..inc.offsets[e + 1]];
+                    let nd = dofs.len();
+                    for (a, _) in dofs.iter().enumerate().filter(|&(_, &d)| d == i) {
+                        let base = slot_offsets[e] + a * nd;
+                        for (b, &j) in dofs.iter().enumerate() {
+                            if j != CONSTRAINED {
+                                debug_assert!(base + b < len);
+                                // SAFETY: `base + b < len` (slot_offsets sums nd² per element),
+                                // and slot-table row (e, a) is written only while handling row
+                                // `i = dofs[a]`, i.e. by exactly one task.
+                                unsafe { *out.ptr().add(base + b) = S::from_usize(pos[j]) };
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    );
+    slots
+}
+
+/// Greedy colouring of blocks of `block_size` consecutive elements: each block takes the
+/// smallest colour not used by a block that shares an unknown with it. Colours are tracked 64
+/// at a time as bit masks per unknown; blocks that find no free colour in the current window of
+/// 64 move on to the next window.
+///
+/// Returns (`colour_ptr`, `colour_blocks`), blocks sorted by colour and, inside a colour, by
+/// index.
+fn colour_blocks(
+    n_unknowns: usize,
+    offsets: &[usize],
+    element_dofs: &[usize],
+    block_size: usize,
+) -> (Vec<usize>, Vec<usize>) {
+    let n_elements = offsets.len() - 1;
+    let n_blocks = n_elements.div_ceil(block_size);
+    let block_dofs = |b: usize| {
+        let e0 = b * block_size;
+        let e1 = (e0 + block_size).min(n_elements);
+        element_dofs[offsets[e0]..offsets[e1]].iter().copied().filter(|&d| d != CONSTRAINED)
+    };
+    let mut colour = vec![usize::MAX; n_blocks];
+    let mut masks = vec![0u64; n_unknowns];
+    let mut pending: Vec<usize> = (0..n_blocks).collect();
+    let mut window = 0usize;
+    while !pending.is_empty() {
+        if window > 0 {
+            masks.fill(0);
+        }
+        let mut next_pending = Vec::new();
+        for &b in &pending {
+            let used = block_dofs(b).fold(0u64, |m, d| m | masks[d]);
+            if used == u64::MAX {
+                next_pending.push(b);
+                continue;
+            }
+            let c = (!used).trailing_zeros();
+            colour[b] = window * 64 + c as usize;
+            for d in block_dofs(b) {
+                masks[d] |= 1u64 << c;
+            }
+        }
+        pending = next_pending;
+        window += 1;
+    }
+    let n_colours = colour.iter().map(|&c| c + 1).max().unwrap_or(0);
+    let mut colour_ptr = vec![0usize; n_colours + 1];
+    for &c in &colour {
+        colour_ptr[c + 1] += 1;
+    }
+    for c in 0..n_colours {
+        colour_ptr[c + 1] += colour_ptr[c];
+    }
+    let mut next = colour_ptr.clone();
+    let mut colour_blocks = vec![0usize; n_blocks];
+    for (b, &c) in colour.iter().enumerate() {
+        colour_blocks[next[c]] = b;
+        next[c] += 1;
+    }
+    (colour_ptr, colour_blocks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two triangles sharing edge 1–2: (0, 1, 2) and (1, 3, 2), node 3 constrained.
+    fn two_triangles() -> AssemblyPattern {
+        AssemblyPattern::new(3, &[0, 3, 6], &[0, 1, 2, 1, CONSTRAINED, 2])
+    }
+
+    #[test]
+    fn tiny_pattern_by_hand() {
+        let p = two_triangles();
+        assert_eq!(p.n_unknowns(), 3);
+        assert_eq!(p.n_elements(), 2);
+        assert_eq!(p.row_ptr(), &[0, 3, 6, 9]);
+        assert_eq!(p.col_idx(), &[0, 1, 2, 0, 1, 2, 0, 1, 2]);
+        assert_eq!(p.nnz(), 9);
+        // One block of two elements: one colour.
+        assert_eq!(p.n_colours(), 1);
+        // Elements share unknowns 1 and 2: two colours with blocks of one element.
+        let p = AssemblyPattern::with_block_size(3, &[0, 3, 6], &[0, 1, 2, 1, CONSTRAINED, 2], 1);
+        assert_eq!(p.n_colours(), 2);
+        assert_eq!(p.slot(1, 0, 2), Some(5)); // (1, 2)
+        assert_eq!(p.slot(1, 1, 0), None); // constrained row
+        assert_eq!(p.slot(0, 2, 0), Some(6)); // (2, 0)
+    }
+
+    #[test]
+    fn pattern_with_isolated_unknown_keeps_diagonal() {
+        // Unknown 3 is in no element; unknown 0 and 2 never meet.
+        let p = AssemblyPattern::new(4, &[0, 2, 4], &[0, 1, 1, 2]);
+        assert_eq!(p.row_ptr(), &[0, 2, 5, 7, 8]);
+        assert_eq!(p.col_idx(), &[0, 1, 0, 1, 2, 1, 2, 3]);
+    }
+
+    #[test]
+    fn assembly_sums_element_contributions() {
+        let p = two_triangles();
+        let mut a = p.new_matrix();
+        let mut f = vec![0.0; 3];
+        p.assemble_into(&mut a, &mut f, |e, ke, fe| {
+            for (k, v) in ke.iter_mut().enumerate() {
+                *v = (10 * e + k) as f64;
+            }
+            fe.fill(1.0 + e as f64);
+        });
+        // (1, 1): e0 local (1,1) = 4, e1 local (0,0) = 10.
+        assert_eq!(a.values[a.find(1, 1).unwrap()], 14.0);
+        // (2, 1): e0 local (2,1) = 7, e1 local (2,0) = 16.
+        assert_eq!(a.values[a.find(2, 1).unwrap()], 23.0);
+        // (0, 0): only e0 local (0,0) = 0.
+        assert_eq!(a.values[a.find(0, 0).unwrap()], 0.0);
+        assert_eq!(f, vec![1.0, 3.0, 3.0]);
+        // A refill overwrites rather than accumulates.
+        p.assemble_vector_into(&mut f, |_, fe| fe.fill(1.0));
+        assert_eq!(f, vec![1.0, 2.0, 2.0]);
+        p.assemble_matrix_into(&mut a, |_, ke| ke.fill(1.0));
+        assert_eq!(a.values[a.find(1, 2).unwrap()], 2.0);
+    }
+
+    #[test]
+    fn colours_share_no_unknown() {
+        // A strip of 200 triangles: every element touches many neighbours.
+        let n = 200;
+        let mut dofs = Vec::new();
+        for e in 0..n {
+            dofs.extend_from_slice(&[e, e + 1, e + 2]);
+        }
+        let offsets: Vec<usize> = (0..=n).map(|e| 3 * e).collect();
+        let p = AssemblyPattern::with_block_size(n + 2, &offsets, &dofs, 1);
+        let mut seen = vec![usize::MAX; n + 2];
+        for c in 0..p.n_colours() {
+            for e in p.colour_elements(c) {
+                for &d in p.element_dofs(e) {
+                    assert_ne!(seen[d], c, "colour {c} has two elements with unknown {d}");
+                    seen[d] = c;
+                }
+            }
+        }
+        assert_eq!(p.n_colours(), 3);
+        // Blocks of 10 consecutive triangles share two unknowns with the next block: 2 colours.
+        let p = AssemblyPattern::with_block_size(n + 2, &offsets, &dofs, 10);
+        assert_eq!(p.n_colours(), 2);
+        let mut all: Vec<usize> = (0..2).flat_map(|c| p.colour_elements(c)).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..n).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn more_than_64_colours() {
+        // 100 elements all sharing unknown 0 need 100 colours.
+        let n = 100;
+        let mut dofs = Vec::new();
+        for e in 0..n {
+            dofs.extend_from_slice(&[0, e + 1]);
+        }
+        let offsets: Vec<usize> = (0..=n).map(|e| 2 * e).collect();
+        let p = AssemblyPattern::with_block_size(n + 1, &offsets, &dofs, 1);
+        assert_eq!(p.n_colours(), 100);
+        let mut a = p.new_matrix();
+        p.assemble_matrix_into(&mut a, |_, ke| ke.fill(1.0));
+        assert_eq!(a.values[a.find(0, 0).unwrap()], 100.0);
+    }
+}

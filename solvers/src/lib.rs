@@ -13,4 +13,5 @@ pub mod linear;
 pub mod newton;
 pub mod optimize;
 pub mod params;
+pub mod tape;
 pub mod taylor;

@@ -1,0 +1,86 @@
+//! Damaged ANSYS files never panic: every shared file truncated at random offsets and with
+//! random bytes flipped gives `Ok` or a typed error.
+
+use std::path::{Path, PathBuf};
+
+use gradfem_io::ansys::{RstFile, read_cdb_bytes};
+use proptest::prelude::*;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../data/ansys")).join(name)
+}
+
+const RST: [&str; 4] = ["beam_static_bc.rst", "file.rth", "temp_v13.rst", "vm1.rst"];
+
+fn damage(mut bytes: Vec<u8>, cut: f64, flips: &[(f64, u8)], header_bias: bool) -> Vec<u8> {
+    let n = bytes.len();
+    for &(pos, v) in flips {
+        // half of the flips hit the headers and tables at the front, where pointers live
+        let span = if header_bias { n.min(4096) } else { n };
+        let i = ((pos * span as f64) as usize).min(n - 1);
+        bytes[i] ^= v | 1;
+    }
+    bytes.truncate(((cut * n as f64) as usize).min(n));
+    bytes
+}
+
+fn exercise_rst(name: &str, bytes: Vec<u8>) {
+    if let Ok(r) = RstFile::from_bytes(Path::new(name), bytes) {
+        for s in 1..=r.result_sets.len() + 1 {
+            let _ = r.nodal_solution(s);
+        }
+        let _ = r.mesh.validate();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn damaged_result_files_do_not_panic(
+        file in 0usize..4,
+        cut in prop_oneof![Just(1.0f64), 0.0f64..1.0],
+        flips in prop::collection::vec((0.0f64..1.0, any::<u8>()), 0..8),
+        header_bias in any::<bool>(),
+    ) {
+        let bytes = std::fs::read(data(RST[file])).unwrap();
+        exercise_rst(RST[file], damage(bytes, cut, &flips, header_bias));
+    }
+
+    #[test]
+    fn damaged_archives_do_not_panic(
+        cut in prop_oneof![Just(1.0f64), 0.0f64..1.0],
+        flips in prop::collection::vec((0.0f64..1.0, any::<u8>()), 0..8),
+    ) {
+        let bytes = std::fs::read(data("HexBeam.cdb")).unwrap();
+        let _ = read_cdb_bytes(Path::new("HexBeam.cdb"), &damage(bytes, cut, &flips, false));
+    }
+}
+
+/// Every truncation point of the front of each file (headers, tables) is an error, not a panic.
+#[test]
+fn every_short_prefix_is_an_error() {
+    for name in RST {
+        let bytes = std::fs::read(data(name)).unwrap();
+        for cut in (0..bytes.len().min(3000)).step_by(7) {
+            assert!(RstFile::from_bytes(Path::new(name), bytes[..cut].to_vec()).is_err());
+        }
+        // the whole file minus its last word still reads the mesh or fails cleanly
+        exercise_rst(name, bytes[..bytes.len() - 4].to_vec());
+    }
+}
+
+#[test]
+fn errors_name_the_file_and_offset() {
+    let mut bytes = std::fs::read(data("vm1.rst")).unwrap();
+    // the standard header's trailing length word (byte 408) disagrees with its leading one
+    bytes[408] = 99;
+    let e = RstFile::from_bytes(Path::new("vm1.rst"), bytes).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("vm1.rst") && msg.contains("byte 0"), "{msg}");
+    let e = read_cdb_bytes(Path::new("x.cdb"), b"NBLOCK,6,SOLID\n(3i9,6e21.13e3)\n    x\n")
+        .unwrap_err();
+    assert!(e.to_string().starts_with("x.cdb:3:"), "{e}");
+    let e = gradfem_io::ansys::read_rst(Path::new("/nonexistent/a.rst")).unwrap_err();
+    assert!(e.to_string().contains("/nonexistent/a.rst"));
+}

@@ -1,0 +1,1080 @@
+//! The discrete steady heat-conduction model: regions, boundary conditions, element kernels and
+//! their vector-Jacobian products.
+//!
+//! Weak form, residual R(T) = 0 with, for each node a,
+//!
+//! R_a = Σ_cells ∫ (k₀ f(T) ∇N_a · ∇T − Q N_a) dΩ
+//!     + Σ_convection facets ∫ h (T − T∞) N_a dΓ − Σ_flux facets ∫ q_in N_a dΓ,
+//!
+//! where `q_in` is the heat flux entering the body. Fixed temperatures are not unknowns: their
+//! nodes are constrained and their values enter R through the element residuals, so the tangent
+//! ∂R/∂T restricted to the unknowns stays symmetric positive definite for a constant
+//! conductivity (it is not symmetric when k depends on T).
+//!
+//! Every derivative the adjoint engine needs is a vector-Jacobian product computed element by
+//! element: λᵀ ∂R/∂k₀ₑ, λᵀ ∂R/∂Q, λᵀ ∂R/∂h, λᵀ ∂R/∂T∞, λᵀ ∂R/∂q_in (the residual is linear in
+//! each of them, so these are kernel evaluations with the parameter set to one), λᵀ ∂R/∂T_fixed
+//! (the tangent transposed), and λᵀ ∂R/∂X for node coordinates (dual numbers over the 3·n
+//! coordinates of each element).
+
+use std::collections::HashMap;
+
+use gradfem_kernel::NodalDofMap;
+use gradfem_mesh::quadrature::ElementTable;
+use gradfem_mesh::{CellId, CellType, Mesh, geometry};
+use num_dual::{Dual64, DualNum};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::generic;
+use crate::law::ConductivityLaw;
+
+/// Marks a local element dof that is not an unknown (its node has a fixed temperature).
+/// Equal to `gradfem_solvers::assembly::CONSTRAINED`.
+pub const CONSTRAINED: usize = usize::MAX;
+
+/// Largest number of nodes of a supported cell (Hex27).
+const MAX_NODES: usize = 27;
+
+/// A volume group with its material.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RegionSpec {
+    /// Name of a volume (dim 3) group of the mesh.
+    pub group: String,
+    /// Conductivity scale k₀ [W/(m·K)]: k(T) = k₀ f(T).
+    pub k0: f64,
+    /// The temperature dependence f(T).
+    pub law: ConductivityLaw,
+    /// Volumetric heat source Q [W/m³].
+    pub source: f64,
+}
+
+/// A boundary condition on a surface group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BcKind {
+    /// Fixed temperature T = value [K] on every node of the group.
+    Temperature { value: f64 },
+    /// Heat flux entering the body, q_in [W/m²].
+    HeatFlux { q_in: f64 },
+    /// Convection: outgoing flux h (T − T∞), h [W/(m²·K)], T∞ [K].
+    Convection { h: f64, t_inf: f64 },
+}
+
+/// A boundary condition applied to a named group.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BcSpec {
+    pub group: String,
+    #[serde(flatten)]
+    pub kind: BcKind,
+}
+
+/// Errors in setting up or evaluating the thermal model.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum ThermalError {
+    #[error("thermal: unknown group '{name}'; the mesh has: {}", known.join(", "))]
+    UnknownGroup { name: String, known: Vec<String> },
+    #[error("thermal: group '{group}' has dimension {dim}, but {what} needs dimension {expected}")]
+    WrongDimension { group: String, dim: usize, expected: usize, what: &'static str },
+    #[error(
+        "thermal: cell {cell_tag} belongs to both regions '{first}' and '{second}'; a cell may have one material"
+    )]
+    OverlappingRegions { first: String, second: String, cell_tag: u64 },
+    #[error("thermal: {what} must be {requirement}, got {value}")]
+    InvalidValue { what: String, requirement: &'static str, value: f64 },
+    #[error("thermal: no volume cells: the regions' groups hold no 3D cells")]
+    NoVolumeCells,
+    #[error("thermal: cell type {cell_type} is not supported as a {role}")]
+    UnsupportedCell { cell_type: CellType, role: &'static str },
+    #[error(
+        "thermal: cell {cell_tag} ({cell_type}) is inverted or degenerate (det J = {det_j:.3e}) near ({:.6e}, {:.6e}, {:.6e})",
+        centroid[0], centroid[1], centroid[2]
+    )]
+    InvertedCell { cell_tag: u64, cell_type: CellType, det_j: f64, centroid: [f64; 3] },
+    #[error(
+        "thermal: node {node_tag} at ({:.6e}, {:.6e}, {:.6e}) is fixed by both '{first}' ({first_value}) and '{second}' ({second_value})",
+        position[0], position[1], position[2]
+    )]
+    ConflictingTemperatures {
+        node_tag: u64,
+        position: [f64; 3],
+        first: String,
+        first_value: f64,
+        second: String,
+        second_value: f64,
+    },
+    #[error("thermal: point ({:.6e}, {:.6e}, {:.6e}) lies in no cell of the model{}", point[0], point[1], point[2], context)]
+    PointOutside { point: [f64; 3], context: String },
+}
+
+/// One region of the model, after set-up.
+#[derive(Clone, Debug)]
+pub struct Region {
+    pub name: String,
+    pub law: ConductivityLaw,
+    pub source: f64,
+    /// The model's volume elements that belong to this region.
+    pub elements: Vec<usize>,
+}
+
+/// One boundary condition of the model, after set-up.
+#[derive(Clone, Debug)]
+pub struct Boundary {
+    pub name: String,
+    pub kind: BcKind,
+    /// Nodes of the group (for fixed temperatures: the nodes it fixes).
+    pub nodes: Vec<usize>,
+    /// The model's facet elements of this condition (flux and convection).
+    pub elements: Vec<usize>,
+}
+
+#[derive(Clone, Debug)]
+struct ElemBlock {
+    cell_type: CellType,
+    table: ElementTable,
+    volume: bool,
+}
+
+/// The parameters a kernel evaluation uses.
+#[derive(Clone, Copy, Debug)]
+struct KernelParams {
+    k0: f64,
+    source: f64,
+    h: f64,
+    t_inf: f64,
+    q_in: f64,
+}
+
+/// λᵀ ∂R/∂p for every parameter of the thermal model (the adjoint engine subtracts these).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParameterVjp {
+    /// Per volume element: λᵀ ∂R/∂k₀ₑ.
+    pub k_elem: Vec<f64>,
+    /// Per region: λᵀ ∂R/∂Q.
+    pub source: Vec<f64>,
+    /// Per boundary condition: λᵀ ∂R/∂h (convection only, else 0).
+    pub h: Vec<f64>,
+    /// Per boundary condition: λᵀ ∂R/∂T∞ (convection only, else 0).
+    pub t_inf: Vec<f64>,
+    /// Per boundary condition: λᵀ ∂R/∂q_in (heat flux only, else 0).
+    pub q_in: Vec<f64>,
+    /// Per boundary condition: λᵀ ∂R/∂T_fixed (fixed temperature only, else 0).
+    pub temperature: Vec<f64>,
+    /// Per node: λᵀ ∂R/∂X (when requested).
+    pub coords: Option<Vec<[f64; 3]>>,
+}
+
+/// The discrete steady heat-conduction problem on one mesh.
+#[derive(Clone, Debug)]
+pub struct ThermalModel {
+    /// Node coordinates (the shape parameter; same numbering as the mesh).
+    pub coords: Vec<[f64; 3]>,
+    node_tags: Vec<u64>,
+    blocks: Vec<ElemBlock>,
+    elem_block: Vec<u8>,
+    elem_tag: Vec<u32>,
+    elem_offsets: Vec<usize>,
+    elem_nodes: Vec<usize>,
+    elem_dofs: Vec<usize>,
+    elem_cell_tags: Vec<u64>,
+    elem_cells: Vec<CellId>,
+    n_volume: usize,
+    /// Regions, in the order given.
+    pub regions: Vec<Region>,
+    /// Conductivity scale k₀ of each volume element.
+    pub k_elem: Vec<f64>,
+    /// Boundary conditions, in the order given.
+    pub boundaries: Vec<Boundary>,
+    /// Prescribed nodal temperatures (NaN where the node is not fixed).
+    fixed: Vec<f64>,
+    /// Numbering of the unknowns.
+    pub dofs: NodalDofMap,
+    /// Volume elements of every 3D group of the mesh that the model covers, by group name.
+    group_elements: HashMap<String, Vec<usize>>,
+}
+
+fn resolve<'m>(
+    mesh: &'m Mesh,
+    name: &str,
+) -> Result<&'m gradfem_mesh::PhysicalGroup, ThermalError> {
+    mesh.group(name)
+        .map_err(|_| ThermalError::UnknownGroup { name: name.to_string(), known: mesh.group_names() })
+}
+
+fn check_finite(what: String, value: f64) -> Result<(), ThermalError> {
+    if value.is_finite() {
+        Ok(())
+    } else {
+        Err(ThermalError::InvalidValue { what, requirement: "finite", value })
+    }
+}
+
+impl ThermalModel {
+    /// Set up the model on `mesh` with materials per volume group and boundary conditions per
+    /// group. Volume cells outside every region are not part of the model.
+    pub fn new(mesh: &Mesh, regions: &[RegionSpec], bcs: &[BcSpec]) -> Result<Self, ThermalError> {
+        let mut blocks: Vec<ElemBlock> = Vec::new();
+        let mut block_of_type: HashMap<(CellType, bool), u8> = HashMap::new();
+        let mut block_index = |ct: CellType, volume: bool, blocks: &mut Vec<ElemBlock>| -> u8 {
+            *block_of_type.entry((ct, volume)).or_insert_with(|| {
+                let degree = 2 * ct.order();
+                blocks.push(ElemBlock { cell_type: ct, table: ElementTable::new(ct, degree), volume });
+                (blocks.len() - 1) as u8
+            })
+        };
+
+        let mut elem_block = Vec::new();
+        let mut elem_tag = Vec::new();
+        let mut elem_offsets = vec![0];
+        let mut elem_nodes = Vec::new();
+        let mut elem_cell_tags = Vec::new();
+        let mut elem_cells = Vec::new();
+        let mut owner: HashMap<CellId, usize> = HashMap::new();
+        let mut out_regions = Vec::with_capacity(regions.len());
+
+        for (r, spec) in regions.iter().enumerate() {
+            let group = resolve(mesh, &spec.group)?;
+            if group.dim != 3 {
+                return Err(ThermalError::WrongDimension {
+                    group: spec.group.clone(),
+                    dim: group.dim,
+                    expected: 3,
+                    what: "a material region",
+                });
+            }
+            check_finite(format!("thermal.k.{}", spec.group), spec.k0)?;
+            check_finite(format!("thermal.q.{}", spec.group), spec.source)?;
+            if spec.k0 <= 0.0 {
+                return Err(ThermalError::InvalidValue {
+                    what: format!("thermal.k.{}", spec.group),
+                    requirement: "positive",
+                    value: spec.k0,
+                });
+            }
+            spec.law.validate().map_err(|_| ThermalError::InvalidValue {
+                what: format!("conductivity law of '{}'", spec.group),
+                requirement: "valid (finite, increasing table temperatures)",
+                value: f64::NAN,
+            })?;
+            let mut elements = Vec::with_capacity(group.cells.len());
+            for &cell in &group.cells {
+                if let Some(&prev) = owner.get(&cell) {
+                    return Err(ThermalError::OverlappingRegions {
+                        first: regions[prev].group.clone(),
+                        second: spec.group.clone(),
+                        cell_tag: mesh.cell_tag(cell),
+                    });
+                }
+                owner.insert(cell, r);
+                let ct = mesh.cell_type(cell);
+                if !matches!(
+                    ct,
+                    CellType::Tet4
+                        | CellType::Tet10
+                        | CellType::Hex8
+                        | CellType::Hex20
+                        | CellType::Hex27
+                        | CellType::Prism6
+                ) {
+                    return Err(ThermalError::UnsupportedCell { cell_type: ct, role: "volume cell" });
+                }
+                let b = block_index(ct, true, &mut blocks);
+                elements.push(elem_block.len());
+                elem_block.push(b);
+                elem_tag.push(r as u32);
+                elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
+                elem_offsets.push(elem_nodes.len());
+                elem_cell_tags.push(mesh.cell_tag(cell));
+                elem_cells.push(cell);
+            }
+            out_regions.push(Region {
+                name: spec.group.clone(),
+                law: spec.law.clone(),
+                source: spec.source,
+                elements,
+            });
+        }
+        let n_volume = elem_block.len();
+        if n_volume == 0 {
+            return Err(ThermalError::NoVolumeCells);
+        }
+        let mut k_elem = vec![0.0; n_volume];
+        for (spec, region) in regions.iter().zip(&out_regions) {
+            for &e in &region.elements {
+                k_elem[e] = spec.k0;
+            }
+        }
+
+        // Nodes that carry the field: those of the volume elements.
+        let mut active = vec![false; mesh.n_nodes()];
+        for &n in &elem_nodes {
+            active[n] = true;
+        }
+
+        let mut fixed = vec![f64::NAN; mesh.n_nodes()];
+        let mut fixed_by: Vec<u32> = vec![u32::MAX; mesh.n_nodes()];
+        let mut boundaries = Vec::with_capacity(bcs.len());
+        for (bi, spec) in bcs.iter().enumerate() {
+            let group = resolve(mesh, &spec.group)?;
+            let mut nodes = mesh.group_nodes(group);
+            nodes.retain(|&n| active[n]);
+            let mut elements = Vec::new();
+            match spec.kind {
+                BcKind::Temperature { value } => {
+                    check_finite(format!("bc.{}.temperature", spec.group), value)?;
+                    for &n in &nodes {
+                        if fixed_by[n] != u32::MAX && fixed[n] != value {
+                            let prev = fixed_by[n] as usize;
+                            return Err(ThermalError::ConflictingTemperatures {
+                                node_tag: mesh.node_tags[n],
+                                position: mesh.coords[n],
+                                first: bcs[prev].group.clone(),
+                                first_value: fixed[n],
+                                second: spec.group.clone(),
+                                second_value: value,
+                            });
+                        }
+                        if fixed_by[n] == u32::MAX {
+                            fixed[n] = value;
+                            fixed_by[n] = bi as u32;
+                        }
+                    }
+                }
+                BcKind::HeatFlux { q_in } => {
+                    check_finite(format!("bc.{}.flux", spec.group), q_in)?;
+                }
+                BcKind::Convection { h, t_inf } => {
+                    check_finite(format!("bc.{}.h", spec.group), h)?;
+                    check_finite(format!("bc.{}.t_inf", spec.group), t_inf)?;
+                    if h < 0.0 {
+                        return Err(ThermalError::InvalidValue {
+                            what: format!("bc.{}.h", spec.group),
+                            requirement: "non-negative",
+                            value: h,
+                        });
+                    }
+                }
+            }
+            if !matches!(spec.kind, BcKind::Temperature { .. }) {
+                if group.dim != 2 {
+                    return Err(ThermalError::WrongDimension {
+                        group: spec.group.clone(),
+                        dim: group.dim,
+                        expected: 2,
+                        what: "a flux or convection condition",
+                    });
+                }
+                for &cell in &group.cells {
+                    let ct = mesh.cell_type(cell);
+                    if !matches!(
+                        ct,
+                        CellType::Tri3
+                            | CellType::Tri6
+                            | CellType::Quad4
+                            | CellType::Quad8
+                            | CellType::Quad9
+                    ) {
+                        return Err(ThermalError::UnsupportedCell {
+                            cell_type: ct,
+                            role: "boundary facet",
+                        });
+                    }
+                    let b = block_index(ct, false, &mut blocks);
+                    elements.push(elem_block.len());
+                    elem_block.push(b);
+                    elem_tag.push(bi as u32);
+                    elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
+                    elem_offsets.push(elem_nodes.len());
+                    elem_cell_tags.push(mesh.cell_tag(cell));
+                    elem_cells.push(cell);
+                }
+            }
+            boundaries.push(Boundary { name: spec.group.clone(), kind: spec.kind.clone(), nodes, elements });
+        }
+
+        let dofs = NodalDofMap::new(mesh.n_nodes(), |n| active[n] && fixed_by[n] == u32::MAX);
+        let elem_dofs =
+            elem_nodes.iter().map(|&n| dofs.unknown_of_node[n].unwrap_or(CONSTRAINED)).collect();
+
+        // Model element of each covered cell (volume elements follow the regions' cell order).
+        let mut index: HashMap<CellId, usize> = HashMap::with_capacity(n_volume);
+        for region in regions {
+            for &c in &resolve(mesh, &region.group)?.cells {
+                let e = index.len();
+                index.insert(c, e);
+            }
+        }
+        let mut group_elements = HashMap::new();
+        for g in mesh.groups.iter().filter(|g| g.dim == 3) {
+            let mut els: Vec<usize> = g.cells.iter().filter_map(|c| index.get(c).copied()).collect();
+            els.sort_unstable();
+            if !els.is_empty() {
+                group_elements.insert(g.name.clone(), els);
+            }
+        }
+        group_elements.insert("*".to_string(), (0..n_volume).collect());
+
+        let model = ThermalModel {
+            coords: mesh.coords.clone(),
+            node_tags: mesh.node_tags.clone(),
+            blocks,
+            elem_block,
+            elem_tag,
+            elem_offsets,
+            elem_nodes,
+            elem_dofs,
+            elem_cell_tags,
+            elem_cells,
+            n_volume,
+            regions: out_regions,
+            k_elem,
+            boundaries,
+            fixed,
+            dofs,
+            group_elements,
+        };
+        model.check_orientation()?;
+        Ok(model)
+    }
+
+    /// Every volume element must have a positive Jacobian determinant at its quadrature points.
+    fn check_orientation(&self) -> Result<(), ThermalError> {
+        let bad = (0..self.n_volume).into_par_iter().find_first(|&e| {
+            let blk = &self.blocks[self.elem_block[e] as usize];
+            let x = self.element_coords(e);
+            let mut g = [[0.0; 3]; MAX_NODES];
+            (0..blk.table.n_points()).any(|q| {
+                let det = geometry::physical_gradients_into(
+                    3,
+                    blk.table.grad(q),
+                    &x[..blk.cell_type.n_nodes()],
+                    &mut g[..blk.cell_type.n_nodes()],
+                );
+                !(det > 0.0)
+            })
+        });
+        if let Some(e) = bad {
+            let blk = &self.blocks[self.elem_block[e] as usize];
+            let x = self.element_coords(e);
+            let n = blk.cell_type.n_vertices();
+            let mut c = [0.0; 3];
+            for p in &x[..n] {
+                for k in 0..3 {
+                    c[k] += p[k] / n as f64;
+                }
+            }
+            let mut g = [[0.0; 3]; MAX_NODES];
+            let det = (0..blk.table.n_points())
+                .map(|q| {
+                    geometry::physical_gradients_into(
+                        3,
+                        blk.table.grad(q),
+                        &x[..blk.cell_type.n_nodes()],
+                        &mut g[..blk.cell_type.n_nodes()],
+                    )
+                })
+                .fold(f64::INFINITY, f64::min);
+            return Err(ThermalError::InvertedCell {
+                cell_tag: self.elem_cell_tags[e],
+                cell_type: blk.cell_type,
+                det_j: det,
+                centroid: c,
+            });
+        }
+        Ok(())
+    }
+
+    /// Re-check element orientation after the coordinates changed (shape perturbation).
+    pub fn check_coordinates(&self) -> Result<(), ThermalError> {
+        self.check_orientation()
+    }
+
+    /// Number of unknowns (free nodal temperatures).
+    pub fn n_unknowns(&self) -> usize {
+        self.dofs.n_unknowns()
+    }
+
+    /// Number of nodes of the mesh.
+    pub fn n_nodes(&self) -> usize {
+        self.coords.len()
+    }
+
+    /// Number of elements the assembly loops over (volume cells, then boundary facets).
+    pub fn n_elements(&self) -> usize {
+        self.elem_block.len()
+    }
+
+    /// Number of volume elements (the first `n_volume_elements()` elements).
+    pub fn n_volume_elements(&self) -> usize {
+        self.n_volume
+    }
+
+    /// Element offsets into [`ThermalModel::element_dofs`] (length `n_elements() + 1`).
+    pub fn element_offsets(&self) -> &[usize] {
+        &self.elem_offsets
+    }
+
+    /// Local dofs of all elements: unknown indices or [`CONSTRAINED`].
+    pub fn element_dofs(&self) -> &[usize] {
+        &self.elem_dofs
+    }
+
+    /// The mesh nodes of element `e`.
+    pub fn element_nodes(&self, e: usize) -> &[usize] {
+        &self.elem_nodes[self.elem_offsets[e]..self.elem_offsets[e + 1]]
+    }
+
+    /// The original tag of the mesh cell behind element `e`.
+    pub fn element_cell_tag(&self, e: usize) -> u64 {
+        self.elem_cell_tags[e]
+    }
+
+    /// The mesh cell behind element `e`.
+    pub fn element_cell(&self, e: usize) -> CellId {
+        self.elem_cells[e]
+    }
+
+    /// For each node, the fixed-temperature condition that sets its value (the first one that
+    /// names it), if any.
+    pub fn fixed_owner(&self) -> Vec<Option<usize>> {
+        let mut owner = vec![None; self.coords.len()];
+        for (b, bc) in self.boundaries.iter().enumerate() {
+            if let BcKind::Temperature { .. } = bc.kind {
+                for &n in &bc.nodes {
+                    if owner[n].is_none() {
+                        owner[n] = Some(b);
+                    }
+                }
+            }
+        }
+        owner
+    }
+
+    /// The cell type of element `e`.
+    pub fn element_cell_type(&self, e: usize) -> CellType {
+        self.blocks[self.elem_block[e] as usize].cell_type
+    }
+
+    /// The region index of volume element `e`.
+    pub fn element_region(&self, e: usize) -> usize {
+        assert!(e < self.n_volume, "element {e} is not a volume element");
+        self.elem_tag[e] as usize
+    }
+
+    /// True when the problem is linear in T (every region has a constant conductivity).
+    pub fn is_linear(&self) -> bool {
+        self.regions.iter().all(|r| r.law.is_constant())
+    }
+
+    /// True when the tangent is symmetric (constant conductivity everywhere).
+    pub fn is_symmetric(&self) -> bool {
+        self.is_linear()
+    }
+
+    /// Nodal temperatures from the unknowns and the fixed values (NaN at inactive nodes).
+    pub fn nodal_temperature(&self, unknowns: &[f64]) -> Vec<f64> {
+        let mut t = self.fixed.clone();
+        self.dofs.scatter(unknowns, &mut t);
+        t
+    }
+
+    /// Set the value of fixed-temperature condition `bc`. A node fixed by several conditions
+    /// takes the value of the first (the set-up rejects conflicting values).
+    pub fn set_fixed_temperature(&mut self, bc: usize, value: f64) {
+        let b = &mut self.boundaries[bc];
+        let BcKind::Temperature { value: v } = &mut b.kind else {
+            panic!("boundary condition {bc} ('{}') is not a fixed temperature", b.name);
+        };
+        *v = value;
+        let mut done = vec![false; self.coords.len()];
+        for b in &self.boundaries {
+            if let BcKind::Temperature { value } = b.kind {
+                for &n in &b.nodes {
+                    if !done[n] {
+                        done[n] = true;
+                        self.fixed[n] = value;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Set a flux or convection parameter of condition `bc`.
+    pub fn set_boundary_kind(&mut self, bc: usize, kind: BcKind) {
+        let b = &mut self.boundaries[bc];
+        assert_eq!(
+            std::mem::discriminant(&b.kind),
+            std::mem::discriminant(&kind),
+            "condition '{}' cannot change its kind",
+            b.name
+        );
+        if let BcKind::Temperature { value } = kind {
+            self.set_fixed_temperature(bc, value);
+        } else {
+            b.kind = kind;
+        }
+    }
+
+    /// A description of mesh node `n` for messages: tag and position.
+    pub fn describe_node(&self, n: usize) -> String {
+        let p = self.coords[n];
+        format!("node {} at ({:.6e}, {:.6e}, {:.6e})", self.node_tags[n], p[0], p[1], p[2])
+    }
+
+    /// A description of unknown `dof` for messages.
+    pub fn describe_dof(&self, dof: usize) -> String {
+        self.describe_node(self.dofs.node_of_unknown[dof])
+    }
+
+    fn element_coords(&self, e: usize) -> [[f64; 3]; MAX_NODES] {
+        let mut x = [[0.0; 3]; MAX_NODES];
+        for (xa, &n) in x.iter_mut().zip(self.element_nodes(e)) {
+            *xa = self.coords[n];
+        }
+        x
+    }
+
+    fn params_of(&self, e: usize) -> KernelParams {
+        let mut p = KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0 };
+        if e < self.n_volume {
+            p.k0 = self.k_elem[e];
+            p.source = self.regions[self.elem_tag[e] as usize].source;
+        } else {
+            match self.boundaries[self.elem_tag[e] as usize].kind {
+                BcKind::Convection { h, t_inf } => {
+                    p.h = h;
+                    p.t_inf = t_inf;
+                }
+                BcKind::HeatFlux { q_in } => p.q_in = q_in,
+                BcKind::Temperature { .. } => {}
+            }
+        }
+        p
+    }
+
+    /// Element residual `fe` (and tangent `ke`, row-major nn×nn, when given) of element `e` at
+    /// nodal temperatures `t` (all nodes). Both buffers must be zeroed by the caller.
+    pub fn element_residual_tangent(
+        &self,
+        e: usize,
+        t: &[f64],
+        ke: Option<&mut [f64]>,
+        fe: &mut [f64],
+    ) {
+        self.kernel(e, t, self.params_of(e), ke, fe);
+    }
+
+    fn kernel(&self, e: usize, t: &[f64], p: KernelParams, ke: Option<&mut [f64]>, fe: &mut [f64]) {
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let x = self.element_coords(e);
+        let mut te = [0.0; MAX_NODES];
+        for (ta, &n) in te.iter_mut().zip(nodes) {
+            *ta = t[n];
+        }
+        if blk.volume {
+            let law = &self.regions[self.elem_tag[e] as usize].law;
+            if blk.cell_type == CellType::Tet4 && law.is_constant() {
+                tet4_linear_kernel(&x, &te, p.k0, p.source, ke, fe);
+                return;
+            }
+            let mut g = [[0.0; 3]; MAX_NODES];
+            let mut ke = ke;
+            for q in 0..blk.table.n_points() {
+                let det = geometry::physical_gradients_into(
+                    3,
+                    blk.table.grad(q),
+                    &x[..nn],
+                    &mut g[..nn],
+                );
+                let w = blk.table.weights[q] * det;
+                let n = blk.table.shape(q);
+                let mut tq = 0.0;
+                let mut gt = [0.0; 3];
+                for a in 0..nn {
+                    tq += n[a] * te[a];
+                    for k in 0..3 {
+                        gt[k] += g[a][k] * te[a];
+                    }
+                }
+                let (f, df) = law.factor_and_slope(tq);
+                let k = p.k0 * f;
+                let dk = p.k0 * df;
+                for a in 0..nn {
+                    let ga_gt = g[a][0] * gt[0] + g[a][1] * gt[1] + g[a][2] * gt[2];
+                    fe[a] += w * (k * ga_gt - p.source * n[a]);
+                    if let Some(ke) = ke.as_deref_mut() {
+                        let row = &mut ke[a * nn..(a + 1) * nn];
+                        for b in 0..nn {
+                            let gab = g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2];
+                            row[b] += w * (k * gab + dk * n[b] * ga_gt);
+                        }
+                    }
+                }
+            }
+        } else {
+            let mut ke = ke;
+            for q in 0..blk.table.n_points() {
+                let da = geometry::measure_density(2, blk.table.grad(q), &x[..nn]);
+                let w = blk.table.weights[q] * da;
+                let n = blk.table.shape(q);
+                let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
+                let flux_out = p.h * (tq - p.t_inf) - p.q_in;
+                for a in 0..nn {
+                    fe[a] += w * flux_out * n[a];
+                    if let Some(ke) = ke.as_deref_mut() {
+                        for b in 0..nn {
+                            ke[a * nn + b] += w * p.h * n[a] * n[b];
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The element residual generic over the scalar (for dual-number derivatives and tests):
+    /// coordinates `x`, nodal temperatures `te` and parameters as scalars of type D.
+    #[allow(clippy::too_many_arguments)]
+    pub fn element_residual_generic<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        e: usize,
+        x: &[[D; 3]],
+        te: &[D],
+        k0: D,
+        source: D,
+        h: D,
+        t_inf: D,
+        q_in: D,
+        out: &mut [D],
+    ) {
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nn = blk.cell_type.n_nodes();
+        out[..nn].iter_mut().for_each(|o| *o = D::from(0.0));
+        if blk.volume {
+            let law = &self.regions[self.elem_tag[e] as usize].law;
+            let mut g = [[D::from(0.0); 3]; MAX_NODES];
+            for q in 0..blk.table.n_points() {
+                let det = generic::physical_gradients(blk.table.grad(q), &x[..nn], &mut g[..nn]);
+                let w = det * blk.table.weights[q];
+                let n = blk.table.shape(q);
+                let mut tq = D::from(0.0);
+                let mut gt = [D::from(0.0); 3];
+                for a in 0..nn {
+                    tq += te[a] * n[a];
+                    for k in 0..3 {
+                        gt[k] += g[a][k] * te[a];
+                    }
+                }
+                let flux = crate::law::heat_flux(k0, law, tq, gt);
+                for a in 0..nn {
+                    let ga_q = g[a][0] * flux[0] + g[a][1] * flux[1] + g[a][2] * flux[2];
+                    out[a] += w * (-ga_q - source * n[a]);
+                }
+            }
+        } else {
+            for q in 0..blk.table.n_points() {
+                let da = generic::area_density(blk.table.grad(q), &x[..nn]);
+                let w = da * blk.table.weights[q];
+                let n = blk.table.shape(q);
+                let mut tq = D::from(0.0);
+                for a in 0..nn {
+                    tq += te[a] * n[a];
+                }
+                let flux_out = h * (tq - t_inf) - q_in;
+                for a in 0..nn {
+                    out[a] += w * flux_out * n[a];
+                }
+            }
+        }
+    }
+
+    /// λᵀ ∂R/∂p for every parameter, at nodal temperatures `t`, for the adjoint `lambda` given
+    /// at every node (zero at fixed nodes). With `with_coords`, also λᵀ ∂R/∂X per node.
+    pub fn parameter_vjp(&self, t: &[f64], lambda: &[f64], with_coords: bool) -> ParameterVjp {
+        let n_el = self.n_elements();
+        let dot_local = |e: usize, fe: &[f64]| -> f64 {
+            self.element_nodes(e).iter().zip(fe).map(|(&n, &r)| lambda[n] * r).sum()
+        };
+        let zero = KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0 };
+        // Per-element derivative of λ·r with respect to the element's parameters: the residual is
+        // linear in each, so ∂(λ·r)/∂p = λ·r(p = 1, others = 0) (minus the p-free part, which is
+        // zero for every parameter here except T∞, handled through h).
+        let per_elem: Vec<[f64; 4]> = (0..n_el)
+            .into_par_iter()
+            .map(|e| {
+                let mut fe = [0.0; MAX_NODES];
+                let nn = self.element_nodes(e).len();
+                let mut out = [0.0; 4];
+                if e < self.n_volume {
+                    self.kernel(e, t, KernelParams { k0: 1.0, ..zero }, None, &mut fe[..nn]);
+                    out[0] = dot_local(e, &fe[..nn]);
+                    fe[..nn].fill(0.0);
+                    self.kernel(e, t, KernelParams { source: 1.0, ..zero }, None, &mut fe[..nn]);
+                    out[1] = dot_local(e, &fe[..nn]);
+                } else {
+                    let p = self.params_of(e);
+                    // ∂/∂h: (T − T∞) N
+                    self.kernel(e, t, KernelParams { h: 1.0, t_inf: p.t_inf, ..zero }, None, &mut fe[..nn]);
+                    out[0] = dot_local(e, &fe[..nn]);
+                    // ∂/∂T∞: −h N  (kernel with t = 0 field and t_inf = 1 gives −h N)
+                    let mut tmp = [0.0; MAX_NODES];
+                    self.facet_shape_integral(e, &mut tmp[..nn]);
+                    out[1] = -p.h * dot_local(e, &tmp[..nn]);
+                    // ∂/∂q_in: −N
+                    out[2] = -dot_local(e, &tmp[..nn]);
+                }
+                out
+            })
+            .collect();
+
+        let mut vjp = ParameterVjp {
+            k_elem: per_elem[..self.n_volume].iter().map(|v| v[0]).collect(),
+            source: vec![0.0; self.regions.len()],
+            h: vec![0.0; self.boundaries.len()],
+            t_inf: vec![0.0; self.boundaries.len()],
+            q_in: vec![0.0; self.boundaries.len()],
+            temperature: vec![0.0; self.boundaries.len()],
+            coords: None,
+        };
+        for (r, region) in self.regions.iter().enumerate() {
+            vjp.source[r] = region.elements.iter().map(|&e| per_elem[e][1]).sum();
+        }
+        for (b, bc) in self.boundaries.iter().enumerate() {
+            match bc.kind {
+                BcKind::Convection { .. } => {
+                    vjp.h[b] = bc.elements.iter().map(|&e| per_elem[e][0]).sum();
+                    vjp.t_inf[b] = bc.elements.iter().map(|&e| per_elem[e][1]).sum();
+                }
+                BcKind::HeatFlux { .. } => {
+                    vjp.q_in[b] = bc.elements.iter().map(|&e| per_elem[e][2]).sum();
+                }
+                BcKind::Temperature { .. } => {}
+            }
+        }
+        // Fixed temperatures: (∂R/∂T_fixed)ᵀ λ, summed over the nodes each condition owns.
+        let full = self.tangent_transpose_product(t, lambda);
+        let mut owner_done = vec![false; self.n_nodes()];
+        for (b, bc) in self.boundaries.iter().enumerate() {
+            if let BcKind::Temperature { .. } = bc.kind {
+                let mut s = 0.0;
+                for &n in &bc.nodes {
+                    if !owner_done[n] {
+                        owner_done[n] = true;
+                        s += full[n];
+                    }
+                }
+                vjp.temperature[b] = s;
+            }
+        }
+        if with_coords {
+            vjp.coords = Some(self.coordinate_vjp(t, lambda));
+        }
+        vjp
+    }
+
+    /// ∫ N_a dΓ of a facet element.
+    fn facet_shape_integral(&self, e: usize, out: &mut [f64]) {
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nn = out.len();
+        let x = self.element_coords(e);
+        for q in 0..blk.table.n_points() {
+            let w = blk.table.weights[q] * geometry::measure_density(2, blk.table.grad(q), &x[..nn]);
+            for (o, &n) in out.iter_mut().zip(blk.table.shape(q)) {
+                *o += w * n;
+            }
+        }
+    }
+
+    /// (∂R/∂T)ᵀ λ over every node (fixed nodes included), from the element tangents.
+    pub fn tangent_transpose_product(&self, t: &[f64], lambda: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; self.n_nodes()];
+        self.scatter_chunked(&mut out, 1, |e, local| {
+            let nn = self.element_nodes(e).len();
+            let mut ke = [0.0; MAX_NODES * MAX_NODES];
+            let mut fe = [0.0; MAX_NODES];
+            self.kernel(e, t, self.params_of(e), Some(&mut ke[..nn * nn]), &mut fe[..nn]);
+            let nodes = self.element_nodes(e);
+            for b in 0..nn {
+                local[b] = (0..nn).map(|a| ke[a * nn + b] * lambda[nodes[a]]).sum();
+            }
+        });
+        out
+    }
+
+    /// λᵀ ∂R/∂X per node, with dual numbers over each element's 3·n coordinates.
+    fn coordinate_vjp(&self, t: &[f64], lambda: &[f64]) -> Vec<[f64; 3]> {
+        let mut flat = vec![0.0; 3 * self.n_nodes()];
+        self.scatter_chunked(&mut flat, 3, |e, local| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let p = self.params_of(e);
+            let c = |v: f64| Dual64::from(v);
+            let te: Vec<Dual64> = nodes.iter().map(|&n| c(t[n])).collect();
+            let mut x: Vec<[Dual64; 3]> = nodes.iter().map(|&n| self.coords[n].map(c)).collect();
+            let mut r = vec![Dual64::from(0.0); nn];
+            for a in 0..nn {
+                for i in 0..3 {
+                    x[a][i].eps = 1.0;
+                    self.element_residual_generic(
+                        e,
+                        &x,
+                        &te,
+                        c(p.k0),
+                        c(p.source),
+                        c(p.h),
+                        c(p.t_inf),
+                        c(p.q_in),
+                        &mut r,
+                    );
+                    x[a][i].eps = 0.0;
+                    local[3 * a + i] = (0..nn).map(|b| r[b].eps * lambda[nodes[b]]).sum();
+                }
+            }
+        });
+        flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()
+    }
+
+    /// Compute `width` values per local node of each element in parallel and add them to a
+    /// nodal array in element order (deterministic for any thread count), a chunk at a time so
+    /// memory stays bounded.
+    fn scatter_chunked(
+        &self,
+        out: &mut [f64],
+        width: usize,
+        compute: impl Fn(usize, &mut [f64]) + Sync,
+    ) {
+        const CHUNK: usize = 1 << 14;
+        let n_el = self.n_elements();
+        let mut buf: Vec<f64> = Vec::new();
+        let mut start = 0;
+        while start < n_el {
+            let end = (start + CHUNK).min(n_el);
+            let base = self.elem_offsets[start];
+            buf.clear();
+            buf.resize(width * (self.elem_offsets[end] - base), 0.0);
+            // Split the buffer per element.
+            let mut slices: Vec<(usize, &mut [f64])> = Vec::with_capacity(end - start);
+            let mut rest: &mut [f64] = &mut buf;
+            for e in start..end {
+                let len = width * (self.elem_offsets[e + 1] - self.elem_offsets[e]);
+                let (head, tail) = rest.split_at_mut(len);
+                slices.push((e, head));
+                rest = tail;
+            }
+            slices.par_iter_mut().for_each(|(e, s)| compute(*e, s));
+            for (e, s) in slices {
+                for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                    for k in 0..width {
+                        out[width * n + k] += s[width * a + k];
+                    }
+                }
+            }
+            start = end;
+        }
+    }
+
+    /// The volume elements of a 3D group (`"*"` for all of them).
+    pub fn group_elements(&self, group: &str) -> Result<&[usize], ThermalError> {
+        self.group_elements.get(group).map(|v| v.as_slice()).ok_or_else(|| {
+            let mut known: Vec<String> = self.group_elements.keys().cloned().collect();
+            known.sort();
+            ThermalError::UnknownGroup { name: group.to_string(), known }
+        })
+    }
+
+    /// The element table (quadrature and shape functions) of element `e`.
+    pub fn element_table(&self, e: usize) -> &ElementTable {
+        &self.blocks[self.elem_block[e] as usize].table
+    }
+
+    /// Coordinates of the nodes of element `e`.
+    pub fn element_coordinates(&self, e: usize) -> Vec<[f64; 3]> {
+        self.element_nodes(e).iter().map(|&n| self.coords[n]).collect()
+    }
+
+    /// The heat flux q = −k ∇T at the quadrature points of each volume element, averaged per
+    /// element (a cell field for output).
+    pub fn cell_heat_flux(&self, t: &[f64]) -> Vec<[f64; 3]> {
+        (0..self.n_volume)
+            .into_par_iter()
+            .map(|e| {
+                let blk = &self.blocks[self.elem_block[e] as usize];
+                let law = &self.regions[self.elem_tag[e] as usize].law;
+                let nodes = self.element_nodes(e);
+                let nn = nodes.len();
+                let x = self.element_coords(e);
+                let mut g = [[0.0; 3]; MAX_NODES];
+                let mut acc = [0.0; 3];
+                let mut vol = 0.0;
+                for q in 0..blk.table.n_points() {
+                    let det = geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+                    let w = blk.table.weights[q] * det;
+                    let n = blk.table.shape(q);
+                    let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
+                    let mut gt = [0.0; 3];
+                    for a in 0..nn {
+                        for k in 0..3 {
+                            gt[k] += g[a][k] * t[nodes[a]];
+                        }
+                    }
+                    let qf = crate::law::heat_flux(self.k_elem[e], law, tq, gt);
+                    for k in 0..3 {
+                        acc[k] += w * qf[k];
+                    }
+                    vol += w;
+                }
+                acc.map(|v| v / vol)
+            })
+            .collect()
+    }
+}
+
+/// Linear Tet4 kernel with a constant conductivity, written out: with the barycentric gradients
+/// g_a (constant on the cell) and volume V, K_ab = k V g_a·g_b and ∫ Q N_a = Q V / 4.
+#[inline]
+fn tet4_linear_kernel(
+    x: &[[f64; 3]; MAX_NODES],
+    te: &[f64; MAX_NODES],
+    k: f64,
+    source: f64,
+    ke: Option<&mut [f64]>,
+    fe: &mut [f64],
+) {
+    let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
+    let cross =
+        |a: [f64; 3], b: [f64; 3]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
+    let e1 = sub(x[1], x[0]);
+    let e2 = sub(x[2], x[0]);
+    let e3 = sub(x[3], x[0]);
+    let c23 = cross(e2, e3);
+    let det = e1[0] * c23[0] + e1[1] * c23[1] + e1[2] * c23[2];
+    let inv = 1.0 / det;
+    let g1 = c23.map(|v| v * inv);
+    let g2 = cross(e3, e1).map(|v| v * inv);
+    let g3 = cross(e1, e2).map(|v| v * inv);
+    let g0 = [-(g1[0] + g2[0] + g3[0]), -(g1[1] + g2[1] + g3[1]), -(g1[2] + g2[2] + g3[2])];
+    let g = [g0, g1, g2, g3];
+    let vol = det / 6.0;
+    let kv = k * vol;
+    let mut kk = [[0.0; 4]; 4];
+    for a in 0..4 {
+        for b in a..4 {
+            let v = kv * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+            kk[a][b] = v;
+            kk[b][a] = v;
+        }
+    }
+    let sq = source * vol * 0.25;
+    for a in 0..4 {
+        fe[a] += kk[a][0] * te[0] + kk[a][1] * te[1] + kk[a][2] * te[2] + kk[a][3] * te[3] - sq;
+    }
+    if let Some(ke) = ke {
+        for a in 0..4 {
+            for b in 0..4 {
+                ke[a * 4 + b] += kk[a][b];
+            }
+        }
+    }
+}

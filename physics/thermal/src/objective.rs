@@ -1,0 +1,389 @@
+//! Objectives on the temperature field, with their derivatives with respect to the nodal
+//! temperatures and to the node coordinates.
+//!
+//! - point value T(x_p) = Σ N_a(ξ_p) T_a (ξ_p from the inverse isoparametric map); its
+//!   coordinate derivative follows from the fixed physical point: ∂T(x_p)/∂X_b = −N_b(ξ_p) ∇T(x_p);
+//! - group average T̄ = ∫_g T dΩ / ∫_g dΩ;
+//! - smooth maximum (p-norm) M = (∫_g T^p dΩ / ∫_g dΩ)^{1/p} (T > 0, e.g. in kelvin), which
+//!   tends to max T as p grows;
+//! - integral of T², ∫_g T² dΩ;
+//! - sensor misfit ½ Σ_s (T(x_s) − d_s)².
+//!
+//! A weighted sum of these is the objective of a problem.
+
+use gradfem_mesh::geometry;
+use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
+use num_dual::Dual64;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::generic;
+use crate::model::{ThermalError, ThermalModel};
+
+/// One kind of objective.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ObjectiveKind {
+    /// Temperature at a point.
+    Point { point: [f64; 3] },
+    /// Average temperature over a volume group (`"*"`: the whole model).
+    Average { group: String },
+    /// Smooth maximum over a volume group: the p-norm mean (∫T^p/∫1)^{1/p}.
+    Max { group: String, p: f64 },
+    /// ∫ T² over a volume group.
+    IntegralSquare { group: String },
+    /// ½ Σ (T(x_s) − d_s)² over sensors (x, y, z, value).
+    Misfit { sensors: Vec<[f64; 4]> },
+}
+
+/// A weighted objective term.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ObjectiveTerm {
+    pub weight: f64,
+    #[serde(flatten)]
+    pub kind: ObjectiveKind,
+}
+
+/// Value and derivatives of an objective.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectiveEval {
+    pub value: f64,
+    /// Value of each term (unweighted).
+    pub terms: Vec<f64>,
+    /// ∂J/∂T at every node.
+    pub d_temperature: Vec<f64>,
+    /// ∂J/∂X at every node (when requested).
+    pub d_coords: Option<Vec<[f64; 3]>>,
+}
+
+/// Where a point lies: element, reference coordinates and shape-function values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointLocation {
+    pub element: usize,
+    pub xi: [f64; 3],
+    pub shape: Vec<f64>,
+}
+
+/// Locate a point in the volume elements of the model (inverse isoparametric map by Newton).
+/// Points within a small tolerance outside a cell face count as inside.
+pub fn locate(model: &ThermalModel, point: [f64; 3]) -> Result<PointLocation, ThermalError> {
+    let found = (0..model.n_volume_elements()).into_par_iter().find_first(|&e| {
+        locate_in(model, e, point).is_some()
+    });
+    match found {
+        Some(e) => {
+            let xi = locate_in(model, e, point).expect("found above");
+            let ct = model.element_cell_type(e);
+            let mut shape = vec![0.0; ct.n_nodes()];
+            shape_functions_into(ct, xi, &mut shape);
+            Ok(PointLocation { element: e, xi, shape })
+        }
+        None => Err(ThermalError::PointOutside { point, context: String::new() }),
+    }
+}
+
+fn locate_in(model: &ThermalModel, e: usize, p: [f64; 3]) -> Option<[f64; 3]> {
+    let x = model.element_coordinates(e);
+    // Bounding-box rejection with a relative tolerance.
+    let mut lo = [f64::INFINITY; 3];
+    let mut hi = [f64::NEG_INFINITY; 3];
+    for xa in &x {
+        for k in 0..3 {
+            lo[k] = lo[k].min(xa[k]);
+            hi[k] = hi[k].max(xa[k]);
+        }
+    }
+    let size = (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max);
+    let tol = 1e-9 * size;
+    if (0..3).any(|k| p[k] < lo[k] - tol || p[k] > hi[k] + tol) {
+        return None;
+    }
+    let ct = model.element_cell_type(e);
+    let nn = ct.n_nodes();
+    let simplex = matches!(ct.linear(), gradfem_mesh::CellType::Tet4);
+    let mut xi: [f64; 3] = if simplex { [0.25; 3] } else { [0.0; 3] };
+    let mut n = vec![0.0; nn];
+    let mut dn = vec![[0.0; 3]; nn];
+    for _ in 0..30 {
+        shape_functions_into(ct, xi, &mut n);
+        shape_gradients_into(ct, xi, &mut dn);
+        let mut r = [0.0; 3];
+        for a in 0..nn {
+            for k in 0..3 {
+                r[k] += n[a] * x[a][k];
+            }
+        }
+        for k in 0..3 {
+            r[k] -= p[k];
+        }
+        let j = geometry::jacobian(&dn, &x);
+        let (inv, _) = geometry::inverse3(&j)?;
+        let mut d = [0.0f64; 3];
+        for i in 0..3 {
+            d[i] = inv[i][0] * r[0] + inv[i][1] * r[1] + inv[i][2] * r[2];
+        }
+        for i in 0..3 {
+            xi[i] -= d[i];
+        }
+        if d.iter().map(|v| v.abs()).fold(0.0, f64::max) < 1e-13 {
+            break;
+        }
+    }
+    let eps = 1e-9_f64;
+    let inside = if simplex {
+        xi.iter().all(|&v| v >= -eps) && xi[0] + xi[1] + xi[2] <= 1.0 + eps
+    } else if ct.linear() == gradfem_mesh::CellType::Prism6 {
+        xi[0] >= -eps && xi[1] >= -eps && xi[0] + xi[1] <= 1.0 + eps && xi[2].abs() <= 1.0 + eps
+    } else {
+        xi.iter().all(|v| v.abs() <= 1.0 + eps)
+    };
+    inside.then_some(xi)
+}
+
+/// Integral over elements `els` of g(T) and of 1, with ∂/∂T_a and (optionally) ∂/∂X_a of both.
+struct IntegralParts {
+    value: f64,
+    volume: f64,
+    d_value_t: Vec<f64>,
+    d_value_x: Option<Vec<[f64; 3]>>,
+    d_volume_x: Option<Vec<[f64; 3]>>,
+}
+
+fn integrate(
+    model: &ThermalModel,
+    els: &[usize],
+    t: &[f64],
+    g: &(dyn Fn(f64) -> (f64, f64) + Sync),
+    with_coords: bool,
+) -> IntegralParts {
+    let n_nodes = model.n_nodes();
+    // Per element: value, volume, and per local node d/dT, d/dX (value), d/dX (volume).
+    struct Local {
+        value: f64,
+        volume: f64,
+        dt: Vec<f64>,
+        dx: Vec<[f64; 3]>,
+        dvx: Vec<[f64; 3]>,
+    }
+    let locals: Vec<Local> = els
+        .par_iter()
+        .map(|&e| {
+            let tab = model.element_table(e);
+            let nodes = model.element_nodes(e);
+            let nn = nodes.len();
+            let x = model.element_coordinates(e);
+            let mut value = 0.0;
+            let mut volume = 0.0;
+            let mut dt = vec![0.0; nn];
+            let mut grads = vec![[0.0; 3]; nn];
+            for q in 0..tab.n_points() {
+                let det = geometry::physical_gradients_into(3, tab.grad(q), &x, &mut grads);
+                let w = tab.weights[q] * det;
+                let n = tab.shape(q);
+                let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
+                let (gv, dg) = g(tq);
+                value += w * gv;
+                volume += w;
+                for a in 0..nn {
+                    dt[a] += w * dg * n[a];
+                }
+            }
+            let (mut dx, mut dvx) = (Vec::new(), Vec::new());
+            if with_coords {
+                dx = vec![[0.0; 3]; nn];
+                dvx = vec![[0.0; 3]; nn];
+                let mut xd: Vec<[Dual64; 3]> = x.iter().map(|p| p.map(Dual64::from)).collect();
+                for a in 0..nn {
+                    for i in 0..3 {
+                        xd[a][i].eps = 1.0;
+                        let (mut v, mut vol) = (0.0, 0.0);
+                        for q in 0..tab.n_points() {
+                            let j = generic::jacobian(tab.grad(q), &xd);
+                            let det = generic::inverse(&j).map_or(Dual64::from(0.0), |(_, d)| d);
+                            let n = tab.shape(q);
+                            let tq: f64 = (0..nn).map(|b| n[b] * t[nodes[b]]).sum();
+                            let gv = g(tq).0;
+                            v += tab.weights[q] * det.eps * gv;
+                            vol += tab.weights[q] * det.eps;
+                        }
+                        dx[a][i] = v;
+                        dvx[a][i] = vol;
+                        xd[a][i].eps = 0.0;
+                    }
+                }
+            }
+            Local { value, volume, dt, dx, dvx }
+        })
+        .collect();
+    let mut parts = IntegralParts {
+        value: 0.0,
+        volume: 0.0,
+        d_value_t: vec![0.0; n_nodes],
+        d_value_x: with_coords.then(|| vec![[0.0; 3]; n_nodes]),
+        d_volume_x: with_coords.then(|| vec![[0.0; 3]; n_nodes]),
+    };
+    for (l, &e) in locals.iter().zip(els) {
+        parts.value += l.value;
+        parts.volume += l.volume;
+        for (a, &n) in model.element_nodes(e).iter().enumerate() {
+            parts.d_value_t[n] += l.dt[a];
+            if let (Some(dx), Some(dvx)) = (parts.d_value_x.as_mut(), parts.d_volume_x.as_mut()) {
+                for i in 0..3 {
+                    dx[n][i] += l.dx[a][i];
+                    dvx[n][i] += l.dvx[a][i];
+                }
+            }
+        }
+    }
+    parts
+}
+
+/// Value of T at a located point and the physical gradient there.
+fn point_value(model: &ThermalModel, loc: &PointLocation, t: &[f64]) -> (f64, [f64; 3]) {
+    let nodes = model.element_nodes(loc.element);
+    let ct = model.element_cell_type(loc.element);
+    let value = nodes.iter().zip(&loc.shape).map(|(&n, &s)| s * t[n]).sum();
+    let mut dn = vec![[0.0; 3]; ct.n_nodes()];
+    shape_gradients_into(ct, loc.xi, &mut dn);
+    let x = model.element_coordinates(loc.element);
+    let mut g = vec![[0.0; 3]; ct.n_nodes()];
+    geometry::physical_gradients_into(3, &dn, &x, &mut g);
+    let mut grad = [0.0; 3];
+    for (a, &n) in nodes.iter().enumerate() {
+        for k in 0..3 {
+            grad[k] += g[a][k] * t[n];
+        }
+    }
+    (value, grad)
+}
+
+fn add_point_derivative(
+    model: &ThermalModel,
+    loc: &PointLocation,
+    grad: [f64; 3],
+    factor: f64,
+    d_t: &mut [f64],
+    d_x: Option<&mut Vec<[f64; 3]>>,
+) {
+    let nodes = model.element_nodes(loc.element);
+    for (a, &n) in nodes.iter().enumerate() {
+        d_t[n] += factor * loc.shape[a];
+    }
+    if let Some(d_x) = d_x {
+        for (a, &n) in nodes.iter().enumerate() {
+            for k in 0..3 {
+                d_x[n][k] -= factor * loc.shape[a] * grad[k];
+            }
+        }
+    }
+}
+
+/// Evaluate a weighted sum of objective terms at nodal temperatures `t`, with ∂J/∂T and, when
+/// `with_coords`, ∂J/∂X.
+pub fn evaluate(
+    model: &ThermalModel,
+    terms: &[ObjectiveTerm],
+    t: &[f64],
+    with_coords: bool,
+) -> Result<ObjectiveEval, ThermalError> {
+    let n_nodes = model.n_nodes();
+    let mut out = ObjectiveEval {
+        value: 0.0,
+        terms: Vec::with_capacity(terms.len()),
+        d_temperature: vec![0.0; n_nodes],
+        d_coords: with_coords.then(|| vec![[0.0; 3]; n_nodes]),
+    };
+    for term in terms {
+        let w = term.weight;
+        let value = match &term.kind {
+            ObjectiveKind::Point { point } => {
+                let loc = locate(model, *point)?;
+                let (v, grad) = point_value(model, &loc, t);
+                add_point_derivative(model, &loc, grad, w, &mut out.d_temperature, out.d_coords.as_mut());
+                v
+            }
+            ObjectiveKind::Misfit { sensors } => {
+                let mut total = 0.0;
+                for s in sensors {
+                    let loc = locate(model, [s[0], s[1], s[2]]).map_err(|e| match e {
+                        ThermalError::PointOutside { point, .. } => ThermalError::PointOutside {
+                            point,
+                            context: format!(" (sensor with value {})", s[3]),
+                        },
+                        other => other,
+                    })?;
+                    let (v, grad) = point_value(model, &loc, t);
+                    let r = v - s[3];
+                    total += 0.5 * r * r;
+                    add_point_derivative(model, &loc, grad, w * r, &mut out.d_temperature, out.d_coords.as_mut());
+                }
+                total
+            }
+            ObjectiveKind::IntegralSquare { group } => {
+                let els = model.group_elements(group)?;
+                let parts = integrate(model, els, t, &|v| (v * v, 2.0 * v), with_coords);
+                for (d, p) in out.d_temperature.iter_mut().zip(&parts.d_value_t) {
+                    *d += w * p;
+                }
+                if let (Some(dx), Some(px)) = (out.d_coords.as_mut(), parts.d_value_x.as_ref()) {
+                    for (d, p) in dx.iter_mut().zip(px) {
+                        for k in 0..3 {
+                            d[k] += w * p[k];
+                        }
+                    }
+                }
+                parts.value
+            }
+            ObjectiveKind::Average { group } => {
+                let els = model.group_elements(group)?;
+                let parts = integrate(model, els, t, &|v| (v, 1.0), with_coords);
+                let avg = parts.value / parts.volume;
+                for (d, p) in out.d_temperature.iter_mut().zip(&parts.d_value_t) {
+                    *d += w * p / parts.volume;
+                }
+                if let (Some(dx), Some(px), Some(pv)) =
+                    (out.d_coords.as_mut(), parts.d_value_x.as_ref(), parts.d_volume_x.as_ref())
+                {
+                    for ((d, p), q) in dx.iter_mut().zip(px).zip(pv) {
+                        for k in 0..3 {
+                            d[k] += w * (p[k] - avg * q[k]) / parts.volume;
+                        }
+                    }
+                }
+                avg
+            }
+            ObjectiveKind::Max { group, p } => {
+                let p = *p;
+                let els = model.group_elements(group)?;
+                let parts = integrate(model, els, t, &|v| (v.powf(p), p * v.powf(p - 1.0)), with_coords);
+                let s = parts.value;
+                let vol = parts.volume;
+                let m = (s / vol).powf(1.0 / p);
+                // dM = M/p (dS/S − dV/V)
+                for (d, ps) in out.d_temperature.iter_mut().zip(&parts.d_value_t) {
+                    *d += w * m / p * ps / s;
+                }
+                if let (Some(dx), Some(px), Some(pv)) =
+                    (out.d_coords.as_mut(), parts.d_value_x.as_ref(), parts.d_volume_x.as_ref())
+                {
+                    for ((d, a), b) in dx.iter_mut().zip(px).zip(pv) {
+                        for k in 0..3 {
+                            d[k] += w * m / p * (a[k] / s - b[k] / vol);
+                        }
+                    }
+                }
+                m
+            }
+        };
+        if !value.is_finite() {
+            return Err(ThermalError::InvalidValue {
+                what: format!("objective term {:?}", term.kind),
+                requirement: "finite (a p-norm needs positive temperatures)",
+                value,
+            });
+        }
+        out.terms.push(value);
+        out.value += w * value;
+    }
+    Ok(out)
+}

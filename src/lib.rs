@@ -1,0 +1,15 @@
+//! gradfem: differentiable multiphysics finite elements.
+//!
+//! This facade wires the crates together: meshes ([`gradfem_mesh`]), files ([`gradfem_io`]),
+//! fields ([`gradfem_thermal`]) and solvers with the adjoint engine ([`gradfem_solvers`]), and
+//! holds problem files, the thermal problem with its gradient, and the CLI's building blocks.
+
+pub mod app;
+pub mod mesh_report;
+pub mod problem;
+pub mod thermal;
+
+pub use gradfem_io as io;
+pub use gradfem_mesh as mesh;
+pub use gradfem_solvers as solvers;
+pub use gradfem_thermal as thermal_field;

@@ -1,0 +1,445 @@
+//! Problem files: a TOML description of mesh, materials, boundary conditions, registered
+//! parameters, objective and outputs.
+//!
+//! ```toml
+//! [mesh]
+//! file = "part.msh"                      # or: box = { lengths = [1, 1, 1], divisions = [8, 8, 8], cell = "tet4" }
+//!
+//! [[thermal.material]]
+//! group = "domain"
+//! k = 150.0                              # W/(m K)
+//! source = 1e6                           # W/m³
+//! law = { kind = "polynomial", t_ref = 300.0, coefficients = [-1e-3] }   # optional
+//!
+//! [[thermal.bc]]
+//! group = "xmin"
+//! kind = "temperature"                   # or "heat_flux" (q_in), "convection" (h, t_inf)
+//! value = 300.0
+//!
+//! [[objective]]
+//! kind = "average"                       # point, average, max, integral_square, misfit
+//! group = "domain"
+//!
+//! [parameters]
+//! register = ["thermal.k.domain", "bc.xmin.temperature", "mesh.coordinates"]
+//! ```
+//!
+//! Unknown keys are errors that name the line; unknown group names are errors that name the
+//! line and list the groups the mesh has.
+
+use std::path::{Path, PathBuf};
+
+use gradfem_mesh::{CellType, Mesh};
+use gradfem_thermal::{BcKind, ConductivityLaw};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// Errors in reading or checking a problem file.
+#[derive(Debug, thiserror::Error)]
+pub enum ProblemError {
+    #[error("{file}: cannot read: {source}")]
+    Io { file: PathBuf, source: std::io::Error },
+    #[error("{file}:{line}:{column}: {message}")]
+    Syntax { file: PathBuf, line: usize, column: usize, message: String },
+    #[error("{file}:{line}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
+    UnknownGroup { file: PathBuf, line: usize, name: String, context: String, known: Vec<String> },
+    #[error("{file}: {message}")]
+    Invalid { file: PathBuf, message: String },
+    #[error("{file}: mesh: {message}")]
+    Mesh { file: PathBuf, message: String },
+}
+
+/// Where the mesh comes from.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeshSpec {
+    /// A gmsh `.msh` file, relative to the problem file.
+    pub file: Option<String>,
+    /// A generated box.
+    #[serde(rename = "box")]
+    pub generated: Option<BoxMeshSpec>,
+}
+
+/// A structured box mesh.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BoxMeshSpec {
+    #[serde(default)]
+    pub origin: [f64; 3],
+    pub lengths: [f64; 3],
+    pub divisions: [usize; 3],
+    /// tet4, tet10, hex8, hex20 or hex27.
+    pub cell: String,
+}
+
+/// A material of the thermal field on a volume group.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThermalMaterialSpec {
+    pub group: Spanned<String>,
+    /// Conductivity k₀ [W/(m·K)].
+    pub k: f64,
+    /// Volumetric source [W/m³].
+    #[serde(default)]
+    pub source: f64,
+    #[serde(default = "constant_law")]
+    pub law: ConductivityLaw,
+}
+
+fn constant_law() -> ConductivityLaw {
+    ConductivityLaw::Constant
+}
+
+/// A thermal boundary condition.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThermalBcSpec {
+    pub group: Spanned<String>,
+    pub kind: String,
+    pub value: Option<f64>,
+    pub q_in: Option<f64>,
+    pub h: Option<f64>,
+    pub t_inf: Option<f64>,
+}
+
+/// The thermal field.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThermalSpec {
+    #[serde(rename = "material")]
+    pub materials: Vec<ThermalMaterialSpec>,
+    #[serde(default, rename = "bc")]
+    pub bcs: Vec<ThermalBcSpec>,
+}
+
+/// One objective term.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectiveSpec {
+    pub kind: String,
+    #[serde(default = "one")]
+    pub weight: f64,
+    pub group: Option<Spanned<String>>,
+    pub point: Option<[f64; 3]>,
+    pub p: Option<f64>,
+    /// CSV file of sensors (x, y, z, value), relative to the problem file.
+    pub sensors: Option<String>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// Registered parameters.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParametersSpec {
+    #[serde(default)]
+    pub register: Vec<Spanned<String>>,
+    /// Bounds per parameter name: `bounds = { "thermal.k.domain" = [1.0, 500.0] }`.
+    #[serde(default)]
+    pub bounds: std::collections::BTreeMap<String, [f64; 2]>,
+}
+
+/// Linear and nonlinear solver settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SolverSpec {
+    /// auto, cholesky, lu or amg-cg.
+    #[serde(default = "auto")]
+    pub linear: String,
+    #[serde(default = "newton_tol")]
+    pub rel_tol: f64,
+    #[serde(default)]
+    pub abs_tol: f64,
+    #[serde(default = "max_it")]
+    pub max_iterations: usize,
+    /// Relative tolerance of the iterative linear solver (amg-cg).
+    #[serde(default = "cg_tol")]
+    pub cg_rel_tol: f64,
+}
+
+impl Default for SolverSpec {
+    fn default() -> Self {
+        SolverSpec {
+            linear: auto(),
+            rel_tol: newton_tol(),
+            abs_tol: 0.0,
+            max_iterations: max_it(),
+            cg_rel_tol: cg_tol(),
+        }
+    }
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+fn newton_tol() -> f64 {
+    1e-10
+}
+fn max_it() -> usize {
+    25
+}
+fn cg_tol() -> f64 {
+    1e-12
+}
+
+/// Output settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    /// Directory for results, relative to the current directory.
+    #[serde(default = "results_dir")]
+    pub directory: String,
+}
+
+impl Default for OutputSpec {
+    fn default() -> Self {
+        OutputSpec { directory: results_dir() }
+    }
+}
+
+fn results_dir() -> String {
+    "results".into()
+}
+
+/// Taylor-test settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaylorSpec {
+    /// First step as a fraction of each parameter's magnitude.
+    #[serde(default = "h0")]
+    pub h0: f64,
+    #[serde(default = "steps")]
+    pub steps: usize,
+    #[serde(default = "min_rate")]
+    pub min_rate: f64,
+}
+
+impl Default for TaylorSpec {
+    fn default() -> Self {
+        TaylorSpec { h0: h0(), steps: steps(), min_rate: min_rate() }
+    }
+}
+
+fn h0() -> f64 {
+    1e-2
+}
+fn steps() -> usize {
+    5
+}
+fn min_rate() -> f64 {
+    1.9
+}
+
+/// A whole problem file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProblemSpec {
+    #[serde(default)]
+    pub title: String,
+    pub mesh: MeshSpec,
+    pub thermal: ThermalSpec,
+    #[serde(default, rename = "objective")]
+    pub objectives: Vec<ObjectiveSpec>,
+    #[serde(default)]
+    pub parameters: ParametersSpec,
+    #[serde(default)]
+    pub solver: SolverSpec,
+    #[serde(default)]
+    pub output: OutputSpec,
+    #[serde(default)]
+    pub taylor: TaylorSpec,
+}
+
+/// A parsed problem file with its source text, for error locations.
+#[derive(Clone, Debug)]
+pub struct ProblemFile {
+    pub path: PathBuf,
+    pub source: String,
+    pub spec: ProblemSpec,
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    let before = &source[..offset.min(source.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rfind('\n').map_or(before.len(), |p| before.len() - p - 1) + 1;
+    (line, col)
+}
+
+impl ProblemFile {
+    /// Read and parse a problem file.
+    pub fn read(path: &Path) -> Result<Self, ProblemError> {
+        let source = std::fs::read_to_string(path)
+            .map_err(|source| ProblemError::Io { file: path.to_path_buf(), source })?;
+        Self::parse(path, source)
+    }
+
+    /// Parse problem text; `path` names it in errors and anchors relative paths.
+    pub fn parse(path: &Path, source: String) -> Result<Self, ProblemError> {
+        let spec: ProblemSpec = toml::from_str(&source).map_err(|e| {
+            let (line, column) = e.span().map_or((0, 0), |s| line_col(&source, s.start));
+            ProblemError::Syntax {
+                file: path.to_path_buf(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }
+        })?;
+        Ok(ProblemFile { path: path.to_path_buf(), source, spec })
+    }
+
+    /// The line of a spanned value.
+    pub fn line_of<T>(&self, v: &Spanned<T>) -> usize {
+        line_col(&self.source, v.span().start).0
+    }
+
+    /// A path relative to the problem file's directory.
+    pub fn resolve_path(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.path.parent().unwrap_or(Path::new(".")).join(p)
+        }
+    }
+
+    fn invalid(&self, message: impl Into<String>) -> ProblemError {
+        ProblemError::Invalid { file: self.path.clone(), message: message.into() }
+    }
+
+    /// Build (read or generate) the mesh.
+    pub fn build_mesh(&self) -> Result<Mesh, ProblemError> {
+        match (&self.spec.mesh.file, &self.spec.mesh.generated) {
+            (Some(file), None) => {
+                let p = self.resolve_path(file);
+                gradfem_io::gmsh::read_msh(&p)
+                    .map_err(|e| ProblemError::Mesh { file: self.path.clone(), message: e.to_string() })
+            }
+            (None, Some(b)) => {
+                let ct = CellType::from_name(&b.cell)
+                    .filter(|c| {
+                        matches!(
+                            c,
+                            CellType::Tet4
+                                | CellType::Tet10
+                                | CellType::Hex8
+                                | CellType::Hex20
+                                | CellType::Hex27
+                        )
+                    })
+                    .ok_or_else(|| {
+                        self.invalid(format!(
+                            "mesh.box.cell = '{}': expected tet4, tet10, hex8, hex20 or hex27",
+                            b.cell
+                        ))
+                    })?;
+                if b.divisions.contains(&0) || b.lengths.iter().any(|&l| !(l > 0.0)) {
+                    return Err(self.invalid("mesh.box needs positive lengths and divisions"));
+                }
+                Ok(gradfem_mesh::generate::box_mesh(&gradfem_mesh::generate::BoxSpec {
+                    origin: b.origin,
+                    lengths: b.lengths,
+                    divisions: b.divisions,
+                    cell_type: ct,
+                }))
+            }
+            _ => Err(self.invalid("[mesh] needs exactly one of `file` or `box`")),
+        }
+    }
+
+    /// Check that a group named in the file exists in the mesh.
+    pub fn check_group(
+        &self,
+        mesh: &Mesh,
+        name: &Spanned<String>,
+        context: &str,
+    ) -> Result<(), ProblemError> {
+        if name.get_ref() == "*" || mesh.groups.iter().any(|g| &g.name == name.get_ref()) {
+            return Ok(());
+        }
+        Err(ProblemError::UnknownGroup {
+            file: self.path.clone(),
+            line: self.line_of(name),
+            name: name.get_ref().clone(),
+            context: context.to_string(),
+            known: mesh.group_names(),
+        })
+    }
+
+    /// The thermal boundary condition kind of one `[[thermal.bc]]` entry.
+    pub fn bc_kind(&self, bc: &ThermalBcSpec) -> Result<BcKind, ProblemError> {
+        let line = self.line_of(&bc.group);
+        let need = |v: Option<f64>, key: &str| {
+            v.ok_or_else(|| {
+                self.invalid(format!("line {line}: a '{}' condition needs `{key}`", bc.kind))
+            })
+        };
+        let kind = match bc.kind.as_str() {
+            "temperature" => BcKind::Temperature { value: need(bc.value, "value")? },
+            "heat_flux" => BcKind::HeatFlux { q_in: need(bc.q_in, "q_in")? },
+            "convection" => BcKind::Convection { h: need(bc.h, "h")?, t_inf: need(bc.t_inf, "t_inf")? },
+            other => {
+                return Err(self.invalid(format!(
+                    "line {line}: unknown boundary condition kind '{other}'; expected temperature, heat_flux or convection"
+                )));
+            }
+        };
+        Ok(kind)
+    }
+}
+
+/// Read a sensor CSV: `x, y, z, value` per line; a header line and `#` comments are skipped.
+pub fn read_sensors(path: &Path) -> Result<Vec<[f64; 4]>, ProblemError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| ProblemError::Io { file: path.to_path_buf(), source })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let parsed: Result<Vec<f64>, _> = fields.iter().map(|f| f.parse::<f64>()).collect();
+        match parsed {
+            Ok(v) if v.len() == 4 => out.push([v[0], v[1], v[2], v[3]]),
+            Err(_) if out.is_empty() && i == 0 => continue, // header
+            _ => {
+                return Err(ProblemError::Syntax {
+                    file: path.to_path_buf(),
+                    line: i + 1,
+                    column: 1,
+                    message: format!("expected four numbers x, y, z, value; got '{line}'"),
+                });
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(ProblemError::Invalid {
+            file: path.to_path_buf(),
+            message: "no sensor rows".into(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_names_its_line() {
+        let text = "[mesh]\nbox = { lengths = [1,1,1], divisions = [2,2,2], cell = \"tet4\" }\n\n[thermal]\nmaterial = [{ group = \"domain\", k = 1.0, colour = 3 }]\n";
+        let err = ProblemFile::parse(Path::new("p.toml"), text.into()).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("p.toml:5:"), "{msg}");
+        assert!(msg.contains("colour"), "{msg}");
+    }
+
+    #[test]
+    fn line_and_column_of_offsets() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}
