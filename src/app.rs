@@ -62,6 +62,7 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
             "average" => ObjectiveKind::Average { group: group("[[objective]]")? },
             "max" => ObjectiveKind::Max { group: group("[[objective]]")?, p: o.p.unwrap_or(8.0) },
             "integral_square" => ObjectiveKind::IntegralSquare { group: group("[[objective]]")? },
+            "nodal_sum_squares" => ObjectiveKind::NodalSumSquares,
             "misfit" => {
                 let path = o
                     .sensors
@@ -73,7 +74,7 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
                 return Err(invalid(
                     file,
                     &format!(
-                        "unknown objective kind '{other}'; expected point, average, max, integral_square or misfit"
+                        "unknown objective kind '{other}'; expected point, average, max, integral_square, nodal_sum_squares or misfit"
                     ),
                 ));
             }

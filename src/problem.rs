@@ -181,7 +181,7 @@ fn max_it() -> usize {
     25
 }
 fn cg_tol() -> f64 {
-    1e-12
+    1e-10
 }
 
 /// Output settings.

@@ -79,8 +79,7 @@ fn elements_match_reference_in_file_order(#[case] name: &str) {
         // The cell holds the same nodes, in gmsh order: map back with the permutation.
         let cell = e.cell.expect("every element of these files is a cell");
         assert_eq!(r.mesh.cell_tag(cell), e.number);
-        let tags: Vec<u64> =
-            r.mesh.cell_nodes(cell).iter().map(|&i| r.mesh.node_tags[i]).collect();
+        let tags: Vec<u64> = r.mesh.cell_nodes(cell).iter().map(|&i| r.mesh.node_tags[i]).collect();
         let back: Vec<u64> = match r.mesh.cell_type(cell) {
             CellType::Hex20 => {
                 let mut b = vec![0; 20];
@@ -119,7 +118,8 @@ fn mid_edge_nodes_are_edge_midpoints(#[case] name: &str) {
         for index in 0..blk.len() {
             let c = r.mesh.cell_nodes(CellId { block: b, index });
             for (e, [p, q]) in edges.iter().enumerate() {
-                let (xp, xq, xm) = (r.mesh.coords[c[*p]], r.mesh.coords[c[*q]], r.mesh.coords[c[8 + e]]);
+                let (xp, xq, xm) =
+                    (r.mesh.coords[c[*p]], r.mesh.coords[c[*q]], r.mesh.coords[c[8 + e]]);
                 for k in 0..3 {
                     assert!((0.5 * (xp[k] + xq[k]) - xm[k]).abs() < 1e-9, "cell {index} edge {e}");
                 }
@@ -155,7 +155,12 @@ fn nodal_solution_matches_reference(#[case] name: &str, #[case] ndof: usize) {
                 assert_eq!(row[1 + d], 0.0);
                 n_nan += 1;
             } else {
-                assert!(close(v, row[1 + d], 1e-15), "node {} dof {d}: {v} vs {}", row[0], row[1 + d]);
+                assert!(
+                    close(v, row[1 + d], 1e-15),
+                    "node {} dof {d}: {v} vs {}",
+                    row[0],
+                    row[1 + d]
+                );
             }
         }
     }
@@ -233,7 +238,10 @@ fn header_and_set_table_match_summary(#[case] name: &str) {
         assert_eq!(set.time_or_frequency, times[k].as_f64().unwrap());
         assert_eq!(set.pointer, rp[k].as_u64().unwrap());
         let l: Vec<i64> = ls[k].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
-        assert_eq!(vec![set.load_step as i64, set.substep as i64, set.cumulative_iteration as i64], l);
+        assert_eq!(
+            vec![set.load_step as i64, set.substep as i64, set.cumulative_iteration as i64],
+            l
+        );
     }
     // bounding box
     let bb = r.mesh.bounding_box();
@@ -290,4 +298,40 @@ fn hexbeam_cdb_is_the_mesh_of_beam_static_bc() {
     nums.sort_unstable();
     assert_eq!(&nums[..21], &(1..=21).collect::<Vec<u64>>()[..]);
     assert!(nums.contains(&43) && nums.contains(&47) && !nums.contains(&42));
+}
+
+/// temp_v13.rst: a structural run with a nodal temperature load; the temperatures come from
+/// the element results (EPT) and equal the upstream fixture.
+#[test]
+fn temp_v13_temperatures_match_upstream() {
+    let r = read_rst(&data("temp_v13.rst")).unwrap();
+    let t = r.nodal_temperature(1).unwrap();
+    let rows = csv("temp_v13.known_temperature_from_upstream_npz.csv");
+    assert_eq!(rows.len(), 216);
+    let idx = node_index(&r);
+    for row in &rows {
+        assert_eq!(t[idx[&(row[0] as u64)]], row[1], "node {}", row[0]);
+    }
+    assert!(r.nodal_temperature(0).is_err());
+}
+
+/// file.rth: the temperatures of a thermal result are its TEMP solution (range as the summary);
+/// beam_static_bc.rst has no thermal load (all 0, as the summary says).
+#[test]
+fn element_temperatures_agree_with_other_results() {
+    let r = read_rst(&data("file.rth")).unwrap();
+    let t = r.nodal_temperature(1).unwrap();
+    let sol = r.nodal_solution(1).unwrap();
+    let s = json("file.rth.summary.json");
+    let ept = &s["solution"]["set1"]["EPT_nodal_temperature"];
+    let (lo, hi) = t.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    assert!(
+        close(lo, ept["min"].as_f64().unwrap(), 1e-12)
+            && close(hi, ept["max"].as_f64().unwrap(), 1e-12)
+    );
+    for (a, b) in t.iter().zip(&sol.values) {
+        assert_eq!(a, b);
+    }
+    let r = read_rst(&data("beam_static_bc.rst")).unwrap();
+    assert!(r.nodal_temperature(1).unwrap().iter().all(|&x| x == 0.0));
 }

@@ -17,7 +17,9 @@ use crate::mesh::{CellId, Mesh, PhysicalGroup};
 /// `cell`. Its nodes, in outward order, are given by [`facet_nodes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BoundaryFacet {
+    /// The (top-dimensional) cell the facet belongs to.
     pub cell: CellId,
+    /// Index into `cell_type.facets()`.
     pub local_facet: usize,
 }
 
@@ -61,6 +63,10 @@ pub struct FacetIndex {
 
 impl FacetIndex {
     /// Index every local facet of every cell of dimension `mesh.dim()`.
+    ///
+    /// # Panics
+    /// If a cell refers to a node index out of range: call [`Mesh::validate`] first on meshes
+    /// that come from files (readers do).
     pub fn new(mesh: &Mesh) -> Self {
         let dim = mesh.dim();
         let mut blocks = Vec::new();

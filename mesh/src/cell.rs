@@ -27,19 +27,33 @@ use serde::{Deserialize, Serialize};
 /// Every cell type gradfem knows, volume, surface, line and point.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum CellType {
+    /// 1-node point.
     Point1,
+    /// 2-node line.
     Line2,
+    /// 3-node quadratic line.
     Line3,
+    /// 3-node triangle.
     Tri3,
+    /// 6-node quadratic triangle.
     Tri6,
+    /// 4-node quadrilateral.
     Quad4,
+    /// 8-node serendipity quadrilateral.
     Quad8,
+    /// 9-node Lagrange quadrilateral.
     Quad9,
+    /// 4-node tetrahedron.
     Tet4,
+    /// 10-node quadratic tetrahedron.
     Tet10,
+    /// 8-node hexahedron.
     Hex8,
+    /// 20-node serendipity hexahedron.
     Hex20,
+    /// 27-node Lagrange hexahedron.
     Hex27,
+    /// 6-node prism (wedge).
     Prism6,
 }
 
@@ -47,7 +61,9 @@ pub enum CellType {
 /// ordered so that the right-hand normal of the corner nodes points out of the cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LocalFacet {
+    /// The facet's own cell type (`Tri6` for a face of a `Tet10`).
     pub cell_type: CellType,
+    /// The cell's local node numbers of the facet's nodes, in the facet's local order.
     pub nodes: &'static [usize],
 }
 

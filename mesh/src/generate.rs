@@ -30,8 +30,11 @@ use crate::mesh::{CellBlock, CellId, Mesh, PhysicalGroup};
 /// A box `[origin, origin + lengths]` cut into `divisions` cubes of `cell_type` cells.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BoxSpec {
+    /// The lowest corner.
     pub origin: [f64; 3],
+    /// Side lengths (positive).
     pub lengths: [f64; 3],
+    /// Number of cubes along x, y, z (positive).
     pub divisions: [usize; 3],
     /// One of `Tet4`, `Tet10`, `Hex8`, `Hex20`, `Hex27`.
     pub cell_type: CellType,

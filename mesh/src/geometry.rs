@@ -1,8 +1,8 @@
 //! The isoparametric map x(ξ) = Σ_a N_a(ξ) x_a: Jacobians, physical gradients, measure
 //! densities, cell and group measures, surface normals.
 //!
-//! Conventions: J[i][k] = ∂x_i/∂ξ_k = Σ_a x_a[i] ∂N_a/∂ξ_k; physical gradients
-//! ∇N_a = J⁻ᵀ ∇_ξ N_a, i.e. ∂N_a/∂x_i = Σ_k ∂N_a/∂ξ_k (J⁻¹)[k][i]. The helpers take the
+//! Conventions: `J[i][k]` = ∂x_i/∂ξ_k = Σ_a `x_a[i]` ∂N_a/∂ξ_k; physical gradients
+//! ∇N_a = J⁻ᵀ ∇_ξ N_a, i.e. ∂N_a/∂x_i = Σ_k ∂N_a/∂ξ_k `(J⁻¹)[k][i]`. The helpers take the
 //! reference gradients of one point (a row of [`crate::quadrature::ElementTable::grad`]) and the
 //! cell's node coordinates, and allocate nothing.
 
@@ -13,7 +13,7 @@ use crate::mesh::{CellId, Mesh, PhysicalGroup};
 use crate::quadrature::ElementTable;
 use crate::reference::shape_gradients_into;
 
-/// J[i][k] = Σ_a x_a[i] ∂N_a/∂ξ_k (3×3; columns k ≥ cell dim are 0).
+/// `J[i][k]` = Σ_a `x_a[i]` ∂N_a/∂ξ_k (3×3; columns k ≥ cell dim are 0).
 #[inline]
 pub fn jacobian(dn_ref: &[[f64; 3]], coords: &[[f64; 3]]) -> [[f64; 3]; 3] {
     assert_eq!(
@@ -170,10 +170,12 @@ pub fn measure_density(cell_dim: usize, dn_ref: &[[f64; 3]], coords: &[[f64; 3]]
 }
 
 /// The quadrature degree that integrates the measure density of `ct` exactly where it is a
-/// polynomial: det J has total degree 0 (`Tri3`, `Tet4`), 3 (`Tet10`, `Prism6`: ≤ 2 in ζ, ≤ 3
-/// in (ξ,η) would need 3), per-direction degree 2 (`Hex8`) and ≤ 6 (`Hex20`, `Hex27`). Surface
-/// and line densities are square roots and are polynomial only for flat/straight cells; those
-/// of curved or warped cells (`Line3`, `Tri6`, `Quad*`) get degree 8.
+/// polynomial: det J has total degree 0 (`Tri3`, `Tet4`), 3 (`Tet10`; `Prism6`: ≤ 2 in ζ and
+/// ≤ 1 in (ξ, η)), per-direction degree 2 (`Hex8`) and ≤ 6 (`Hex20`, `Hex27`, each Jacobian
+/// column being of per-direction degree ≤ 2). Surface and line densities are square roots and
+/// are polynomial only for flat/straight cells; those of curved or warped cells (`Line3`,
+/// `Tri6`, `Quad*`) get degree 8 (a 5-point Gauss rule per direction: relative error ~1e-9 for
+/// a `Line3` bowed by 5 % of its length, ~1e-3 for a strongly curved one).
 fn measure_degree(ct: CellType) -> usize {
     use CellType::*;
     match ct {

@@ -5,8 +5,8 @@
 //!
 //! - [`cell`]: cell types, node counts, outward facet tables (local node order = gmsh order);
 //! - [`mesh`]: [`Mesh`], cell blocks, physical groups;
-//! - [`reference`]: reference cells, shape functions and gradients;
-//! - [`quadrature`]: quadrature rules and tabulated shape functions ([`ElementTable`]);
+//! - [`reference`](mod@reference): reference cells, shape functions and gradients;
+//! - [`quadrature`](mod@quadrature): quadrature rules and tabulated shape functions ([`ElementTable`]);
 //! - [`geometry`]: the isoparametric map, Jacobians, measures, normals;
 //! - [`boundary`]: exterior facets and boundary-group matching;
 //! - [`quality`]: inverted / degenerate / badly shaped cells ([`Mesh::check`]);

@@ -8,6 +8,7 @@ use crate::error::MeshError;
 /// per cell, in gradfem's local order, see [`crate::cell`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct CellBlock {
+    /// The type of every cell of the block.
     pub cell_type: CellType,
     /// Node indices (0-based, into [`Mesh::coords`]), `n_nodes` per cell.
     pub connectivity: Vec<usize>,
@@ -17,6 +18,7 @@ pub struct CellBlock {
 }
 
 impl CellBlock {
+    /// An empty block.
     pub fn new(cell_type: CellType) -> Self {
         CellBlock { cell_type, connectivity: Vec::new(), tags: Vec::new() }
     }
@@ -26,6 +28,7 @@ impl CellBlock {
         self.tags.len()
     }
 
+    /// Whether the block has no cell.
     pub fn is_empty(&self) -> bool {
         self.tags.is_empty()
     }
@@ -60,7 +63,9 @@ impl CellBlock {
 /// A cell of the mesh, addressed by its block and its index inside the block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CellId {
+    /// Index into [`Mesh::blocks`].
     pub block: usize,
+    /// Index of the cell inside its block.
     pub index: usize,
 }
 
@@ -68,6 +73,7 @@ pub struct CellId {
 /// dimension. Groups may overlap.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PhysicalGroup {
+    /// The group's name.
     pub name: String,
     /// The group's number in the source file (gmsh physical tag); generated groups number
     /// themselves from 1.

@@ -7,7 +7,7 @@
 //! - `Tri*`, `Tet*`: the classic symmetric rules for p ≤ 2 (centroid; 3-point rule at
 //!   (1/6, 1/6) with weights 1/6; 4-point rule at barycentric (a, b, b, b) with
 //!   a = (5 + 3√5)/20, b = (5 - √5)/20, weights 1/24), and for p ≥ 3 a collapsed (Duffy / Stroud
-//!   conical) product of Gauss–Legendre rules: the square/cube (u, v, w) ∈ [0,1]ᵈ is mapped to
+//!   conical) product of Gauss–Legendre rules: the square/cube (u, v, w) ∈ \[0, 1\]ᵈ is mapped to
 //!   the simplex by ξ = u, η = v(1-u), ζ = w(1-u)(1-v) with Jacobian (1-u)^{d-1}(1-v)^{d-2};
 //!   the Jacobian is integrated by the Gauss–Legendre points themselves (one or two extra points
 //!   per collapsed direction) instead of Gauss–Jacobi weights, which keeps the code short and
@@ -30,7 +30,9 @@ const MAX_DEGREE: usize = 30;
 /// Quadrature points (reference coordinates; unused components 0) and weights.
 #[derive(Clone, Debug, PartialEq)]
 pub struct QuadratureRule {
+    /// Reference coordinates of the points.
     pub points: Vec<[f64; 3]>,
+    /// Weights, summing to the reference measure.
     pub weights: Vec<f64>,
 }
 
@@ -243,9 +245,13 @@ pub fn default_degree(ct: CellType) -> usize {
 /// element loops: `n[q * n_nodes + a]` = N_a(ξ_q), `dn[q * n_nodes + a][k]` = ∂N_a/∂ξ_k(ξ_q).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ElementTable {
+    /// The cell the shape functions belong to.
     pub cell_type: CellType,
+    /// Degree of the quadrature rule.
     pub degree: usize,
+    /// Reference coordinates of the points.
     pub points: Vec<[f64; 3]>,
+    /// Quadrature weights.
     pub weights: Vec<f64>,
     /// `n_points × n_nodes`, row = point.
     pub n: Vec<f64>,
@@ -392,9 +398,8 @@ mod tests {
             let want = exact_monomial(ct, e);
             assert!((got - want).abs() < 1e-13, "{ct} degree {p}, monomial {e:?}: {got} vs {want}");
         }
-        // The rule is not exact one degree above (guards against testing a too-strong claim
-        // with a too-weak check): some monomial of degree p+1 (odd powers vanish on symmetric
-        // cells, hence p+2 there) must fail for simplices.
+        // The collapsed simplex rules are not exact far above their degree (guards against a
+        // check too weak to fail): some monomial of degree ≤ p + 2 must be integrated wrongly.
         if matches!(ct, CellType::Tri3 | CellType::Tet4) && p >= 3 {
             let q = p + 1;
             let bad = exponents(ct, q + 1).into_iter().any(|e| {

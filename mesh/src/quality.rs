@@ -5,8 +5,10 @@
 //!
 //! - **det J** (signed) at the points of the cell's default quadrature rule
 //!   ([`crate::quadrature::default_degree`]) and at its nodes ([`signed_jacobians`]). For 3D
-//!   cells this is det of the 3×3 Jacobian; for 2D cells the x-y block (2D meshes lie in the
-//!   z = 0 plane); for 1D cells dx/dξ.
+//!   cells this is det of the 3×3 Jacobian; for 2D cells in the z = 0 plane (2D meshes) the
+//!   x-y block; for 1D cells on the x axis dx/dξ. Cells of a surface or curve mesh embedded in
+//!   3D (any node off that plane / axis) have no orientation to check: their unsigned measure
+//!   density |∂x/∂ξ × ∂x/∂η| or |∂x/∂ξ| is used, so they can be degenerate but never inverted.
 //! - **volume** (area, length) V = Σ_q w_q det J(ξ_q), signed.
 //! - **typical volume** V̄ = mean |V| over the checked cells; typical det = V̄ / reference
 //!   measure.
@@ -28,7 +30,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 
 use crate::cell::CellType;
-use crate::geometry::{det3, jacobian};
+use crate::geometry::{det3, jacobian, measure_density};
 use crate::mesh::{CellId, Mesh};
 use crate::quadrature::{ElementTable, default_degree};
 use crate::reference::{reference_measure, reference_nodes};
@@ -66,12 +68,15 @@ pub enum IssueKind {
 /// One bad cell.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CellIssue {
+    /// The cell's id in the mesh.
     pub cell: CellId,
     /// The cell's original tag (element number in the source file).
     pub tag: u64,
+    /// The cell's type.
     pub cell_type: CellType,
     /// Centroid of the cell's vertices.
     pub centroid: [f64; 3],
+    /// What is wrong.
     pub kind: IssueKind,
     /// The offending value: min det J, volume, aspect ratio or Jacobian ratio.
     pub value: f64,
@@ -168,12 +173,15 @@ fn sample_table(ct: CellType) -> &'static ElementTable {
 
 #[inline]
 fn signed_det(dim: usize, dn: &[[f64; 3]], coords: &[[f64; 3]]) -> f64 {
-    let j = jacobian(dn, coords);
     match dim {
-        3 => det3(&j),
-        2 => j[0][0] * j[1][1] - j[0][1] * j[1][0],
-        1 => j[0][0],
-        _ => 1.0,
+        3 => det3(&jacobian(dn, coords)),
+        2 if coords.iter().all(|p| p[2] == 0.0) => {
+            let j = jacobian(dn, coords);
+            j[0][0] * j[1][1] - j[0][1] * j[1][0]
+        }
+        1 if coords.iter().all(|p| p[1] == 0.0 && p[2] == 0.0) => jacobian(dn, coords)[0][0],
+        // Surfaces and curves embedded in 3D have no orientation to check.
+        _ => measure_density(dim, dn, coords),
     }
 }
 

@@ -491,4 +491,81 @@ mod tests {
             }
         }
     }
+
+    /// The facet tables of [`crate::cell`] agree with the reference nodes: every facet node
+    /// sits where the facet's own (linear) map of its vertices puts it, and the right-hand
+    /// normal points out of the cell.
+    #[rstest]
+    fn facet_tables_are_consistent_and_outward(
+        #[values(
+            CellType::Tri3,
+            CellType::Tri6,
+            CellType::Quad4,
+            CellType::Quad8,
+            CellType::Quad9,
+            CellType::Tet4,
+            CellType::Tet10,
+            CellType::Hex8,
+            CellType::Hex20,
+            CellType::Hex27,
+            CellType::Prism6
+        )]
+        ct: CellType,
+    ) {
+        let nodes = reference_nodes(ct);
+        let nv = ct.n_vertices();
+        let mut cc = [0.0; 3];
+        for x in &nodes[..nv] {
+            for k in 0..3 {
+                cc[k] += x[k] / nv as f64;
+            }
+        }
+        for (fi, f) in ct.facets().iter().enumerate() {
+            let ft = f.cell_type;
+            let lin = ft.linear();
+            let fv = ft.n_vertices();
+            let mut n = vec![0.0; fv];
+            for (i, &local) in f.nodes.iter().enumerate() {
+                shape_functions_into(lin, reference_nodes(ft)[i], &mut n);
+                let mut x = [0.0; 3];
+                for v in 0..fv {
+                    for k in 0..3 {
+                        x[k] += n[v] * nodes[f.nodes[v]][k];
+                    }
+                }
+                for k in 0..3 {
+                    assert!(
+                        (x[k] - nodes[local][k]).abs() < 1e-14,
+                        "{ct} facet {fi}: node {i} (local {local}) at {:?}, expected {x:?}",
+                        nodes[local]
+                    );
+                }
+            }
+            let p: Vec<[f64; 3]> = f.nodes[..fv].iter().map(|&l| nodes[l]).collect();
+            let mut fc = [0.0; 3];
+            for x in &p {
+                for k in 0..3 {
+                    fc[k] += x[k] / fv as f64;
+                }
+            }
+            let d = [fc[0] - cc[0], fc[1] - cc[1], fc[2] - cc[2]];
+            let out = if ct.dim() == 3 {
+                let (a, b) = (
+                    [p[1][0] - p[0][0], p[1][1] - p[0][1], p[1][2] - p[0][2]],
+                    [p[fv - 1][0] - p[0][0], p[fv - 1][1] - p[0][1], p[fv - 1][2] - p[0][2]],
+                );
+                // Right-hand normal of the corner loop p0 → p1 → ... : (p1 - p0) × (p_last - p0).
+                let nrm = [
+                    a[1] * b[2] - a[2] * b[1],
+                    a[2] * b[0] - a[0] * b[2],
+                    a[0] * b[1] - a[1] * b[0],
+                ];
+                nrm[0] * d[0] + nrm[1] * d[1] + nrm[2] * d[2]
+            } else {
+                let t = [p[1][0] - p[0][0], p[1][1] - p[0][1]];
+                t[1] * d[0] - t[0] * d[1]
+            };
+            assert!(out > 0.0, "{ct} facet {fi} is not outward");
+        }
+    }
 }

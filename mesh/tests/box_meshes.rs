@@ -386,7 +386,15 @@ fn big_tet_box_is_fast() {
     let report = mesh.check();
     let dt_check = t2.elapsed();
     assert!(report.is_ok());
-    eprintln!("box_mesh {dt:?}, exterior_facets {dt_ext:?}, check {dt_check:?}");
+    drop(mesh);
+    let t3 = std::time::Instant::now();
+    let tet10 = box_mesh(&BoxSpec::unit_cube(40, CellType::Tet10));
+    let dt_tet10 = t3.elapsed();
+    assert_eq!(tet10.n_nodes(), 81usize.pow(3));
+    eprintln!(
+        "box_mesh(100, tet4) {dt:?}, exterior_facets {dt_ext:?}, check {dt_check:?}, \
+         box_mesh(40, tet10) {dt_tet10:?}"
+    );
 }
 
 /// A prism mesh extruded from a triangulated rectangle: volume, exterior facets (triangles and
@@ -420,4 +428,19 @@ fn extruded_prisms() {
         assert!(dot(normal, sub(fc, mesh.cell_centroid(f.cell))) > 0.0, "{f:?}");
     }
     assert!(mesh.check().is_ok(), "{}", mesh.check());
+}
+
+/// A surface mesh in 3D (the boundary of a box, as Quad4 cells) is checked with unsigned
+/// area densities: no false "inverted" cells for faces whose normal is not +z.
+#[test]
+fn surface_mesh_in_3d_is_not_inverted() {
+    let vol = box_mesh(&spec(CellType::Hex8));
+    let mut surf = vol.clone();
+    surf.blocks.truncate(2);
+    surf.blocks[0] = gradfem_mesh::CellBlock::new(CellType::Hex8);
+    surf.groups.retain(|g| g.dim == 2);
+    assert_eq!(surf.dim(), 2);
+    let report = surf.check();
+    assert!(report.is_ok(), "{report}");
+    assert_eq!(report.n_cells, vol.blocks[1].len());
 }

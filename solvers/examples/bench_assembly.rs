@@ -25,7 +25,8 @@ fn kuhn_box(n: usize) -> (Vec<[f64; 3]>, Vec<[usize; 4]>) {
             }
         }
     }
-    const PERMS: [[usize; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+    const PERMS: [[usize; 3]; 6] =
+        [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
     let mut tets = Vec::with_capacity(6 * n * n * n);
     for k in 0..n {
         for j in 0..n {
@@ -57,8 +58,16 @@ fn p1_laplacian(x: &[[f64; 3]; 4], ke: &mut [f64], fe: &mut [f64]) {
     let inv_det = 1.0 / det;
     let rows = [
         [c00, c01, c02],
-        [j[1][2] * j[2][0] - j[1][0] * j[2][2], j[0][0] * j[2][2] - j[0][2] * j[2][0], j[0][2] * j[1][0] - j[0][0] * j[1][2]],
-        [j[1][0] * j[2][1] - j[1][1] * j[2][0], j[0][1] * j[2][0] - j[0][0] * j[2][1], j[0][0] * j[1][1] - j[0][1] * j[1][0]],
+        [
+            j[1][2] * j[2][0] - j[1][0] * j[2][2],
+            j[0][0] * j[2][2] - j[0][2] * j[2][0],
+            j[0][2] * j[1][0] - j[0][0] * j[1][2],
+        ],
+        [
+            j[1][0] * j[2][1] - j[1][1] * j[2][0],
+            j[0][1] * j[2][0] - j[0][0] * j[2][1],
+            j[0][0] * j[1][1] - j[0][1] * j[1][0],
+        ],
     ];
     let mut g = [[0.0; 3]; 4];
     for c in 0..3 {
@@ -99,7 +108,9 @@ fn time_assembly(p: &AssemblyPattern, x: &[[f64; 3]], tets: &[[usize; 4]], threa
         let mut best = f64::INFINITY;
         for _ in 0..3 {
             let t = Instant::now();
-            p.assemble_into(&mut a, &mut f, |e, ke, fe| p1_laplacian(&tets[e].map(|v| x[v]), ke, fe));
+            p.assemble_into(&mut a, &mut f, |e, ke, fe| {
+                p1_laplacian(&tets[e].map(|v| x[v]), ke, fe)
+            });
             best = best.min(t.elapsed().as_secs_f64());
         }
         best
@@ -107,7 +118,8 @@ fn time_assembly(p: &AssemblyPattern, x: &[[f64; 3]], tets: &[[usize; 4]], threa
 }
 
 fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("N must be an integer")).collect();
+    let args: Vec<usize> =
+        std::env::args().skip(1).map(|a| a.parse().expect("N must be an integer")).collect();
     let n = args.first().copied().unwrap_or(60);
     let n_factor = args.get(1).copied().unwrap_or(24);
     let threads = rayon::current_num_threads();
@@ -144,7 +156,10 @@ fn main() {
         out.push(format!("\"factor_unknowns\": {nu}"));
         for (name, parallel) in [("seq", false), ("rayon", true)] {
             let solvers: [(&str, Box<dyn LinearSolver>); 2] = [
-                ("cholesky", Box::new(CholeskySolver::new("bench").with_parallel_factorization(parallel))),
+                (
+                    "cholesky",
+                    Box::new(CholeskySolver::new("bench").with_parallel_factorization(parallel)),
+                ),
                 ("lu", Box::new(LuSolver::new("bench").with_parallel_factorization(parallel))),
             ];
             for (kind, mut s) in solvers {

@@ -40,6 +40,9 @@
 //! tetrahedra hold many such entries). The preconditioner is thereby changed by a relative 1e-12,
 //! which is irrelevant to CG; CG itself multiplies by the exact A.
 
+// Index loops over several arrays at once read closer to the formulas than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use std::sync::Mutex;
 
 use faer::linalg::solvers::Solve;
@@ -119,9 +122,15 @@ impl Default for AmgParams {
 
 impl AmgParams {
     fn validate(&self) -> Result<(), SolverError> {
-        let bad = |name, value: String, reason| Err(SolverError::InvalidParameter { name, value, reason });
+        let bad = |name, value: String, reason| {
+            Err(SolverError::InvalidParameter { name, value, reason })
+        };
         if !(self.strength_threshold >= 0.0 && self.strength_threshold < 1.0) {
-            return bad("AmgParams::strength_threshold", self.strength_threshold.to_string(), "must lie in [0, 1)");
+            return bad(
+                "AmgParams::strength_threshold",
+                self.strength_threshold.to_string(),
+                "must lie in [0, 1)",
+            );
         }
         if self.max_levels == 0 {
             return bad("AmgParams::max_levels", "0".into(), "must be at least 1");
@@ -137,8 +146,12 @@ impl AmgParams {
             );
         }
         if let Smoother::Chebyshev { degree, ratio } = self.smoother {
-            if degree == 0 || !(ratio > 1.0) {
-                return bad("AmgParams::smoother", format!("{:?}", self.smoother), "Chebyshev needs degree ≥ 1 and ratio > 1");
+            if degree == 0 || ratio.is_nan() || ratio <= 1.0 {
+                return bad(
+                    "AmgParams::smoother",
+                    format!("{:?}", self.smoother),
+                    "Chebyshev needs degree ≥ 1 and ratio > 1",
+                );
             }
             if self.pre_sweeps != self.post_sweeps {
                 return bad(
@@ -181,20 +194,27 @@ impl Csr32 {
             };
         }
         let diag = a.diagonal();
-        let mut row_ptr = Vec::with_capacity(a.n_rows + 1);
-        row_ptr.push(0);
-        let mut col = Vec::with_capacity(a.nnz());
-        let mut val = Vec::with_capacity(a.nnz());
-        for i in 0..a.n_rows {
-            let (cols, vals) = a.row(i);
-            for (&j, &v) in cols.iter().zip(vals) {
-                if j == i || v.abs() > DROP_TOL * (diag[i] * diag[j]).abs().sqrt() {
-                    col.push(j as u32);
-                    val.push(v);
+        let n_chunks = a.n_rows.div_ceil(PRODUCT_ROWS);
+        let parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)> = (0..n_chunks)
+            .into_par_iter()
+            .map(|c| {
+                let rows = c * PRODUCT_ROWS..((c + 1) * PRODUCT_ROWS).min(a.n_rows);
+                let (mut lens, mut col, mut val) = (Vec::new(), Vec::new(), Vec::new());
+                for i in rows {
+                    let (cols, vals) = a.row(i);
+                    let before = col.len();
+                    for (&j, &v) in cols.iter().zip(vals) {
+                        if j == i || v.abs() > DROP_TOL * (diag[i] * diag[j]).abs().sqrt() {
+                            col.push(j as u32);
+                            val.push(v);
+                        }
+                    }
+                    lens.push(col.len() - before);
                 }
-            }
-            row_ptr.push(col.len());
-        }
+                (lens, col, val)
+            })
+            .collect();
+        let (row_ptr, col, val) = concat_rows(a.n_rows, parts);
         Csr32 { n_rows: a.n_rows, n_cols: a.n_cols, row_ptr, col, val }
     }
 
@@ -202,7 +222,9 @@ impl Csr32 {
         (0..self.n_rows)
             .map(|i| {
                 let r = self.row_ptr[i]..self.row_ptr[i + 1];
-                self.col[r.clone()].binary_search(&(i as u32)).map_or(0.0, |k| self.val[r.start + k])
+                self.col[r.clone()]
+                    .binary_search(&(i as u32))
+                    .map_or(0.0, |k| self.val[r.start + k])
             })
             .collect()
     }
@@ -275,7 +297,11 @@ impl Csr32 {
     /// A B, in parallel over chunks of rows of A (dense accumulator of B's width per chunk);
     /// exact zeros produced by cancellation are kept (they are rare and harmless).
     fn matmul(&self, b: &Csr32) -> Csr32 {
-        assert_eq!(self.n_cols, b.n_rows, "product of {}×{} and {}×{}", self.n_rows, self.n_cols, b.n_rows, b.n_cols);
+        assert_eq!(
+            self.n_cols, b.n_rows,
+            "product of {}×{} and {}×{}",
+            self.n_rows, self.n_cols, b.n_rows, b.n_cols
+        );
         let n_chunks = self.n_rows.div_ceil(PRODUCT_ROWS);
         let parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)> = (0..n_chunks)
             .into_par_iter()
@@ -312,20 +338,27 @@ impl Csr32 {
                 (lens, col, val)
             })
             .collect();
-        let nnz = parts.iter().map(|p| p.1.len()).sum();
-        let mut row_ptr = Vec::with_capacity(self.n_rows + 1);
-        row_ptr.push(0);
-        let mut col = Vec::with_capacity(nnz);
-        let mut val = Vec::with_capacity(nnz);
-        for (lens, c, v) in parts {
-            for l in lens {
-                row_ptr.push(row_ptr.last().unwrap() + l);
-            }
-            col.extend_from_slice(&c);
-            val.extend_from_slice(&v);
-        }
+        let (row_ptr, col, val) = concat_rows(self.n_rows, parts);
         Csr32 { n_rows: self.n_rows, n_cols: b.n_cols, row_ptr, col, val }
     }
+}
+
+/// Joins per-chunk rows (row lengths, columns, values), in chunk order, into CSR arrays.
+#[allow(clippy::type_complexity)]
+fn concat_rows(n_rows: usize, parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>) -> (Vec<usize>, Vec<u32>, Vec<f64>) {
+    let nnz = parts.iter().map(|p| p.1.len()).sum();
+    let mut row_ptr = Vec::with_capacity(n_rows + 1);
+    row_ptr.push(0);
+    let mut col = Vec::with_capacity(nnz);
+    let mut val = Vec::with_capacity(nnz);
+    for (lens, c, v) in parts {
+        for l in lens {
+            row_ptr.push(row_ptr.last().unwrap() + l);
+        }
+        col.extend_from_slice(&c);
+        val.extend_from_slice(&v);
+    }
+    (row_ptr, col, val)
 }
 
 /// Aggregates of one level: the aggregate of each node (`NONE` if it belongs to none).
@@ -338,7 +371,10 @@ struct Aggregates {
 /// Frobenius norms of the `block`×`block` blocks of `a`, as a node-level CSR, and the norms of
 /// the diagonal blocks.
 #[allow(clippy::type_complexity)]
-fn block_norms(a: &Csr32, block: usize) -> (std::borrow::Cow<'_, [usize]>, std::borrow::Cow<'_, [u32]>, Vec<f64>, Vec<f64>) {
+fn block_norms(
+    a: &Csr32,
+    block: usize,
+) -> (std::borrow::Cow<'_, [usize]>, std::borrow::Cow<'_, [u32]>, Vec<f64>, Vec<f64>) {
     let n_nodes = a.n_rows / block;
     let mut node_ptr = vec![0usize; n_nodes + 1];
     let mut node_col: Vec<u32> = Vec::new();
@@ -359,7 +395,8 @@ fn block_norms(a: &Csr32, block: usize) -> (std::borrow::Cow<'_, [usize]>, std::
                 acc[mark[jn as usize] as usize] += a.val[k] * a.val[k];
             }
         }
-        let mut pairs: Vec<(u32, f64)> = touched.iter().zip(&acc).map(|(&j, &s)| (j, s.sqrt())).collect();
+        let mut pairs: Vec<(u32, f64)> =
+            touched.iter().zip(&acc).map(|(&j, &s)| (j, s.sqrt())).collect();
         pairs.sort_unstable_by_key(|p| p.0);
         for &(j, s) in &pairs {
             if j as usize == node {
@@ -393,7 +430,12 @@ fn strength(a: &Csr32, block: usize, theta: f64) -> Strength {
     let (node_ptr, node_col, node_val, diag) = if block == 1 {
         let val: Vec<f64> = a.val.iter().map(|v| v.abs()).collect();
         let diag = a.diagonal().iter().map(|d| d.abs()).collect::<Vec<_>>();
-        (std::borrow::Cow::Borrowed(&a.row_ptr[..]), std::borrow::Cow::Borrowed(&a.col[..]), val, diag)
+        (
+            std::borrow::Cow::Borrowed(&a.row_ptr[..]),
+            std::borrow::Cow::Borrowed(&a.col[..]),
+            val,
+            diag,
+        )
     } else {
         block_norms(a, block)
     };
@@ -407,7 +449,7 @@ fn strength(a: &Csr32, block: usize, theta: f64) -> Strength {
         let mut best = 0.0;
         for k in node_ptr[node]..node_ptr[node + 1] {
             let j = node_col[k] as usize;
-            if j == node || !(node_val[k] > 0.0) {
+            if j == node || node_val[k].is_nan() || node_val[k] <= 0.0 {
                 continue;
             }
             if node_val[k] > best {
@@ -564,7 +606,7 @@ fn spectral_radius(a: &Csr32, inv_diag: &[f64]) -> f64 {
         }
         alphas.push(alpha);
         beta = dot(&w, &w).sqrt();
-        if !(beta > 1e-10 * alpha.abs()) {
+        if beta.is_nan() || beta <= 1e-10 * alpha.abs() {
             break;
         }
         betas.push(beta);
@@ -709,18 +751,20 @@ impl AmgHierarchy {
     /// coarse operators, spectral estimates, coarse factorization). Errors as [`Self::new`].
     pub fn refresh_values(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
         assert_eq!(
-            a.n_rows,
-            self.levels[0].a.n_rows,
+            a.n_rows, self.levels[0].a.n_rows,
             "refresh with {} rows for a hierarchy of {}",
-            a.n_rows,
-            self.levels[0].a.n_rows
+            a.n_rows, self.levels[0].a.n_rows
         );
         let aggs: Vec<Aggregates> = self.transfers.drain(..).map(|t| t.aggregates).collect();
         *self = Self::build(Csr32::from_csr(a, true), &self.params, Some(aggs))?;
         Ok(())
     }
 
-    fn build(a0: Csr32, params: &AmgParams, reuse: Option<Vec<Aggregates>>) -> Result<Self, SolverError> {
+    fn build(
+        a0: Csr32,
+        params: &AmgParams,
+        reuse: Option<Vec<Aggregates>>,
+    ) -> Result<Self, SolverError> {
         let block = params.block_size;
         let mut levels: Vec<Level> = Vec::new();
         let mut transfers: Vec<Transfer> = Vec::new();
@@ -729,7 +773,9 @@ impl AmgHierarchy {
         loop {
             let lvl = levels.len();
             let diag = a.diagonal();
-            if let Some((row, d)) = diag.iter().enumerate().find(|(_, d)| !(**d > 0.0 && d.is_finite())) {
+            if let Some((row, d)) =
+                diag.iter().enumerate().find(|(_, d)| !(**d > 0.0 && d.is_finite()))
+            {
                 return Err(SolverError::NotPositiveDefinite {
                     field: "amg".into(),
                     detail: format!("diagonal entry {d:e} at row {row} of AMG level {lvl}"),
@@ -780,7 +826,9 @@ impl AmgHierarchy {
         let coarse = if nc <= MAX_DENSE {
             let m = faer::Mat::<f64>::from_fn(nc, nc, |i, j| {
                 let r = coarsest.a.row_ptr[i]..coarsest.a.row_ptr[i + 1];
-                coarsest.a.col[r.clone()].binary_search(&(j as u32)).map_or(0.0, |k| coarsest.a.val[r.start + k])
+                coarsest.a.col[r.clone()]
+                    .binary_search(&(j as u32))
+                    .map_or(0.0, |k| coarsest.a.val[r.start + k])
             });
             match m.llt(faer::Side::Lower) {
                 Ok(llt) => CoarseSolver::Dense(llt),
@@ -795,7 +843,10 @@ impl AmgHierarchy {
                 }
             }
         } else {
-            tracing::warn!(n = nc, "AMG coarsening stalled; the coarsest level is smoothed, not solved");
+            tracing::warn!(
+                n = nc,
+                "AMG coarsening stalled; the coarsest level is smoothed, not solved"
+            );
             CoarseSolver::Smooth
         };
         let work = (0..levels.len())
@@ -811,7 +862,13 @@ impl AmgHierarchy {
                 }
             })
             .collect();
-        Ok(AmgHierarchy { params: params.clone(), levels, transfers, coarse, work: Mutex::new(work) })
+        Ok(AmgHierarchy {
+            params: params.clone(),
+            levels,
+            transfers,
+            coarse,
+            work: Mutex::new(work),
+        })
     }
 
     /// x = V-cycle(b) on level `l` (zero initial guess).
@@ -844,7 +901,16 @@ impl AmgHierarchy {
     /// `forward`: Gauss–Seidel direction (pre-smoothing). On return, when `zero_guess` (the
     /// pre-smoothing case), `w.r` holds b − A x.
     #[allow(clippy::too_many_arguments)]
-    fn smooth(&self, level: &Level, b: &[f64], x: &mut [f64], w: &mut Work, zero_guess: bool, forward: bool, sweeps: usize) {
+    fn smooth(
+        &self,
+        level: &Level,
+        b: &[f64],
+        x: &mut [f64],
+        w: &mut Work,
+        zero_guess: bool,
+        forward: bool,
+        sweeps: usize,
+    ) {
         let need_residual = zero_guess;
         match self.params.smoother {
             Smoother::Chebyshev { degree, ratio } => {
@@ -860,14 +926,31 @@ impl AmgHierarchy {
                         x.fill(0.0);
                         scale_diag(&mut w.d, &level.inv_diag, &w.r, 1.0 / theta);
                     } else if sweep == 0 {
-                        residual_and_scale(&level.a, b, x, &mut w.r, &mut w.d, &level.inv_diag, 1.0 / theta);
+                        residual_and_scale(
+                            &level.a,
+                            b,
+                            x,
+                            &mut w.r,
+                            &mut w.d,
+                            &level.inv_diag,
+                            1.0 / theta,
+                        );
                     } else {
                         scale_diag(&mut w.d, &level.inv_diag, &w.r, 1.0 / theta);
                     }
                     let mut rho_prev = 1.0 / sigma;
                     for _ in 1..degree {
                         let rho = 1.0 / (2.0 * sigma - rho_prev);
-                        cheb_step(&level.a, &level.inv_diag, &w.d, &mut w.d2, &mut w.r, x, rho * rho_prev, 2.0 * rho / delta);
+                        cheb_step(
+                            &level.a,
+                            &level.inv_diag,
+                            &w.d,
+                            &mut w.d2,
+                            &mut w.r,
+                            x,
+                            rho * rho_prev,
+                            2.0 * rho / delta,
+                        );
                         std::mem::swap(&mut w.d, &mut w.d2);
                         rho_prev = rho;
                     }
@@ -940,7 +1023,15 @@ fn for_row_chunks<T: Send>(nnz: usize, parts: Vec<T>, body: impl Fn(usize, T) + 
 }
 
 /// r = b − A x and d = c D⁻¹ r in one pass (x is read, not written).
-fn residual_and_scale(a: &Csr32, b: &[f64], x: &[f64], r: &mut [f64], d: &mut [f64], inv_diag: &[f64], c: f64) {
+fn residual_and_scale(
+    a: &Csr32,
+    b: &[f64],
+    x: &[f64],
+    r: &mut [f64],
+    d: &mut [f64],
+    inv_diag: &[f64],
+    c: f64,
+) {
     let parts: Vec<_> = r.chunks_mut(CHUNK).zip(d.chunks_mut(CHUNK)).collect();
     for_row_chunks(a.nnz(), parts, |start, (r, d)| {
         for k in 0..r.len() {
@@ -954,8 +1045,18 @@ fn residual_and_scale(a: &Csr32, b: &[f64], x: &[f64], r: &mut [f64], d: &mut [f
 
 /// One Chebyshev step: r −= A d; x += d; d_new = α d + γ D⁻¹ r (one pass; x is not read).
 #[allow(clippy::too_many_arguments)]
-fn cheb_step(a: &Csr32, inv_diag: &[f64], d: &[f64], d_new: &mut [f64], r: &mut [f64], x: &mut [f64], alpha: f64, gamma: f64) {
-    let parts: Vec<_> = r.chunks_mut(CHUNK).zip(x.chunks_mut(CHUNK)).zip(d_new.chunks_mut(CHUNK)).collect();
+fn cheb_step(
+    a: &Csr32,
+    inv_diag: &[f64],
+    d: &[f64],
+    d_new: &mut [f64],
+    r: &mut [f64],
+    x: &mut [f64],
+    alpha: f64,
+    gamma: f64,
+) {
+    let parts: Vec<_> =
+        r.chunks_mut(CHUNK).zip(x.chunks_mut(CHUNK)).zip(d_new.chunks_mut(CHUNK)).collect();
     for_row_chunks(a.nnz(), parts, |start, ((r, x), dn)| {
         for k in 0..r.len() {
             let i = start + k;
@@ -984,7 +1085,12 @@ impl Preconditioner for AmgHierarchy {
     /// SPD matrix. Work vectors are preallocated; concurrent calls are serialized by a mutex.
     fn apply(&self, r: &[f64], z: &mut [f64]) {
         let n = self.levels[0].a.n_rows;
-        assert!(r.len() == n && z.len() == n, "V-cycle on vectors of {} and {} for {n} unknowns", r.len(), z.len());
+        assert!(
+            r.len() == n && z.len() == n,
+            "V-cycle on vectors of {} and {} for {n} unknowns",
+            r.len(),
+            z.len()
+        );
         let mut work = self.work.lock().unwrap_or_else(|e| e.into_inner());
         self.vcycle(0, r, z, &mut work);
     }
@@ -1075,7 +1181,13 @@ impl LinearSolver for AmgCgSolver {
         let (Some(a), Some(h)) = (&self.a, &self.hierarchy) else {
             panic!("AmgCgSolver::solve_in_place called before a successful factor()");
         };
-        assert_eq!(b.len(), a.n_rows, "right-hand side has {} entries for {} unknowns", b.len(), a.n_rows);
+        assert_eq!(
+            b.len(),
+            a.n_rows,
+            "right-hand side has {} entries for {} unknowns",
+            b.len(),
+            a.n_rows
+        );
         if let Some(dof) = b.iter().position(|v| !v.is_finite()) {
             return Err(SolverError::NonFinite {
                 field: self.field.clone(),
@@ -1092,7 +1204,14 @@ impl LinearSolver for AmgCgSolver {
         let exact = |v: &[f64], y: &mut [f64]| a.spmv(v, y);
         let fine = &h.levels[0].a;
         let info = if fine.nnz() < a.nnz() {
-            pcg_with(&|v: &[f64], y: &mut [f64]| fine.spmv(v, y), Some(&exact), &rhs, b, h, &self.cg)
+            pcg_with(
+                &|v: &[f64], y: &mut [f64]| fine.spmv(v, y),
+                Some(&exact),
+                &rhs,
+                b,
+                h,
+                &self.cg,
+            )
         } else {
             pcg_with(&exact, None, &rhs, b, h, &self.cg)
         };
@@ -1228,7 +1347,9 @@ mod tests {
     #[test]
     fn vcycle_is_symmetric() {
         let a = laplace_2d(40);
-        for smoother in [Smoother::Chebyshev { degree: 3, ratio: 30.0 }, Smoother::SymmetricGaussSeidel] {
+        for smoother in
+            [Smoother::Chebyshev { degree: 3, ratio: 30.0 }, Smoother::SymmetricGaussSeidel]
+        {
             let params = AmgParams { coarse_size: 50, smoother, ..Default::default() };
             let h = AmgHierarchy::new(&a, &params).unwrap();
             assert!(h.levels() >= 3);

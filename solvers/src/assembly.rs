@@ -147,7 +147,9 @@ impl AssemblyPattern {
         if let Some((k, &d)) =
             element_dofs.iter().enumerate().find(|&(_, &d)| d >= n_unknowns && d != CONSTRAINED)
         {
-            panic!("element_dofs[{k}] = {d} is neither < n_unknowns = {n_unknowns} nor CONSTRAINED");
+            panic!(
+                "element_dofs[{k}] = {d} is neither < n_unknowns = {n_unknowns} nor CONSTRAINED"
+            );
         }
         let n_elements = offsets.len() - 1;
         let max_nd = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
@@ -313,7 +315,10 @@ impl AssemblyPattern {
     /// local dof is constrained.
     pub fn slot(&self, e: usize, a: usize, b: usize) -> Option<usize> {
         let nd = self.offsets[e + 1] - self.offsets[e];
-        assert!(a < nd && b < nd, "local pair ({a}, {b}) out of range for element {e} with {nd} dofs");
+        assert!(
+            a < nd && b < nd,
+            "local pair ({a}, {b}) out of range for element {e} with {nd} dofs"
+        );
         let k = self.slot_offsets[e] + a * nd + b;
         match &self.slots {
             Slots::U32(s) => (s[k] != u32::MAX).then_some(s[k] as usize),
@@ -323,7 +328,12 @@ impl AssemblyPattern {
 
     /// A matrix with this pattern and all values zero.
     pub fn new_matrix(&self) -> CsrMatrix {
-        CsrMatrix::zeros(self.n_unknowns, self.n_unknowns, self.row_ptr.clone(), self.col_idx.clone())
+        CsrMatrix::zeros(
+            self.n_unknowns,
+            self.n_unknowns,
+            self.row_ptr.clone(),
+            self.col_idx.clone(),
+        )
     }
 
     fn check_matrix(&self, matrix: &CsrMatrix) {
@@ -367,10 +377,16 @@ impl AssemblyPattern {
 
     /// Refills `vector` (zeroed first) from element vectors: `kernel(e, fe)` writes `fe`
     /// (pre-zeroed). F = Σₑ Pₑᵀ fₑ; bitwise identical for any number of threads.
-    pub fn assemble_vector_into(&self, vector: &mut [f64], kernel: impl Fn(usize, &mut [f64]) + Sync) {
+    pub fn assemble_vector_into(
+        &self,
+        vector: &mut [f64],
+        kernel: impl Fn(usize, &mut [f64]) + Sync,
+    ) {
         self.check_vector(vector);
         vector.fill(0.0);
-        self.scatter(None, Some(vector), &|e: usize, _ke: &mut [f64], fe: &mut [f64]| kernel(e, fe));
+        self.scatter(None, Some(vector), &|e: usize, _ke: &mut [f64], fe: &mut [f64]| {
+            kernel(e, fe)
+        });
     }
 
     /// Refills `matrix` (values zeroed first) from element matrices: `kernel(e, ke)` writes the
@@ -383,9 +399,11 @@ impl AssemblyPattern {
     ) {
         self.check_matrix(matrix);
         matrix.values.fill(0.0);
-        self.scatter(Some(&mut matrix.values), None, &|e: usize, ke: &mut [f64], _fe: &mut [f64]| {
-            kernel(e, ke)
-        });
+        self.scatter(
+            Some(&mut matrix.values),
+            None,
+            &|e: usize, ke: &mut [f64], _fe: &mut [f64]| kernel(e, ke),
+        );
     }
 
     fn check_vector(&self, vector: &[f64]) {

@@ -121,7 +121,13 @@ impl JacobiPreconditioner {
 
 impl Preconditioner for JacobiPreconditioner {
     fn apply(&self, r: &[f64], z: &mut [f64]) {
-        assert_eq!(r.len(), self.inv_diag.len(), "r has {} entries for {} rows", r.len(), self.inv_diag.len());
+        assert_eq!(
+            r.len(),
+            self.inv_diag.len(),
+            "r has {} entries for {} rows",
+            r.len(),
+            self.inv_diag.len()
+        );
         for ((zi, ri), di) in z.iter_mut().zip(r).zip(&self.inv_diag) {
             *zi = ri * di;
         }

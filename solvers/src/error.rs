@@ -151,7 +151,10 @@ mod tests {
             reason: "residual grew".into(),
         };
         let s = e.to_string();
-        assert!(s.contains("thermal") && s.contains("8.000e0") && s.contains("3 iterations"), "{s}");
+        assert!(
+            s.contains("thermal") && s.contains("8.000e0") && s.contains("3 iterations"),
+            "{s}"
+        );
         let e = SolverError::NonFinite {
             field: "thermal".into(),
             quantity: "residual",
@@ -160,7 +163,10 @@ mod tests {
             iteration: 2,
         };
         let s = e.to_string();
-        assert!(s.contains("unknown 17") && s.contains("tag 18") && s.contains("iteration 2"), "{s}");
+        assert!(
+            s.contains("unknown 17") && s.contains("tag 18") && s.contains("iteration 2"),
+            "{s}"
+        );
         let long: Vec<f64> = (0..20).map(f64::from).collect();
         assert!(fmt_history(&long).contains("12 more"));
     }

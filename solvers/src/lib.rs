@@ -15,3 +15,9 @@ pub mod optimize;
 pub mod params;
 pub mod tape;
 pub mod taylor;
+
+pub use assembly::{AssemblyPattern, CONSTRAINED};
+pub use error::SolverError;
+pub use linear::{CholeskySolver, LinearSolver, LuSolver, residual_norm};
+pub use newton::{NewtonInfo, NewtonParams, NonlinearProblem, newton};
+pub use sparse::CsrMatrix;

@@ -20,11 +20,11 @@ use crate::error::SolverError;
 use crate::sparse::CsrMatrix;
 use faer::dyn_stack::{MemBuffer, MemStack};
 use faer::linalg::cholesky::llt::factor::{LltError as DenseLltError, LltRegularization};
+use faer::sparse::linalg::LuError;
 use faer::sparse::linalg::cholesky::{
-    LltRef, SymbolicCholesky, SymmetricOrdering, factorize_symbolic_cholesky,
+    LltRef, SymbolicCholesky, SymbolicCholeskyRaw, SymmetricOrdering, factorize_symbolic_cholesky,
 };
 use faer::sparse::linalg::lu::{LuRef, NumericLu, SymbolicLu, factorize_symbolic_lu};
-use faer::sparse::linalg::LuError;
 use faer::sparse::{SparseColMatRef, SymbolicSparseColMatRef};
 use faer::{Conj, MatMut, Par, Side};
 
@@ -74,8 +74,18 @@ impl PatternKey {
 }
 
 fn check_square(a: &CsrMatrix) {
-    assert_eq!(a.n_rows, a.n_cols, "a direct solver needs a square matrix, got {}×{}", a.n_rows, a.n_cols);
-    assert_eq!(a.values.len(), a.col_idx.len(), "matrix has {} values for {} entries", a.values.len(), a.col_idx.len());
+    assert_eq!(
+        a.n_rows, a.n_cols,
+        "a direct solver needs a square matrix, got {}×{}",
+        a.n_rows, a.n_cols
+    );
+    assert_eq!(
+        a.values.len(),
+        a.col_idx.len(),
+        "matrix has {} values for {} entries",
+        a.values.len(),
+        a.col_idx.len()
+    );
 }
 
 /// First row holding a NaN or infinity, if any.
@@ -104,7 +114,8 @@ fn check_rhs(field: &str, n: usize, b: &[f64]) -> Result<(), SolverError> {
 
 /// The CSR arrays of `a` read as CSC: this is `Aᵀ` for faer.
 fn transpose_view(a: &CsrMatrix) -> SparseColMatRef<'_, usize, f64> {
-    let sym = SymbolicSparseColMatRef::new_checked(a.n_cols, a.n_rows, &a.row_ptr, None, &a.col_idx);
+    let sym =
+        SymbolicSparseColMatRef::new_checked(a.n_cols, a.n_rows, &a.row_ptr, None, &a.col_idx);
     SparseColMatRef::new(sym, &a.values)
 }
 
@@ -235,10 +246,21 @@ impl LinearSolver for CholeskySolver {
         match result {
             Ok(_) => {}
             Err(DenseLltError::NonPositivePivot { index }) => {
+                // faer 0.24 reports the pivot 1-based from its simplicial and 0-based from its
+                // supernodal factorization, in the fill-reducing order; fwd maps it back.
+                let pivot = match symbolic.raw() {
+                    SymbolicCholeskyRaw::Simplicial(_) => index.saturating_sub(1),
+                    SymbolicCholeskyRaw::Supernodal(_) => index,
+                };
+                let unknown = match symbolic.perm() {
+                    Some(p) => p.arrays().0.get(pivot).copied(),
+                    None => (pivot < self.n).then_some(pivot),
+                };
+                let at = unknown.map_or_else(String::new, |u| format!(" (unknown {u})"));
                 return Err(SolverError::NotPositiveDefinite {
                     field: self.field.clone(),
                     detail: format!(
-                        "Cholesky pivot {index} (in the fill-reducing order) of {} is not positive",
+                        "Cholesky pivot {pivot} of {}{at} is not positive",
                         self.n
                     ),
                 });
@@ -357,12 +379,13 @@ impl LinearSolver for LuSolver {
         let at = transpose_view(a);
         if self.symbolic.as_ref().is_none_or(|(k, _)| *k != key) {
             let t = std::time::Instant::now();
-            let symbolic = factorize_symbolic_lu(at.symbolic(), Default::default()).map_err(|e| {
-                SolverError::Other {
-                    field: self.field.clone(),
-                    message: format!("symbolic LU analysis failed: {e:?}"),
-                }
-            })?;
+            let symbolic =
+                factorize_symbolic_lu(at.symbolic(), Default::default()).map_err(|e| {
+                    SolverError::Other {
+                        field: self.field.clone(),
+                        message: format!("symbolic LU analysis failed: {e:?}"),
+                    }
+                })?;
             self.factor_stack = MemBuffer::new(
                 symbolic.factorize_numeric_lu_scratch::<f64>(self.par_factor, Default::default()),
             );
@@ -396,8 +419,11 @@ impl LinearSolver for LuSolver {
             Err(LuError::SymbolicSingular { index }) => {
                 return Err(SolverError::Singular {
                     field: self.field.clone(),
-                    dof: Some(index),
-                    detail: format!("no nonzero pivot found at elimination step {index} of {}", self.n),
+                    dof: None,
+                    detail: format!(
+                        "no nonzero pivot found at elimination step {index} of {} (structurally singular)",
+                        self.n
+                    ),
                 });
             }
             Err(LuError::Generic(e)) => {

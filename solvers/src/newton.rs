@@ -88,13 +88,25 @@ impl NewtonParams {
             Err(SolverError::InvalidParameter { name, value, reason })
         };
         if !(self.abs_tol.is_finite() && self.abs_tol >= 0.0) {
-            return bad("NewtonParams::abs_tol", self.abs_tol.to_string(), "must be finite and ≥ 0");
+            return bad(
+                "NewtonParams::abs_tol",
+                self.abs_tol.to_string(),
+                "must be finite and ≥ 0",
+            );
         }
         if !(self.rel_tol.is_finite() && self.rel_tol >= 0.0) {
-            return bad("NewtonParams::rel_tol", self.rel_tol.to_string(), "must be finite and ≥ 0");
+            return bad(
+                "NewtonParams::rel_tol",
+                self.rel_tol.to_string(),
+                "must be finite and ≥ 0",
+            );
         }
         if self.abs_tol == 0.0 && self.rel_tol == 0.0 {
-            return bad("NewtonParams::abs_tol", "0".into(), "abs_tol and rel_tol cannot both be 0");
+            return bad(
+                "NewtonParams::abs_tol",
+                "0".into(),
+                "abs_tol and rel_tol cannot both be 0",
+            );
         }
         if self.max_iterations == 0 {
             return bad("NewtonParams::max_iterations", "0".into(), "must be ≥ 1");
@@ -107,7 +119,11 @@ impl NewtonParams {
             );
         }
         if self.line_search && self.max_line_search_steps == 0 {
-            return bad("NewtonParams::max_line_search_steps", "0".into(), "must be ≥ 1 with line search");
+            return bad(
+                "NewtonParams::max_line_search_steps",
+                "0".into(),
+                "must be ≥ 1 with line search",
+            );
         }
         Ok(())
     }
@@ -348,7 +364,9 @@ mod tests {
         NewtonParams::default().validate().unwrap();
         let p = NewtonParams { rel_tol: -1.0, ..Default::default() };
         match p.validate() {
-            Err(SolverError::InvalidParameter { name, .. }) => assert_eq!(name, "NewtonParams::rel_tol"),
+            Err(SolverError::InvalidParameter { name, .. }) => {
+                assert_eq!(name, "NewtonParams::rel_tol")
+            }
             other => panic!("expected InvalidParameter, got {other:?}"),
         }
         let p = NewtonParams { divergence_factor: 0.5, ..Default::default() };

@@ -378,7 +378,8 @@ impl ParamRegistry {
             return Err(ParamError::Duplicate { name: spec.name });
         }
         let expected = fixed_len(&spec.kind);
-        let bad_coordinates = spec.kind == ParamKind::NodeCoordinates && spec.values.len() % 3 != 0;
+        let bad_coordinates =
+            spec.kind == ParamKind::NodeCoordinates && !spec.values.len().is_multiple_of(3);
         if expected.is_some_and(|e| e != spec.values.len())
             || spec.values.is_empty()
             || bad_coordinates

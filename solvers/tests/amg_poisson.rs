@@ -68,7 +68,12 @@ fn amg_cg_on_poisson_n20_converges_fast_and_matches_cholesky() {
     assert!(info.iterations <= 14, "{} iterations", info.iterations);
     assert!(rel_diff(&x, &exact) < 1e-8, "{}", rel_diff(&x, &exact));
     let h = solver.hierarchy().unwrap();
-    assert!(h.levels() >= 2 && h.operator_complexity() < 1.6, "{} {}", h.levels(), h.operator_complexity());
+    assert!(
+        h.levels() >= 2 && h.operator_complexity() < 1.6,
+        "{} {}",
+        h.levels(),
+        h.operator_complexity()
+    );
     // adjoint solve: same matrix, same answer
     let mut y = p.b.clone();
     solver.solve_transpose_in_place(&mut y).unwrap();
@@ -89,7 +94,11 @@ fn iteration_counts_are_mesh_independent(#[case] smoother: Smoother, #[case] spr
             let mut x = vec![0.0; p.b.len()];
             let info = pcg(&p.a, &p.b, &mut x, &h, &CgParams::default());
             assert!(info.converged, "N = {n}: {info:?}");
-            eprintln!("{smoother:?} N = {n}: {} iterations, {} levels", info.iterations, h.levels());
+            eprintln!(
+                "{smoother:?} N = {n}: {} iterations, {} levels",
+                info.iterations,
+                h.levels()
+            );
             info.iterations
         })
         .collect();
@@ -131,7 +140,8 @@ fn indefinite_matrix_is_a_typed_error() {
     assert!(
         matches!(
             result,
-            Err(SolverError::NotPositiveDefinite { .. } | SolverError::IterativeNoConvergence { .. })
+            Err(SolverError::NotPositiveDefinite { .. }
+                | SolverError::IterativeNoConvergence { .. })
         ),
         "{result:?}"
     );

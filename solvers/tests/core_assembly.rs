@@ -17,7 +17,8 @@ fn kuhn_box(n: usize) -> (Vec<[f64; 3]>, Vec<[usize; 4]>) {
             }
         }
     }
-    const PERMS: [[usize; 3]; 6] = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
+    const PERMS: [[usize; 3]; 6] =
+        [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]];
     let mut tets = Vec::with_capacity(6 * n * n * n);
     for k in 0..n {
         for j in 0..n {
@@ -79,7 +80,10 @@ fn p1_laplacian(x: &[[f64; 3]; 4], ke: &mut [f64], fe: &mut [f64], f: f64) {
 }
 
 /// Element dofs with boundary nodes constrained: (n_unknowns, offsets, dofs, unknown → node).
-fn dirichlet_dofs(x: &[[f64; 3]], tets: &[[usize; 4]]) -> (usize, Vec<usize>, Vec<usize>, Vec<usize>) {
+fn dirichlet_dofs(
+    x: &[[f64; 3]],
+    tets: &[[usize; 4]],
+) -> (usize, Vec<usize>, Vec<usize>, Vec<usize>) {
     let on_boundary = |p: &[f64; 3]| p.iter().any(|&c| c.abs() < 1e-12 || (c - 1.0).abs() < 1e-12);
     let mut number = vec![CONSTRAINED; x.len()];
     let mut nodes = Vec::new();
@@ -141,7 +145,12 @@ fn kuhn_cube_pattern_and_laplacian() {
     assert!((f[centre] - 0.25f64.powi(3)).abs() < 1e-15);
 }
 
-fn assemble_with_threads(p: &AssemblyPattern, x: &[[f64; 3]], tets: &[[usize; 4]], threads: usize) -> (CsrMatrix, Vec<f64>) {
+fn assemble_with_threads(
+    p: &AssemblyPattern,
+    x: &[[f64; 3]],
+    tets: &[[usize; 4]],
+    threads: usize,
+) -> (CsrMatrix, Vec<f64>) {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
     pool.install(|| {
         let mut a = p.new_matrix();
@@ -200,6 +209,10 @@ fn assembly_is_bitwise_identical_for_1_and_2_threads() {
         }
     }
     for (i, d) in a1.diagonal().iter().enumerate() {
-        assert!((d - dense_diag[i]).abs() <= 1e-12 * d.abs(), "diagonal {i}: {d} vs {}", dense_diag[i]);
+        assert!(
+            (d - dense_diag[i]).abs() <= 1e-12 * d.abs(),
+            "diagonal {i}: {d} vs {}",
+            dense_diag[i]
+        );
     }
 }

@@ -61,8 +61,7 @@ fn parse_format(s: &str) -> Option<Vec<Field>> {
         let count = if pos == 0 { 1 } else { item[..pos].parse().ok()? };
         let kind = item.as_bytes()[pos];
         let rest = &item[pos + 1..];
-        let width: usize =
-            rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+        let width: usize = rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
         if width == 0 || width > 64 || count > 1000 {
             return None;
         }
@@ -96,7 +95,12 @@ fn parse_real(s: &str) -> Option<f64> {
 }
 
 /// Split a fixed-width line into integer and real fields following `fmt`.
-fn split_fixed(line: &str, fmt: &[Field], ints: &mut Vec<i64>, reals: &mut Vec<f64>) -> Result<(), String> {
+fn split_fixed(
+    line: &str,
+    fmt: &[Field],
+    ints: &mut Vec<i64>,
+    reals: &mut Vec<f64>,
+) -> Result<(), String> {
     ints.clear();
     reals.clear();
     let bytes = line.as_bytes();
@@ -104,11 +108,19 @@ fn split_fixed(line: &str, fmt: &[Field], ints: &mut Vec<i64>, reals: &mut Vec<f
     for f in fmt {
         for _ in 0..f.count {
             let end = (pos + f.width).min(bytes.len());
-            let s = if pos < end { std::str::from_utf8(&bytes[pos..end]).map_err(|_| "non-ASCII field".to_string())? } else { "" };
+            let s = if pos < end {
+                std::str::from_utf8(&bytes[pos..end]).map_err(|_| "non-ASCII field".to_string())?
+            } else {
+                ""
+            };
             pos += f.width;
             if f.int {
                 let t = s.trim();
-                let v = if t.is_empty() { 0 } else { t.parse::<i64>().map_err(|_| format!("not an integer: {t:?}"))? };
+                let v = if t.is_empty() {
+                    0
+                } else {
+                    t.parse::<i64>().map_err(|_| format!("not an integer: {t:?}"))?
+                };
                 ints.push(v);
             } else {
                 reals.push(parse_real(s).ok_or_else(|| format!("not a number: {:?}", s.trim()))?);
@@ -141,10 +153,22 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
         let args: Vec<&str> = parts.map(str::trim).collect();
         match cmd.as_str() {
             "ET" => {
-                let num: u32 = args.first().and_then(|s| s.parse().ok()).ok_or_else(|| syntax(i, format!("ET without a type number: {line:?}")))?;
+                let num: u32 = args
+                    .first()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| syntax(i, format!("ET without a type number: {line:?}")))?;
                 let ename = args.get(1).copied().unwrap_or("");
-                let digits: String = ename.chars().rev().take_while(|c| c.is_ascii_digit()).collect::<Vec<_>>().into_iter().rev().collect();
-                let ansys_type: u32 = digits.parse().map_err(|_| syntax(i, format!("ET with element name {ename:?}")))?;
+                let digits: String = ename
+                    .chars()
+                    .rev()
+                    .take_while(|c| c.is_ascii_digit())
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                let ansys_type: u32 = digits
+                    .parse()
+                    .map_err(|_| syntax(i, format!("ET with element name {ename:?}")))?;
                 let (kind, name) = element_kind(ansys_type);
                 types.retain(|t| t.number != num);
                 types.push(ElementTypeInfo {
@@ -159,26 +183,34 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
             }
             "KEYOP" => {
                 let v: Vec<i64> = args.iter().take(3).filter_map(|s| s.parse().ok()).collect();
-                if let [t, k, val] = v[..] {
-                    if let Some(et) = types.iter_mut().find(|e| e.number as i64 == t) {
-                        if (1..=12).contains(&k) {
-                            et.keyopts[k as usize - 1] = val as i32;
-                        }
-                    }
+                if let [t, k, val] = v[..]
+                    && let Some(et) = types.iter_mut().find(|e| e.number as i64 == t)
+                    && (1..=12).contains(&k)
+                {
+                    et.keyopts[k as usize - 1] = val as i32;
                 }
                 i += 1;
             }
             "NBLOCK" => {
-                let fmt_line = lines.get(i + 1).ok_or_else(|| syntax(i, "NBLOCK without a format line".into()))?;
-                let fmt = parse_format(fmt_line).ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
+                let fmt_line = lines
+                    .get(i + 1)
+                    .ok_or_else(|| syntax(i, "NBLOCK without a format line".into()))?;
+                let fmt = parse_format(fmt_line)
+                    .ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
                 if !fmt.first().is_some_and(|f| f.int) {
-                    return Err(syntax(i + 1, format!("NBLOCK format {fmt_line:?} does not start with integers")));
+                    return Err(syntax(
+                        i + 1,
+                        format!("NBLOCK format {fmt_line:?} does not start with integers"),
+                    ));
                 }
                 i += 2;
                 while i < lines.len() {
                     let l = lines[i];
                     let t = l.trim();
-                    if t.starts_with("-1") || t.to_ascii_uppercase().starts_with("N,") || t.is_empty() {
+                    if t.starts_with("-1")
+                        || t.to_ascii_uppercase().starts_with("N,")
+                        || t.is_empty()
+                    {
                         break;
                     }
                     split_fixed(l, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
@@ -195,15 +227,25 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
             }
             "EBLOCK" => {
                 let solid = args.get(1).is_some_and(|s| s.eq_ignore_ascii_case("SOLID"));
-                let fmt_line = lines.get(i + 1).ok_or_else(|| syntax(i, "EBLOCK without a format line".into()))?;
-                let fmt = parse_format(fmt_line).ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
+                let fmt_line = lines
+                    .get(i + 1)
+                    .ok_or_else(|| syntax(i, "EBLOCK without a format line".into()))?;
+                let fmt = parse_format(fmt_line)
+                    .ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
                 if !fmt.iter().all(|f| f.int) {
-                    return Err(syntax(i + 1, format!("EBLOCK format {fmt_line:?} is not all integers")));
+                    return Err(syntax(
+                        i + 1,
+                        format!("EBLOCK format {fmt_line:?} is not all integers"),
+                    ));
                 }
                 let block_line = i;
                 i += 2;
                 if !solid {
-                    tracing::warn!("{}:{}: non-solid EBLOCK skipped (not supported)", path.display(), block_line + 1);
+                    tracing::warn!(
+                        "{}:{}: non-solid EBLOCK skipped (not supported)",
+                        path.display(),
+                        block_line + 1
+                    );
                 }
                 while i < lines.len() {
                     let t = lines[i].trim();
@@ -216,7 +258,10 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                         continue;
                     }
                     if ints.len() < 11 {
-                        return Err(syntax(i, "solid EBLOCK record with fewer than 11 fields".into()));
+                        return Err(syntax(
+                            i,
+                            "solid EBLOCK record with fewer than 11 fields".into(),
+                        ));
                     }
                     let nn = ints[8];
                     if !(0..=1000).contains(&nn) {
@@ -228,7 +273,9 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                     let first = i;
                     i += 1;
                     while nodes.len() < nn {
-                        let l = lines.get(i).ok_or_else(|| syntax(i, "element nodes past the end of the file".into()))?;
+                        let l = lines.get(i).ok_or_else(|| {
+                            syntax(i, "element nodes past the end of the file".into())
+                        })?;
                         split_fixed(l, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
                         let need = nn - nodes.len();
                         // continuation lines hold only as many fields as the line has
@@ -237,20 +284,27 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                         i += 1;
                     }
                     if head.iter().chain(&nodes).any(|&x| x < 0 || x > u32::MAX as i64) {
-                        return Err(syntax(first, "negative or huge number in an element record".into()));
+                        return Err(syntax(
+                            first,
+                            "negative or huge number in an element record".into(),
+                        ));
                     }
                     let type_ref = head[1] as u32;
-                    let ansys_type = types.iter().find(|t| t.number == type_ref).map_or(0, |t| t.ansys_type);
-                    raw_elements.push((first, ElementRecord {
-                        number: head[10] as u64,
-                        type_ref,
-                        ansys_type,
-                        material: head[0] as u32,
-                        real: head[2] as u32,
-                        section: head[3] as u32,
-                        nodes: nodes.iter().map(|&x| x as u64).collect(),
-                        cell: None,
-                    }));
+                    let ansys_type =
+                        types.iter().find(|t| t.number == type_ref).map_or(0, |t| t.ansys_type);
+                    raw_elements.push((
+                        first,
+                        ElementRecord {
+                            number: head[10] as u64,
+                            type_ref,
+                            ansys_type,
+                            material: head[0] as u32,
+                            real: head[2] as u32,
+                            section: head[3] as u32,
+                            nodes: nodes.iter().map(|&x| x as u64).collect(),
+                            cell: None,
+                        },
+                    ));
                 }
             }
             "CMBLOCK" => {
@@ -261,13 +315,18 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                     .and_then(|s| s.split('!').next())
                     .and_then(|s| s.trim().parse().ok())
                     .ok_or_else(|| syntax(i, format!("CMBLOCK without a count: {line:?}")))?;
-                let fmt_line = lines.get(i + 1).ok_or_else(|| syntax(i, "CMBLOCK without a format line".into()))?;
-                let fmt = parse_format(fmt_line).ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
+                let fmt_line = lines
+                    .get(i + 1)
+                    .ok_or_else(|| syntax(i, "CMBLOCK without a format line".into()))?;
+                let fmt = parse_format(fmt_line)
+                    .ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
                 let start = i;
                 i += 2;
                 let mut vals = Vec::with_capacity(count.min(data.len()));
                 while vals.len() < count {
-                    let l = lines.get(i).ok_or_else(|| syntax(i, format!("component {name} ends early")))?;
+                    let l = lines
+                        .get(i)
+                        .ok_or_else(|| syntax(i, format!("component {name} ends early")))?;
                     split_fixed(l, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
                     let have = l.trim_end().len().div_ceil(fmt[0].width.max(1));
                     let need = count - vals.len();
@@ -278,7 +337,11 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                     "ELEM" => components.push((name, true, vals, start)),
                     "NODE" => components.push((name, false, vals, start)),
                     other => {
-                        tracing::warn!("{}:{}: CMBLOCK of {other} ignored", path.display(), start + 1);
+                        tracing::warn!(
+                            "{}:{}: CMBLOCK of {other} ignored",
+                            path.display(),
+                            start + 1
+                        );
                     }
                 }
             }
@@ -287,8 +350,9 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
     }
     let mut elements = Vec::with_capacity(raw_elements.len());
     for (line, mut rec) in raw_elements {
-        mb.add_element(&mut rec)
-            .map_err(|node| syntax(line, format!("element {} uses node {node}, which is not defined", rec.number)))?;
+        mb.add_element(&mut rec).map_err(|node| {
+            syntax(line, format!("element {} uses node {node}, which is not defined", rec.number))
+        })?;
         elements.push(rec);
     }
     let cell_of: HashMap<u64, CellId> =
@@ -298,7 +362,8 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
     let mut node_components = Vec::new();
     let mut tag = 0;
     for (name, is_elem, vals, line) in components {
-        let ids = expand_ranges(&vals, data.len()).map_err(|m| syntax(line, format!("component {name}: {m}")))?;
+        let ids = expand_ranges(&vals, data.len())
+            .map_err(|m| syntax(line, format!("component {name}: {m}")))?;
         if is_elem {
             let mut cells = Vec::new();
             for e in ids {
@@ -323,7 +388,14 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
             node_components.push((name, nodes));
         }
     }
-    Ok(CdbArchive { path: path.to_path_buf(), mesh, element_types: types, elements, skipped, node_components })
+    Ok(CdbArchive {
+        path: path.to_path_buf(),
+        mesh,
+        element_types: types,
+        elements,
+        skipped,
+        node_components,
+    })
 }
 
 /// Expand a CMBLOCK list: a negative entry `-b` after `a` means `a+1..=b`. At most `limit`
@@ -356,9 +428,15 @@ mod tests {
     fn formats_and_reals() {
         assert_eq!(
             parse_format("(3i9,6e21.13e3)").unwrap(),
-            vec![Field { count: 3, int: true, width: 9 }, Field { count: 6, int: false, width: 21 }]
+            vec![
+                Field { count: 3, int: true, width: 9 },
+                Field { count: 6, int: false, width: 21 }
+            ]
         );
-        assert_eq!(parse_format("(19i10)").unwrap(), vec![Field { count: 19, int: true, width: 10 }]);
+        assert_eq!(
+            parse_format("(19i10)").unwrap(),
+            vec![Field { count: 19, int: true, width: 10 }]
+        );
         assert!(parse_format("garbage").is_none());
         assert_eq!(parse_real(" 1.5000000000000E+000"), Some(1.5));
         assert_eq!(parse_real("1.5D+01"), Some(15.0));

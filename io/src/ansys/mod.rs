@@ -78,7 +78,8 @@ mod rst;
 
 pub use cdb::{CdbArchive, read_cdb, read_cdb_bytes};
 pub use order::{
-    ElementKind, ElementRecord, HEX20_FROM_ANSYS, TET10_FROM_ANSYS, TET10_FROM_ANSYS_HEX20, element_kind,
+    ElementKind, ElementRecord, HEX20_FROM_ANSYS, TET10_FROM_ANSYS, TET10_FROM_ANSYS_HEX20,
+    element_kind,
 };
 pub use rst::{NodalSolution, ResultSet, RstFile, RstHeader, dof_name, read_rst};
 

@@ -96,7 +96,11 @@ pub(crate) fn to_cell(kind: ElementKind, n: &[u64]) -> Result<(CellType, Vec<u64
             if pyr {
                 Err("pyramid form (gradfem has no pyramid cell)".into())
             } else if tet {
-                if quad { Ok((CellType::Tet10, pick(&TET10_FROM_ANSYS_HEX20))) } else { Ok((CellType::Tet4, pick(&[0, 1, 2, 4]))) }
+                if quad {
+                    Ok((CellType::Tet10, pick(&TET10_FROM_ANSYS_HEX20)))
+                } else {
+                    Ok((CellType::Tet4, pick(&[0, 1, 2, 4])))
+                }
             } else if prism {
                 if kind == Solid20 {
                     Err("prism form of a 20-node brick (gradfem has no 15-node prism)".into())
@@ -226,10 +230,7 @@ impl MeshBuilder {
             Err(reason) => {
                 if !self.warned_types.contains(&rec.ansys_type) || kind != ElementKind::Unsupported
                 {
-                    tracing::warn!(
-                        "ANSYS element {} ({name}) skipped: {reason}",
-                        rec.number
-                    );
+                    tracing::warn!("ANSYS element {} ({name}) skipped: {reason}", rec.number);
                     self.warned_types.push(rec.ansys_type);
                 }
                 self.skipped.push(SkippedElement {
@@ -287,8 +288,18 @@ mod tests {
         assert_eq!(seen, core::array::from_fn(|i| i));
         // ANSYS mid-side k (8..20) lies between these ANSYS corners.
         let ansys_mid = [
-            [0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4],
-            [0, 4], [1, 5], [2, 6], [3, 7],
+            [0, 1],
+            [1, 2],
+            [2, 3],
+            [3, 0],
+            [4, 5],
+            [5, 6],
+            [6, 7],
+            [7, 4],
+            [0, 4],
+            [1, 5],
+            [2, 6],
+            [3, 7],
         ];
         let edges = CellType::Hex20.edges();
         for (e, [a, b]) in edges.iter().enumerate() {

@@ -40,7 +40,7 @@ impl<'a> Bytes<'a> {
     /// The 32-bit word at word offset `w`.
     #[inline]
     pub fn word(&self, w: u64) -> Result<i32, AnsysError> {
-        let b = w.checked_mul(4).unwrap_or(u64::MAX);
+        let b = w.saturating_mul(4);
         match usize::try_from(b).ok().and_then(|b| self.data.get(b..b.checked_add(4)?)) {
             Some(s) => Ok(i32::from_le_bytes([s[0], s[1], s[2], s[3]])),
             None => Err(AnsysError::Truncated {
@@ -54,7 +54,11 @@ impl<'a> Bytes<'a> {
     /// Check that a pointer (read at byte `from`) lands inside the file.
     pub fn check_ptr(&self, from: u64, ptr: u64) -> Result<u64, AnsysError> {
         if ptr == 0 || ptr.saturating_mul(4).saturating_add(8) > self.data.len() as u64 {
-            return Err(AnsysError::PointerOutOfRange { file: self.file(), offset: from, pointer: ptr });
+            return Err(AnsysError::PointerOutOfRange {
+                file: self.file(),
+                offset: from,
+                pointer: ptr,
+            });
         }
         Ok(ptr)
     }
@@ -77,10 +81,9 @@ impl<'a> Bytes<'a> {
         }
         let trail = self.word(end)?;
         if trail != n {
-            return Err(self.bad(
-                at,
-                format!("record length {n} words but trailing length word {trail}"),
-            ));
+            return Err(
+                self.bad(at, format!("record length {n} words but trailing length word {trail}"))
+            );
         }
         Ok((n as usize, flags))
     }
@@ -125,7 +128,9 @@ impl<'a> Bytes<'a> {
         }
         let body = self.body(at, n);
         let v = if flags & FLAG_SHORT != 0 {
-            self.decode(at, body, flags, 4, |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64)?
+            self.decode(at, body, flags, 4, |b| {
+                f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64
+            })?
         } else {
             self.decode(at, body, flags, 8, |b| {
                 f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])

@@ -291,7 +291,10 @@ impl RstFile {
         let dof_at = b.next_record(RESULT_HEADER_AT)?;
         let (dofs, _) = b.ints(dof_at)?;
         if dofs.len() < header.n_dofs {
-            return Err(b.bad(dof_at, format!("{} DOFs listed, header says {}", dofs.len(), header.n_dofs)));
+            return Err(b.bad(
+                dof_at,
+                format!("{} DOFs listed, header says {}", dofs.len(), header.n_dofs),
+            ));
         }
         let dof_names: Vec<String> = dofs[..header.n_dofs].iter().map(|&d| dof_name(d)).collect();
 
@@ -299,9 +302,12 @@ impl RstFile {
         let nod = b.check_ptr(rh_off + 14 * 4, header.ptr_nod)?;
         let (neqv, _) = b.ints(nod)?;
         if neqv.len() < header.n_nodes {
-            return Err(b.bad(nod, format!("node table of {} for {} nodes", neqv.len(), header.n_nodes)));
+            return Err(
+                b.bad(nod, format!("node table of {} for {} nodes", neqv.len(), header.n_nodes))
+            );
         }
-        let solution_nodes: Vec<u64> = neqv[..header.n_nodes].iter().map(|&n| n as u32 as u64).collect();
+        let solution_nodes: Vec<u64> =
+            neqv[..header.n_nodes].iter().map(|&n| n as u32 as u64).collect();
 
         // Result-set table.
         let result_sets = read_set_table(&b, &header, rh_off)?;
@@ -365,7 +371,7 @@ impl RstFile {
             let stride = v.len() / per_record;
             for row in v.chunks_exact(stride).take(per_record) {
                 let num = row[0];
-                if !(num >= 1.0 && num < 9.0e15 && num.fract() == 0.0) {
+                if !((1.0..9.0e15).contains(&num) && num.fract() == 0.0) {
                     return Err(b.bad(at, format!("node number {num}")));
                 }
                 if !mb.add_node(num as u64, [row[1], row[2], row[3]]) {
@@ -384,7 +390,9 @@ impl RstFile {
         } else if eid.len() >= nelm {
             false
         } else {
-            return Err(b.bad(p_eid, format!("element index of {} words for {nelm} elements", eid.len())));
+            return Err(
+                b.bad(p_eid, format!("element index of {} words for {nelm} elements", eid.len()))
+            );
         };
         let nodelm: HashMap<u32, (u32, usize)> =
             element_types.iter().map(|e| (e.number, (e.ansys_type, e.nodes_per_element))).collect();
@@ -488,6 +496,78 @@ impl RstFile {
             }
         }
         Ok(NodalSolution { dof_names, values })
+    }
+
+    /// Nodal temperatures of result set `set` (1-based), in mesh node order: the `TEMP` DOF of
+    /// the nodal solution where the result has one (thermal analyses), otherwise the element
+    /// results: each element's `EPT` record holds the temperature at each of its nodes (e.g.
+    /// the thermal load of a structural analysis); a node gets the mean over its elements,
+    /// `NaN` where no element has temperatures.
+    ///
+    /// The element solution index (pointer `ptrESL` of the solution header) has one entry per
+    /// element in file order, relative to itself; each entry points to a 25-word index of the
+    /// element's records (offsets relative to that index), of which `EPT` is the 17th; a
+    /// negative entry `-k` (newer files) means `k` zeros that were not written.
+    pub fn nodal_temperature(&self, set: usize) -> Result<Vec<f64>, AnsysError> {
+        let b = Bytes { data: &self.data, file: &self.path };
+        let rs = self.set(set)?;
+        if self.dof_names.iter().any(|d| d == "TEMP") {
+            let sol = self.nodal_solution(set)?;
+            if let Some(k) = sol.dof_names.iter().position(|d| d == "TEMP") {
+                let n = sol.dof_names.len();
+                return Ok(sol.values.iter().skip(k).step_by(n).copied().collect());
+            }
+        }
+        let (sh, _) = b.ints(rs.pointer)?;
+        if sh.len() < 12 {
+            return Err(b.bad(rs.pointer, format!("solution header of {} words", sh.len())));
+        }
+        let n_el = (sh[1].max(0) as usize).min(self.elements.len());
+        let mut sum = vec![0.0f64; self.mesh.n_nodes()];
+        let mut cnt = vec![0u32; self.mesh.n_nodes()];
+        if sh[11] > 0 && n_el > 0 {
+            let p_esl = b.check_ptr(rs.pointer * 4 + 8 + 44, rs.pointer + sh[11] as u32 as u64)?;
+            let (esl, _) = b.ints(p_esl)?;
+            let wide = esl.len() >= 2 * n_el;
+            if !wide && esl.len() < n_el {
+                return Err(b.bad(
+                    p_esl,
+                    format!("element solution index of {} for {n_el} elements", esl.len()),
+                ));
+            }
+            let index: HashMap<u64, usize> =
+                self.mesh.node_tags.iter().enumerate().map(|(i, &t)| (t, i)).collect();
+            for (k, el) in self.elements.iter().enumerate().take(n_el) {
+                let (rel, from) = if wide {
+                    (ptr64(&esl, 2 * k, 2 * k + 1), p_esl * 4 + 8 + 8 * k as u64)
+                } else {
+                    (esl[k] as u32 as u64, p_esl * 4 + 8 + 4 * k as u64)
+                };
+                if rel == 0 {
+                    continue;
+                }
+                let at = b.check_ptr(from, p_esl + rel)?;
+                let (idx, _) = b.ints(at)?;
+                let ept = get(&idx, 16);
+                let t = match ept {
+                    0 => continue,
+                    // a negative entry -k stands for a record of k zeros that was not written
+                    k if k < 0 => vec![0.0; (k.unsigned_abs() as usize).min(el.nodes.len())],
+                    k => b.reals(b.check_ptr(at * 4 + 8 + 64, at + k as u64)?)?.0,
+                };
+                for (node, &temp) in el.nodes.iter().zip(&t) {
+                    if let Some(&i) = index.get(node) {
+                        sum[i] += temp;
+                        cnt[i] += 1;
+                    }
+                }
+            }
+        }
+        Ok(sum
+            .iter()
+            .zip(&cnt)
+            .map(|(&s, &c)| if c == 0 { f64::NAN } else { s / c as f64 })
+            .collect())
     }
 
     fn set(&self, set: usize) -> Result<&ResultSet, AnsysError> {

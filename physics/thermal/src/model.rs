@@ -146,6 +146,28 @@ struct KernelParams {
     q_in: f64,
 }
 
+/// Which vector-Jacobian products [`ThermalModel::parameter_vjp`] computes (the others are left
+/// empty or zero): each costs about one residual assembly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VjpRequest {
+    /// Per-element k₀ (also needed for a region's scalar k₀).
+    pub conductivity: bool,
+    /// Region sources.
+    pub source: bool,
+    /// Convection and flux parameters.
+    pub boundary: bool,
+    /// Fixed temperatures (one tangent-transpose product).
+    pub temperature: bool,
+    /// Node coordinates (dual numbers over 3·n coordinates per element: the dearest).
+    pub coords: bool,
+}
+
+impl VjpRequest {
+    /// Everything.
+    pub const ALL: VjpRequest =
+        VjpRequest { conductivity: true, source: true, boundary: true, temperature: true, coords: true };
+}
+
 /// λᵀ ∂R/∂p for every parameter of the thermal model (the adjoint engine subtracts these).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ParameterVjp {
@@ -230,7 +252,9 @@ impl ThermalModel {
         let mut elem_nodes = Vec::new();
         let mut elem_cell_tags = Vec::new();
         let mut elem_cells = Vec::new();
-        let mut owner: HashMap<CellId, usize> = HashMap::new();
+        // Region of each mesh cell (per block, u32::MAX = none): flat arrays, not hash maps, so
+        // set-up stays fast on meshes of millions of cells.
+        let mut owner: Vec<Vec<u32>> = mesh.blocks.iter().map(|b| vec![u32::MAX; if b.cell_type.dim() == 3 { b.len() } else { 0 }]).collect();
         let mut out_regions = Vec::with_capacity(regions.len());
 
         for (r, spec) in regions.iter().enumerate() {
@@ -259,14 +283,15 @@ impl ThermalModel {
             })?;
             let mut elements = Vec::with_capacity(group.cells.len());
             for &cell in &group.cells {
-                if let Some(&prev) = owner.get(&cell) {
+                let prev = owner[cell.block][cell.index];
+                if prev != u32::MAX {
                     return Err(ThermalError::OverlappingRegions {
-                        first: regions[prev].group.clone(),
+                        first: regions[prev as usize].group.clone(),
                         second: spec.group.clone(),
                         cell_tag: mesh.cell_tag(cell),
                     });
                 }
-                owner.insert(cell, r);
+                owner[cell.block][cell.index] = r as u32;
                 let ct = mesh.cell_type(cell);
                 if !matches!(
                     ct,
@@ -398,16 +423,19 @@ impl ThermalModel {
             elem_nodes.iter().map(|&n| dofs.unknown_of_node[n].unwrap_or(CONSTRAINED)).collect();
 
         // Model element of each covered cell (volume elements follow the regions' cell order).
-        let mut index: HashMap<CellId, usize> = HashMap::with_capacity(n_volume);
-        for region in regions {
-            for &c in &resolve(mesh, &region.group)?.cells {
-                let e = index.len();
-                index.insert(c, e);
-            }
+        let mut index: Vec<Vec<u32>> = owner.iter().map(|o| vec![u32::MAX; o.len()]).collect();
+        for (e, c) in elem_cells.iter().enumerate().take(n_volume) {
+            index[c.block][c.index] = e as u32;
         }
         let mut group_elements = HashMap::new();
         for g in mesh.groups.iter().filter(|g| g.dim == 3) {
-            let mut els: Vec<usize> = g.cells.iter().filter_map(|c| index.get(c).copied()).collect();
+            let mut els: Vec<usize> = g
+                .cells
+                .iter()
+                .map(|c| index[c.block][c.index])
+                .filter(|&e| e != u32::MAX)
+                .map(|e| e as usize)
+                .collect();
             els.sort_unstable();
             if !els.is_empty() {
                 group_elements.insert(g.name.clone(), els);
@@ -792,7 +820,7 @@ impl ThermalModel {
 
     /// λᵀ ∂R/∂p for every parameter, at nodal temperatures `t`, for the adjoint `lambda` given
     /// at every node (zero at fixed nodes). With `with_coords`, also λᵀ ∂R/∂X per node.
-    pub fn parameter_vjp(&self, t: &[f64], lambda: &[f64], with_coords: bool) -> ParameterVjp {
+    pub fn parameter_vjp(&self, t: &[f64], lambda: &[f64], want: VjpRequest) -> ParameterVjp {
         let n_el = self.n_elements();
         let dot_local = |e: usize, fe: &[f64]| -> f64 {
             self.element_nodes(e).iter().zip(fe).map(|(&n, &r)| lambda[n] * r).sum()
@@ -801,18 +829,28 @@ impl ThermalModel {
         // Per-element derivative of λ·r with respect to the element's parameters: the residual is
         // linear in each, so ∂(λ·r)/∂p = λ·r(p = 1, others = 0) (minus the p-free part, which is
         // zero for every parameter here except T∞, handled through h).
+        let wanted = |e: usize| {
+            if e < self.n_volume { want.conductivity || want.source } else { want.boundary }
+        };
         let per_elem: Vec<[f64; 4]> = (0..n_el)
             .into_par_iter()
             .map(|e| {
+                if !wanted(e) {
+                    return [0.0; 4];
+                }
                 let mut fe = [0.0; MAX_NODES];
                 let nn = self.element_nodes(e).len();
                 let mut out = [0.0; 4];
                 if e < self.n_volume {
-                    self.kernel(e, t, KernelParams { k0: 1.0, ..zero }, None, &mut fe[..nn]);
-                    out[0] = dot_local(e, &fe[..nn]);
-                    fe[..nn].fill(0.0);
-                    self.kernel(e, t, KernelParams { source: 1.0, ..zero }, None, &mut fe[..nn]);
-                    out[1] = dot_local(e, &fe[..nn]);
+                    if want.conductivity {
+                        self.kernel(e, t, KernelParams { k0: 1.0, ..zero }, None, &mut fe[..nn]);
+                        out[0] = dot_local(e, &fe[..nn]);
+                    }
+                    if want.source {
+                        fe[..nn].fill(0.0);
+                        self.kernel(e, t, KernelParams { source: 1.0, ..zero }, None, &mut fe[..nn]);
+                        out[1] = dot_local(e, &fe[..nn]);
+                    }
                 } else {
                     let p = self.params_of(e);
                     // ∂/∂h: (T − T∞) N
@@ -854,7 +892,7 @@ impl ThermalModel {
             }
         }
         // Fixed temperatures: (∂R/∂T_fixed)ᵀ λ, summed over the nodes each condition owns.
-        let full = self.tangent_transpose_product(t, lambda);
+        let full = if want.temperature { self.tangent_transpose_product(t, lambda) } else { vec![0.0; self.n_nodes()] };
         let mut owner_done = vec![false; self.n_nodes()];
         for (b, bc) in self.boundaries.iter().enumerate() {
             if let BcKind::Temperature { .. } = bc.kind {
@@ -868,7 +906,7 @@ impl ThermalModel {
                 vjp.temperature[b] = s;
             }
         }
-        if with_coords {
+        if want.coords {
             vjp.coords = Some(self.coordinate_vjp(t, lambda));
         }
         vjp

@@ -7,7 +7,8 @@
 //! - smooth maximum (p-norm) M = (∫_g T^p dΩ / ∫_g dΩ)^{1/p} (T > 0, e.g. in kelvin), which
 //!   tends to max T as p grows;
 //! - integral of T², ∫_g T² dΩ;
-//! - sensor misfit ½ Σ_s (T(x_s) − d_s)².
+//! - sensor misfit ½ Σ_s (T(x_s) − d_s)²;
+//! - the nodal sum of squares Σᵢ Tᵢ² (algebraic, for benchmarks).
 //!
 //! A weighted sum of these is the objective of a problem.
 
@@ -34,6 +35,9 @@ pub enum ObjectiveKind {
     IntegralSquare { group: String },
     /// ½ Σ (T(x_s) − d_s)² over sensors (x, y, z, value).
     Misfit { sensors: Vec<[f64; 4]> },
+    /// Σᵢ Tᵢ² over every node of the model (a mesh-dependent algebraic objective, used by the
+    /// cross-code benchmark).
+    NodalSumSquares,
 }
 
 /// A weighted objective term.
@@ -316,6 +320,16 @@ pub fn evaluate(
                     let r = v - s[3];
                     total += 0.5 * r * r;
                     add_point_derivative(model, &loc, grad, w * r, &mut out.d_temperature, out.d_coords.as_mut());
+                }
+                total
+            }
+            ObjectiveKind::NodalSumSquares => {
+                let mut total = 0.0;
+                for (d, &v) in out.d_temperature.iter_mut().zip(t) {
+                    if v.is_finite() {
+                        total += v * v;
+                        *d += w * 2.0 * v;
+                    }
                 }
                 total
             }

@@ -97,7 +97,7 @@ fn coordinate_vjp_matches_finite_differences(
     let t = temperature(&m);
     // A smooth adjoint at every node.
     let lambda: Vec<f64> = m.coords.iter().map(|p| (p[0] + 2.0 * p[1] - p[2]).sin()).collect();
-    let vjp = m.parameter_vjp(&t, &lambda, true);
+    let vjp = m.parameter_vjp(&t, &lambda, gradfem_thermal::VjpRequest::ALL);
     let dx = vjp.coords.unwrap();
     let phi = |m: &ThermalModel| -> f64 {
         let mut s = 0.0;

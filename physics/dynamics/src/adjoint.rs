@@ -1,0 +1,412 @@
+//! Simulation, objectives, and the discrete adjoint with checkpointing.
+//!
+//! The objective is a sum over the computed states, J = Σ_{k=0}^{N} J_k(x_k, p) (a misfit
+//! summed over steps, a final-state term, or both). The discrete adjoint runs the steps
+//! backwards:
+//!
+//! λ_N = ∂J_N/∂x_N,   λ_k = (∂S_k/∂x_k)ᵀ λ_{k+1} + ∂J_k/∂x_k,
+//! dJ/dp = Σ_k (∂S_k/∂p)ᵀ λ_{k+1} + Σ_k ∂J_k/∂p,   dJ/dx_0 = λ_0,
+//!
+//! where S_k is the integrator step actually taken, so the gradient is that of the computed
+//! trajectory, exact to rounding (Taylor rate 2, agreement with finite differences).
+//!
+//! Memory ([`Memory`]):
+//! - **store all**: keep x_0 … x_N (N+1 states);
+//! - **binomial** (Griewank's Revolve idea): keep at most `snapshots` states; the reverse sweep
+//!   recomputes the states it needs from the nearest checkpoint. The schedule is the binomial
+//!   recursion: with s stored states available (the start of the range included) and r
+//!   recomputations allowed, β(s, r) = C(s + r, s) steps can be reversed, and
+//!   β(s, r) = β(s − 1, r) + β(s, r − 1) splits a range into a right part reversed first with
+//!   one more checkpoint at its start and s − 1 slots, and a left part with s slots and r − 1
+//!   recomputations. Recomputed states are bitwise equal to the first forward pass, so the
+//!   gradient is bitwise equal to store-all;
+//! - **truncated** backpropagation over windows of S steps: an explicit **approximation**: at
+//!   every window boundary k = jS (k > 0) the adjoint arriving from later steps is dropped,
+//!   λ_k ← ∂J_k/∂x_k. Parameter gradients then only see the effect of a parameter within the
+//!   window where it acts; dJ/dx_0 only sees the first window. Exact when S ≥ N; the error
+//!   decays with S for dissipative systems and need not for conservative ones.
+
+use gradfem_solvers::params::Gradient;
+
+use crate::error::DynamicsError;
+use crate::integrators::StepVjp;
+use crate::state::State;
+use crate::system::{ParamValues, System};
+
+/// One term J_k(x_k, p) of a summed objective J = Σ_k J_k.
+pub trait Objective {
+    /// J_k at step k (0 ≤ k ≤ N, time t) and flat state x; when `grad` is given, adds
+    /// ∂J_k/∂x into its first slice and ∂J_k/∂p into its second.
+    fn term(
+        &self,
+        k: usize,
+        n_steps: usize,
+        x: &[f64],
+        pv: &ParamValues,
+        grad: Option<(&mut [f64], &mut [f64])>,
+    ) -> f64;
+}
+
+/// Position misfit summed over steps: J = w/2 Σ_{k ∈ observed} Σ_i |r_i(x_k) − r̂_{k,i}|²,
+/// with `observed[k]` the observed positions of all bodies at step k (`None` where nothing was
+/// observed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PositionMisfit {
+    /// Observed positions per step (length N + 1), each n × 3.
+    pub observed: Vec<Option<Vec<[f64; 3]>>>,
+    /// Weight w.
+    pub weight: f64,
+}
+
+impl PositionMisfit {
+    /// Misfit to a full observed trajectory (every step observed).
+    pub fn from_trajectory(traj: &[State], weight: f64) -> Self {
+        Self { observed: traj.iter().map(|s| Some(s.position.clone())).collect(), weight }
+    }
+}
+
+impl Objective for PositionMisfit {
+    fn term(
+        &self,
+        k: usize,
+        _n_steps: usize,
+        x: &[f64],
+        _pv: &ParamValues,
+        grad: Option<(&mut [f64], &mut [f64])>,
+    ) -> f64 {
+        let Some(Some(obs)) = self.observed.get(k) else { return 0.0 };
+        let mut j = 0.0;
+        let mut g = grad;
+        for (i, o) in obs.iter().enumerate() {
+            for d in 0..3 {
+                let e = x[3 * i + d] - o[d];
+                j += 0.5 * self.weight * e * e;
+                if let Some((xb, _)) = g.as_mut() {
+                    xb[3 * i + d] += self.weight * e;
+                }
+            }
+        }
+        j
+    }
+}
+
+/// Final-state objective J = ½ Σ_j w_j (x_N,j − x̂_j)² with weights and target given as
+/// states (zero weight ignores a component).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinalState {
+    /// Target x̂.
+    pub target: State,
+    /// Weights w (same shapes).
+    pub weight: State,
+}
+
+impl Objective for FinalState {
+    fn term(
+        &self,
+        k: usize,
+        n_steps: usize,
+        x: &[f64],
+        _pv: &ParamValues,
+        grad: Option<(&mut [f64], &mut [f64])>,
+    ) -> f64 {
+        if k != n_steps {
+            return 0.0;
+        }
+        let (t, w) = (self.target.to_flat(), self.weight.to_flat());
+        let mut g = grad;
+        let mut j = 0.0;
+        for i in 0..x.len() {
+            let e = x[i] - t[i];
+            j += 0.5 * w[i] * e * e;
+            if let Some((xb, _)) = g.as_mut() {
+                xb[i] += w[i] * e;
+            }
+        }
+        j
+    }
+}
+
+/// Sum of two objectives.
+pub struct Sum<A, B>(pub A, pub B);
+
+impl<A: Objective, B: Objective> Objective for Sum<A, B> {
+    fn term(
+        &self,
+        k: usize,
+        n: usize,
+        x: &[f64],
+        pv: &ParamValues,
+        grad: Option<(&mut [f64], &mut [f64])>,
+    ) -> f64 {
+        match grad {
+            Some((xb, pb)) => {
+                self.0.term(k, n, x, pv, Some((&mut *xb, &mut *pb)))
+                    + self.1.term(k, n, x, pv, Some((xb, pb)))
+            }
+            None => self.0.term(k, n, x, pv, None) + self.1.term(k, n, x, pv, None),
+        }
+    }
+}
+
+/// How the reverse sweep gets the states it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Memory {
+    /// Keep all N + 1 states.
+    StoreAll,
+    /// Binomial checkpointing with at most this many stored states (≥ 1; x_0 counts).
+    Binomial {
+        /// Maximum number of stored states.
+        snapshots: usize,
+    },
+    /// Truncated backpropagation over windows of this many steps (an approximation; see the
+    /// module docs). Stores all states.
+    Truncated {
+        /// Window length S ≥ 1.
+        window: usize,
+    },
+}
+
+/// Bookkeeping of a reverse sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SweepStats {
+    /// Largest number of states stored at once (checkpoints, x_0 included; not counting the
+    /// one or two working states of a step).
+    pub max_stored_states: usize,
+    /// Forward steps taken in total (first pass plus recomputation).
+    pub forward_steps: usize,
+}
+
+/// Result of [`Simulation::gradient`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdjointResult {
+    /// J.
+    pub value: f64,
+    /// dJ/dp for every registered parameter, in the registry's shapes.
+    pub params: Gradient,
+    /// dJ/dx_0 in the state's shapes.
+    pub initial_state: State,
+    /// How the sweep went.
+    pub stats: SweepStats,
+}
+
+/// A simulation: system, integrator, fixed step `dt`, `n_steps` steps from `t0`.
+pub struct Simulation<'a, I> {
+    /// The system (forces, bodies, parameters).
+    pub system: &'a System,
+    /// The integrator.
+    pub integrator: I,
+    /// Step size h.
+    pub dt: f64,
+    /// Number of steps N.
+    pub n_steps: usize,
+    /// Start time.
+    pub t0: f64,
+}
+
+impl<'a, I: StepVjp> Simulation<'a, I> {
+    /// A simulation starting at t = 0.
+    pub fn new(system: &'a System, integrator: I, dt: f64, n_steps: usize) -> Self {
+        Self { system, integrator, dt, n_steps, t0: 0.0 }
+    }
+
+    fn time(&self, k: usize) -> f64 {
+        self.t0 + k as f64 * self.dt
+    }
+
+    fn advance(&self, pv: &ParamValues, k: usize, x: &[f64]) -> Result<Vec<f64>, DynamicsError> {
+        let y = self.integrator.step(self.system, pv, self.time(k), self.dt, x);
+        if let Some(c) = y.iter().position(|v| !v.is_finite()) {
+            return Err(DynamicsError::NonFiniteState {
+                step: k,
+                time: self.time(k),
+                component: c,
+                name: self.system.layout().component_name(c),
+                value: y[c],
+            });
+        }
+        Ok(y)
+    }
+
+    fn start(&self, x0: &State) -> Result<(ParamValues, Vec<f64>), DynamicsError> {
+        assert_eq!(
+            x0.n_bodies(),
+            self.system.n_bodies(),
+            "initial state has {} bodies, the system {}",
+            x0.n_bodies(),
+            self.system.n_bodies()
+        );
+        let pv = self.system.param_values();
+        self.system.check(&pv)?;
+        Ok((pv, x0.to_flat()))
+    }
+
+    /// Runs the simulation and returns all N + 1 states.
+    pub fn run(&self, x0: &State) -> Result<Vec<State>, DynamicsError> {
+        let (pv, mut x) = self.start(x0)?;
+        let mut out = vec![State::from_flat(&x)];
+        for k in 0..self.n_steps {
+            x = self.advance(&pv, k, &x)?;
+            out.push(State::from_flat(&x));
+        }
+        Ok(out)
+    }
+
+    /// J = Σ_k J_k(x_k) along the computed trajectory.
+    pub fn objective(&self, x0: &State, obj: &impl Objective) -> Result<f64, DynamicsError> {
+        let (pv, mut x) = self.start(x0)?;
+        let mut j = obj.term(0, self.n_steps, &x, &pv, None);
+        for k in 0..self.n_steps {
+            x = self.advance(&pv, k, &x)?;
+            j += obj.term(k + 1, self.n_steps, &x, &pv, None);
+        }
+        Ok(j)
+    }
+
+    /// J and its discrete adjoint gradient with respect to the parameters and the initial
+    /// state (module docs), with the given memory strategy.
+    pub fn gradient(
+        &self,
+        x0: &State,
+        obj: &impl Objective,
+        memory: Memory,
+    ) -> Result<AdjointResult, DynamicsError> {
+        let (pv, x0f) = self.start(x0)?;
+        let n = self.n_steps;
+        let mut stats = SweepStats::default();
+        // Forward pass: J, the final state, and the stored states.
+        let store_all = !matches!(memory, Memory::Binomial { .. });
+        let mut stored = vec![x0f.clone()];
+        let mut x = x0f.clone();
+        let mut j = obj.term(0, n, &x, &pv, None);
+        for k in 0..n {
+            x = self.advance(&pv, k, &x)?;
+            stats.forward_steps += 1;
+            j += obj.term(k + 1, n, &x, &pv, None);
+            if store_all {
+                stored.push(x.clone());
+            }
+        }
+        let window = match memory {
+            Memory::Truncated { window } => {
+                assert!(window >= 1, "Memory::Truncated: window must be ≥ 1");
+                Some(window)
+            }
+            _ => None,
+        };
+        let mut p_bar = vec![0.0; pv.p.len()];
+        let mut lam = vec![0.0; x.len()];
+        obj.term(n, n, &x, &pv, Some((&mut lam, &mut p_bar)));
+        // One adjoint step: λ_k from λ_{k+1}, given x_k.
+        let adjoint = |k: usize, xk: &[f64], lam: &mut Vec<f64>, p_bar: &mut Vec<f64>| {
+            *lam = self.integrator.step_vjp(self.system, &pv, self.time(k), self.dt, xk, lam, p_bar);
+            if window.is_some_and(|s| k > 0 && k % s == 0) {
+                lam.iter_mut().for_each(|v| *v = 0.0);
+            }
+            obj.term(k, n, xk, &pv, Some((lam, p_bar)));
+        };
+        match memory {
+            Memory::StoreAll | Memory::Truncated { .. } => {
+                stats.max_stored_states = stored.len();
+                for k in (0..n).rev() {
+                    adjoint(k, &stored[k], &mut lam, &mut p_bar);
+                }
+            }
+            Memory::Binomial { snapshots } => {
+                assert!(snapshots >= 1, "Memory::Binomial: snapshots must be ≥ 1");
+                let mut rev = Reverser { sim: self, pv: &pv, stored: 1, stats: &mut stats };
+                rev.stats.max_stored_states = 1;
+                if n > 0 {
+                    rev.treeverse(0, n, &x0f, snapshots, &mut |k, xk| {
+                        adjoint(k, xk, &mut lam, &mut p_bar)
+                    })?;
+                }
+            }
+        }
+        tracing::debug!(j, ?stats, "dynamics adjoint done");
+        Ok(AdjointResult {
+            value: j,
+            params: pv.to_gradient(&self.system.registry, &p_bar),
+            initial_state: State::from_flat(&lam),
+            stats,
+        })
+    }
+}
+
+/// β(s, r) = C(s + r, s), saturating.
+fn beta(s: usize, r: usize) -> usize {
+    let mut b: u128 = 1;
+    for i in 1..=s.min(r) as u128 {
+        b = b * (s.max(r) as u128 + i) / i;
+        if b > usize::MAX as u128 {
+            return usize::MAX;
+        }
+    }
+    b as usize
+}
+
+struct Reverser<'s, 'a, I> {
+    sim: &'s Simulation<'a, I>,
+    pv: &'s ParamValues,
+    stored: usize,
+    stats: &'s mut SweepStats,
+}
+
+impl<I: StepVjp> Reverser<'_, '_, I> {
+    fn forward(&mut self, from: usize, to: usize, xa: &[f64]) -> Result<Vec<f64>, DynamicsError> {
+        let mut x = xa.to_vec();
+        for k in from..to {
+            x = self.sim.advance(self.pv, k, &x)?;
+            self.stats.forward_steps += 1;
+        }
+        Ok(x)
+    }
+
+    /// Reverses steps a..b (calls `adjoint(k, x_k)` for k = b−1 down to a), given x_a stored
+    /// and `slots` stored states available for the range (x_a's included).
+    fn treeverse(
+        &mut self,
+        a: usize,
+        b: usize,
+        xa: &[f64],
+        slots: usize,
+        adjoint: &mut impl FnMut(usize, &[f64]),
+    ) -> Result<(), DynamicsError> {
+        let n = b - a;
+        if n == 1 {
+            adjoint(a, xa);
+            return Ok(());
+        }
+        if slots <= 1 {
+            for k in (a..b).rev() {
+                let xk = self.forward(a, k, xa)?;
+                adjoint(k, &xk);
+            }
+            return Ok(());
+        }
+        let mut r = 1;
+        while beta(slots, r) < n {
+            r += 1;
+        }
+        let n_left = n.saturating_sub(beta(slots - 1, r)).clamp(1, n - 1);
+        let xm = self.forward(a, a + n_left, xa)?;
+        self.stored += 1;
+        self.stats.max_stored_states = self.stats.max_stored_states.max(self.stored);
+        self.treeverse(a + n_left, b, &xm, slots - 1, adjoint)?;
+        drop(xm);
+        self.stored -= 1;
+        self.treeverse(a, a + n_left, xa, slots, adjoint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binomial_counts() {
+        assert_eq!(beta(1, 3), 4);
+        assert_eq!(beta(2, 2), 6);
+        assert_eq!(beta(3, 0), 1);
+        assert_eq!(beta(3, 3), 20);
+    }
+}

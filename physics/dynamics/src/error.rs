@@ -1,0 +1,43 @@
+//! Errors of the dynamics crate.
+
+use gradfem_solvers::params::ParamError;
+use thiserror::Error;
+
+/// Errors of a simulation or of its adjoint. Each carries the step where it happened.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum DynamicsError {
+    /// A state component became NaN or infinite (step too large for the stiffness, or a
+    /// user force that returned garbage).
+    #[error("step {step} (t = {time}): state component {component} ({name}) is not finite: {value}")]
+    NonFiniteState {
+        /// Index of the step whose result is not finite (the state after step `step`).
+        step: usize,
+        /// Time at the start of that step.
+        time: f64,
+        /// Flat index of the component.
+        component: usize,
+        /// Its name, e.g. `velocity[2].z`.
+        name: String,
+        /// The value.
+        value: f64,
+    },
+    /// A quaternion had zero norm and could not be normalized.
+    #[error("step {step}: orientation of body {body} has zero norm")]
+    DegenerateQuaternion {
+        /// Step index.
+        step: usize,
+        /// Body index.
+        body: usize,
+    },
+    /// A body mass is not strictly positive.
+    #[error("body {body}: mass {mass} must be > 0")]
+    NonPositiveMass {
+        /// Body index.
+        body: usize,
+        /// The mass.
+        mass: f64,
+    },
+    /// A parameter registry error (unknown name, out of bounds, …).
+    #[error(transparent)]
+    Param(#[from] ParamError),
+}

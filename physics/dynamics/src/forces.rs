@@ -1,0 +1,318 @@
+//! Built-in force laws: springs, dampers, soft ground contact with regularized Coulomb
+//! friction, and user forces given as closures with their VJP.
+//!
+//! Each law's point formula is written once, generic over the scalar (`f64` or a dual number),
+//! and its VJP comes from [`local_vjp`].
+//!
+//! # Soft contact and the smoothing scale ε
+//!
+//! A sphere of radius R against the plane {n · r = h} (unit normal n) penetrates by
+//! δ = R − (n · r − h). The normal force is
+//!
+//! F_n = k_c · ε · softplus(δ / ε),   softplus(s) = ln(1 + eˢ),
+//!
+//! a smooth version of k_c · max(δ, 0): it differs from it by at most k_c ε ln 2 (at δ = 0), its
+//! slope is k_c σ(δ/ε) (σ the logistic function), and its curvature peaks at k_c / (4ε). The
+//! friction force is regularized Coulomb,
+//!
+//! F_t = −μ F_n · v_t / sqrt(|v_t|² + v_ε²),   v_t = v − (v · n) n,
+//!
+//! bounded by μ F_n and smooth at v_t = 0 (v_ε is a fixed velocity scale). The total force is
+//! F_n n + F_t.
+//!
+//! Effect of ε on gradients: every force is C^∞, so the discrete trajectory is a smooth
+//! function of parameters and initial state and its gradient is exact and finite for any
+//! ε > 0. But the curvature k_c/(4ε) of the normal law grows as ε → 0: the Taylor expansion of
+//! the objective is only accurate on perturbations that move the moment of contact by much less
+//! than ε / (impact speed), so with ε too small (≈ 1e-10 for a metre-scale drop) the Taylor
+//! remainder stops decaying at rate 2 for practical step sizes and the gradient, although still
+//! the exact derivative of the computed trajectory, says little about changes of finite size. In
+//! the limit ε → 0 the force has a kink and gradients through the moment of impact jump. The
+//! tests show both sides: ε = 1e-4 passes the Taylor test through the impact, ε = 1e-10 fails
+//! it at the same step sizes. Choose ε at about 1e-4 … 1e-2 of the body size, and the time step
+//! small enough to resolve the contact stiffness (k_c/m)·dt² ≪ 1.
+
+use num_dual::DualNum;
+
+use crate::system::{Ctx, ForceLaw, Value, local_vjp};
+
+/// One end of a spring or damper: a body or a fixed point in space.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Anchor {
+    /// Body index.
+    Body(usize),
+    /// A fixed point (for a damper: a point at rest).
+    Fixed([f64; 3]),
+}
+
+/// Position and velocity of an anchor, and the flat offsets of the body's r and v if a body.
+fn anchor_rv(a: Anchor, x: &[f64], ctx: &Ctx<'_>) -> ([f64; 3], [f64; 3], Option<(usize, usize)>) {
+    match a {
+        Anchor::Body(i) => {
+            let l = ctx.layout;
+            (l.get3(x, l.r(i)), l.get3(x, l.v(i)), Some((l.r(i), l.v(i))))
+        }
+        Anchor::Fixed(p) => (p, [0.0; 3], None),
+    }
+}
+
+/// Linear spring between anchors a and b: with d = r_a − r_b, ℓ = |d|,
+/// F_a = −k (ℓ − L) d / ℓ and F_b = −F_a (stiffness k, rest length L).
+/// Undefined at ℓ = 0 (coincident ends); use a positive rest length or keep ends apart.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spring {
+    /// First end.
+    pub a: Anchor,
+    /// Second end.
+    pub b: Anchor,
+    /// Stiffness k.
+    pub k: Value,
+    /// Rest length L.
+    pub rest_length: Value,
+}
+
+/// F_a of a [`Spring`], generic over the scalar.
+pub fn spring_force<T: DualNum<Primitive = f64> + Copy>(
+    ra: &[T; 3],
+    rb: &[T; 3],
+    k: T,
+    rest: T,
+) -> [T; 3] {
+    let d = [ra[0] - rb[0], ra[1] - rb[1], ra[2] - rb[2]];
+    let l = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+    let s = -k * (l - rest) / l;
+    [s * d[0], s * d[1], s * d[2]]
+}
+
+/// Adds F_a into a and −F_a into b; for the VJP returns ȳ = F̄_a − F̄_b.
+fn pair_bar(a: Anchor, b: Anchor, f_bar: &[[f64; 3]]) -> [f64; 3] {
+    let mut y = [0.0; 3];
+    if let Anchor::Body(i) = a {
+        (0..3).for_each(|d| y[d] += f_bar[i][d]);
+    }
+    if let Anchor::Body(j) = b {
+        (0..3).for_each(|d| y[d] -= f_bar[j][d]);
+    }
+    y
+}
+
+fn pair_add(a: Anchor, b: Anchor, f: [f64; 3], forces: &mut [[f64; 3]]) {
+    if let Anchor::Body(i) = a {
+        (0..3).for_each(|d| forces[i][d] += f[d]);
+    }
+    if let Anchor::Body(j) = b {
+        (0..3).for_each(|d| forces[j][d] -= f[d]);
+    }
+}
+
+impl ForceLaw for Spring {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        let (ra, _, _) = anchor_rv(self.a, x, ctx);
+        let (rb, _, _) = anchor_rv(self.b, x, ctx);
+        let f = spring_force(&ra, &rb, ctx.value(self.k), ctx.value(self.rest_length));
+        pair_add(self.a, self.b, f, forces);
+    }
+
+    fn vjp(&self, x: &[f64], ctx: &Ctx<'_>, f_bar: &[[f64; 3]], x_bar: &mut [f64], p_bar: &mut [f64]) {
+        let (ra, _, oa) = anchor_rv(self.a, x, ctx);
+        let (rb, _, ob) = anchor_rv(self.b, x, ctx);
+        let y = pair_bar(self.a, self.b, f_bar);
+        let inp = [ra[0], ra[1], ra[2], rb[0], rb[1], rb[2], ctx.value(self.k), ctx.value(self.rest_length)];
+        let g = local_vjp(inp, &y, |z| {
+            spring_force(&[z[0], z[1], z[2]], &[z[3], z[4], z[5]], z[6], z[7])
+        });
+        if let Some((r, _)) = oa {
+            (0..3).for_each(|d| x_bar[r + d] += g[d]);
+        }
+        if let Some((r, _)) = ob {
+            (0..3).for_each(|d| x_bar[r + d] += g[3 + d]);
+        }
+        ctx.add_bar(self.k, p_bar, g[6]);
+        ctx.add_bar(self.rest_length, p_bar, g[7]);
+    }
+}
+
+/// Linear dashpot between anchors a and b: F_a = −c (v_a − v_b), F_b = −F_a (damping c).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Damper {
+    /// First end.
+    pub a: Anchor,
+    /// Second end.
+    pub b: Anchor,
+    /// Damping coefficient c.
+    pub c: Value,
+}
+
+impl ForceLaw for Damper {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        let (_, va, _) = anchor_rv(self.a, x, ctx);
+        let (_, vb, _) = anchor_rv(self.b, x, ctx);
+        let c = ctx.value(self.c);
+        pair_add(self.a, self.b, std::array::from_fn(|d| -c * (va[d] - vb[d])), forces);
+    }
+
+    /// Written by hand: the law is bilinear in c and the velocities.
+    fn vjp(&self, x: &[f64], ctx: &Ctx<'_>, f_bar: &[[f64; 3]], x_bar: &mut [f64], p_bar: &mut [f64]) {
+        let (_, va, oa) = anchor_rv(self.a, x, ctx);
+        let (_, vb, ob) = anchor_rv(self.b, x, ctx);
+        let y = pair_bar(self.a, self.b, f_bar);
+        let c = ctx.value(self.c);
+        if let Some((_, v)) = oa {
+            (0..3).for_each(|d| x_bar[v + d] -= c * y[d]);
+        }
+        if let Some((_, v)) = ob {
+            (0..3).for_each(|d| x_bar[v + d] += c * y[d]);
+        }
+        ctx.add_bar(self.c, p_bar, -(0..3).map(|d| y[d] * (va[d] - vb[d])).sum::<f64>());
+    }
+}
+
+/// softplus(s) = ln(1 + eˢ), evaluated without overflow: s + ln(1 + e⁻ˢ) for s > 0.
+pub fn softplus<T: DualNum<Primitive = f64> + Copy>(s: T) -> T {
+    if s.re() > 0.0 { s + (-s).exp().ln_1p() } else { s.exp().ln_1p() }
+}
+
+/// Soft contact of bodies (spheres of the given radii) with the plane
+/// {n · r = h}: normal force k_c ε softplus(δ/ε) and regularized Coulomb friction (formulas in
+/// the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroundContact {
+    /// Bodies that touch the plane, with the radius of each one's contact sphere.
+    pub bodies: Vec<(usize, f64)>,
+    /// Unit normal n of the plane (pointing out of the ground).
+    pub normal: [f64; 3],
+    /// Offset h of the plane (n · r = h on the plane).
+    pub height: f64,
+    /// Contact stiffness k_c (force per penetration).
+    pub stiffness: Value,
+    /// Friction coefficient μ (register it with bounds [0, 1]).
+    pub friction: Value,
+    /// Smoothing length ε of the normal law.
+    pub smoothing: Value,
+    /// Velocity scale v_ε of the friction regularization (fixed).
+    pub slip_velocity: f64,
+}
+
+/// Contact force on a sphere of radius `radius` (formulas in the module docs), generic over
+/// the scalar. Inputs: r, v, k_c, μ, ε.
+#[allow(clippy::too_many_arguments)]
+pub fn contact_force<T: DualNum<Primitive = f64> + Copy>(
+    r: &[T; 3],
+    v: &[T; 3],
+    kc: T,
+    mu: T,
+    eps: T,
+    radius: f64,
+    n: &[f64; 3],
+    h: f64,
+    v_eps: f64,
+) -> [T; 3] {
+    let gap = r[0] * n[0] + r[1] * n[1] + r[2] * n[2] - h;
+    let delta = -gap + radius;
+    let fn_ = kc * eps * softplus(delta / eps);
+    let vn = v[0] * n[0] + v[1] * n[1] + v[2] * n[2];
+    let vt = [v[0] - vn * n[0], v[1] - vn * n[1], v[2] - vn * n[2]];
+    let s = (vt[0] * vt[0] + vt[1] * vt[1] + vt[2] * vt[2] + v_eps * v_eps).sqrt();
+    let ft = -mu * fn_ / s;
+    std::array::from_fn(|d| fn_ * n[d] + ft * vt[d])
+}
+
+impl ForceLaw for GroundContact {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        let l = ctx.layout;
+        let (kc, mu, eps) =
+            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
+        for &(i, radius) in &self.bodies {
+            let f = contact_force(
+                &l.get3(x, l.r(i)),
+                &l.get3(x, l.v(i)),
+                kc,
+                mu,
+                eps,
+                radius,
+                &self.normal,
+                self.height,
+                self.slip_velocity,
+            );
+            (0..3).for_each(|d| forces[i][d] += f[d]);
+        }
+    }
+
+    fn vjp(&self, x: &[f64], ctx: &Ctx<'_>, f_bar: &[[f64; 3]], x_bar: &mut [f64], p_bar: &mut [f64]) {
+        let l = ctx.layout;
+        let (kc, mu, eps) =
+            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
+        for &(i, radius) in &self.bodies {
+            let (r, v) = (l.get3(x, l.r(i)), l.get3(x, l.v(i)));
+            let inp = [r[0], r[1], r[2], v[0], v[1], v[2], kc, mu, eps];
+            let g = local_vjp(inp, &f_bar[i], |z| {
+                contact_force(
+                    &[z[0], z[1], z[2]],
+                    &[z[3], z[4], z[5]],
+                    z[6],
+                    z[7],
+                    z[8],
+                    radius,
+                    &self.normal,
+                    self.height,
+                    self.slip_velocity,
+                )
+            });
+            (0..3).for_each(|d| {
+                x_bar[l.r(i) + d] += g[d];
+                x_bar[l.v(i) + d] += g[3 + d];
+            });
+            ctx.add_bar(self.stiffness, p_bar, g[6]);
+            ctx.add_bar(self.friction, p_bar, g[7]);
+            ctx.add_bar(self.smoothing, p_bar, g[8]);
+        }
+    }
+}
+
+impl GroundContact {
+    /// Contact of `bodies` (index, radius) with the plane z = 0 (n = e_z) and slip velocity
+    /// scale v_ε = 1e-3.
+    pub fn ground(bodies: Vec<(usize, f64)>, stiffness: Value, friction: Value, smoothing: Value) -> Self {
+        Self {
+            bodies,
+            normal: [0.0, 0.0, 1.0],
+            height: 0.0,
+            stiffness,
+            friction,
+            smoothing,
+            slip_velocity: 1e-3,
+        }
+    }
+}
+
+/// Force closure of a [`UserForce`]: `(x, ctx, forces)` adds forces (n × 3) at flat state x.
+pub type UserForceFn = dyn Fn(&[f64], &Ctx<'_>, &mut [[f64; 3]]) + Send + Sync;
+/// VJP closure of a [`UserForce`]: `(x, ctx, f_bar, x_bar, p_bar)` adds (∂F/∂x)ᵀ F̄ and
+/// (∂F/∂p)ᵀ F̄.
+pub type UserVjpFn = dyn Fn(&[f64], &Ctx<'_>, &[[f64; 3]], &mut [f64], &mut [f64]) + Send + Sync;
+
+/// A user force given as two closures: the force and its vector-Jacobian product. The VJP is
+/// trusted; check it with a Taylor test.
+pub struct UserForce {
+    force: Box<UserForceFn>,
+    vjp: Box<UserVjpFn>,
+}
+
+impl UserForce {
+    /// A user force from the force closure and its VJP closure.
+    pub fn new(
+        force: impl Fn(&[f64], &Ctx<'_>, &mut [[f64; 3]]) + Send + Sync + 'static,
+        vjp: impl Fn(&[f64], &Ctx<'_>, &[[f64; 3]], &mut [f64], &mut [f64]) + Send + Sync + 'static,
+    ) -> Self {
+        Self { force: Box::new(force), vjp: Box::new(vjp) }
+    }
+}
+
+impl ForceLaw for UserForce {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        (self.force)(x, ctx, forces)
+    }
+    fn vjp(&self, x: &[f64], ctx: &Ctx<'_>, f_bar: &[[f64; 3]], x_bar: &mut [f64], p_bar: &mut [f64]) {
+        (self.vjp)(x, ctx, f_bar, x_bar, p_bar)
+    }
+}

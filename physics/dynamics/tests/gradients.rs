@@ -1,0 +1,72 @@
+//! Discrete adjoint gradients against Taylor tests and central finite differences, for every
+//! integrator, with respect to every parameter and every initial-state component.
+
+mod common;
+
+use common::*;
+use gradfem_dynamics::prelude::*;
+use gradfem_solvers::params::ParamVector;
+use gradfem_solvers::taylor::{TaylorParams, random_direction, taylor_test};
+use rstest::rstest;
+
+fn check<I: StepVjp + Copy>(integ: I, dt: f64, n: usize) {
+    let mut sys = two_body_system(1e-2);
+    let x0 = two_body_x0();
+    let obj = test_objective(n);
+    let res = Simulation::new(&sys, integ, dt, n).gradient(&x0, &obj, Memory::StoreAll).unwrap();
+    let pv = ParamVector::all(&sys.registry);
+    let np = pv.len();
+    let mut m = pv.gather(&sys.registry);
+    m.extend(x0.to_flat());
+    let mut g = res.params.flatten(&pv);
+    g.extend(res.initial_state.to_flat());
+    let m_orig = m.clone();
+
+    // Central finite differences, entry by entry.
+    let gmax = g.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    let mut worst = 0.0f64;
+    for i in 0..m.len() {
+        let d = 1e-5 * m[i].abs().max(1e-1);
+        let mut mp = m_orig.clone();
+        mp[i] += d;
+        let jp = j_of(&mut sys, integ, dt, n, &obj, &mp);
+        mp[i] -= 2.0 * d;
+        let jm = j_of(&mut sys, integ, dt, n, &obj, &mp);
+        let fd = (jp - jm) / (2.0 * d);
+        let err = (fd - g[i]).abs() / (g[i].abs() + 1e-6 * gmax);
+        let name = if i < np { pv.entry_name(i) } else { sys.layout().component_name(i - np) };
+        assert!(err < 1e-7, "{}: entry {name}: adjoint {} vs FD {fd}: rel err {err:.2e}", integ.name(), g[i]);
+        worst = worst.max(err);
+    }
+    eprintln!("{}: worst FD relative error {worst:.2e}", integ.name());
+
+    // Taylor test along a random direction in (parameters, x0).
+    let dm: Vec<f64> =
+        random_direction(m.len(), 3).iter().zip(&m_orig).map(|(u, x)| u * x.abs().max(0.1)).collect();
+    let tr = taylor_test(
+        |x| Ok::<_, ()>(j_of(&mut sys, integ, dt, n, &obj, x)),
+        &m_orig,
+        &g,
+        &dm,
+        &TaylorParams { h0: 1e-3, steps: 5, ..Default::default() },
+    )
+    .unwrap();
+    assert!(tr.passed && tr.rates_used >= 2, "{}: Taylor test failed:\n{}", integ.name(), tr.table());
+    assert!(tr.min_rate() > 1.9, "{}:\n{}", integ.name(), tr.table());
+    j_of(&mut sys, integ, dt, n, &obj, &m_orig);
+}
+
+#[rstest]
+fn explicit_euler_gradient() {
+    check(ExplicitEuler, 5e-4, 600);
+}
+
+#[rstest]
+fn rk4_gradient() {
+    check(Rk4, 2e-3, 150);
+}
+
+#[rstest]
+fn velocity_verlet_gradient() {
+    check(VelocityVerlet, 1e-3, 300);
+}
