@@ -21,9 +21,9 @@ fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| {
-                l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok())
-            })
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
@@ -34,18 +34,30 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--n" => n = args.next().and_then(|v| v.parse().ok()).expect("--n takes a positive integer"),
+            "--n" => {
+                n = args.next().and_then(|v| v.parse().ok()).expect("--n takes a positive integer")
+            }
             "--solver" => solver = args.next().expect("--solver takes auto|cholesky|lu|amg-cg"),
             other => panic!("unknown argument '{other}' (expected --n N [--solver S])"),
         }
     }
     let t_mesh = Instant::now();
-    let mesh = box_mesh(&BoxSpec { origin: [0.0; 3], lengths: [1.0; 3], divisions: [n; 3], cell_type: CellType::Tet4 });
+    let mesh = box_mesh(&BoxSpec {
+        origin: [0.0; 3],
+        lengths: [1.0; 3],
+        divisions: [n; 3],
+        cell_type: CellType::Tet4,
+    });
     let mesh_s = t_mesh.elapsed().as_secs_f64();
     let t_setup = Instant::now();
     let mut problem = ThermalProblem::new(
         mesh,
-        &[RegionSpec { group: "domain".into(), k0: 1.0, law: ConductivityLaw::Constant, source: 1.0 }],
+        &[RegionSpec {
+            group: "domain".into(),
+            k0: 1.0,
+            law: ConductivityLaw::Constant,
+            source: 1.0,
+        }],
         &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }],
         vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }],
         LinearChoice::parse(&solver).expect("valid solver"),

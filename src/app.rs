@@ -57,17 +57,18 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
         };
         let kind = match o.kind.as_str() {
             "point" => ObjectiveKind::Point {
-                point: o.point.ok_or_else(|| invalid(file, "a 'point' objective needs `point = [x, y, z]`"))?,
+                point: o.point.ok_or_else(|| {
+                    invalid(file, "a 'point' objective needs `point = [x, y, z]`")
+                })?,
             },
             "average" => ObjectiveKind::Average { group: group("[[objective]]")? },
             "max" => ObjectiveKind::Max { group: group("[[objective]]")?, p: o.p.unwrap_or(8.0) },
             "integral_square" => ObjectiveKind::IntegralSquare { group: group("[[objective]]")? },
             "nodal_sum_squares" => ObjectiveKind::NodalSumSquares,
             "misfit" => {
-                let path = o
-                    .sensors
-                    .as_ref()
-                    .ok_or_else(|| invalid(file, "a 'misfit' objective needs `sensors = \"file.csv\"`"))?;
+                let path = o.sensors.as_ref().ok_or_else(|| {
+                    invalid(file, "a 'misfit' objective needs `sensors = \"file.csv\"`")
+                })?;
                 ObjectiveKind::Misfit { sensors: read_sensors(&file.resolve_path(path))? }
             }
             other => {
@@ -82,7 +83,10 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
         terms.push(ObjectiveTerm { weight: o.weight, kind });
     }
     if terms.is_empty() {
-        terms.push(ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Average { group: "*".into() } });
+        terms.push(ObjectiveTerm {
+            weight: 1.0,
+            kind: ObjectiveKind::Average { group: "*".into() },
+        });
     }
     let linear = LinearChoice::parse(&spec.solver.linear).map_err(run_err)?;
     let mut problem = ThermalProblem::new(mesh, &regions, &bcs, terms, linear).map_err(run_err)?;
@@ -101,7 +105,10 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
     }
     for name in spec.parameters.bounds.keys() {
         if !spec.parameters.register.iter().any(|r| r.get_ref() == name) {
-            return Err(invalid(file, &format!("bounds given for '{name}', which is not registered")));
+            return Err(invalid(
+                file,
+                &format!("bounds given for '{name}', which is not registered"),
+            ));
         }
     }
     Ok(problem)
@@ -162,7 +169,10 @@ pub fn write_results(
     problem: &ThermalProblem,
     gradient: Option<&Gradient>,
 ) -> Result<PathBuf, AppError> {
-    let werr = |path: &Path, e: &dyn std::fmt::Display| AppError::Write { path: path.to_path_buf(), message: e.to_string() };
+    let werr = |path: &Path, e: &dyn std::fmt::Display| AppError::Write {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
     std::fs::create_dir_all(dir).map_err(|e| werr(dir, &e))?;
     let t = problem.temperature().expect("solved before writing");
     let n_cells = problem.n_output_cells();
@@ -176,13 +186,29 @@ pub fn write_results(
     }
     let mut results = Results::new(&problem.mesh, CellSelection::TopDimension);
     let mut fields = vec![
-        Field { name: "temperature".into(), centering: Centering::Node, values: FieldValues::Scalar(t.to_vec()) },
-        Field { name: "heat_flux".into(), centering: Centering::Cell, values: FieldValues::Vector(flux_cells) },
-        Field { name: "conductivity".into(), centering: Centering::Cell, values: FieldValues::Scalar(k_cells) },
+        Field {
+            name: "temperature".into(),
+            centering: Centering::Node,
+            values: FieldValues::Scalar(t.to_vec()),
+        },
+        Field {
+            name: "heat_flux".into(),
+            centering: Centering::Cell,
+            values: FieldValues::Vector(flux_cells),
+        },
+        Field {
+            name: "conductivity".into(),
+            centering: Centering::Cell,
+            values: FieldValues::Scalar(k_cells),
+        },
     ];
     if let Some(g) = gradient {
         for (name, values) in problem.element_gradient_fields(g) {
-            fields.push(Field { name, centering: Centering::Cell, values: FieldValues::Scalar(values) });
+            fields.push(Field {
+                name,
+                centering: Centering::Cell,
+                values: FieldValues::Scalar(values),
+            });
         }
     }
     results.add_step(Step { time: 0.0, fields });
@@ -226,7 +252,11 @@ pub fn gradient_report(
     let mut values = std::collections::BTreeMap::new();
     for (id, spec) in problem.registry.iter() {
         let as_value = |v: &[f64]| {
-            if matches!(spec.kind, ParamKind::Scalar) { GradValue::Scalar(v[0]) } else { GradValue::Array(v.to_vec()) }
+            if matches!(spec.kind, ParamKind::Scalar) {
+                GradValue::Scalar(v[0])
+            } else {
+                GradValue::Array(v.to_vec())
+            }
         };
         gradients.insert(spec.name.clone(), as_value(grad.get(id)));
         values.insert(spec.name.clone(), as_value(&spec.values));

@@ -92,10 +92,27 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// The error and its causes, each cause once: typed errors often repeat their source in their
+/// own message, so a cause whose text is already shown is skipped.
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let c = cause.to_string();
+        if text.contains(&c) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&c);
+    }
+    text
 }
 
 fn spinner(quiet: bool, msg: &str) -> ProgressBar {
@@ -103,7 +120,9 @@ fn spinner(quiet: bool, msg: &str) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let pb = ProgressBar::new_spinner();
-    pb.set_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"));
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"),
+    );
     pb.set_message(msg.to_string());
     pb.enable_steady_tick(Duration::from_millis(100));
     pb
@@ -159,24 +178,34 @@ fn print_gradients(report: &app::GradientReport) {
     }
     println!(
         "  forward {:.3} s, gradient {:.3} s (adjoint solve {:.3} s)",
-        report.timings.forward.assembly_s + report.timings.forward.factor_s + report.timings.forward.solve_s,
+        report.timings.forward.assembly_s
+            + report.timings.forward.factor_s
+            + report.timings.forward.solve_s,
         report.timings.gradient.gradient_s,
         report.timings.gradient.adjoint_solve_s
     );
 }
 
-fn taylor(problem: &mut ThermalProblem, file: &ProblemFile, quiet: bool) -> Result<gradfem_solvers::taylor::TaylorResult> {
+fn taylor(
+    problem: &mut ThermalProblem,
+    file: &ProblemFile,
+    quiet: bool,
+) -> Result<gradfem_solvers::taylor::TaylorResult> {
     let params = TaylorParams {
         h0: file.spec.taylor.h0,
         steps: file.spec.taylor.steps,
         min_rate: file.spec.taylor.min_rate,
     };
     if problem.registry.is_empty() {
-        bail!("{}: no parameters are registered ([parameters] register = [...])", file.path.display());
+        bail!(
+            "{}: no parameters are registered ([parameters] register = [...])",
+            file.path.display()
+        );
     }
     let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(params.steps as u64 + 1) };
     pb.set_style(
-        ProgressStyle::with_template("Taylor test {bar:30} {pos}/{len} solves [{elapsed}]").expect("valid template"),
+        ProgressStyle::with_template("Taylor test {bar:30} {pos}/{len} solves [{elapsed}]")
+            .expect("valid template"),
     );
     let result = problem.taylor_test(&params, |i| pb.set_position(i as u64))?;
     pb.finish_and_clear();
@@ -265,7 +294,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn run_default(quiet: bool) -> Result<ExitCode> {
-    let pf = ProblemFile::parse(Path::new("<embedded heat_sink.toml>"), DEFAULT_PROBLEM.to_string())?;
+    let pf =
+        ProblemFile::parse(Path::new("<embedded heat_sink.toml>"), DEFAULT_PROBLEM.to_string())?;
     let mut problem = app::build(&pf)?;
     solve(&mut problem, quiet)?;
     let s = app::summary(&pf.spec.title, &problem)?;

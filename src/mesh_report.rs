@@ -71,7 +71,9 @@ impl MeshReport {
             cells_checked: q.n_cells,
             inverted: count(|k| matches!(k, IssueKind::Inverted)),
             degenerate: count(|k| matches!(k, IssueKind::Degenerate)),
-            badly_shaped: count(|k| matches!(k, IssueKind::BadAspectRatio | IssueKind::BadJacobianRatio)),
+            badly_shaped: count(|k| {
+                matches!(k, IssueKind::BadAspectRatio | IssueKind::BadJacobianRatio)
+            }),
             min_det_j: q.min_det_j,
             max_aspect_ratio: q.max_aspect_ratio,
             min_jacobian_ratio: q.min_jacobian_ratio,
@@ -82,7 +84,15 @@ impl MeshReport {
                 .map(|i| {
                     format!(
                         "{:?} {} cell {} (block {}, index {}) at ({:.6e}, {:.6e}, {:.6e}): {:.4e}",
-                        i.kind, i.cell_type, i.tag, i.cell.block, i.cell.index, i.centroid[0], i.centroid[1], i.centroid[2], i.value
+                        i.kind,
+                        i.cell_type,
+                        i.tag,
+                        i.cell.block,
+                        i.cell.index,
+                        i.centroid[0],
+                        i.centroid[1],
+                        i.centroid[2],
+                        i.value
                     )
                 })
                 .collect(),
@@ -130,7 +140,13 @@ impl MeshReport {
         let _ = writeln!(
             s,
             "quality: {} cells, {} inverted, {} degenerate, {} badly shaped; min det J {:.3e}, max aspect ratio {:.3}, min Jacobian ratio {:.3}",
-            q.cells_checked, q.inverted, q.degenerate, q.badly_shaped, q.min_det_j, q.max_aspect_ratio, q.min_jacobian_ratio
+            q.cells_checked,
+            q.inverted,
+            q.degenerate,
+            q.badly_shaped,
+            q.min_det_j,
+            q.max_aspect_ratio,
+            q.min_jacobian_ratio
         );
         for i in &q.first_issues {
             let _ = writeln!(s, "  {i}");

@@ -314,8 +314,10 @@ impl ProblemFile {
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
                 let p = self.resolve_path(file);
-                gradfem_io::gmsh::read_msh(&p)
-                    .map_err(|e| ProblemError::Mesh { file: self.path.clone(), message: e.to_string() })
+                gradfem_io::gmsh::read_msh(&p).map_err(|e| ProblemError::Mesh {
+                    file: self.path.clone(),
+                    message: e.to_string(),
+                })
             }
             (None, Some(b)) => {
                 let ct = CellType::from_name(&b.cell)
@@ -335,7 +337,7 @@ impl ProblemFile {
                             b.cell
                         ))
                     })?;
-                if b.divisions.contains(&0) || b.lengths.iter().any(|&l| !(l > 0.0)) {
+                if b.divisions.contains(&0) || b.lengths.iter().any(|&l| l.is_nan() || l <= 0.0) {
                     return Err(self.invalid("mesh.box needs positive lengths and divisions"));
                 }
                 Ok(gradfem_mesh::generate::box_mesh(&gradfem_mesh::generate::BoxSpec {
@@ -379,7 +381,9 @@ impl ProblemFile {
         let kind = match bc.kind.as_str() {
             "temperature" => BcKind::Temperature { value: need(bc.value, "value")? },
             "heat_flux" => BcKind::HeatFlux { q_in: need(bc.q_in, "q_in")? },
-            "convection" => BcKind::Convection { h: need(bc.h, "h")?, t_inf: need(bc.t_inf, "t_inf")? },
+            "convection" => {
+                BcKind::Convection { h: need(bc.h, "h")?, t_inf: need(bc.t_inf, "t_inf")? }
+            }
             other => {
                 return Err(self.invalid(format!(
                     "line {line}: unknown boundary condition kind '{other}'; expected temperature, heat_flux or convection"
@@ -395,6 +399,7 @@ pub fn read_sensors(path: &Path) -> Result<Vec<[f64; 4]>, ProblemError> {
     let text = std::fs::read_to_string(path)
         .map_err(|source| ProblemError::Io { file: path.to_path_buf(), source })?;
     let mut out = Vec::new();
+    let mut seen_data_line = false;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -402,9 +407,11 @@ pub fn read_sensors(path: &Path) -> Result<Vec<[f64; 4]>, ProblemError> {
         }
         let fields: Vec<&str> = line.split(',').map(str::trim).collect();
         let parsed: Result<Vec<f64>, _> = fields.iter().map(|f| f.parse::<f64>()).collect();
+        let first = !seen_data_line;
+        seen_data_line = true;
         match parsed {
             Ok(v) if v.len() == 4 => out.push([v[0], v[1], v[2], v[3]]),
-            Err(_) if out.is_empty() && i == 0 => continue, // header
+            Err(_) if first => continue, // a header line
             _ => {
                 return Err(ProblemError::Syntax {
                     file: path.to_path_buf(),

@@ -16,7 +16,9 @@ use gradfem_solvers::newton::{NewtonInfo, NewtonParams, NonlinearProblem, newton
 use gradfem_solvers::params::{Gradient, ParamError, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
 use gradfem_solvers::tape::{Adjoints, Block, Tape};
-use gradfem_thermal::{BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, ThermalError, ThermalModel};
+use gradfem_thermal::{
+    BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, ThermalError, ThermalModel,
+};
 use serde::Serialize;
 
 /// Errors of a thermal problem run.
@@ -138,14 +140,16 @@ impl NonlinearProblem for Residual<'_> {
     fn residual(&mut self, u: &[f64], r: &mut [f64]) {
         let t0 = Instant::now();
         let t = self.model.nodal_temperature(u);
-        self.pattern.assemble_vector_into(r, |e, fe| self.model.element_residual_tangent(e, &t, None, fe));
+        self.pattern
+            .assemble_vector_into(r, |e, fe| self.model.element_residual_tangent(e, &t, None, fe));
         self.assembly_s += t0.elapsed().as_secs_f64();
     }
     fn residual_and_tangent(&mut self, u: &[f64], r: &mut [f64], k: &mut CsrMatrix) {
         let t0 = Instant::now();
         let t = self.model.nodal_temperature(u);
-        self.pattern
-            .assemble_into(k, r, |e, ke, fe| self.model.element_residual_tangent(e, &t, Some(ke), fe));
+        self.pattern.assemble_into(k, r, |e, ke, fe| {
+            self.model.element_residual_tangent(e, &t, Some(ke), fe)
+        });
         self.assembly_s += t0.elapsed().as_secs_f64();
     }
     fn describe_dof(&self, dof: usize) -> String {
@@ -284,7 +288,8 @@ impl ThermalProblem {
         }
         if let Some(g) = name.strip_prefix("thermal.k_elem.") {
             let r = region(g).ok_or_else(unknown)?;
-            let values = self.model.regions[r].elements.iter().map(|&e| self.model.k_elem[e]).collect();
+            let values =
+                self.model.regions[r].elements.iter().map(|&e| self.model.k_elem[e]).collect();
             return Ok((
                 Binding::ElementK(r),
                 ParamSpec::vector(name, ParamKind::PerElement { group: g.to_string() }, values)
@@ -366,7 +371,9 @@ impl ThermalProblem {
                         self.model.set_boundary_kind(b, BcKind::Convection { h, t_inf: v[0] });
                     }
                 }
-                Binding::BcFlux(b) => self.model.set_boundary_kind(b, BcKind::HeatFlux { q_in: v[0] }),
+                Binding::BcFlux(b) => {
+                    self.model.set_boundary_kind(b, BcKind::HeatFlux { q_in: v[0] })
+                }
                 Binding::Coordinates => {
                     for (p, c) in self.model.coords.iter_mut().zip(v.chunks_exact(3)) {
                         *p = [c[0], c[1], c[2]];
@@ -393,7 +400,8 @@ impl ThermalProblem {
             let load = r0.iter().map(|v| v * v).sum::<f64>().sqrt();
             params.abs_tol = params.abs_tol.max(params.rel_tol * load);
         }
-        let info: NewtonInfo = newton(&mut residual, &mut self.unknowns, self.solver.as_mut(), &params)?;
+        let info: NewtonInfo =
+            newton(&mut residual, &mut self.unknowns, self.solver.as_mut(), &params)?;
         let _ = &self.matrix;
         self.last_solve = SolveTimings {
             assembly_s: residual.assembly_s,
@@ -488,7 +496,9 @@ impl ThermalProblem {
         let want = gradfem_thermal::VjpRequest {
             conductivity: has(|b| matches!(b, Binding::RegionK(_) | Binding::ElementK(_))),
             source: has(|b| matches!(b, Binding::Source(_))),
-            boundary: has(|b| matches!(b, Binding::BcH(_) | Binding::BcTInf(_) | Binding::BcFlux(_))),
+            boundary: has(|b| {
+                matches!(b, Binding::BcH(_) | Binding::BcTInf(_) | Binding::BcFlux(_))
+            }),
             temperature: has(|b| matches!(b, Binding::BcTemperature(_))),
             coords: has(|b| matches!(b, Binding::Coordinates)),
         };
@@ -498,7 +508,8 @@ impl ThermalProblem {
             let g = grad.get_mut(*id);
             match *binding {
                 Binding::RegionK(r) => {
-                    g[0] -= self.model.regions[r].elements.iter().map(|&e| vjp.k_elem[e]).sum::<f64>();
+                    g[0] -=
+                        self.model.regions[r].elements.iter().map(|&e| vjp.k_elem[e]).sum::<f64>();
                 }
                 Binding::ElementK(r) => {
                     for (gi, &e) in g.iter_mut().zip(&self.model.regions[r].elements) {
@@ -507,10 +518,8 @@ impl ThermalProblem {
                 }
                 Binding::Source(r) => g[0] -= vjp.source[r],
                 Binding::BcTemperature(b) => {
-                    let direct: f64 = (0..owner.len())
-                        .filter(|&n| owner[n] == Some(b))
-                        .map(|n| t_bar[n])
-                        .sum();
+                    let direct: f64 =
+                        (0..owner.len()).filter(|&n| owner[n] == Some(b)).map(|n| t_bar[n]).sum();
                     g[0] += direct - vjp.temperature[b];
                 }
                 Binding::BcH(b) => g[0] -= vjp.h[b],
@@ -625,7 +634,10 @@ fn direction(
         let spec = reg.get(*id);
         let scale = if matches!(spec.kind, ParamKind::NodeCoordinates) {
             // A fraction of the bounding-box size.
-            let (lo, hi) = spec.values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+            let (lo, hi) = spec
+                .values
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
             (hi - lo) * 1e-3
         } else {
             0.0
@@ -659,6 +671,10 @@ impl Block<ThermalProblem> for SolveBlock {
             .map_err(|e| SolverError::Other { field: "thermal".into(), message: e.to_string() })?;
         self.timings.adjoint_solve_s = solve_s;
         self.timings.accumulate_s = accumulate_s;
-        Ok(gradfem_solvers::tape::BlockTiming { block: self.name().to_string(), solve_s, accumulate_s })
+        Ok(gradfem_solvers::tape::BlockTiming {
+            block: self.name().to_string(),
+            solve_s,
+            accumulate_s,
+        })
     }
 }

@@ -78,6 +78,16 @@ fn errors_name_the_file_and_offset() {
     let e = RstFile::from_bytes(Path::new("vm1.rst"), bytes).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("vm1.rst") && msg.contains("byte 0"), "{msg}");
+    // ptrGEO (result header word 15, byte 412 + 8 + 60) pointing past the end
+    let mut bytes = std::fs::read(data("vm1.rst")).unwrap();
+    let at = 103 * 4 + 8 + 15 * 4;
+    bytes[at..at + 4].copy_from_slice(&0x0fff_ffffi32.to_le_bytes());
+    match RstFile::from_bytes(Path::new("vm1.rst"), bytes) {
+        Err(gradfem_io::ansys::AnsysError::PointerOutOfRange { offset, pointer, .. }) => {
+            assert_eq!((offset, pointer), (at as u64, 0x0fff_ffff));
+        }
+        other => panic!("{other:?}"),
+    }
     let e = read_cdb_bytes(Path::new("x.cdb"), b"NBLOCK,6,SOLID\n(3i9,6e21.13e3)\n    x\n")
         .unwrap_err();
     assert!(e.to_string().starts_with("x.cdb:3:"), "{e}");

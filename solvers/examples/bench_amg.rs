@@ -8,7 +8,7 @@
 //! strength threshold, `--coarse C` coarse size).
 //!
 //! Prints one JSON line: {"n", "unknowns", "nnz", "assembly_s", "setup_s", "solve_s",
-//! "adjoint_solve_s", "iterations", "levels", "operator_complexity", "peak_rss_mb"}.
+//! "adjoint_solve_s", "iterations", "levels", "level_sizes", "operator_complexity", "peak_rss_mb"}.
 //! `assembly_s` is this example's simple sequential assembler, not the project's.
 
 #[path = "../tests/amg_kuhn.rs"]

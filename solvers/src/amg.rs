@@ -189,7 +189,7 @@ impl Csr32 {
                 n_rows: a.n_rows,
                 n_cols: a.n_cols,
                 row_ptr: a.row_ptr.clone(),
-                col: a.col_idx.iter().map(|&j| j as u32).collect(),
+                col: a.col_idx.par_iter().map(|&j| j as u32).collect(),
                 val: a.values.clone(),
             };
         }
@@ -345,7 +345,10 @@ impl Csr32 {
 
 /// Joins per-chunk rows (row lengths, columns, values), in chunk order, into CSR arrays.
 #[allow(clippy::type_complexity)]
-fn concat_rows(n_rows: usize, parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>) -> (Vec<usize>, Vec<u32>, Vec<f64>) {
+fn concat_rows(
+    n_rows: usize,
+    parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>,
+) -> (Vec<usize>, Vec<u32>, Vec<f64>) {
     let nnz = parts.iter().map(|p| p.1.len()).sum();
     let mut row_ptr = Vec::with_capacity(n_rows + 1);
     row_ptr.push(0);
@@ -1103,7 +1106,12 @@ impl Preconditioner for AmgHierarchy {
 /// initial guess** (the forward and adjoint right-hand sides are unrelated, so the previous
 /// solution is no better a guess) to `CgParams`' tolerance; `solve_transpose_in_place` is the
 /// same solve (the matrix is symmetric). Non-convergence is `IterativeNoConvergence` with the
-/// relative residual; a curvature pᵀAp ≤ 0 is `NotPositiveDefinite`.
+/// relative residual; a curvature pᵀAp ≤ 0 is `NotPositiveDefinite`; a NaN or infinity in the
+/// matrix or right-hand side is `NonFinite`.
+///
+/// The solver keeps a copy of A (32-bit column indices). CG iterates with the hierarchy's
+/// finest operator (A without its numerically zero entries, half the entries for P1 on
+/// right-angled tetrahedra) and confirms convergence on the exact A before returning.
 pub struct AmgCgSolver {
     field: String,
     amg: AmgParams,

@@ -635,6 +635,24 @@ mod tests {
     }
 
     #[test]
+    fn empty_and_fully_constrained_meshes() {
+        let p = AssemblyPattern::new(0, &[0], &[]);
+        assert_eq!((p.n_elements(), p.nnz(), p.n_colours()), (0, 0, 0));
+        let mut a = p.new_matrix();
+        p.assemble_into(&mut a, &mut [], |_, _, _| unreachable!());
+        // One element whose dofs are all constrained contributes nothing.
+        let p = AssemblyPattern::new(1, &[0, 2], &[CONSTRAINED, CONSTRAINED]);
+        assert_eq!(p.nnz(), 1);
+        let mut a = p.new_matrix();
+        let mut f = vec![7.0];
+        p.assemble_into(&mut a, &mut f, |_, ke, fe| {
+            ke.fill(1.0);
+            fe.fill(1.0);
+        });
+        assert_eq!((a.values[0], f[0]), (0.0, 0.0));
+    }
+
+    #[test]
     fn pattern_with_isolated_unknown_keeps_diagonal() {
         // Unknown 3 is in no element; unknown 0 and 2 never meet.
         let p = AssemblyPattern::new(4, &[0, 2, 4], &[0, 1, 1, 2]);

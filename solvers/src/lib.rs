@@ -5,7 +5,6 @@
 //! an element type.
 
 pub mod amg;
-pub mod sparse;
 pub mod assembly;
 pub mod cg;
 pub mod error;
@@ -13,6 +12,7 @@ pub mod linear;
 pub mod newton;
 pub mod optimize;
 pub mod params;
+pub mod sparse;
 pub mod tape;
 pub mod taylor;
 

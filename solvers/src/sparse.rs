@@ -20,7 +20,12 @@ pub struct CsrMatrix {
 impl CsrMatrix {
     /// A matrix with the given structure and all values zero.
     pub fn zeros(n_rows: usize, n_cols: usize, row_ptr: Vec<usize>, col_idx: Vec<usize>) -> Self {
-        assert_eq!(row_ptr.len(), n_rows + 1, "row_ptr has {} entries for {n_rows} rows", row_ptr.len());
+        assert_eq!(
+            row_ptr.len(),
+            n_rows + 1,
+            "row_ptr has {} entries for {n_rows} rows",
+            row_ptr.len()
+        );
         assert_eq!(
             *row_ptr.last().unwrap(),
             col_idx.len(),

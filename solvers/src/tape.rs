@@ -38,7 +38,10 @@ pub struct Adjoints {
 impl Adjoints {
     /// Zero adjoints for variables of the given lengths and a zero gradient.
     pub fn new(registry: &ParamRegistry, var_lens: &[usize]) -> Self {
-        Adjoints { vars: var_lens.iter().map(|&n| vec![0.0; n]).collect(), grad: Gradient::zeros(registry) }
+        Adjoints {
+            vars: var_lens.iter().map(|&n| vec![0.0; n]).collect(),
+            grad: Gradient::zeros(registry),
+        }
     }
 }
 
@@ -105,12 +108,27 @@ impl<C> Tape<C> {
 
     /// Walk the blocks in reverse order, each adding to `adj`; returns their timings in the
     /// order they ran.
-    pub fn reverse(&mut self, ctx: &mut C, adj: &mut Adjoints) -> Result<Vec<BlockTiming>, SolverError> {
-        assert_eq!(adj.vars.len(), self.lens.len(), "adjoints hold {} variables, the tape {}", adj.vars.len(), self.lens.len());
+    pub fn reverse(
+        &mut self,
+        ctx: &mut C,
+        adj: &mut Adjoints,
+    ) -> Result<Vec<BlockTiming>, SolverError> {
+        assert_eq!(
+            adj.vars.len(),
+            self.lens.len(),
+            "adjoints hold {} variables, the tape {}",
+            adj.vars.len(),
+            self.lens.len()
+        );
         let mut timings = Vec::with_capacity(self.blocks.len());
         for block in self.blocks.iter_mut().rev() {
             let t = block.adjoint(ctx, adj)?;
-            tracing::debug!(block = block.name(), solve_s = t.solve_s, accumulate_s = t.accumulate_s, "adjoint block");
+            tracing::debug!(
+                block = block.name(),
+                solve_s = t.solve_s,
+                accumulate_s = t.accumulate_s,
+                "adjoint block"
+            );
             timings.push(t);
         }
         Ok(timings)
@@ -137,7 +155,11 @@ mod tests {
         fn name(&self) -> &str {
             "scale"
         }
-        fn adjoint(&mut self, ctx: &mut Ctx, adj: &mut Adjoints) -> Result<BlockTiming, SolverError> {
+        fn adjoint(
+            &mut self,
+            ctx: &mut Ctx,
+            adj: &mut Adjoints,
+        ) -> Result<BlockTiming, SolverError> {
             let yb = adj.vars[self.y][0];
             adj.vars[self.x][0] += ctx.a * yb;
             let id = ctx.reg.id("a").unwrap();

@@ -343,7 +343,14 @@ fn line_search_failure_carries_the_numbers() {
     let err = newton(&mut WrongTangent { tangent: -1.0 }, &mut u, &mut LuSolver::new("w"), &params)
         .unwrap_err();
     match err {
-        SolverError::LineSearchFailed { field, iteration, residual, best_trial_residual, steps, .. } => {
+        SolverError::LineSearchFailed {
+            field,
+            iteration,
+            residual,
+            best_trial_residual,
+            steps,
+            ..
+        } => {
             assert_eq!((field.as_str(), iteration, steps), ("wrong", 1, 5));
             assert!((residual - 5f64.sqrt()).abs() < 1e-15);
             assert!(best_trial_residual > residual);
@@ -384,7 +391,7 @@ fn converged_after_a_damped_step_refactors_at_the_solution() {
     assert_eq!(info.iterations, 1);
     assert!(info.step_lengths[0] < 1.0, "{:?}", info.step_lengths);
     let mut s = LuSolver::new("arctan");
-    newton(&mut Arctan { c: vec![0.0] }, &mut vec![1.45], &mut s, &params).unwrap();
+    newton(&mut Arctan { c: vec![0.0] }, &mut [1.45], &mut s, &params).unwrap();
     let mut b = vec![1.0];
     s.solve_transpose_in_place(&mut b).unwrap();
     // K(u*) = 1/(1 + u*²), so K⁻ᵀ·1 = 1 + u*².

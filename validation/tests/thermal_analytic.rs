@@ -70,9 +70,7 @@ fn plane_wall_with_generation_and_convection(
     .expect("set-up");
     let t = p.solve().expect("solve").to_vec();
     let rise = (0..=100).map(|i| exact(L * i as f64 / 100.0)).fold(f64::MIN, f64::max) - T_INF;
-    let err = (0..t.len())
-        .map(|n| (t[n] - exact(p.model.coords[n][0])).abs())
-        .fold(0.0, f64::max);
+    let err = (0..t.len()).map(|n| (t[n] - exact(p.model.coords[n][0])).abs()).fold(0.0, f64::max);
     eprintln!("{ct} fixed_left={fixed_left}: max nodal error {err:.3e} (rise {rise:.3})");
     assert!(err <= tol * rise, "{ct}: max nodal error {err:.3e} > {tol:.0e} × rise {rise:.3}");
 
@@ -107,11 +105,12 @@ fn plane_wall_with_generation_and_convection(
     }
 }
 
-/// (a') P1 tets on the plane wall, refined in all directions (cubic cells of side L/n): the max
-/// nodal error falls like h² (fitted rate ≥ 1.8).
+/// (a') P1 tets on the plane wall, refined in all directions (cubic cells of side L/n): the L2
+/// error falls like h² (fitted rate ≥ 1.85), the max nodal error nearly so (≥ 1.5).
 #[test]
 fn plane_wall_tet4_converges() {
     let mut errs = Vec::new();
+    let mut l2 = Vec::new();
     let levels = [5usize, 10, 20];
     for &n in &levels {
         let m = 2 * n / 5;
@@ -133,11 +132,22 @@ fn plane_wall_tet4_converges() {
             .map(|n| (t[n] - slab_fixed(p.model.coords[n][0])).abs())
             .fold(0.0, f64::max);
         errs.push(err);
+        let ex = |x: [f64; 3]| {
+            let a = (Q * L * (1.0 + H * L / (2.0 * K)) - H * (T0 - T_INF)) / (K + H * L);
+            (slab_fixed(x[0]), [a - Q * x[0] / K, 0.0, 0.0])
+        };
+        let fe = common::field_errors(&p.model, &t, &ex, 4);
+        l2.push(fe.l2);
     }
+    let rate_l2 = common::loglog_slope(&levels.map(|n| 1.0 / n as f64), &l2);
+    eprintln!("tet4 plane wall: L2 {l2:?} rate {rate_l2:.3}");
     let hs: Vec<f64> = levels.iter().map(|&n| L / n as f64).collect();
     let rate = common::loglog_slope(&hs, &errs);
     eprintln!("tet4 plane wall: max nodal errors {errs:?}, rate {rate:.3}");
-    assert!(rate >= 1.8, "tet4 plane wall nodal error rate {rate:.3} ({errs:?})");
+    assert!(rate_l2 >= 1.85, "tet4 plane wall L2 error rate {rate_l2:.3} ({l2:?})");
+    // The maximum norm carries a log factor for P1 (Schatz & Wahlbin 1982), and is still
+    // pre-asymptotic here (measured pairwise rates 1.56 and 1.66).
+    assert!(rate >= 1.5, "tet4 plane wall nodal error rate {rate:.3} ({errs:?})");
 }
 
 /// Structured hexes on [−1,1]² × [0,h] mapped to the cylinder of radius `r` by the elliptical
@@ -191,7 +201,9 @@ fn cylinder_with_generation(#[case] ct: CellType) {
     }
     let hs: Vec<f64> = levels.iter().map(|&n| 1.0 / n as f64).collect();
     let rate = common::loglog_slope(&hs, &l2);
-    eprintln!("{ct} cylinder: relative max nodal error {max_err:?}, relative L2 {l2:?}, rate {rate:.3}");
+    eprintln!(
+        "{ct} cylinder: relative max nodal error {max_err:?}, relative L2 {l2:?}, rate {rate:.3}"
+    );
     assert!(max_err[2] < 1e-3, "{ct}: max error {:.3e} of the rise", max_err[2]);
     assert!(max_err.windows(2).all(|w| w[1] < w[0]), "{max_err:?}");
     assert!(rate >= 2.5, "{ct}: L2 rate {rate:.3}");

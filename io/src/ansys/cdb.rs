@@ -476,6 +476,16 @@ cmblock,BOT,NODE,2
         assert_eq!(a.mesh.blocks[0].cell_type, gradfem_mesh::CellType::Tet4);
         assert_eq!(a.mesh.blocks[0].tags, vec![7]);
         assert_eq!(a.node_components, vec![("BOT".to_string(), vec![0, 1])]);
+        // an unsupported type (SURF154) is skipped and listed, never a wrong cell
+        let surf = deck.replace("et,1,185", "et,1,185\nET,2,SURF154").replace(
+            "       1       1       1       1       0       0       0       0       8       0       7",
+            "       1       2       1       1       0       0       0       0       8       0       7",
+        );
+        let a = read_cdb_bytes(Path::new("t.cdb"), surf.as_bytes()).unwrap();
+        assert!(a.mesh.blocks.iter().all(|b| b.is_empty()));
+        assert_eq!(a.skipped.len(), 1);
+        assert_eq!((a.skipped[0].element, a.skipped[0].ansys_type), (7, 154));
+        assert!(!a.element_types[1].supported && a.element_types[1].name == "SURF154");
         let bad = deck.replace("(19i8)", "(19q8)");
         assert!(matches!(
             read_cdb_bytes(Path::new("t.cdb"), bad.as_bytes()),

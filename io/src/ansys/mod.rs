@@ -58,10 +58,11 @@
 //! - line elements (LINK180, LINK33, LINK31, BEAM188, ...): `Line2 [I, J]` (orientation
 //!   nodes dropped).
 //!
-//! Forms gradfem has no cell for (20-node prism and pyramid, 8-node pyramid), elements with
-//! missing mid-side nodes where the cell needs them, and unsupported element types (surface
-//! effect, contact, target, MPC, ...) are skipped with a `tracing::warn!` naming the type and
-//! element, and listed in `skipped`; they never produce a wrong mesh.
+//! An element whose mid-side nodes are absent (stored as 0) becomes the linear cell of its
+//! corners (a 20-node brick with a warning). Forms gradfem has no cell for (20-node prism,
+//! pyramids) and unsupported element types (surface effect, contact, target, MPC, ...) are
+//! skipped with a `tracing::warn!` naming the type and element, and listed in `skipped`; they
+//! never produce a wrong mesh. Non-solid `EBLOCK`s of archives are skipped with a warning.
 //!
 //! # Groups
 //!

@@ -102,7 +102,7 @@ pub(crate) fn to_cell(kind: ElementKind, n: &[u64]) -> Result<(CellType, Vec<u64
                     Ok((CellType::Tet4, pick(&[0, 1, 2, 4])))
                 }
             } else if prism {
-                if kind == Solid20 {
+                if quad {
                     Err("prism form of a 20-node brick (gradfem has no 15-node prism)".into())
                 } else {
                     Ok((CellType::Prism6, pick(&[0, 1, 2, 4, 5, 6])))

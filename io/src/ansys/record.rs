@@ -254,6 +254,34 @@ mod tests {
     }
 
     #[test]
+    fn short_integers_and_single_precision_reals() {
+        // the element index record of beam_static_bc.rst: 25 short ints, bit-mask sparse
+        let d = rec(
+            &[
+                25,
+                0x0101_032F,
+                0x0092_FFE6,
+                0x00D1_000A,
+                0xFFC0_003Du32 as i32,
+                0xFFEC_FFFDu32 as i32,
+                120,
+            ],
+            FLAG_INT | FLAG_SHORT | FLAG_BSPARSE,
+        );
+        let b = Bytes { data: &d, file: Path::new("t") };
+        let v = b.ints(0).unwrap().0;
+        assert_eq!(v.len(), 25);
+        assert_eq!(
+            (v[0], v[1], v[2], v[3], v[5], v[8], v[9], v[16], v[24]),
+            (-26, 146, 10, 209, 61, -64, -3, -20, 120)
+        );
+        assert_eq!(v.iter().filter(|&&x| x != 0).count(), 9);
+        let d = rec(&[1.5f32.to_bits() as i32, (-2.25f32).to_bits() as i32], FLAG_SHORT);
+        let b = Bytes { data: &d, file: Path::new("t") };
+        assert_eq!(b.reals(0).unwrap().0, vec![1.5, -2.25]);
+    }
+
+    #[test]
     fn bitmask_sparse_doubles_and_errors() {
         let one = 1.0f64.to_bits();
         let d = rec(&[7, 0b101, one as i32, (one >> 32) as i32, 0, 0x4000_0000], FLAG_BSPARSE);

@@ -144,9 +144,19 @@ pub struct RstFile {
     pub dof_names: Vec<String>,
     /// Node numbers in solution order (the node equivalence table).
     pub solution_nodes: Vec<u64>,
-    data: Vec<u8>,
+    data: FileBytes,
     /// Mesh node index of each entry of `solution_nodes` (`u32::MAX` if absent).
     sol_index: Vec<u32>,
+}
+
+/// The file's bytes; `Debug` prints only their count.
+#[derive(Clone)]
+struct FileBytes(Vec<u8>);
+
+impl std::fmt::Debug for FileBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0.len())
+    }
 }
 
 /// The name of a MAPDL DOF label number (1 → `"UX"`, 20 → `"TEMP"`); `"DOF<n>"` if unknown.
@@ -446,20 +456,20 @@ impl RstFile {
             result_sets,
             dof_names,
             solution_nodes,
-            data,
+            data: FileBytes(data),
             sol_index,
         })
     }
 
     /// Total size of the file in bytes.
     pub fn file_len(&self) -> usize {
-        self.data.len()
+        self.data.0.len()
     }
 
     /// The nodal DOF solution of result set `set` (1-based): values for every mesh node, in
     /// mesh node order (see [`NodalSolution`]).
     pub fn nodal_solution(&self, set: usize) -> Result<NodalSolution, AnsysError> {
-        let b = Bytes { data: &self.data, file: &self.path };
+        let b = Bytes { data: &self.data.0, file: &self.path };
         let rs = self.set(set)?;
         let (sh, _) = b.ints(rs.pointer)?;
         if sh.len() < 20 {
@@ -509,7 +519,7 @@ impl RstFile {
     /// element's records (offsets relative to that index), of which `EPT` is the 17th; a
     /// negative entry `-k` (newer files) means `k` zeros that were not written.
     pub fn nodal_temperature(&self, set: usize) -> Result<Vec<f64>, AnsysError> {
-        let b = Bytes { data: &self.data, file: &self.path };
+        let b = Bytes { data: &self.data.0, file: &self.path };
         let rs = self.set(set)?;
         if self.dof_names.iter().any(|d| d == "TEMP") {
             let sol = self.nodal_solution(set)?;

@@ -298,7 +298,8 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
         obj.term(n, n, &x, &pv, Some((&mut lam, &mut p_bar)));
         // One adjoint step: λ_k from λ_{k+1}, given x_k.
         let adjoint = |k: usize, xk: &[f64], lam: &mut Vec<f64>, p_bar: &mut Vec<f64>| {
-            *lam = self.integrator.step_vjp(self.system, &pv, self.time(k), self.dt, xk, lam, p_bar);
+            *lam =
+                self.integrator.step_vjp(self.system, &pv, self.time(k), self.dt, xk, lam, p_bar);
             if window.is_some_and(|s| k > 0 && k % s == 0) {
                 lam.iter_mut().for_each(|v| *v = 0.0);
             }

@@ -8,7 +8,9 @@ use thiserror::Error;
 pub enum DynamicsError {
     /// A state component became NaN or infinite (step too large for the stiffness, or a
     /// user force that returned garbage).
-    #[error("step {step} (t = {time}): state component {component} ({name}) is not finite: {value}")]
+    #[error(
+        "step {step} (t = {time}): state component {component} ({name}) is not finite: {value}"
+    )]
     NonFiniteState {
         /// Index of the step whose result is not finite (the state after step `step`).
         step: usize,

@@ -102,7 +102,9 @@ fn rk4_stages(sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Rk4S
     let k3 = sys.rhs(&x3, &sys.ctx(pv, t + 0.5 * h));
     let x4 = axpy(x, h, &k3);
     let k4 = sys.rhs(&x4, &sys.ctx(pv, t + h));
-    let u = (0..x.len()).map(|i| x[i] + h / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i])).collect();
+    let u = (0..x.len())
+        .map(|i| x[i] + h / 6.0 * (k1[i] + 2.0 * k2[i] + 2.0 * k3[i] + k4[i]))
+        .collect();
     Rk4Stages { xs: [x.to_vec(), x2, x3, x4], u }
 }
 
@@ -143,7 +145,9 @@ impl StepVjp for Rk4 {
             sys.rhs_vjp(&st.xs[s], &sys.ctx(pv, times[s]), &k_bar, &mut xs_bar, p_bar);
             x_bar.iter_mut().zip(&xs_bar).for_each(|(a, b)| *a += b);
             if s > 0 {
-                k_bar = (0..x.len()).map(|i| weights[s - 1] * u_bar[i] + coupling[s] * xs_bar[i]).collect();
+                k_bar = (0..x.len())
+                    .map(|i| weights[s - 1] * u_bar[i] + coupling[s] * xs_bar[i])
+                    .collect();
             }
         }
         x_bar

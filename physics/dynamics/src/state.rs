@@ -50,7 +50,9 @@ impl State {
     pub fn n_bodies(&self) -> usize {
         let n = self.position.len();
         assert!(
-            self.velocity.len() == n && self.orientation.len() == n && self.angular_velocity.len() == n,
+            self.velocity.len() == n
+                && self.orientation.len() == n
+                && self.angular_velocity.len() == n,
             "State: blocks disagree: position {}, velocity {}, orientation {}, angular_velocity {}",
             n,
             self.velocity.len(),
@@ -79,7 +81,9 @@ impl State {
         Self {
             position: (0..n).map(|i| l.get3(x, l.r(i))).collect(),
             velocity: (0..n).map(|i| l.get3(x, l.v(i))).collect(),
-            orientation: (0..n).map(|i| [x[l.q(i)], x[l.q(i) + 1], x[l.q(i) + 2], x[l.q(i) + 3]]).collect(),
+            orientation: (0..n)
+                .map(|i| [x[l.q(i)], x[l.q(i) + 1], x[l.q(i) + 2], x[l.q(i) + 3]])
+                .collect(),
             angular_velocity: (0..n).map(|i| l.get3(x, l.w(i))).collect(),
         }
     }

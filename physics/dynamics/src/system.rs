@@ -22,7 +22,9 @@
 //! the forward code. The rest of the chain (a = F/m, quaternion kinematics) is differentiated
 //! by hand.
 
-use gradfem_solvers::params::{Gradient, ParamError, ParamId, ParamRegistry, ParamSpec, ParamVector};
+use gradfem_solvers::params::{
+    Gradient, ParamError, ParamId, ParamRegistry, ParamSpec, ParamVector,
+};
 use num_dual::{Dual64, DualNum};
 
 use crate::error::DynamicsError;
@@ -283,11 +285,8 @@ impl System {
                 x_bar[l.v(i) + d] += f_bar[l.r(i) + d];
                 a_bar[i][d] = f_bar[l.v(i) + d];
             }
-            let (w_bar, q_bar) = quat_rate_vjp(
-                &l.get3(x, l.w(i)),
-                &quat_of(x, l.q(i)),
-                &quat_of(f_bar, l.q(i)),
-            );
+            let (w_bar, q_bar) =
+                quat_rate_vjp(&l.get3(x, l.w(i)), &quat_of(x, l.q(i)), &quat_of(f_bar, l.q(i)));
             for d in 0..3 {
                 x_bar[l.w(i) + d] += w_bar[d];
             }
@@ -333,12 +332,7 @@ pub fn quat_rate<T: DualNum<Primitive = f64> + Copy>(w: &[T; 3], q: &[T; 4]) -> 
     let v = [q[1], q[2], q[3]];
     let dot = w[0] * v[0] + w[1] * v[1] + w[2] * v[2];
     let c = [w[1] * v[2] - w[2] * v[1], w[2] * v[0] - w[0] * v[2], w[0] * v[1] - w[1] * v[0]];
-    [
-        -dot * 0.5,
-        (w[0] * q[0] + c[0]) * 0.5,
-        (w[1] * q[0] + c[1]) * 0.5,
-        (w[2] * q[0] + c[2]) * 0.5,
-    ]
+    [-dot * 0.5, (w[0] * q[0] + c[0]) * 0.5, (w[1] * q[0] + c[1]) * 0.5, (w[2] * q[0] + c[2]) * 0.5]
 }
 
 /// VJP of [`quat_rate`] by dual numbers: returns (ω̄, q̄).

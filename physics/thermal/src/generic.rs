@@ -27,9 +27,21 @@ pub fn inverse<D: DualNum<Primitive = f64> + Copy>(j: &[[D; 3]; 3]) -> Option<([
     }
     let inv_det = det.recip();
     let inv = [
-        [c00 * inv_det, (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * inv_det, (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * inv_det],
-        [c01 * inv_det, (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * inv_det, (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * inv_det],
-        [c02 * inv_det, (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * inv_det, (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * inv_det],
+        [
+            c00 * inv_det,
+            (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * inv_det,
+            (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * inv_det,
+        ],
+        [
+            c01 * inv_det,
+            (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * inv_det,
+            (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * inv_det,
+        ],
+        [
+            c02 * inv_det,
+            (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * inv_det,
+            (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * inv_det,
+        ],
     ];
     Some((inv, det))
 }

@@ -24,7 +24,9 @@ impl ConductivityLaw {
     pub fn is_constant(&self) -> bool {
         match self {
             ConductivityLaw::Constant => true,
-            ConductivityLaw::Polynomial { coefficients, .. } => coefficients.iter().all(|&c| c == 0.0),
+            ConductivityLaw::Polynomial { coefficients, .. } => {
+                coefficients.iter().all(|&c| c == 0.0)
+            }
             ConductivityLaw::Table { values, .. } => values.windows(2).all(|w| w[0] == w[1]),
         }
     }

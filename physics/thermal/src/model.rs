@@ -85,6 +85,10 @@ pub enum ThermalError {
     InvalidValue { what: String, requirement: &'static str, value: f64 },
     #[error("thermal: no volume cells: the regions' groups hold no 3D cells")]
     NoVolumeCells,
+    #[error(
+        "thermal: the temperature is determined only up to a constant: no temperature is fixed anywhere and no convection (h > 0) ties it to an ambient value; add a 'temperature' or 'convection' boundary condition"
+    )]
+    NoTemperatureReference,
     #[error("thermal: cell type {cell_type} is not supported as a {role}")]
     UnsupportedCell { cell_type: CellType, role: &'static str },
     #[error(
@@ -164,8 +168,13 @@ pub struct VjpRequest {
 
 impl VjpRequest {
     /// Everything.
-    pub const ALL: VjpRequest =
-        VjpRequest { conductivity: true, source: true, boundary: true, temperature: true, coords: true };
+    pub const ALL: VjpRequest = VjpRequest {
+        conductivity: true,
+        source: true,
+        boundary: true,
+        temperature: true,
+        coords: true,
+    };
 }
 
 /// λᵀ ∂R/∂p for every parameter of the thermal model (the adjoint engine subtracts these).
@@ -220,8 +229,10 @@ fn resolve<'m>(
     mesh: &'m Mesh,
     name: &str,
 ) -> Result<&'m gradfem_mesh::PhysicalGroup, ThermalError> {
-    mesh.group(name)
-        .map_err(|_| ThermalError::UnknownGroup { name: name.to_string(), known: mesh.group_names() })
+    mesh.group(name).map_err(|_| ThermalError::UnknownGroup {
+        name: name.to_string(),
+        known: mesh.group_names(),
+    })
 }
 
 fn check_finite(what: String, value: f64) -> Result<(), ThermalError> {
@@ -236,12 +247,17 @@ impl ThermalModel {
     /// Set up the model on `mesh` with materials per volume group and boundary conditions per
     /// group. Volume cells outside every region are not part of the model.
     pub fn new(mesh: &Mesh, regions: &[RegionSpec], bcs: &[BcSpec]) -> Result<Self, ThermalError> {
+        let started = std::time::Instant::now();
         let mut blocks: Vec<ElemBlock> = Vec::new();
         let mut block_of_type: HashMap<(CellType, bool), u8> = HashMap::new();
         let mut block_index = |ct: CellType, volume: bool, blocks: &mut Vec<ElemBlock>| -> u8 {
             *block_of_type.entry((ct, volume)).or_insert_with(|| {
                 let degree = 2 * ct.order();
-                blocks.push(ElemBlock { cell_type: ct, table: ElementTable::new(ct, degree), volume });
+                blocks.push(ElemBlock {
+                    cell_type: ct,
+                    table: ElementTable::new(ct, degree),
+                    volume,
+                });
                 (blocks.len() - 1) as u8
             })
         };
@@ -254,7 +270,11 @@ impl ThermalModel {
         let mut elem_cells = Vec::new();
         // Region of each mesh cell (per block, u32::MAX = none): flat arrays, not hash maps, so
         // set-up stays fast on meshes of millions of cells.
-        let mut owner: Vec<Vec<u32>> = mesh.blocks.iter().map(|b| vec![u32::MAX; if b.cell_type.dim() == 3 { b.len() } else { 0 }]).collect();
+        let mut owner: Vec<Vec<u32>> = mesh
+            .blocks
+            .iter()
+            .map(|b| vec![u32::MAX; if b.cell_type.dim() == 3 { b.len() } else { 0 }])
+            .collect();
         let mut out_regions = Vec::with_capacity(regions.len());
 
         for (r, spec) in regions.iter().enumerate() {
@@ -302,7 +322,10 @@ impl ThermalModel {
                         | CellType::Hex27
                         | CellType::Prism6
                 ) {
-                    return Err(ThermalError::UnsupportedCell { cell_type: ct, role: "volume cell" });
+                    return Err(ThermalError::UnsupportedCell {
+                        cell_type: ct,
+                        role: "volume cell",
+                    });
                 }
                 let b = block_index(ct, true, &mut blocks);
                 elements.push(elem_block.len());
@@ -415,9 +438,21 @@ impl ThermalModel {
                     elem_cells.push(cell);
                 }
             }
-            boundaries.push(Boundary { name: spec.group.clone(), kind: spec.kind.clone(), nodes, elements });
+            boundaries.push(Boundary {
+                name: spec.group.clone(),
+                kind: spec.kind.clone(),
+                nodes,
+                elements,
+            });
         }
 
+        let has_reference = fixed_by.iter().any(|&b| b != u32::MAX)
+            || boundaries.iter().any(|b: &Boundary| {
+                matches!(b.kind, BcKind::Convection { h, .. } if h > 0.0) && !b.elements.is_empty()
+            });
+        if !has_reference {
+            return Err(ThermalError::NoTemperatureReference);
+        }
         let dofs = NodalDofMap::new(mesh.n_nodes(), |n| active[n] && fixed_by[n] == u32::MAX);
         let elem_dofs =
             elem_nodes.iter().map(|&n| dofs.unknown_of_node[n].unwrap_or(CONSTRAINED)).collect();
@@ -462,7 +497,14 @@ impl ThermalModel {
             dofs,
             group_elements,
         };
+        let built = started.elapsed().as_secs_f64();
         model.check_orientation()?;
+        tracing::debug!(
+            elements = model.n_elements(),
+            build_s = built,
+            orientation_check_s = started.elapsed().as_secs_f64() - built,
+            "thermal model set up"
+        );
         Ok(model)
     }
 
@@ -471,6 +513,10 @@ impl ThermalModel {
         let bad = (0..self.n_volume).into_par_iter().find_first(|&e| {
             let blk = &self.blocks[self.elem_block[e] as usize];
             let x = self.element_coords(e);
+            if blk.cell_type == CellType::Tet4 {
+                // Affine: one determinant decides.
+                return tet4_det(&x).partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater);
+            }
             let mut g = [[0.0; 3]; MAX_NODES];
             (0..blk.table.n_points()).any(|q| {
                 let det = geometry::physical_gradients_into(
@@ -479,7 +525,7 @@ impl ThermalModel {
                     &x[..blk.cell_type.n_nodes()],
                     &mut g[..blk.cell_type.n_nodes()],
                 );
-                !(det > 0.0)
+                det.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
             })
         });
         if let Some(e) = bad {
@@ -711,12 +757,8 @@ impl ThermalModel {
             let mut g = [[0.0; 3]; MAX_NODES];
             let mut ke = ke;
             for q in 0..blk.table.n_points() {
-                let det = geometry::physical_gradients_into(
-                    3,
-                    blk.table.grad(q),
-                    &x[..nn],
-                    &mut g[..nn],
-                );
+                let det =
+                    geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
                 let w = blk.table.weights[q] * det;
                 let n = blk.table.shape(q);
                 let mut tq = 0.0;
@@ -848,13 +890,25 @@ impl ThermalModel {
                     }
                     if want.source {
                         fe[..nn].fill(0.0);
-                        self.kernel(e, t, KernelParams { source: 1.0, ..zero }, None, &mut fe[..nn]);
+                        self.kernel(
+                            e,
+                            t,
+                            KernelParams { source: 1.0, ..zero },
+                            None,
+                            &mut fe[..nn],
+                        );
                         out[1] = dot_local(e, &fe[..nn]);
                     }
                 } else {
                     let p = self.params_of(e);
                     // ∂/∂h: (T − T∞) N
-                    self.kernel(e, t, KernelParams { h: 1.0, t_inf: p.t_inf, ..zero }, None, &mut fe[..nn]);
+                    self.kernel(
+                        e,
+                        t,
+                        KernelParams { h: 1.0, t_inf: p.t_inf, ..zero },
+                        None,
+                        &mut fe[..nn],
+                    );
                     out[0] = dot_local(e, &fe[..nn]);
                     // ∂/∂T∞: −h N  (kernel with t = 0 field and t_inf = 1 gives −h N)
                     let mut tmp = [0.0; MAX_NODES];
@@ -892,7 +946,11 @@ impl ThermalModel {
             }
         }
         // Fixed temperatures: (∂R/∂T_fixed)ᵀ λ, summed over the nodes each condition owns.
-        let full = if want.temperature { self.tangent_transpose_product(t, lambda) } else { vec![0.0; self.n_nodes()] };
+        let full = if want.temperature {
+            self.tangent_transpose_product(t, lambda)
+        } else {
+            vec![0.0; self.n_nodes()]
+        };
         let mut owner_done = vec![false; self.n_nodes()];
         for (b, bc) in self.boundaries.iter().enumerate() {
             if let BcKind::Temperature { .. } = bc.kind {
@@ -918,7 +976,8 @@ impl ThermalModel {
         let nn = out.len();
         let x = self.element_coords(e);
         for q in 0..blk.table.n_points() {
-            let w = blk.table.weights[q] * geometry::measure_density(2, blk.table.grad(q), &x[..nn]);
+            let w =
+                blk.table.weights[q] * geometry::measure_density(2, blk.table.grad(q), &x[..nn]);
             for (o, &n) in out.iter_mut().zip(blk.table.shape(q)) {
                 *o += w * n;
             }
@@ -1047,7 +1106,12 @@ impl ThermalModel {
                 let mut acc = [0.0; 3];
                 let mut vol = 0.0;
                 for q in 0..blk.table.n_points() {
-                    let det = geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+                    let det = geometry::physical_gradients_into(
+                        3,
+                        blk.table.grad(q),
+                        &x[..nn],
+                        &mut g[..nn],
+                    );
                     let w = blk.table.weights[q] * det;
                     let n = blk.table.shape(q);
                     let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
@@ -1069,6 +1133,17 @@ impl ThermalModel {
     }
 }
 
+/// det J = (x₁ − x₀) · ((x₂ − x₀) × (x₃ − x₀)) of an affine tetrahedron (six times its signed volume).
+#[inline]
+fn tet4_det(x: &[[f64; 3]; MAX_NODES]) -> f64 {
+    let e1 = [x[1][0] - x[0][0], x[1][1] - x[0][1], x[1][2] - x[0][2]];
+    let e2 = [x[2][0] - x[0][0], x[2][1] - x[0][1], x[2][2] - x[0][2]];
+    let e3 = [x[3][0] - x[0][0], x[3][1] - x[0][1], x[3][2] - x[0][2]];
+    e1[0] * (e2[1] * e3[2] - e2[2] * e3[1])
+        + e1[1] * (e2[2] * e3[0] - e2[0] * e3[2])
+        + e1[2] * (e2[0] * e3[1] - e2[1] * e3[0])
+}
+
 /// Linear Tet4 kernel with a constant conductivity, written out: with the barycentric gradients
 /// g_a (constant on the cell) and volume V, K_ab = k V g_a·g_b and ∫ Q N_a = Q V / 4.
 #[inline]
@@ -1081,8 +1156,9 @@ fn tet4_linear_kernel(
     fe: &mut [f64],
 ) {
     let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
-    let cross =
-        |a: [f64; 3], b: [f64; 3]| [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
+    let cross = |a: [f64; 3], b: [f64; 3]| {
+        [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+    };
     let e1 = sub(x[1], x[0]);
     let e2 = sub(x[2], x[0]);
     let e3 = sub(x[3], x[0]);

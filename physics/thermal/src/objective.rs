@@ -71,9 +71,9 @@ pub struct PointLocation {
 /// Locate a point in the volume elements of the model (inverse isoparametric map by Newton).
 /// Points within a small tolerance outside a cell face count as inside.
 pub fn locate(model: &ThermalModel, point: [f64; 3]) -> Result<PointLocation, ThermalError> {
-    let found = (0..model.n_volume_elements()).into_par_iter().find_first(|&e| {
-        locate_in(model, e, point).is_some()
-    });
+    let found = (0..model.n_volume_elements())
+        .into_par_iter()
+        .find_first(|&e| locate_in(model, e, point).is_some());
     match found {
         Some(e) => {
             let xi = locate_in(model, e, point).expect("found above");
@@ -303,7 +303,14 @@ pub fn evaluate(
             ObjectiveKind::Point { point } => {
                 let loc = locate(model, *point)?;
                 let (v, grad) = point_value(model, &loc, t);
-                add_point_derivative(model, &loc, grad, w, &mut out.d_temperature, out.d_coords.as_mut());
+                add_point_derivative(
+                    model,
+                    &loc,
+                    grad,
+                    w,
+                    &mut out.d_temperature,
+                    out.d_coords.as_mut(),
+                );
                 v
             }
             ObjectiveKind::Misfit { sensors } => {
@@ -319,7 +326,14 @@ pub fn evaluate(
                     let (v, grad) = point_value(model, &loc, t);
                     let r = v - s[3];
                     total += 0.5 * r * r;
-                    add_point_derivative(model, &loc, grad, w * r, &mut out.d_temperature, out.d_coords.as_mut());
+                    add_point_derivative(
+                        model,
+                        &loc,
+                        grad,
+                        w * r,
+                        &mut out.d_temperature,
+                        out.d_coords.as_mut(),
+                    );
                 }
                 total
             }
@@ -369,7 +383,8 @@ pub fn evaluate(
             ObjectiveKind::Max { group, p } => {
                 let p = *p;
                 let els = model.group_elements(group)?;
-                let parts = integrate(model, els, t, &|v| (v.powf(p), p * v.powf(p - 1.0)), with_coords);
+                let parts =
+                    integrate(model, els, t, &|v| (v.powf(p), p * v.powf(p - 1.0)), with_coords);
                 let s = parts.value;
                 let vol = parts.volume;
                 let m = (s / vol).powf(1.0 / p);

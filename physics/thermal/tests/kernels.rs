@@ -39,7 +39,10 @@ fn model(ct: CellType, law: ConductivityLaw) -> ThermalModel {
 }
 
 fn laws() -> [ConductivityLaw; 2] {
-    [ConductivityLaw::Constant, ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![-3e-3, 2e-5] }]
+    [
+        ConductivityLaw::Constant,
+        ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![-3e-3, 2e-5] },
+    ]
 }
 
 fn temperature(m: &ThermalModel) -> Vec<f64> {
@@ -71,13 +74,21 @@ fn residual_and_tangent_match_the_generic_form(
         };
         let c = Dual64::from;
         for b in 0..nn {
-            let te: Vec<Dual64> =
-                nodes.iter().enumerate().map(|(a, &n)| Dual64::new(t[n], if a == b { 1.0 } else { 0.0 })).collect();
+            let te: Vec<Dual64> = nodes
+                .iter()
+                .enumerate()
+                .map(|(a, &n)| Dual64::new(t[n], if a == b { 1.0 } else { 0.0 }))
+                .collect();
             let mut r = vec![Dual64::from(0.0); nn];
             m.element_residual_generic(e, &x, &te, c(k0), c(src), c(h), c(tinf), c(qin), &mut r);
             for a in 0..nn {
                 let scale = 1e-12 * (1.0 + fe[a].abs() + ke[a * nn + b].abs());
-                assert!((r[a].re - fe[a]).abs() < 1e3 * scale, "{ct} e{e} residual {a}: {} vs {}", r[a].re, fe[a]);
+                assert!(
+                    (r[a].re - fe[a]).abs() < 1e3 * scale,
+                    "{ct} e{e} residual {a}: {} vs {}",
+                    r[a].re,
+                    fe[a]
+                );
                 assert!(
                     (r[a].eps - ke[a * nn + b]).abs() < 1e3 * scale,
                     "{ct} e{e} tangent ({a},{b}): {} vs {}",
@@ -118,7 +129,11 @@ fn coordinate_vjp_matches_finite_differences(
         let fm = phi(&m);
         m.coords[n][k] = x0;
         let fd = (fp - fm) / (2.0 * h);
-        assert!((fd - dx[n][k]).abs() < 1e-6 * (1.0 + fd.abs()), "{ct} node {n} comp {k}: fd {fd} vjp {}", dx[n][k]);
+        assert!(
+            (fd - dx[n][k]).abs() < 1e-6 * (1.0 + fd.abs()),
+            "{ct} node {n} comp {k}: fd {fd} vjp {}",
+            dx[n][k]
+        );
     }
 }
 
@@ -130,11 +145,17 @@ fn linear_temperature_is_an_exact_solution_without_sources() {
         let mesh = distorted_box(ct);
         let m = ThermalModel::new(
             &mesh,
-            &[RegionSpec { group: "domain".into(), k0: 1.7, law: ConductivityLaw::Constant, source: 0.0 }],
-            &[],
+            &[RegionSpec {
+                group: "domain".into(),
+                k0: 1.7,
+                law: ConductivityLaw::Constant,
+                source: 0.0,
+            }],
+            &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }],
         )
         .unwrap();
-        let t: Vec<f64> = m.coords.iter().map(|p| 1.0 + 2.0 * p[0] - 3.0 * p[1] + 0.5 * p[2]).collect();
+        let t: Vec<f64> =
+            m.coords.iter().map(|p| 1.0 + 2.0 * p[0] - 3.0 * p[1] + 0.5 * p[2]).collect();
         let mut r = vec![0.0; m.n_nodes()];
         for e in 0..m.n_elements() {
             let nn = m.element_nodes(e).len();
@@ -148,10 +169,64 @@ fn linear_temperature_is_an_exact_solution_without_sources() {
         let [lo, hi] = mesh.bounding_box();
         for (n, p) in mesh.coords.iter().enumerate() {
             let _ = (lo, hi, p);
-            let on_boundary = mesh.groups.iter().filter(|g| g.dim == 2).any(|g| mesh.group_nodes(g).contains(&n));
+            let on_boundary =
+                mesh.groups.iter().filter(|g| g.dim == 2).any(|g| mesh.group_nodes(g).contains(&n));
             if !on_boundary {
                 assert!(r[n].abs() < 1e-10, "{ct}: residual {} at interior node {n}", r[n]);
             }
         }
     }
+}
+
+#[test]
+fn a_problem_without_temperature_reference_is_rejected() {
+    let mesh = distorted_box(CellType::Tet4);
+    let err = ThermalModel::new(
+        &mesh,
+        &[RegionSpec {
+            group: "domain".into(),
+            k0: 1.0,
+            law: ConductivityLaw::Constant,
+            source: 1.0,
+        }],
+        &[BcSpec { group: "xmax".into(), kind: BcKind::HeatFlux { q_in: 1.0 } }],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no temperature is fixed anywhere"), "{err}");
+}
+
+#[test]
+fn unknown_groups_and_inverted_cells_are_reported() {
+    let mut mesh = distorted_box(CellType::Tet4);
+    let err = ThermalModel::new(
+        &mesh,
+        &[RegionSpec {
+            group: "steel".into(),
+            k0: 1.0,
+            law: ConductivityLaw::Constant,
+            source: 0.0,
+        }],
+        &[],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown group 'steel'") && err.to_string().contains("domain"),
+        "{err}"
+    );
+    // Swap two nodes of the first tet: it is inverted, and the error names its tag.
+    let blk = mesh.blocks.iter_mut().find(|b| b.cell_type == CellType::Tet4).unwrap();
+    blk.connectivity.swap(0, 1);
+    let tag = blk.tags[0];
+    let err = ThermalModel::new(
+        &mesh,
+        &[RegionSpec {
+            group: "domain".into(),
+            k0: 1.0,
+            law: ConductivityLaw::Constant,
+            source: 0.0,
+        }],
+        &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains(&format!("cell {tag} (tet4) is inverted")), "{err}");
 }

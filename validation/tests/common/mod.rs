@@ -37,7 +37,8 @@ pub fn bc(group: &str, kind: BcKind) -> BcSpec {
 
 /// Add a volume (dim 3) group made of the dim-3 cells whose vertex centroid satisfies `pick`.
 pub fn add_volume_group(mesh: &mut Mesh, name: &str, tag: i32, pick: impl Fn([f64; 3]) -> bool) {
-    let cells: Vec<CellId> = mesh.cells_of_dim(3).filter(|&c| pick(mesh.cell_centroid(c))).collect();
+    let cells: Vec<CellId> =
+        mesh.cells_of_dim(3).filter(|&c| pick(mesh.cell_centroid(c))).collect();
     assert!(!cells.is_empty(), "group '{name}' would be empty");
     mesh.groups.push(PhysicalGroup { name: name.into(), tag, dim: 3, cells });
 }

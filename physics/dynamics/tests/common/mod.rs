@@ -17,8 +17,9 @@ pub fn two_body_system(eps: f64) -> System {
     let ka = sys.param(ParamSpec::scalar("spring.anchor.k", 20.0)).unwrap();
     let c = sys.param(ParamSpec::scalar("damper.c", 0.5)).unwrap();
     let kc = sys.param(ParamSpec::scalar("contact.stiffness", 1e3)).unwrap();
-    let mu =
-        sys.param(ParamSpec::scalar("contact.friction", 0.3).with_bounds(Some(0.0), Some(1.0))).unwrap();
+    let mu = sys
+        .param(ParamSpec::scalar("contact.friction", 0.3).with_bounds(Some(0.0), Some(1.0)))
+        .unwrap();
     let se = sys.param(ParamSpec::scalar("contact.smoothing", eps)).unwrap();
     let b0 = sys.add_body(1.0);
     let b1 = sys.add_body(m1);
@@ -30,7 +31,11 @@ pub fn two_body_system(eps: f64) -> System {
         rest_length: 0.5.into(),
     });
     sys.add_force(Damper { a: Anchor::Body(b0), b: Anchor::Body(b1), c });
-    sys.add_force(GroundContact::ground(vec![(b0, 0.1), (b1, 0.1)], kc, mu, se));
+    // v_ε = 0.05: with the default 1e-3 the body sticks during the impact and J becomes so
+    // curved (∝ 1/v_ε) in every parameter that finite differences cannot reach 1e-7.
+    let mut contact = GroundContact::ground(vec![(b0, 0.1), (b1, 0.1)], kc, mu, se);
+    contact.slip_velocity = 5e-2;
+    sys.add_force(contact);
     sys
 }
 
