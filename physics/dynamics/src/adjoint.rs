@@ -29,13 +29,13 @@
 use gradfem_solvers::params::Gradient;
 
 use crate::error::DynamicsError;
-use crate::integrators::StepVjp;
+use crate::integrators::{StepAt, StepVjp};
 use crate::state::State;
 use crate::system::{ParamValues, System};
 
 /// One term J_k(x_k, p) of a summed objective J = Σ_k J_k.
 pub trait Objective {
-    /// J_k at step k (0 ≤ k ≤ N, time t) and flat state x; when `grad` is given, adds
+    /// J_k at step k (0 ≤ k ≤ N = `n_steps`) and flat state x; when `grad` is given, adds
     /// ∂J_k/∂x into its first slice and ∂J_k/∂p into its second.
     fn term(
         &self,
@@ -213,8 +213,12 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
         self.t0 + k as f64 * self.dt
     }
 
+    fn at<'b>(&'b self, pv: &'b ParamValues, k: usize) -> StepAt<'b> {
+        StepAt { sys: self.system, pv, t: self.time(k), h: self.dt }
+    }
+
     fn advance(&self, pv: &ParamValues, k: usize, x: &[f64]) -> Result<Vec<f64>, DynamicsError> {
-        let y = self.integrator.step(self.system, pv, self.time(k), self.dt, x);
+        let y = self.integrator.step(&self.at(pv, k), x);
         if let Some(c) = y.iter().position(|v| !v.is_finite()) {
             return Err(DynamicsError::NonFiniteState {
                 step: k,
@@ -298,9 +302,8 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
         obj.term(n, n, &x, &pv, Some((&mut lam, &mut p_bar)));
         // One adjoint step: λ_k from λ_{k+1}, given x_k.
         let adjoint = |k: usize, xk: &[f64], lam: &mut Vec<f64>, p_bar: &mut Vec<f64>| {
-            *lam =
-                self.integrator.step_vjp(self.system, &pv, self.time(k), self.dt, xk, lam, p_bar);
-            if window.is_some_and(|s| k > 0 && k % s == 0) {
+            *lam = self.integrator.step_vjp(&self.at(&pv, k), xk, lam, p_bar);
+            if window.is_some_and(|s| k > 0 && k.is_multiple_of(s)) {
                 lam.iter_mut().for_each(|v| *v = 0.0);
             }
             obj.term(k, n, xk, &pv, Some((lam, p_bar)));

@@ -1,5 +1,5 @@
-//! Built-in force laws: springs, dampers, soft ground contact with regularized Coulomb
-//! friction, and user forces given as closures with their VJP.
+//! Built-in force laws: springs, dampers, soft ground and sphere–sphere contact with
+//! regularized Coulomb friction, and user forces given as closures with their VJP.
 //!
 //! Each law's point formula is written once, generic over the scalar (`f64` or a dual number),
 //! and its VJP comes from [`local_vjp`].
@@ -324,6 +324,144 @@ impl GroundContact {
     }
 }
 
+/// Soft contact between spheres (every pair of the listed bodies; no broad phase, O(n²)):
+/// with d = r_a − r_b, ℓ = |d|, n = d/ℓ, penetration δ = R_a + R_b − ℓ and relative velocity
+/// v = v_a − v_b, v_t = v − (v · n) n,
+///
+/// F_a = F_n n − μ F_n v_t / sqrt(|v_t|² + v_ε²),   F_n = k_c ε softplus(δ/ε),   F_b = −F_a,
+///
+/// the same laws as [`GroundContact`] (module docs). Pairs with δ < −40ε are skipped (their
+/// force is below k_c ε e⁻⁴⁰, under rounding); forward and VJP skip the same pairs. Friction
+/// applies no torque (rotation dynamics are not modelled yet).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SphereContact {
+    /// Bodies with the radius of each one's sphere.
+    pub spheres: Vec<(usize, f64)>,
+    /// Contact stiffness k_c.
+    pub stiffness: Value,
+    /// Friction coefficient μ.
+    pub friction: Value,
+    /// Smoothing length ε.
+    pub smoothing: Value,
+    /// Velocity scale v_ε of the friction regularization.
+    pub slip_velocity: f64,
+}
+
+/// F_a of a sphere–sphere contact (formulas in [`SphereContact`]), generic over the scalar.
+/// Inputs: r_a, r_b, v_a, v_b, k_c, μ, ε, then R_a + R_b and v_ε.
+#[allow(clippy::too_many_arguments)]
+pub fn sphere_contact_force<T: DualNum<Primitive = f64> + Copy>(
+    ra: &[T; 3],
+    rb: &[T; 3],
+    va: &[T; 3],
+    vb: &[T; 3],
+    kc: T,
+    mu: T,
+    eps: T,
+    radii: f64,
+    v_eps: f64,
+) -> [T; 3] {
+    let d = [ra[0] - rb[0], ra[1] - rb[1], ra[2] - rb[2]];
+    let l = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+    let n = [d[0] / l, d[1] / l, d[2] / l];
+    let fn_ = kc * eps * softplus((-l + radii) / eps);
+    let v = [va[0] - vb[0], va[1] - vb[1], va[2] - vb[2]];
+    let vn = v[0] * n[0] + v[1] * n[1] + v[2] * n[2];
+    let vt = [v[0] - vn * n[0], v[1] - vn * n[1], v[2] - vn * n[2]];
+    let s = (vt[0] * vt[0] + vt[1] * vt[1] + vt[2] * vt[2] + v_eps * v_eps).sqrt();
+    let ft = -mu * fn_ / s;
+    std::array::from_fn(|k| fn_ * n[k] + ft * vt[k])
+}
+
+impl SphereContact {
+    /// The pairs in contact range: (a, b, R_a + R_b).
+    fn active_pairs(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<(usize, usize, f64)> {
+        let l = ctx.layout;
+        let eps = ctx.value(self.smoothing);
+        let mut out = Vec::new();
+        for (p, &(a, ra)) in self.spheres.iter().enumerate() {
+            for &(b, rb) in &self.spheres[p + 1..] {
+                let (xa, xb) = (l.get3(x, l.r(a)), l.get3(x, l.r(b)));
+                let dist = (0..3).map(|k| (xa[k] - xb[k]).powi(2)).sum::<f64>().sqrt();
+                if ra + rb - dist >= -40.0 * eps {
+                    out.push((a, b, ra + rb));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl ForceLaw for SphereContact {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        let l = ctx.layout;
+        let (kc, mu, eps) =
+            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
+        for (a, b, radii) in self.active_pairs(x, ctx) {
+            let f = sphere_contact_force(
+                &l.get3(x, l.r(a)),
+                &l.get3(x, l.r(b)),
+                &l.get3(x, l.v(a)),
+                &l.get3(x, l.v(b)),
+                kc,
+                mu,
+                eps,
+                radii,
+                self.slip_velocity,
+            );
+            pair_add(Anchor::Body(a), Anchor::Body(b), f, forces);
+        }
+    }
+
+    fn vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        f_bar: &[[f64; 3]],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        let l = ctx.layout;
+        let (kc, mu, eps) =
+            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
+        for (a, b, radii) in self.active_pairs(x, ctx) {
+            let y = pair_bar(Anchor::Body(a), Anchor::Body(b), f_bar);
+            let mut inp = [0.0; 15];
+            for k in 0..3 {
+                inp[k] = x[l.r(a) + k];
+                inp[3 + k] = x[l.r(b) + k];
+                inp[6 + k] = x[l.v(a) + k];
+                inp[9 + k] = x[l.v(b) + k];
+            }
+            inp[12] = kc;
+            inp[13] = mu;
+            inp[14] = eps;
+            let g = local_vjp(inp, &y, |z| {
+                sphere_contact_force(
+                    &[z[0], z[1], z[2]],
+                    &[z[3], z[4], z[5]],
+                    &[z[6], z[7], z[8]],
+                    &[z[9], z[10], z[11]],
+                    z[12],
+                    z[13],
+                    z[14],
+                    radii,
+                    self.slip_velocity,
+                )
+            });
+            for k in 0..3 {
+                x_bar[l.r(a) + k] += g[k];
+                x_bar[l.r(b) + k] += g[3 + k];
+                x_bar[l.v(a) + k] += g[6 + k];
+                x_bar[l.v(b) + k] += g[9 + k];
+            }
+            ctx.add_bar(self.stiffness, p_bar, g[12]);
+            ctx.add_bar(self.friction, p_bar, g[13]);
+            ctx.add_bar(self.smoothing, p_bar, g[14]);
+        }
+    }
+}
+
 /// Force closure of a [`UserForce`]: `(x, ctx, forces)` adds forces (n × 3) at flat state x.
 pub type UserForceFn = dyn Fn(&[f64], &Ctx<'_>, &mut [[f64; 3]]) + Send + Sync;
 /// VJP closure of a [`UserForce`]: `(x, ctx, f_bar, x_bar, p_bar)` adds (∂F/∂x)ᵀ F̄ and
@@ -360,5 +498,40 @@ impl ForceLaw for UserForce {
         p_bar: &mut [f64],
     ) {
         (self.vjp)(x, ctx, f_bar, x_bar, p_bar)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rstest::rstest;
+
+    #[rstest]
+    #[case(-800.0)]
+    #[case(-3.0)]
+    #[case(0.0)]
+    #[case(2.5)]
+    #[case(800.0)]
+    fn softplus_is_stable(#[case] s: f64) {
+        let v: f64 = softplus(s);
+        let reference = if s.abs() < 30.0 { (1.0 + s.exp()).ln() } else { s.max(0.0) };
+        assert!(v.is_finite() && (v - reference).abs() <= 1e-12 * (1.0 + reference), "{s}: {v}");
+    }
+
+    #[rstest]
+    #[case([0.0, 0.0, 0.05], [3.0, -1.0, -2.0])]
+    #[case([0.2, 0.0, -0.02], [1e-6, 0.0, 0.0])]
+    #[case([0.0, 0.0, 0.2], [0.0, 0.0, -1.0])]
+    fn friction_bounded_by_coulomb(#[case] r: [f64; 3], #[case] v: [f64; 3]) {
+        let (kc, mu, eps) = (1e3, 0.4, 1e-3);
+        let f = contact_force(&r, &v, kc, mu, eps, 0.1, &[0.0, 0.0, 1.0], 0.0, 1e-3);
+        let fn_ = f[2];
+        let ft = (f[0] * f[0] + f[1] * f[1]).sqrt();
+        assert!(fn_ >= 0.0 && ft <= mu * fn_ * (1.0 + 1e-14), "F_n {fn_}, |F_t| {ft}");
+        // Normal law: k_c ε softplus(δ/ε) ≈ k_c max(δ, 0) away from δ = 0.
+        let delta = 0.1 - r[2];
+        if delta.abs() > 20.0 * eps {
+            assert!((fn_ - kc * delta.max(0.0)).abs() < 1e-6 * kc, "{fn_} vs {}", kc * delta);
+        }
     }
 }

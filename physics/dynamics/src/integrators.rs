@@ -20,28 +20,33 @@
 
 use crate::system::{ParamValues, System, quat_rate, quat_rate_vjp};
 
+/// Where a step is taken: the system, the parameter values, the start time t_k and the step
+/// size h.
+#[derive(Clone, Copy)]
+pub struct StepAt<'a> {
+    /// The system.
+    pub sys: &'a System,
+    /// Parameter values p.
+    pub pv: &'a ParamValues,
+    /// Time at the start of the step.
+    pub t: f64,
+    /// Step size.
+    pub h: f64,
+}
+
 /// One time step x_{k+1} = S(x_k, p, t_k, h).
 pub trait Step {
     /// Short name (for logs and example output).
     fn name(&self) -> String;
     /// The new state after one step of size `h` from `x` at time `t`.
-    fn step(&self, sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Vec<f64>;
+    fn step(&self, at: &StepAt<'_>, x: &[f64]) -> Vec<f64>;
 }
 
 /// The vector-Jacobian product of a [`Step`].
 pub trait StepVjp: Step {
     /// Given ȳ (adjoint of the new state), returns x̄ = (∂S/∂x)ᵀ ȳ and adds (∂S/∂p)ᵀ ȳ into
     /// `p_bar`.
-    fn step_vjp(
-        &self,
-        sys: &System,
-        pv: &ParamValues,
-        t: f64,
-        h: f64,
-        x: &[f64],
-        y_bar: &[f64],
-        p_bar: &mut [f64],
-    ) -> Vec<f64>;
+    fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64>;
 }
 
 fn axpy(x: &[f64], a: f64, y: &[f64]) -> Vec<f64> {
@@ -56,7 +61,8 @@ impl Step for ExplicitEuler {
     fn name(&self) -> String {
         "explicit_euler".into()
     }
-    fn step(&self, sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Vec<f64> {
+    fn step(&self, at: &StepAt<'_>, x: &[f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let mut y = axpy(x, h, &sys.rhs(x, &sys.ctx(pv, t)));
         sys.normalize_quaternions(&mut y);
         y
@@ -64,16 +70,8 @@ impl Step for ExplicitEuler {
 }
 
 impl StepVjp for ExplicitEuler {
-    fn step_vjp(
-        &self,
-        sys: &System,
-        pv: &ParamValues,
-        t: f64,
-        h: f64,
-        x: &[f64],
-        y_bar: &[f64],
-        p_bar: &mut [f64],
-    ) -> Vec<f64> {
+    fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let ctx = sys.ctx(pv, t);
         let u = axpy(x, h, &sys.rhs(x, &ctx));
         let mut u_bar = y_bar.to_vec();
@@ -112,7 +110,8 @@ impl Step for Rk4 {
     fn name(&self) -> String {
         "rk4".into()
     }
-    fn step(&self, sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Vec<f64> {
+    fn step(&self, at: &StepAt<'_>, x: &[f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let mut y = rk4_stages(sys, pv, t, h, x).u;
         sys.normalize_quaternions(&mut y);
         y
@@ -120,16 +119,8 @@ impl Step for Rk4 {
 }
 
 impl StepVjp for Rk4 {
-    fn step_vjp(
-        &self,
-        sys: &System,
-        pv: &ParamValues,
-        t: f64,
-        h: f64,
-        x: &[f64],
-        y_bar: &[f64],
-        p_bar: &mut [f64],
-    ) -> Vec<f64> {
+    fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let st = rk4_stages(sys, pv, t, h, x);
         let mut u_bar = y_bar.to_vec();
         sys.normalize_quaternions_vjp(&st.u, &mut u_bar);
@@ -186,7 +177,8 @@ impl Step for VelocityVerlet {
     fn name(&self) -> String {
         "velocity_verlet".into()
     }
-    fn step(&self, sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Vec<f64> {
+    fn step(&self, at: &StepAt<'_>, x: &[f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let l = sys.layout();
         let st = verlet_stages(sys, pv, t, h, x);
         let a1 = sys.accelerations(&st.x_mid, &sys.ctx(pv, t + h));
@@ -199,16 +191,8 @@ impl Step for VelocityVerlet {
 }
 
 impl StepVjp for VelocityVerlet {
-    fn step_vjp(
-        &self,
-        sys: &System,
-        pv: &ParamValues,
-        t: f64,
-        h: f64,
-        x: &[f64],
-        y_bar: &[f64],
-        p_bar: &mut [f64],
-    ) -> Vec<f64> {
+    fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let l = sys.layout();
         let st = verlet_stages(sys, pv, t, h, x);
         // y = x_mid except v' = v½ + h/2 a1(x_mid).
@@ -268,22 +252,14 @@ impl<S: Step> Step for FiniteDifferenceVjp<S> {
     fn name(&self) -> String {
         format!("fd_vjp({})", self.inner.name())
     }
-    fn step(&self, sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Vec<f64> {
-        self.inner.step(sys, pv, t, h, x)
+    fn step(&self, at: &StepAt<'_>, x: &[f64]) -> Vec<f64> {
+        self.inner.step(at, x)
     }
 }
 
 impl<S: Step> StepVjp for FiniteDifferenceVjp<S> {
-    fn step_vjp(
-        &self,
-        sys: &System,
-        pv: &ParamValues,
-        t: f64,
-        h: f64,
-        x: &[f64],
-        y_bar: &[f64],
-        p_bar: &mut [f64],
-    ) -> Vec<f64> {
+    fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64> {
+        let pv = at.pv;
         let dot = |a: &[f64], b: &[f64]| -> f64 {
             a.iter().zip(b).zip(y_bar).map(|((p, m), w)| w * (p - m)).sum()
         };
@@ -292,21 +268,21 @@ impl<S: Step> StepVjp for FiniteDifferenceVjp<S> {
         for j in 0..x.len() {
             let d = self.rel_step * x[j].abs().max(1.0);
             xp[j] = x[j] + d;
-            let yp = self.inner.step(sys, pv, t, h, &xp);
+            let yp = self.inner.step(at, &xp);
             xp[j] = x[j] - d;
-            let ym = self.inner.step(sys, pv, t, h, &xp);
+            let ym = self.inner.step(at, &xp);
             xp[j] = x[j];
             x_bar[j] = dot(&yp, &ym) / (2.0 * d);
         }
         let mut pp = pv.clone();
-        for j in 0..pv.p.len() {
+        for (j, pb) in p_bar.iter_mut().enumerate() {
             let d = self.rel_step * pv.p[j].abs().max(1.0);
             pp.p[j] = pv.p[j] + d;
-            let yp = self.inner.step(sys, &pp, t, h, x);
+            let yp = self.inner.step(&StepAt { pv: &pp, ..*at }, x);
             pp.p[j] = pv.p[j] - d;
-            let ym = self.inner.step(sys, &pp, t, h, x);
+            let ym = self.inner.step(&StepAt { pv: &pp, ..*at }, x);
             pp.p[j] = pv.p[j];
-            p_bar[j] += dot(&yp, &ym) / (2.0 * d);
+            *pb += dot(&yp, &ym) / (2.0 * d);
         }
         x_bar
     }

@@ -4,7 +4,8 @@
 //!   its flat layout;
 //! - [`system`]: bodies, parameters (a [`gradfem_solvers::params::ParamRegistry`]), equations of
 //!   motion and their vector-Jacobian product;
-//! - [`forces`]: springs, dampers, soft ground contact with friction, user forces;
+//! - [`forces`]: springs, dampers, soft ground and sphere–sphere contact with friction, user
+//!   forces;
 //! - [`integrators`]: explicit Euler, RK4, velocity Verlet, user steps, finite-difference VJP;
 //! - [`adjoint`]: simulation, objectives, discrete adjoint with store-all, binomial
 //!   checkpointing or truncated backpropagation.
@@ -41,9 +42,9 @@ pub mod prelude {
         AdjointResult, FinalState, Memory, Objective, PositionMisfit, Simulation, Sum, SweepStats,
     };
     pub use crate::error::DynamicsError;
-    pub use crate::forces::{Anchor, Damper, GroundContact, Spring, UserForce};
+    pub use crate::forces::{Anchor, Damper, GroundContact, SphereContact, Spring, UserForce};
     pub use crate::integrators::{
-        ExplicitEuler, FiniteDifferenceVjp, Rk4, Step, StepVjp, VelocityVerlet,
+        ExplicitEuler, FiniteDifferenceVjp, Rk4, Step, StepAt, StepVjp, VelocityVerlet,
     };
     pub use crate::state::State;
     pub use crate::system::{Ctx, ForceLaw, ParamValues, System, Value};

@@ -192,7 +192,7 @@ impl System {
         let ctx = self.ctx(pv, 0.0);
         for (i, b) in self.bodies.iter().enumerate() {
             let m = ctx.value(b.mass);
-            if !(m > 0.0) {
+            if m.is_nan() || m <= 0.0 {
                 return Err(DynamicsError::NonPositiveMass { body: i, mass: m });
             }
         }
@@ -218,9 +218,7 @@ impl System {
         let mut a = self.forces(x, ctx);
         for (ai, b) in a.iter_mut().zip(&self.bodies) {
             let m = ctx.value(b.mass);
-            for d in 0..3 {
-                ai[d] = ai[d] / m + self.gravity[d];
-            }
+            ai.iter_mut().zip(&self.gravity).for_each(|(v, g)| *v = *v / m + g);
         }
         a
     }
@@ -359,4 +357,108 @@ pub fn local_vjp<const NI: usize, const NO: usize>(
         *gj = (0..NO).map(|o| y_bar[o] * y[o].eps).sum();
     }
     g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::forces::{Anchor, Damper, GroundContact, Spring};
+
+    fn system() -> System {
+        let mut sys = System::new();
+        sys.gravity = [0.1, -0.2, -9.81];
+        let m = sys.param(ParamSpec::scalar("body.1.mass", 1.7)).unwrap();
+        let k = sys.param(ParamSpec::scalar("spring.k", 5.0)).unwrap();
+        let c = sys.param(ParamSpec::scalar("damper.c", 0.4)).unwrap();
+        let kc = sys.param(ParamSpec::scalar("contact.stiffness", 100.0)).unwrap();
+        let mu = sys.param(ParamSpec::scalar("contact.friction", 0.5)).unwrap();
+        let eps = sys.param(ParamSpec::scalar("contact.smoothing", 0.05)).unwrap();
+        sys.add_body(1.0);
+        sys.add_body(m);
+        let a = Anchor::Body(0);
+        sys.add_force(Spring { a, b: Anchor::Body(1), k, rest_length: 0.8.into() });
+        sys.add_force(Spring {
+            a: Anchor::Body(1),
+            b: Anchor::Fixed([0.0, 1.0, 1.0]),
+            k,
+            rest_length: 0.2.into(),
+        });
+        sys.add_force(Damper { a, b: Anchor::Body(1), c });
+        sys.add_force(GroundContact::ground(vec![(0, 0.1), (1, 0.2)], kc, mu, eps));
+        sys
+    }
+
+    fn state() -> Vec<f64> {
+        (0..26).map(|i| 0.1 + 0.37 * ((i * 7 % 11) as f64) / 11.0 - 0.05 * (i % 3) as f64).collect()
+    }
+
+    /// ⟨f̄, J δz⟩ by central differences equals ⟨VJP(f̄), δz⟩ for the whole right-hand side.
+    #[test]
+    fn rhs_vjp_matches_finite_differences() {
+        let sys = system();
+        let pv = sys.param_values();
+        let x = state();
+        let f_bar: Vec<f64> = (0..26).map(|i| ((i * 5 % 7) as f64 - 3.0) / 3.0).collect();
+        let mut x_bar = vec![0.0; 26];
+        let mut p_bar = vec![0.0; pv.p.len()];
+        sys.rhs_vjp(&x, &sys.ctx(&pv, 0.0), &f_bar, &mut x_bar, &mut p_bar);
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(p, q)| p * q).sum::<f64>();
+        for j in 0..26 + pv.p.len() {
+            let d = 1e-6;
+            let eval = |s: f64| {
+                let (mut xx, mut pp) = (x.clone(), pv.clone());
+                if j < 26 {
+                    xx[j] += s
+                } else {
+                    pp.p[j - 26] += s
+                }
+                dot(&f_bar, &sys.rhs(&xx, &sys.ctx(&pp, 0.0)))
+            };
+            let fd = (eval(d) - eval(-d)) / (2.0 * d);
+            let ad = if j < 26 { x_bar[j] } else { p_bar[j - 26] };
+            assert!((fd - ad).abs() <= 1e-6 * (1.0 + ad.abs()), "input {j}: VJP {ad} vs FD {fd}");
+        }
+    }
+
+    #[test]
+    fn normalization_vjp_matches_finite_differences() {
+        let sys = system();
+        let u = state();
+        let bar: Vec<f64> = (0..26).map(|i| (i as f64).sin()).collect();
+        let mut ub = bar.clone();
+        sys.normalize_quaternions_vjp(&u, &mut ub);
+        let j = |v: &[f64]| {
+            let mut w = v.to_vec();
+            sys.normalize_quaternions(&mut w);
+            w.iter().zip(&bar).map(|(a, b)| a * b).sum::<f64>()
+        };
+        for k in 0..26 {
+            let (mut up, mut um) = (u.clone(), u.clone());
+            up[k] += 1e-6;
+            um[k] -= 1e-6;
+            let fd = (j(&up) - j(&um)) / 2e-6;
+            assert!((fd - ub[k]).abs() < 1e-8, "component {k}: {} vs FD {fd}", ub[k]);
+        }
+    }
+
+    #[test]
+    fn unknown_parameter_is_an_error_and_bounds_hold() {
+        let mut sys = system();
+        let err = sys.registry.id("contact.frction").unwrap_err();
+        assert!(err.to_string().contains("contact.friction"), "{err}");
+        let mu = sys
+            .param(ParamSpec::scalar("contact2.friction", 0.5).with_bounds(Some(0.0), Some(1.0)))
+            .unwrap();
+        let Value::Param(id) = mu else { panic!("expected a parameter") };
+        assert!(sys.registry.set_values(id, &[1.5]).is_err());
+    }
+
+    #[test]
+    fn non_positive_mass_is_reported() {
+        let mut sys = system();
+        let id = sys.registry.id("body.1.mass").unwrap();
+        sys.registry.set_values(id, &[0.0]).unwrap();
+        let err = sys.check(&sys.param_values()).unwrap_err();
+        assert!(matches!(err, DynamicsError::NonPositiveMass { body: 1, .. }), "{err}");
+    }
 }

@@ -74,3 +74,63 @@ fn too_small_smoothing_breaks_the_taylor_test() {
     assert!(g.is_finite());
     assert!(!tr.passed, "with ε = 1e-10 the kink should show in the Taylor test:\n{}", tr.table());
 }
+
+/// Three spheres colliding (no gravity): the adjoint passes a Taylor test through the
+/// collisions and the total momentum is conserved (equal and opposite contact forces).
+#[test]
+fn sphere_sphere_contact_gradient_and_momentum() {
+    let build = |m: &[f64]| {
+        let mut s = System::new();
+        let kc = s.param(ParamSpec::scalar("contact.stiffness", m[0])).unwrap();
+        let mu = s.param(ParamSpec::scalar("contact.friction", m[1])).unwrap();
+        let se = s.param(ParamSpec::scalar("contact.smoothing", m[2])).unwrap();
+        for _ in 0..3 {
+            s.add_body(1.0);
+        }
+        s.add_force(SphereContact {
+            spheres: vec![(0, 0.2), (1, 0.2), (2, 0.3)],
+            stiffness: kc,
+            friction: mu,
+            smoothing: se,
+            slip_velocity: 0.05,
+        });
+        s
+    };
+    let mut x0 = State::at_rest(3);
+    x0.position = vec![[-1.0, 0.05, 0.0], [0.0, 0.0, 0.0], [1.0, -0.1, 0.02]];
+    x0.velocity = vec![[2.0, 0.0, 0.0], [0.0, 0.0, 0.0], [-1.5, 0.3, 0.0]];
+    let (dt, n) = (1e-3, 800);
+    let mut weight = State::zeros(3);
+    weight.position = vec![[1.0, 2.0, 3.0]; 3];
+    weight.velocity = vec![[1.0, 0.5, 0.25]; 3];
+    let obj = FinalState { target: State::zeros(3), weight };
+    let m0 = [500.0, 0.4, 5e-3];
+    let sys = build(&m0);
+    let traj = Simulation::new(&sys, Rk4, dt, n).run(&x0).unwrap();
+    let momentum = |s: &State| -> [f64; 3] {
+        std::array::from_fn(|d| s.velocity.iter().map(|v| v[d]).sum::<f64>())
+    };
+    let (p0, p1) = (momentum(&traj[0]), momentum(&traj[n]));
+    assert!((0..3).all(|d| (p0[d] - p1[d]).abs() < 1e-12), "momentum {p0:?} → {p1:?}");
+    assert!((traj[n].velocity[0][0] - 2.0).abs() > 0.5, "no collision happened");
+    let g = Simulation::new(&sys, Rk4, dt, n).gradient(&x0, &obj, Memory::StoreAll).unwrap();
+    let np = 3;
+    let mut m: Vec<f64> = m0.to_vec();
+    m.extend(x0.to_flat());
+    let mut grad = g.params.flatten(&ParamVector::all(&sys.registry));
+    grad.extend(g.initial_state.to_flat());
+    let dm: Vec<f64> =
+        (0..m.len()).map(|i| (0.2 + 0.1 * (i % 7) as f64) * m[i].abs().max(0.1)).collect();
+    let tr = taylor_test(
+        |z: &[f64]| {
+            Simulation::new(&build(&z[..np]), Rk4, dt, n)
+                .objective(&State::from_flat(&z[np..]), &obj)
+        },
+        &m,
+        &grad,
+        &dm,
+        &TaylorParams { h0: 1e-4, steps: 5, min_rate: 1.9 },
+    )
+    .unwrap();
+    assert!(tr.passed && tr.rates_used >= 2, "sphere contact:\n{}", tr.table());
+}

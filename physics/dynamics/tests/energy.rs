@@ -26,7 +26,7 @@ fn energy_history(integ: &impl Step, steps: usize, h: f64) -> Vec<f64> {
     let e0 = energy(&x);
     let mut out = Vec::with_capacity(steps);
     for k in 0..steps {
-        x = integ.step(&sys, &pv, k as f64 * h, h, &x);
+        x = integ.step(&StepAt { sys: &sys, pv: &pv, t: k as f64 * h, h }, &x);
         out.push((energy(&x) - e0) / e0);
     }
     out

@@ -73,6 +73,7 @@ fn check<I: StepVjp + Copy>(integ: I, dt: f64, n: usize) {
         integ.name(),
         tr.table()
     );
+    eprintln!("{}: Taylor rates {:?}", integ.name(), tr.rates);
     assert!(tr.min_rate() > 1.9, "{}:\n{}", integ.name(), tr.table());
     j_of(&mut sys, integ, dt, n, &obj, &m_orig);
 }

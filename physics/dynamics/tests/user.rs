@@ -12,8 +12,6 @@ fn system() -> System {
     let a = sys.param(ParamSpec::scalar("user.a", 2.0)).unwrap();
     let c = sys.param(ParamSpec::scalar("drag.c", 0.3)).unwrap();
     let b = sys.add_body(1.5);
-    let Value::Param(aid) = a else { unreachable!() };
-    let _ = aid;
     sys.add_force(UserForce::new(
         move |x, ctx, f| {
             let a = ctx.value(a);
@@ -49,8 +47,8 @@ fn objective() -> FinalState {
     FinalState { target: x0(), weight }
 }
 
-/// Semi-implicit (symplectic) Euler written as a user step: v' = v + h a(x), r' = r + h v',
-/// q' = N(q + h q̇) with q̇ from the library's RK4 helper… here simply q and ω kept fixed.
+/// Semi-implicit (symplectic) Euler written as a user step for one body: v' = v + h a(x),
+/// r' = r + h v'; orientation and angular velocity are left unchanged.
 #[derive(Clone, Copy)]
 struct SymplecticEuler;
 
@@ -58,7 +56,8 @@ impl Step for SymplecticEuler {
     fn name(&self) -> String {
         "user_symplectic_euler".into()
     }
-    fn step(&self, sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> Vec<f64> {
+    fn step(&self, at: &StepAt<'_>, x: &[f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let a = sys.accelerations(x, &sys.ctx(pv, t));
         let mut y = x.to_vec();
         for d in 0..3 {
@@ -70,16 +69,8 @@ impl Step for SymplecticEuler {
 }
 
 impl StepVjp for SymplecticEuler {
-    fn step_vjp(
-        &self,
-        sys: &System,
-        pv: &ParamValues,
-        t: f64,
-        h: f64,
-        x: &[f64],
-        y_bar: &[f64],
-        p_bar: &mut [f64],
-    ) -> Vec<f64> {
+    fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64> {
+        let StepAt { sys, pv, t, h } = *at;
         let mut x_bar = y_bar.to_vec();
         let mut a_bar = [[0.0; 3]];
         for d in 0..3 {

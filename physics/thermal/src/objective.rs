@@ -14,11 +14,9 @@
 
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
-use num_dual::Dual64;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::generic;
 use crate::model::{ThermalError, ThermalModel};
 
 /// One kind of objective.
@@ -194,25 +192,20 @@ fn integrate(
             }
             let (mut dx, mut dvx) = (Vec::new(), Vec::new());
             if with_coords {
+                // d(det J)/dX_bi = det J (∇N_b)ᵢ, and T at the quadrature points does not move.
                 dx = vec![[0.0; 3]; nn];
                 dvx = vec![[0.0; 3]; nn];
-                let mut xd: Vec<[Dual64; 3]> = x.iter().map(|p| p.map(Dual64::from)).collect();
-                for a in 0..nn {
-                    for i in 0..3 {
-                        xd[a][i].eps = 1.0;
-                        let (mut v, mut vol) = (0.0, 0.0);
-                        for q in 0..tab.n_points() {
-                            let j = generic::jacobian(tab.grad(q), &xd);
-                            let det = generic::inverse(&j).map_or(Dual64::from(0.0), |(_, d)| d);
-                            let n = tab.shape(q);
-                            let tq: f64 = (0..nn).map(|b| n[b] * t[nodes[b]]).sum();
-                            let gv = g(tq).0;
-                            v += tab.weights[q] * det.eps * gv;
-                            vol += tab.weights[q] * det.eps;
+                for q in 0..tab.n_points() {
+                    let det = geometry::physical_gradients_into(3, tab.grad(q), &x, &mut grads);
+                    let w = tab.weights[q] * det;
+                    let n = tab.shape(q);
+                    let tq: f64 = (0..nn).map(|b| n[b] * t[nodes[b]]).sum();
+                    let gv = g(tq).0;
+                    for b in 0..nn {
+                        for i in 0..3 {
+                            dx[b][i] += w * gv * grads[b][i];
+                            dvx[b][i] += w * grads[b][i];
                         }
-                        dx[a][i] = v;
-                        dvx[a][i] = vol;
-                        xd[a][i].eps = 0.0;
                     }
                 }
             }

@@ -230,3 +230,23 @@ fn unknown_groups_and_inverted_cells_are_reported() {
     .unwrap_err();
     assert!(err.to_string().contains(&format!("cell {tag} (tet4) is inverted")), "{err}");
 }
+
+#[rstest]
+fn closed_form_shape_derivative_matches_dual_numbers(
+    #[values(CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20, CellType::Hex27)] ct: CellType,
+) {
+    let m = model(ct, laws()[1].clone());
+    let t = temperature(&m);
+    let lambda: Vec<f64> = m.coords.iter().map(|p| (p[0] - p[1] + 2.0 * p[2]).cos()).collect();
+    for e in 0..m.n_elements() {
+        let nn = m.element_nodes(e).len();
+        let mut a = vec![0.0; 3 * nn];
+        let mut b = vec![0.0; 3 * nn];
+        m.coordinate_vjp_element(e, &t, &lambda, &mut a);
+        m.coordinate_vjp_dual(e, &t, &lambda, &mut b);
+        let scale = b.iter().map(|v| v.abs()).fold(0.0, f64::max);
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-11 * (1.0 + scale), "{ct} element {e}: {x} vs {y}");
+        }
+    }
+}
