@@ -4,6 +4,7 @@
 //! fields ([`gradfem_thermal`]) and solvers with the adjoint engine ([`gradfem_solvers`]), and
 //! holds problem files, the thermal problem with its gradient, and the CLI's building blocks.
 
+pub mod ansys_import;
 pub mod app;
 pub mod mesh_report;
 pub mod problem;

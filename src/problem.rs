@@ -53,7 +53,8 @@ pub enum ProblemError {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeshSpec {
-    /// A gmsh `.msh` file, relative to the problem file.
+    /// A gmsh `.msh` file, or an ANSYS `.rst`/`.rth`/`.cdb` (groups `material_<n>`,
+    /// `etype_<n>`), relative to the problem file.
     pub file: Option<String>,
     /// A generated box.
     #[serde(rename = "box")]
@@ -250,6 +251,27 @@ pub struct ProblemSpec {
     pub output: OutputSpec,
     #[serde(default)]
     pub taylor: TaylorSpec,
+    /// Starting state of the solve, read from an ANSYS result file.
+    #[serde(default)]
+    pub initial_state: Option<InitialStateSpec>,
+}
+
+/// `[initial_state] ansys = "file.rth", set = 1`: the `TEMP` field of that result set (path
+/// relative to the problem file) is the starting guess of the thermal Newton solve, copied by
+/// ANSYS node number when the mesh has the same nodes, interpolated otherwise (see
+/// [`crate::ansys_import`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitialStateSpec {
+    /// ANSYS result file (`.rth`, `.rst`).
+    pub ansys: String,
+    /// 1-based result set.
+    #[serde(default = "first_set")]
+    pub set: usize,
+}
+
+fn first_set() -> usize {
+    1
 }
 
 /// A parsed problem file with its source text, for error locations.
@@ -314,6 +336,11 @@ impl ProblemFile {
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
                 let p = self.resolve_path(file);
+                if crate::ansys_import::is_ansys_path(&p) {
+                    return crate::ansys_import::read_ansys_mesh(&p).map_err(|e| {
+                        ProblemError::Mesh { file: self.path.clone(), message: e.to_string() }
+                    });
+                }
                 gradfem_io::gmsh::read_msh(&p).map_err(|e| ProblemError::Mesh {
                     file: self.path.clone(),
                     message: e.to_string(),

@@ -189,7 +189,9 @@ impl ThermalProblem {
             linear_choice: linear,
             cg_rel_tol: 1e-10,
         };
-        p.unknowns = vec![0.0; p.model.n_unknowns()];
+        // Start Newton from the boundary conditions' mean temperature, not 0 K: a T-dependent
+        // conductivity may be unphysical far from its reference.
+        p.unknowns = vec![p.model.reference_temperature(); p.model.n_unknowns()];
         p.solver = p.make_solver();
         Ok(p)
     }
@@ -411,7 +413,9 @@ impl ThermalProblem {
             residual_history: info.residual_history.clone(),
             linear_solver: self.solver.name().to_string(),
         };
-        self.temperature = Some(self.model.nodal_temperature(&self.unknowns));
+        let t = self.model.nodal_temperature(&self.unknowns);
+        self.model.check_conductivity(&t)?;
+        self.temperature = Some(t);
         Ok(self.temperature.as_deref().expect("set above"))
     }
 
@@ -552,6 +556,7 @@ impl ThermalProblem {
     ) -> Result<gradfem_solvers::taylor::TaylorResult, RunError> {
         let pv = self.parameter_vector();
         let (_, grad, _) = self.gradient()?;
+        let converged = self.unknowns.clone();
         let g = grad.flatten(&pv);
         let m0 = pv.gather(&self.registry);
         let dm = direction(&m0, &pv, &self.registry);
@@ -571,9 +576,11 @@ impl ThermalProblem {
                 self.objective_value()
             },
         );
-        // Restore the problem exactly.
+        // Restore the problem exactly: parameters, and the converged unknowns as Newton's start,
+        // so the final solve takes no step and only refactors at the solution.
         self.registry = reg;
         self.apply_parameters()?;
+        self.unknowns = converged;
         self.solve()?;
         result
     }

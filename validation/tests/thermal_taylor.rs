@@ -134,14 +134,10 @@ fn gradient_passes_taylor_test(
     );
 }
 
-/// The problem after a Taylor test must give the objective bit for bit as before.
-///
-/// Fails today: `ThermalProblem::taylor_test` (src/thermal.rs, end of the function) restores the
-/// registry and then calls `self.solve()`, which warm-starts Newton from the unknowns of the
-/// last perturbed evaluation, so J differs from the cold-start value by a few ulps (measured:
-/// 6 ulps on the Tet4 cube, thermal.k.domain, average objective).
+/// The problem after a Taylor test must give the objective bit for bit as before:
+/// `ThermalProblem::taylor_test` restores the registry and the converged unknowns, so the final
+/// solve starts converged (a warm start from the last perturbed state would differ by ulps).
 #[test]
-#[ignore = "bug in ThermalProblem::taylor_test: re-solve is warm-started, J differs by ulps"]
 fn taylor_test_restores_objective_bitwise() {
     let mut p = problem(CellType::Tet4, false, "average");
     p.register("thermal.k.domain", None).expect("register");

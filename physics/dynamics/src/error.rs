@@ -23,21 +23,15 @@ pub enum DynamicsError {
         /// The value.
         value: f64,
     },
-    /// A quaternion had zero norm and could not be normalized.
-    #[error("step {step}: orientation of body {body} has zero norm")]
-    DegenerateQuaternion {
-        /// Step index.
-        step: usize,
-        /// Body index.
-        body: usize,
-    },
-    /// A body mass is not strictly positive.
-    #[error("body {body}: mass {mass} must be > 0")]
+    /// A body mass or moment of inertia is not strictly positive.
+    #[error("body {body}: mass {mass} and moments of inertia {inertia:?} must be > 0")]
     NonPositiveMass {
         /// Body index.
         body: usize,
         /// The mass.
         mass: f64,
+        /// The principal moments, for a rigid body.
+        inertia: Option<[f64; 3]>,
     },
     /// A parameter registry error (unknown name, out of bounds, …).
     #[error(transparent)]

@@ -15,10 +15,11 @@
 //! slope is k_c σ(δ/ε) (σ the logistic function), and its curvature peaks at k_c / (4ε). The
 //! friction force is regularized Coulomb,
 //!
-//! F_t = −μ F_n · v_t / sqrt(|v_t|² + v_ε²),   v_t = v − (v · n) n,
+//! F_t = −μ F_n · v_t / sqrt(|v_t|² + v_ε²),   v_t = v_c − (v_c · n) n,   v_c = v + ω × ρ,
 //!
-//! bounded by μ F_n and smooth at v_t = 0 (v_ε is a fixed velocity scale). The total force is
-//! F_n n + F_t.
+//! bounded by μ F_n and smooth at v_t = 0 (v_ε is a fixed velocity scale), acting on the
+//! velocity v_c of the contact point ρ = −R n (relative to the centre). The total force is
+//! F_n n + F_t, and it applies the torque τ = ρ × F_t about the centre (felt by rigid bodies).
 //!
 //! Effect of ε on gradients: every force is C^∞ for ε > 0, so the discrete trajectory is a
 //! smooth function of the parameters and the initial state, and its adjoint gradient is exact
@@ -220,12 +221,15 @@ pub struct GroundContact {
     pub slip_velocity: f64,
 }
 
-/// Contact force on a sphere of radius `radius` (formulas in the module docs), generic over
-/// the scalar. Inputs: r, v, k_c, μ, ε.
+/// Contact wrench on a sphere of radius `radius` (formulas in the module docs), generic over
+/// the scalar: `[F, τ]` with τ = ρ × F the torque about the centre, ρ = −R n the contact point
+/// relative to the centre, and friction acting on the contact-point velocity v + ω × ρ.
+/// Inputs: r, v, ω, k_c, μ, ε.
 #[allow(clippy::too_many_arguments)]
-pub fn contact_force<T: DualNum<Primitive = f64> + Copy>(
+pub fn contact_wrench<T: DualNum<Primitive = f64> + Copy>(
     r: &[T; 3],
     v: &[T; 3],
+    w: &[T; 3],
     kc: T,
     mu: T,
     eps: T,
@@ -233,36 +237,38 @@ pub fn contact_force<T: DualNum<Primitive = f64> + Copy>(
     n: &[f64; 3],
     h: f64,
     v_eps: f64,
-) -> [T; 3] {
+) -> [T; 6] {
     let gap = r[0] * n[0] + r[1] * n[1] + r[2] * n[2] - h;
     let delta = -gap + radius;
     let fn_ = kc * eps * softplus(delta / eps);
-    let vn = v[0] * n[0] + v[1] * n[1] + v[2] * n[2];
-    let vt = [v[0] - vn * n[0], v[1] - vn * n[1], v[2] - vn * n[2]];
+    let rho = n.map(|c| -radius * c);
+    let vc = [
+        v[0] + w[1] * rho[2] - w[2] * rho[1],
+        v[1] + w[2] * rho[0] - w[0] * rho[2],
+        v[2] + w[0] * rho[1] - w[1] * rho[0],
+    ];
+    let vn = vc[0] * n[0] + vc[1] * n[1] + vc[2] * n[2];
+    let vt = [vc[0] - vn * n[0], vc[1] - vn * n[1], vc[2] - vn * n[2]];
     let s = (vt[0] * vt[0] + vt[1] * vt[1] + vt[2] * vt[2] + v_eps * v_eps).sqrt();
     let ft = -mu * fn_ / s;
-    std::array::from_fn(|d| fn_ * n[d] + ft * vt[d])
+    let f: [T; 3] = std::array::from_fn(|d| fn_ * n[d] + ft * vt[d]);
+    [
+        f[0],
+        f[1],
+        f[2],
+        f[2] * rho[1] - f[1] * rho[2],
+        f[0] * rho[2] - f[2] * rho[0],
+        f[1] * rho[0] - f[0] * rho[1],
+    ]
 }
 
 impl ForceLaw for GroundContact {
     fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
-        let l = ctx.layout;
-        let (kc, mu, eps) =
-            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
-        for &(i, radius) in &self.bodies {
-            let f = contact_force(
-                &l.get3(x, l.r(i)),
-                &l.get3(x, l.v(i)),
-                kc,
-                mu,
-                eps,
-                radius,
-                &self.normal,
-                self.height,
-                self.slip_velocity,
-            );
-            (0..3).for_each(|d| forces[i][d] += f[d]);
-        }
+        self.wrenches(x, ctx, |i, wr| (0..3).for_each(|d| forces[i][d] += wr[d]));
+    }
+
+    fn accumulate_torques(&self, x: &[f64], ctx: &Ctx<'_>, torques: &mut [[f64; 3]]) {
+        self.wrenches(x, ctx, |i, wr| (0..3).for_each(|d| torques[i][d] += wr[3 + d]));
     }
 
     fn vjp(
@@ -273,19 +279,81 @@ impl ForceLaw for GroundContact {
         x_bar: &mut [f64],
         p_bar: &mut [f64],
     ) {
+        self.wrench_vjp(
+            x,
+            ctx,
+            |i| [f_bar[i][0], f_bar[i][1], f_bar[i][2], 0.0, 0.0, 0.0],
+            x_bar,
+            p_bar,
+        );
+    }
+
+    fn torque_vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        tau_bar: &[[f64; 3]],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        self.wrench_vjp(
+            x,
+            ctx,
+            |i| [0.0, 0.0, 0.0, tau_bar[i][0], tau_bar[i][1], tau_bar[i][2]],
+            x_bar,
+            p_bar,
+        );
+    }
+}
+
+impl GroundContact {
+    fn wrenches(&self, x: &[f64], ctx: &Ctx<'_>, mut add: impl FnMut(usize, [f64; 6])) {
         let l = ctx.layout;
         let (kc, mu, eps) =
             (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
         for &(i, radius) in &self.bodies {
-            let (r, v) = (l.get3(x, l.r(i)), l.get3(x, l.v(i)));
-            let inp = [r[0], r[1], r[2], v[0], v[1], v[2], kc, mu, eps];
-            let g = local_vjp(inp, &f_bar[i], |z| {
-                contact_force(
+            let wr = contact_wrench(
+                &l.get3(x, l.r(i)),
+                &l.get3(x, l.v(i)),
+                &l.get3(x, l.w(i)),
+                kc,
+                mu,
+                eps,
+                radius,
+                &self.normal,
+                self.height,
+                self.slip_velocity,
+            );
+            add(i, wr);
+        }
+    }
+
+    fn wrench_vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        bar: impl Fn(usize) -> [f64; 6],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        let l = ctx.layout;
+        let (kc, mu, eps) =
+            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
+        for &(i, radius) in &self.bodies {
+            let yb = bar(i);
+            if yb.iter().all(|v| *v == 0.0) {
+                continue;
+            }
+            let (r, v, w) = (l.get3(x, l.r(i)), l.get3(x, l.v(i)), l.get3(x, l.w(i)));
+            let inp = [r[0], r[1], r[2], v[0], v[1], v[2], w[0], w[1], w[2], kc, mu, eps];
+            let g = local_vjp(inp, &yb, |z| {
+                contact_wrench(
                     &[z[0], z[1], z[2]],
                     &[z[3], z[4], z[5]],
-                    z[6],
-                    z[7],
-                    z[8],
+                    &[z[6], z[7], z[8]],
+                    z[9],
+                    z[10],
+                    z[11],
                     radius,
                     &self.normal,
                     self.height,
@@ -295,15 +363,14 @@ impl ForceLaw for GroundContact {
             (0..3).for_each(|d| {
                 x_bar[l.r(i) + d] += g[d];
                 x_bar[l.v(i) + d] += g[3 + d];
+                x_bar[l.w(i) + d] += g[6 + d];
             });
-            ctx.add_bar(self.stiffness, p_bar, g[6]);
-            ctx.add_bar(self.friction, p_bar, g[7]);
-            ctx.add_bar(self.smoothing, p_bar, g[8]);
+            ctx.add_bar(self.stiffness, p_bar, g[9]);
+            ctx.add_bar(self.friction, p_bar, g[10]);
+            ctx.add_bar(self.smoothing, p_bar, g[11]);
         }
     }
-}
 
-impl GroundContact {
     /// Contact of `bodies` (index, radius) with the plane z = 0 (n = e_z) and slip velocity
     /// scale v_ε = 1e-3.
     pub fn ground(
@@ -524,7 +591,7 @@ mod tests {
     #[case([0.0, 0.0, 0.2], [0.0, 0.0, -1.0])]
     fn friction_bounded_by_coulomb(#[case] r: [f64; 3], #[case] v: [f64; 3]) {
         let (kc, mu, eps) = (1e3, 0.4, 1e-3);
-        let f = contact_force(&r, &v, kc, mu, eps, 0.1, &[0.0, 0.0, 1.0], 0.0, 1e-3);
+        let f = contact_wrench(&r, &v, &[0.0; 3], kc, mu, eps, 0.1, &[0.0, 0.0, 1.0], 0.0, 1e-3);
         let fn_ = f[2];
         let ft = (f[0] * f[0] + f[1] * f[1]).sqrt();
         assert!(fn_ >= 0.0 && ft <= mu * fn_ * (1.0 + 1e-14), "F_n {fn_}, |F_t| {ft}");

@@ -8,10 +8,12 @@
 //! - [`ExplicitEuler`]: x' = N(x + h f(x, t)).
 //! - [`Rk4`]: k₁ = f(x, t), k₂ = f(x + h/2 k₁, t + h/2), k₃ = f(x + h/2 k₂, t + h/2),
 //!   k₄ = f(x + h k₃, t + h), x' = N(x + h/6 (k₁ + 2k₂ + 2k₃ + k₄)).
-//! - [`VelocityVerlet`] (kick–drift–kick): v½ = v + h/2 a(x, t), r' = r + h v½,
-//!   q' = N(q + h q̇(ω, q)), ω' = ω, v' = v½ + h/2 a(r', v½, q', ω', t + h). Symplectic for
-//!   position-dependent forces (bounded energy error); velocity-dependent forces are evaluated
-//!   at v½ (explicit, first-order in them).
+//! - [`VelocityVerlet`] (kick–drift–kick): v½ = v + h/2 a(x, t), ω½ = ω + h/2 α(x, t),
+//!   r' = r + h v½, q' = N(q + h q̇(ω½, q)), x½ = (r', v½, q', ω½),
+//!   v' = v½ + h/2 a(x½, t + h), ω' = ω½ + h/2 α(x½, t + h). Symplectic for the translation
+//!   under position-dependent forces (bounded energy error); velocity-dependent forces are
+//!   evaluated at v½ (explicit, first order in them), and the rotation update (q by one
+//!   explicit step with ω½) is second-order accurate only for particles, not symplectic.
 //! - A user step: implement [`Step`] and [`StepVjp`]; or implement only [`Step`] and wrap it in
 //!   [`FiniteDifferenceVjp`] (approximate).
 //!
@@ -163,9 +165,10 @@ fn verlet_stages(sys: &System, pv: &ParamValues, t: f64, h: f64, x: &[f64]) -> V
             let vh = x[l.v(i) + d] + 0.5 * h * a0[i][d];
             x_mid[l.v(i) + d] = vh;
             x_mid[l.r(i) + d] = x[l.r(i) + d] + h * vh;
+            x_mid[l.w(i) + d] = x[l.w(i) + d] + 0.5 * h * a0[i][3 + d];
         }
         let q = [x[l.q(i)], x[l.q(i) + 1], x[l.q(i) + 2], x[l.q(i) + 3]];
-        let qd = quat_rate(&l.get3(x, l.w(i)), &q);
+        let qd = quat_rate(&l.get3(&x_mid, l.w(i)), &q);
         (0..4).for_each(|d| x_mid[l.q(i) + d] = q[d] + h * qd[d]);
     }
     let u_q = x_mid.clone();
@@ -184,7 +187,10 @@ impl Step for VelocityVerlet {
         let a1 = sys.accelerations(&st.x_mid, &sys.ctx(pv, t + h));
         let mut y = st.x_mid;
         for i in 0..l.n {
-            (0..3).for_each(|d| y[l.v(i) + d] += 0.5 * h * a1[i][d]);
+            for d in 0..3 {
+                y[l.v(i) + d] += 0.5 * h * a1[i][d];
+                y[l.w(i) + d] += 0.5 * h * a1[i][3 + d];
+            }
         }
         y
     }
@@ -195,30 +201,40 @@ impl StepVjp for VelocityVerlet {
         let StepAt { sys, pv, t, h } = *at;
         let l = sys.layout();
         let st = verlet_stages(sys, pv, t, h, x);
-        // y = x_mid except v' = v½ + h/2 a1(x_mid).
+        // y = x_mid except v' = v½ + h/2 a1(x_mid), ω' = ω½ + h/2 α1(x_mid).
         let mut mid_bar = y_bar.to_vec();
-        let a1_bar: Vec<[f64; 3]> =
-            (0..l.n).map(|i| std::array::from_fn(|d| 0.5 * h * y_bar[l.v(i) + d])).collect();
+        let a1_bar: Vec<[f64; 6]> = (0..l.n)
+            .map(|i| {
+                std::array::from_fn(|d| {
+                    if d < 3 {
+                        0.5 * h * y_bar[l.v(i) + d]
+                    } else {
+                        0.5 * h * y_bar[l.w(i) + d - 3]
+                    }
+                })
+            })
+            .collect();
         sys.accelerations_vjp(&st.x_mid, &sys.ctx(pv, t + h), &a1_bar, &mut mid_bar, p_bar);
-        // x_mid = (r + h v½, v½, N(q + h q̇(ω, q)), ω).
+        // x_mid = (r + h v½, v½, N(q + h q̇(ω½, q)), ω½).
         sys.normalize_quaternions_vjp(&st.u_q, &mut mid_bar);
         let mut x_bar = vec![0.0; x.len()];
-        let mut a0_bar = vec![[0.0; 3]; l.n];
+        let mut a0_bar = vec![[0.0; 6]; l.n];
         for i in 0..l.n {
-            for d in 0..3 {
-                let r_bar = mid_bar[l.r(i) + d];
-                let vh_bar = mid_bar[l.v(i) + d] + h * r_bar;
-                x_bar[l.r(i) + d] = r_bar;
-                x_bar[l.v(i) + d] = vh_bar;
-                a0_bar[i][d] = 0.5 * h * vh_bar;
-                x_bar[l.w(i) + d] = mid_bar[l.w(i) + d];
-            }
             let q = [x[l.q(i)], x[l.q(i) + 1], x[l.q(i) + 2], x[l.q(i) + 3]];
             let uq_bar: [f64; 4] = std::array::from_fn(|d| mid_bar[l.q(i) + d]);
             let qd_bar = uq_bar.map(|v| h * v);
-            let (w_bar, q_bar) = quat_rate_vjp(&l.get3(x, l.w(i)), &q, &qd_bar);
+            let (w_bar, q_bar) = quat_rate_vjp(&l.get3(&st.x_mid, l.w(i)), &q, &qd_bar);
             (0..4).for_each(|d| x_bar[l.q(i) + d] = uq_bar[d] + q_bar[d]);
-            (0..3).for_each(|d| x_bar[l.w(i) + d] += w_bar[d]);
+            for d in 0..3 {
+                let r_bar = mid_bar[l.r(i) + d];
+                let vh_bar = mid_bar[l.v(i) + d] + h * r_bar;
+                let wh_bar = mid_bar[l.w(i) + d] + w_bar[d];
+                x_bar[l.r(i) + d] = r_bar;
+                x_bar[l.v(i) + d] = vh_bar;
+                x_bar[l.w(i) + d] = wh_bar;
+                a0_bar[i][d] = 0.5 * h * vh_bar;
+                a0_bar[i][3 + d] = 0.5 * h * wh_bar;
+            }
         }
         sys.accelerations_vjp(x, &sys.ctx(pv, t), &a0_bar, &mut x_bar, p_bar);
         x_bar

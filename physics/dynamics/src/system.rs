@@ -5,9 +5,11 @@
 //! - ṙ_i = v_i
 //! - v̇_i = a_i = F_i(x, p, t) / m_i + g, with F_i the sum of all [`ForceLaw`]s on body i;
 //! - q̇_i = ½ (0, ω_i) ⊗ q_i (quaternion kinematics with ω in the world frame);
-//! - ω̇_i = 0: bodies are treated as isotropic (spherical inertia) and no force law applies a
-//!   torque yet, so the angular velocity is constant. Full rigid-body rotation (inertia tensors,
-//!   torques from off-centre contact and friction, Euler's equations) is not implemented yet.
+//! - rigid bodies ([`System::add_rigid_body`], principal moments I = diag(I₁, I₂, I₃) in the body
+//!   frame given by R(q)): Euler's equations in the body frame,
+//!   ω_b = Rᵀ ω, τ_b = Rᵀ τ, α_b = I⁻¹ (τ_b − ω_b × I ω_b), ω̇_i = R α_b,
+//!   with τ_i the sum of the laws' torques about the centre of mass (contact friction applies
+//!   one). Particles ([`System::add_body`]) have no inertia: ω̇_i = 0 and torques are ignored.
 //!
 //! Parameters are scalars in a [`ParamRegistry`] (`spring.k`, `contact.friction`,
 //! `body.3.mass`, any dotted name); a coefficient is a [`Value`], either a fixed number (no
@@ -94,13 +96,33 @@ pub trait ForceLaw: Send + Sync {
         x_bar: &mut [f64],
         p_bar: &mut [f64],
     );
+
+    /// Adds this law's torque about each body's centre of mass into `torques` (n × 3). The
+    /// default applies no torque.
+    fn accumulate_torques(&self, _x: &[f64], _ctx: &Ctx<'_>, _torques: &mut [[f64; 3]]) {}
+
+    /// VJP of [`ForceLaw::accumulate_torques`] given τ̄ (n × 3). The default (no torque) adds
+    /// nothing.
+    fn torque_vjp(
+        &self,
+        _x: &[f64],
+        _ctx: &Ctx<'_>,
+        _tau_bar: &[[f64; 3]],
+        _x_bar: &mut [f64],
+        _p_bar: &mut [f64],
+    ) {
+    }
 }
 
-/// A body: its mass, fixed or a registered parameter such as `body.3.mass`.
+/// A body: its mass, fixed or a registered parameter such as `body.3.mass`, and for a rigid
+/// body its principal moments of inertia.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Body {
     /// Mass m_i > 0.
     pub mass: Value,
+    /// Principal moments (I₁, I₂, I₃) > 0 about the body axes given by the orientation; `None`
+    /// for a particle (no rotational dynamics: ω stays constant).
+    pub inertia: Option<[Value; 3]>,
 }
 
 /// A system of bodies, force laws, gravity, and the parameter registry.
@@ -158,7 +180,15 @@ impl System {
 
     /// Adds a body; returns its index.
     pub fn add_body(&mut self, mass: impl Into<Value>) -> usize {
-        self.bodies.push(Body { mass: mass.into() });
+        self.bodies.push(Body { mass: mass.into(), inertia: None });
+        self.bodies.len() - 1
+    }
+
+    /// Adds a rigid body with principal moments of inertia (body axes = the orientation's
+    /// axes); returns its index. A uniform sphere of radius R has I = 2/5 m R²; a box of sides
+    /// a, b, c has I₁ = m (b² + c²)/12 and so on.
+    pub fn add_rigid_body(&mut self, mass: impl Into<Value>, inertia: [Value; 3]) -> usize {
+        self.bodies.push(Body { mass: mass.into(), inertia: Some(inertia) });
         self.bodies.len() - 1
     }
 
@@ -187,13 +217,15 @@ impl System {
         ParamValues::from_registry(&self.registry)
     }
 
-    /// Checks that every mass is positive at these parameter values.
+    /// Checks that every mass and moment of inertia is positive at these parameter values.
     pub fn check(&self, pv: &ParamValues) -> Result<(), DynamicsError> {
         let ctx = self.ctx(pv, 0.0);
         for (i, b) in self.bodies.iter().enumerate() {
             let m = ctx.value(b.mass);
-            if m.is_nan() || m <= 0.0 {
-                return Err(DynamicsError::NonPositiveMass { body: i, mass: m });
+            let inertia = b.inertia.map(|v| v.map(|x| ctx.value(x)));
+            let bad_inertia = inertia.is_some_and(|v| v.iter().any(|x| x.is_nan() || *x <= 0.0));
+            if m.is_nan() || m <= 0.0 || bad_inertia {
+                return Err(DynamicsError::NonPositiveMass { body: i, mass: m, inertia });
             }
         }
         Ok(())
@@ -213,29 +245,63 @@ impl System {
         f
     }
 
-    /// Accelerations a_i = F_i / m_i + g.
-    pub fn accelerations(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<[f64; 3]> {
-        let mut a = self.forces(x, ctx);
-        for (ai, b) in a.iter_mut().zip(&self.bodies) {
+    /// Total torque on each body about its centre, τ_i = Σ_laws τ_i.
+    pub fn torques(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<[f64; 3]> {
+        let mut t = vec![[0.0; 3]; self.bodies.len()];
+        for law in &self.forces {
+            law.accumulate_torques(x, ctx, &mut t);
+        }
+        t
+    }
+
+    fn any_rigid(&self) -> bool {
+        self.bodies.iter().any(|b| b.inertia.is_some())
+    }
+
+    /// Accelerations per body, `[a_x, a_y, a_z, α_x, α_y, α_z]`: linear a_i = F_i / m_i + g and
+    /// angular α_i = ω̇_i from Euler's equations (module docs; 0 for particles).
+    pub fn accelerations(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<[f64; 6]> {
+        let f = self.forces(x, ctx);
+        let tau = if self.any_rigid() { self.torques(x, ctx) } else { Vec::new() };
+        let l = self.layout();
+        let mut a = vec![[0.0; 6]; l.n];
+        for (i, b) in self.bodies.iter().enumerate() {
             let m = ctx.value(b.mass);
-            ai.iter_mut().zip(&self.gravity).for_each(|(v, g)| *v = *v / m + g);
+            for d in 0..3 {
+                a[i][d] = f[i][d] / m + self.gravity[d];
+            }
+            if let Some(inertia) = b.inertia {
+                let alpha = angular_acceleration(
+                    &quat_of(x, l.q(i)),
+                    &l.get3(x, l.w(i)),
+                    &tau[i],
+                    &inertia.map(|v| ctx.value(v)),
+                );
+                a[i][3..].copy_from_slice(&alpha);
+            }
         }
         a
     }
 
     /// VJP of [`System::accelerations`]: with F̄_i = ā_i / m_i, adds Σ_laws (∂F/∂x)ᵀ F̄ into
-    /// `x_bar`, (∂F/∂p)ᵀ F̄ into `p_bar`, and m̄_i = −ā_i · F_i / m_i² for parametric masses.
+    /// `x_bar`, (∂F/∂p)ᵀ F̄ into `p_bar`, and m̄_i = −ā_i · F_i / m_i² for parametric masses;
+    /// for rigid bodies the VJP of Euler's equations (dual numbers over q, ω, τ, I) gives
+    /// q̄, ω̄, Ī and τ̄, and τ̄ goes through the laws' torque VJPs.
     pub fn accelerations_vjp(
         &self,
         x: &[f64],
         ctx: &Ctx<'_>,
-        a_bar: &[[f64; 3]],
+        a_bar: &[[f64; 6]],
         x_bar: &mut [f64],
         p_bar: &mut [f64],
     ) {
+        let l = self.layout();
         let any_param_mass = self.bodies.iter().any(|b| matches!(b.mass, Value::Param(_)));
         let f = if any_param_mass { self.forces(x, ctx) } else { Vec::new() };
-        let mut f_bar = vec![[0.0; 3]; self.bodies.len()];
+        let any_rigid = self.any_rigid();
+        let tau = if any_rigid { self.torques(x, ctx) } else { Vec::new() };
+        let mut f_bar = vec![[0.0; 3]; l.n];
+        let mut tau_bar = vec![[0.0; 3]; l.n];
         for (i, b) in self.bodies.iter().enumerate() {
             let m = ctx.value(b.mass);
             for d in 0..3 {
@@ -245,9 +311,34 @@ impl System {
                 let dot: f64 = (0..3).map(|d| a_bar[i][d] * f[i][d]).sum();
                 ctx.add_bar(b.mass, p_bar, -dot / (m * m));
             }
+            if let Some(inertia) = b.inertia {
+                let q = quat_of(x, l.q(i));
+                let w = l.get3(x, l.w(i));
+                let iv = inertia.map(|v| ctx.value(v));
+                let t = tau[i];
+                let inp = [
+                    q[0], q[1], q[2], q[3], w[0], w[1], w[2], t[0], t[1], t[2], iv[0], iv[1], iv[2],
+                ];
+                let ab = [a_bar[i][3], a_bar[i][4], a_bar[i][5]];
+                let g = local_vjp(inp, &ab, |z| {
+                    angular_acceleration(
+                        &[z[0], z[1], z[2], z[3]],
+                        &[z[4], z[5], z[6]],
+                        &[z[7], z[8], z[9]],
+                        &[z[10], z[11], z[12]],
+                    )
+                });
+                (0..4).for_each(|d| x_bar[l.q(i) + d] += g[d]);
+                (0..3).for_each(|d| x_bar[l.w(i) + d] += g[4 + d]);
+                tau_bar[i] = [g[7], g[8], g[9]];
+                (0..3).for_each(|d| ctx.add_bar(inertia[d], p_bar, g[10 + d]));
+            }
         }
         for law in &self.forces {
             law.vjp(x, ctx, &f_bar, x_bar, p_bar);
+            if any_rigid {
+                law.torque_vjp(x, ctx, &tau_bar, x_bar, p_bar);
+            }
         }
     }
 
@@ -260,6 +351,7 @@ impl System {
             for d in 0..3 {
                 dx[l.r(i) + d] = x[l.v(i) + d];
                 dx[l.v(i) + d] = a[i][d];
+                dx[l.w(i) + d] = a[i][3 + d];
             }
             let qd = quat_rate(&l.get3(x, l.w(i)), &quat_of(x, l.q(i)));
             dx[l.q(i)..l.q(i) + 4].copy_from_slice(&qd);
@@ -277,11 +369,12 @@ impl System {
         p_bar: &mut [f64],
     ) {
         let l = self.layout();
-        let mut a_bar = vec![[0.0; 3]; l.n];
+        let mut a_bar = vec![[0.0; 6]; l.n];
         for i in 0..l.n {
             for d in 0..3 {
                 x_bar[l.v(i) + d] += f_bar[l.r(i) + d];
                 a_bar[i][d] = f_bar[l.v(i) + d];
+                a_bar[i][3 + d] = f_bar[l.w(i) + d];
             }
             let (w_bar, q_bar) =
                 quat_rate_vjp(&l.get3(x, l.w(i)), &quat_of(x, l.q(i)), &quat_of(f_bar, l.q(i)));
@@ -333,6 +426,39 @@ pub fn quat_rate<T: DualNum<Primitive = f64> + Copy>(w: &[T; 3], q: &[T; 4]) -> 
     [-dot * 0.5, (w[0] * q[0] + c[0]) * 0.5, (w[1] * q[0] + c[1]) * 0.5, (w[2] * q[0] + c[2]) * 0.5]
 }
 
+/// Rotation matrix R(q/|q|) (rows), generic over the scalar; the normalization makes the
+/// unnormalized intermediate stages of a Runge–Kutta step well defined.
+pub fn rotation_matrix<T: DualNum<Primitive = f64> + Copy>(q: &[T; 4]) -> [[T; 3]; 3] {
+    let n = (q[0] * q[0] + q[1] * q[1] + q[2] * q[2] + q[3] * q[3]).sqrt();
+    let [w, x, y, z] = [q[0] / n, q[1] / n, q[2] / n, q[3] / n];
+    let two = 2.0;
+    [
+        [-(y * y + z * z) * two + 1.0, (x * y - w * z) * two, (x * z + w * y) * two],
+        [(x * y + w * z) * two, -(x * x + z * z) * two + 1.0, (y * z - w * x) * two],
+        [(x * z - w * y) * two, (y * z + w * x) * two, -(x * x + y * y) * two + 1.0],
+    ]
+}
+
+/// Angular acceleration of a rigid body, ω̇ = R I⁻¹ (τ_b − ω_b × I ω_b) with ω_b = Rᵀ ω,
+/// τ_b = Rᵀ τ, I = diag(inertia), R = R(q); generic over the scalar.
+pub fn angular_acceleration<T: DualNum<Primitive = f64> + Copy>(
+    q: &[T; 4],
+    w: &[T; 3],
+    tau: &[T; 3],
+    inertia: &[T; 3],
+) -> [T; 3] {
+    let r = rotation_matrix(q);
+    let rt = |v: &[T; 3]| -> [T; 3] {
+        std::array::from_fn(|a| r[0][a] * v[0] + r[1][a] * v[1] + r[2][a] * v[2])
+    };
+    let (wb, tb) = (rt(w), rt(tau));
+    let l = [inertia[0] * wb[0], inertia[1] * wb[1], inertia[2] * wb[2]];
+    let gyro =
+        [wb[1] * l[2] - wb[2] * l[1], wb[2] * l[0] - wb[0] * l[2], wb[0] * l[1] - wb[1] * l[0]];
+    let ab: [T; 3] = std::array::from_fn(|a| (tb[a] - gyro[a]) / inertia[a]);
+    std::array::from_fn(|a| r[a][0] * ab[0] + r[a][1] * ab[1] + r[a][2] * ab[2])
+}
+
 /// VJP of [`quat_rate`] by dual numbers: returns (ω̄, q̄).
 pub(crate) fn quat_rate_vjp(w: &[f64; 3], q: &[f64; 4], qd_bar: &[f64; 4]) -> ([f64; 3], [f64; 4]) {
     let inp = [w[0], w[1], w[2], q[0], q[1], q[2], q[3]];
@@ -373,8 +499,9 @@ mod tests {
         let kc = sys.param(ParamSpec::scalar("contact.stiffness", 100.0)).unwrap();
         let mu = sys.param(ParamSpec::scalar("contact.friction", 0.5)).unwrap();
         let eps = sys.param(ParamSpec::scalar("contact.smoothing", 0.05)).unwrap();
-        sys.add_body(1.0);
-        sys.add_body(m);
+        let i1 = sys.param(ParamSpec::scalar("body.1.inertia.z", 0.3)).unwrap();
+        sys.add_rigid_body(1.0, [0.1.into(), 0.2.into(), 0.25.into()]);
+        sys.add_rigid_body(m, [0.2.into(), 0.15.into(), i1]);
         let a = Anchor::Body(0);
         sys.add_force(Spring { a, b: Anchor::Body(1), k, rest_length: 0.8.into() });
         sys.add_force(Spring {

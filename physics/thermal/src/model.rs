@@ -108,6 +108,17 @@ pub enum ThermalError {
         second: String,
         second_value: f64,
     },
+    #[error(
+        "thermal: conductivity k(T) = {k:.4e} ≤ 0 at T = {temperature:.6e} in cell {cell_tag} near ({:.6e}, {:.6e}, {:.6e}) of region '{region}': the temperature left the range where the law is physical",
+        centroid[0], centroid[1], centroid[2]
+    )]
+    NonPositiveConductivity {
+        cell_tag: u64,
+        region: String,
+        temperature: f64,
+        k: f64,
+        centroid: [f64; 3],
+    },
     #[error("thermal: point ({:.6e}, {:.6e}, {:.6e}) lies in no cell of the model{}", point[0], point[1], point[2], context)]
     PointOutside { point: [f64; 3], context: String },
 }
@@ -148,6 +159,8 @@ struct KernelParams {
     h: f64,
     t_inf: f64,
     q_in: f64,
+    /// Include the external per-point source (Joule heat), if one is set.
+    external: bool,
 }
 
 /// Which vector-Jacobian products [`ThermalModel::parameter_vjp`] computes (the others are left
@@ -223,6 +236,11 @@ pub struct ThermalModel {
     pub dofs: NodalDofMap,
     /// Volume elements of every 3D group of the mesh that the model covers, by group name.
     group_elements: HashMap<String, Vec<usize>>,
+    /// Offsets of each volume element's quadrature points in per-point arrays.
+    qp_offsets: Vec<usize>,
+    /// An external source per quadrature point of the volume elements [W/m³] (Joule heat
+    /// handed over by the electrical field), added to the regions' sources.
+    external_source: Option<Vec<f64>>,
 }
 
 fn resolve<'m>(
@@ -302,6 +320,8 @@ impl ThermalModel {
                 value: f64::NAN,
             })?;
             let mut elements = Vec::with_capacity(group.cells.len());
+            let mut last_block: Option<(CellType, u8)> = None;
+            elem_nodes.reserve(group.cells.len() * 4);
             for &cell in &group.cells {
                 let prev = owner[cell.block][cell.index];
                 if prev != u32::MAX {
@@ -327,7 +347,14 @@ impl ThermalModel {
                         role: "volume cell",
                     });
                 }
-                let b = block_index(ct, true, &mut blocks);
+                let b = match last_block {
+                    Some((c, b)) if c == ct => b,
+                    _ => {
+                        let b = block_index(ct, true, &mut blocks);
+                        last_block = Some((ct, b));
+                        b
+                    }
+                };
                 elements.push(elem_block.len());
                 elem_block.push(b);
                 elem_tag.push(r as u32);
@@ -496,7 +523,16 @@ impl ThermalModel {
             fixed,
             dofs,
             group_elements,
+            qp_offsets: Vec::new(),
+            external_source: None,
         };
+        let mut model = model;
+        let mut acc = 0;
+        model.qp_offsets.push(0);
+        for e in 0..n_volume {
+            acc += model.blocks[model.elem_block[e] as usize].table.n_points();
+            model.qp_offsets.push(acc);
+        }
         let built = started.elapsed().as_secs_f64();
         model.check_orientation()?;
         tracing::debug!(
@@ -653,6 +689,111 @@ impl ThermalModel {
         t
     }
 
+    /// A starting temperature for Newton: the mean of the fixed temperatures and ambient
+    /// temperatures of the boundary conditions (a temperature-dependent law may be unphysical
+    /// far from them, e.g. at 0 K).
+    pub fn reference_temperature(&self) -> f64 {
+        let vals: Vec<f64> = self
+            .boundaries
+            .iter()
+            .filter_map(|b| match b.kind {
+                BcKind::Temperature { value } => Some(value),
+                BcKind::Convection { t_inf, .. } => Some(t_inf),
+                BcKind::HeatFlux { .. } => None,
+            })
+            .collect();
+        if vals.is_empty() { 0.0 } else { vals.iter().sum::<f64>() / vals.len() as f64 }
+    }
+
+    /// Check that k(T) > 0 at every quadrature point of every volume element (only laws that
+    /// depend on T can fail); the error names the first offending cell.
+    pub fn check_conductivity(&self, t: &[f64]) -> Result<(), ThermalError> {
+        if self.is_linear() {
+            return Ok(());
+        }
+        let bad = (0..self.n_volume).into_par_iter().find_map_first(|e| {
+            let blk = &self.blocks[self.elem_block[e] as usize];
+            let region = &self.regions[self.elem_tag[e] as usize];
+            let nodes = self.element_nodes(e);
+            (0..blk.table.n_points()).find_map(|q| {
+                let tq: f64 = blk.table.shape(q).iter().zip(nodes).map(|(n, &a)| n * t[a]).sum();
+                let k = self.k_elem[e] * region.law.factor(tq);
+                (k.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)).then(|| (e, tq, k))
+            })
+        });
+        if let Some((e, tq, k)) = bad {
+            let x = self.element_coords(e);
+            let nv = self.element_cell_type(e).n_vertices();
+            let mut c = [0.0; 3];
+            for p in &x[..nv] {
+                for i in 0..3 {
+                    c[i] += p[i] / nv as f64;
+                }
+            }
+            return Err(ThermalError::NonPositiveConductivity {
+                cell_tag: self.elem_cell_tags[e],
+                region: self.regions[self.elem_tag[e] as usize].name.clone(),
+                temperature: tq,
+                k,
+                centroid: c,
+            });
+        }
+        Ok(())
+    }
+
+    /// Offsets of each volume element's quadrature points in per-point arrays (length
+    /// `n_volume_elements() + 1`). The points are those of `ElementTable::new(ct, 2·order)`, in
+    /// table order.
+    pub fn qp_offsets(&self) -> &[usize] {
+        &self.qp_offsets
+    }
+
+    /// Set (or clear) an external source per quadrature point of the volume elements [W/m³],
+    /// added to the regions' sources: the Joule heat of the electrical field.
+    pub fn set_external_source(&mut self, source: Option<Vec<f64>>) {
+        if let Some(s) = &source {
+            assert_eq!(
+                s.len(),
+                *self.qp_offsets.last().expect("offsets"),
+                "external source has {} values for {} quadrature points",
+                s.len(),
+                self.qp_offsets.last().expect("offsets")
+            );
+        }
+        self.external_source = source;
+    }
+
+    /// λᵀ ∂R/∂Q_q for every quadrature point q of the volume elements: −w_q det J λ(x_q), the
+    /// reverse of handing a per-point source to this field.
+    pub fn external_source_vjp(&self, lambda: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; *self.qp_offsets.last().expect("offsets")];
+        let chunks: Vec<(usize, &mut [f64])> = {
+            let mut rest: &mut [f64] = &mut out;
+            let mut v = Vec::with_capacity(self.n_volume);
+            for e in 0..self.n_volume {
+                let (head, tail) = rest.split_at_mut(self.qp_offsets[e + 1] - self.qp_offsets[e]);
+                v.push((e, head));
+                rest = tail;
+            }
+            v
+        };
+        chunks.into_par_iter().for_each(|(e, o)| {
+            let blk = &self.blocks[self.elem_block[e] as usize];
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let x = self.element_coords(e);
+            let mut g = [[0.0; 3]; MAX_NODES];
+            for (q, oq) in o.iter_mut().enumerate() {
+                let det =
+                    geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+                let lq: f64 =
+                    blk.table.shape(q).iter().zip(nodes).map(|(n, &a)| n * lambda[a]).sum();
+                *oq = -blk.table.weights[q] * det * lq;
+            }
+        });
+        out
+    }
+
     /// Set the value of fixed-temperature condition `bc`. A node fixed by several conditions
     /// takes the value of the first (the set-up rejects conflicting values).
     pub fn set_fixed_temperature(&mut self, bc: usize, value: f64) {
@@ -710,7 +851,8 @@ impl ThermalModel {
     }
 
     fn params_of(&self, e: usize) -> KernelParams {
-        let mut p = KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0 };
+        let mut p =
+            KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0, external: true };
         if e < self.n_volume {
             p.k0 = self.k_elem[e];
             p.source = self.regions[self.elem_tag[e] as usize].source;
@@ -750,7 +892,9 @@ impl ThermalModel {
         }
         if blk.volume {
             let law = &self.regions[self.elem_tag[e] as usize].law;
-            if blk.cell_type == CellType::Tet4 && law.is_constant() {
+            let ext = if p.external { self.external_source.as_deref() } else { None }
+                .map(|q| &q[self.qp_offsets[e]..self.qp_offsets[e + 1]]);
+            if blk.cell_type == CellType::Tet4 && law.is_constant() && ext.is_none() {
                 tet4_linear_kernel(&x, &te, p.k0, p.source, ke, fe);
                 return;
             }
@@ -772,9 +916,10 @@ impl ThermalModel {
                 let (f, df) = law.factor_and_slope(tq);
                 let k = p.k0 * f;
                 let dk = p.k0 * df;
+                let source = p.source + ext.map_or(0.0, |x| x[q]);
                 for a in 0..nn {
                     let ga_gt = g[a][0] * gt[0] + g[a][1] * gt[1] + g[a][2] * gt[2];
-                    fe[a] += w * (k * ga_gt - p.source * n[a]);
+                    fe[a] += w * (k * ga_gt - source * n[a]);
                     if let Some(ke) = ke.as_deref_mut() {
                         let row = &mut ke[a * nn..(a + 1) * nn];
                         for b in 0..nn {
@@ -867,7 +1012,8 @@ impl ThermalModel {
         let dot_local = |e: usize, fe: &[f64]| -> f64 {
             self.element_nodes(e).iter().zip(fe).map(|(&n, &r)| lambda[n] * r).sum()
         };
-        let zero = KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0 };
+        let zero =
+            KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0, external: false };
         // Per-element derivative of λ·r with respect to the element's parameters: the residual is
         // linear in each, so ∂(λ·r)/∂p = λ·r(p = 1, others = 0) (minus the p-free part, which is
         // zero for every parameter here except T∞, handled through h).
@@ -1029,7 +1175,8 @@ impl ThermalModel {
         let x = self.element_coords(e);
         let mut g = [[0.0; 3]; MAX_NODES];
         for q in 0..blk.table.n_points() {
-            let det = geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+            let det =
+                geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
             let w = blk.table.weights[q] * det;
             let n = blk.table.shape(q);
             let (mut tq, mut lq) = (0.0, 0.0);
@@ -1044,7 +1191,9 @@ impl ThermalModel {
                 }
             }
             let k = p.k0 * law.factor(tq);
-            let base = k * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]) - p.source * lq;
+            let source =
+                p.source + self.external_source.as_ref().map_or(0.0, |x| x[self.qp_offsets[e] + q]);
+            let base = k * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]) - source * lq;
             for b in 0..nn {
                 let gb = g[b];
                 let gb_gt = gb[0] * gt[0] + gb[1] * gt[1] + gb[2] * gt[2];

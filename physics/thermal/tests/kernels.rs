@@ -250,3 +250,30 @@ fn closed_form_shape_derivative_matches_dual_numbers(
         }
     }
 }
+
+#[test]
+fn external_source_enters_the_residual_and_its_vjp_matches() {
+    let mut m = model(CellType::Tet10, ConductivityLaw::Constant);
+    let t = temperature(&m);
+    let nq = *m.qp_offsets().last().unwrap();
+    let q: Vec<f64> = (0..nq).map(|i| 1.0 + (i % 7) as f64).collect();
+    let lambda: Vec<f64> = m.coords.iter().map(|p| 1.0 + p[0] * p[1] - p[2]).collect();
+    let phi = |m: &ThermalModel| -> f64 {
+        (0..m.n_elements())
+            .map(|e| {
+                let nn = m.element_nodes(e).len();
+                let mut fe = vec![0.0; nn];
+                m.element_residual_tangent(e, &t, None, &mut fe);
+                m.element_nodes(e).iter().zip(&fe).map(|(&n, r)| lambda[n] * r).sum::<f64>()
+            })
+            .sum()
+    };
+    let base = phi(&m);
+    m.set_external_source(Some(q.clone()));
+    let with = phi(&m);
+    // λ·R is affine in the source: the difference equals the VJP contracted with q.
+    let vjp = m.external_source_vjp(&lambda);
+    let pred: f64 = vjp.iter().zip(&q).map(|(a, b)| a * b).sum();
+    assert!((with - base - pred).abs() < 1e-10 * (1.0 + pred.abs()), "{} vs {pred}", with - base);
+    assert!(pred.abs() > 1e-3);
+}

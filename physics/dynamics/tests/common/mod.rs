@@ -5,7 +5,7 @@ use gradfem_dynamics::prelude::*;
 use gradfem_solvers::params::{ParamSpec, ParamVector};
 use gradfem_solvers::taylor::random_direction;
 
-/// Two bodies (one with a registered mass), a spring between them, a spring to a fixed point,
+/// Two rigid bodies (one with a registered mass, one with a registered moment of inertia), a spring between them, a spring to a fixed point,
 /// a damper, gravity and soft ground contact with friction; body 0 hits the ground after about
 /// 0.2 s. `eps` is the contact smoothing length.
 pub fn two_body_system(eps: f64) -> System {
@@ -21,8 +21,9 @@ pub fn two_body_system(eps: f64) -> System {
         .param(ParamSpec::scalar("contact.friction", 0.3).with_bounds(Some(0.0), Some(1.0)))
         .unwrap();
     let se = sys.param(ParamSpec::scalar("contact.smoothing", eps)).unwrap();
-    let b0 = sys.add_body(1.0);
-    let b1 = sys.add_body(m1);
+    let i0 = sys.param(ParamSpec::scalar("body.0.inertia.x", 4e-3)).unwrap();
+    let b0 = sys.add_rigid_body(1.0, [i0, 6e-3.into(), 8e-3.into()]);
+    let b1 = sys.add_rigid_body(m1, [0.02.into(), 0.03.into(), 0.045.into()]);
     sys.add_force(Spring { a: Anchor::Body(b0), b: Anchor::Body(b1), k, rest_length: rest });
     sys.add_force(Spring {
         a: Anchor::Body(b1),
