@@ -63,7 +63,7 @@ pub enum ImportError {
     NoVolumeCells { file: PathBuf },
     /// Target nodes lie outside the source mesh by more than the tolerance.
     #[error(
-        "{file}: {count} node(s) of the target mesh lie outside the source mesh by more than {tolerance:.3e}; the farthest, node {worst_node} at ({:.6e}, {:.6e}, {:.6e}), is {worst_distance:.3e} away",
+        "{file}: {count} node(s) of the target mesh lie outside the source mesh by more than {tolerance:.3e}; the farthest, node {worst_node} at ({:.6e}, {:.6e}, {:.6e}), is {worst_distance:.3e} away (or more: away from every cell, the distance to the bounding box is shown)",
         worst_position[0], worst_position[1], worst_position[2]
     )]
     Outside {
@@ -198,11 +198,15 @@ pub fn dof_column(sol: &NodalSolution, dof: &str) -> Option<Vec<f64>> {
 /// What `import-ansys` wrote.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ImportSummary {
+    /// The file written.
     pub output: String,
+    /// Nodes written.
     pub nodes: usize,
+    /// Cells written (the top-dimensional ones).
     pub cells: usize,
     /// The result set written (`None` for an archive).
     pub set: Option<usize>,
+    /// DOF names of the result set.
     pub dof_names: Vec<String>,
     /// The names of the fields written.
     pub fields: Vec<String>,
@@ -212,14 +216,27 @@ pub struct ImportSummary {
 /// of `input` to `output`: `.h5`/`.xdmf` (gradfem results, see [`nodal_fields`]) or `.csv`
 /// (see [`write_csv`]). Archives give the mesh only.
 pub fn import(input: &Path, set: usize, output: &Path) -> Result<ImportSummary, ImportError> {
-    let file = AnsysFile::read(input)?;
-    let sol = file.nodal_solution(set)?;
-    let mesh = file.mesh();
     let wrote = |e: &dyn std::fmt::Display| ImportError::Write {
         file: output.to_path_buf(),
         message: e.to_string(),
     };
-    let fields = match extension(output).as_deref() {
+    let ext = extension(output);
+    if !matches!(ext.as_deref(), Some("csv" | "h5" | "xdmf")) {
+        return Err(ImportError::OutputExtension { file: output.to_path_buf() });
+    }
+    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| wrote(&e))?;
+    }
+    let file = AnsysFile::read(input)?;
+    if matches!(file, AnsysFile::Archive(_)) && set != 1 {
+        return Err(ImportError::NoResults {
+            file: input.to_path_buf(),
+            what: format!("--set {set}"),
+        });
+    }
+    let sol = file.nodal_solution(set)?;
+    let mesh = file.mesh();
+    let fields = match ext.as_deref() {
         Some("csv") => {
             gradfem_io::atomic::write_atomic(output, |w| write_csv(w, mesh, sol.as_ref()))
                 .map_err(|e| wrote(&e))?;
@@ -228,7 +245,7 @@ pub fn import(input: &Path, set: usize, output: &Path) -> Result<ImportSummary, 
         Some("h5" | "xdmf") => {
             let time =
                 file.result_sets().get(set.wrapping_sub(1)).map_or(0.0, |r| r.time_or_frequency);
-            let fields = sol.as_ref().map(|s| nodal_fields(s)).unwrap_or_default();
+            let fields = sol.as_ref().map(nodal_fields).unwrap_or_default();
             let names = fields.iter().map(|f| f.name.clone()).collect();
             write_h5(output, mesh, fields, time).map_err(|e| wrote(&e))?;
             names
@@ -316,9 +333,13 @@ pub fn write_csv(
 /// values there; `distance` is 0 inside a cell and the distance to the nearest cell otherwise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Location {
+    /// The cell.
     pub cell: CellId,
+    /// Reference coordinates in the cell (clamped to the reference element).
     pub xi: [f64; 3],
+    /// Shape function values N_a(ξ), in the cell's node order.
     pub shape: Vec<f64>,
+    /// 0 inside the cell, else |x(ξ) − p|.
     pub distance: f64,
 }
 
@@ -334,6 +355,8 @@ pub struct PointLocator<'m> {
     offsets: Vec<usize>,
     entries: Vec<u32>,
     tolerance: f64,
+    /// Bounding box of the indexed cells' nodes.
+    bounds: [[f64; 3]; 2],
 }
 
 impl<'m> PointLocator<'m> {
@@ -364,8 +387,12 @@ impl<'m> PointLocator<'m> {
         }
         // About one bucket per cell, buckets as cubic as the box allows.
         let ext: Vec<f64> = (0..3).map(|k| (hi[k] - lo[k]).max(0.0)).collect();
-        let vol_per =
-            (ext.iter().map(|e| e.max(1e-300)).product::<f64>() / cells.len().max(1) as f64).cbrt();
+        // A flat extent counts as 1e-3 of the largest, so that a degenerate (zero-volume) mesh
+        // does not ask for a grid far finer than its cell count.
+        let ext_max = ext.iter().copied().fold(0.0, f64::max).max(f64::MIN_POSITIVE);
+        let vol_per = (ext.iter().map(|e| e.max(1e-3 * ext_max)).product::<f64>()
+            / cells.len().max(1) as f64)
+            .cbrt();
         let mut dims = [1usize; 3];
         let mut h = [1.0; 3];
         for k in 0..3 {
@@ -406,7 +433,11 @@ impl<'m> PointLocator<'m> {
                 fill[g] += 1;
             });
         }
-        PointLocator { mesh, cells, lo, h, dims, offsets: counts, entries, tolerance }
+        let bounds = [
+            [lo[0] + tolerance, lo[1] + tolerance, lo[2] + tolerance],
+            [hi[0] - tolerance, hi[1] - tolerance, hi[2] - tolerance],
+        ];
+        PointLocator { mesh, cells, lo, h, dims, offsets: counts, entries, tolerance, bounds }
     }
 
     /// Number of volume cells indexed.
@@ -416,9 +447,13 @@ impl<'m> PointLocator<'m> {
 
     /// Locate `p`: the first candidate cell that contains it (reference coordinates within
     /// 1e-9 of the reference element), else the nearest candidate within the tolerance, else
-    /// `Err(distance to the nearest candidate)` (`INFINITY` when no cell box is near).
+    /// `Err(distance)`: to the nearest candidate cell, or a lower bound (the distance to the
+    /// mesh's bounding box, at least the tolerance) when no cell box is near.
     pub fn locate(&self, p: [f64; 3]) -> Result<Location, f64> {
         if self.cells.is_empty() {
+            return Err(f64::INFINITY);
+        }
+        if !p.iter().all(|v| v.is_finite()) {
             return Err(f64::INFINITY);
         }
         let mut g = [0usize; 3];
@@ -426,7 +461,7 @@ impl<'m> PointLocator<'m> {
             let t = ((p[k] - self.lo[k]) / self.h[k]).floor();
             if !(t >= 0.0 && (t as usize) < self.dims[k]) {
                 // Outside the grid; the grid spans every cell box inflated by the tolerance.
-                return Err(f64::INFINITY);
+                return Err(self.lower_bound(p));
             }
             g[k] = t as usize;
         }
@@ -460,8 +495,16 @@ impl<'m> PointLocator<'m> {
                 Ok(Location { cell, xi, shape, distance: dist })
             }
             Some((dist, ..)) => Err(dist),
-            None => Err(f64::INFINITY),
+            None => Err(self.lower_bound(p)),
         }
+    }
+
+    /// A lower bound of the distance from `p` to the cells when no cell is near: the distance
+    /// to the mesh's bounding box, and at least the tolerance.
+    fn lower_bound(&self, p: [f64; 3]) -> f64 {
+        let [lo, hi] = self.bounds;
+        let d2: f64 = (0..3).map(|k| (lo[k] - p[k]).max(p[k] - hi[k]).max(0.0).powi(2)).sum();
+        d2.sqrt().max(self.tolerance)
     }
 }
 
@@ -654,9 +697,13 @@ pub fn map_nodal_field(
 /// What `[initial_state]` used, for the run summary.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct InitialStateInfo {
+    /// The ANSYS file read.
     pub file: String,
+    /// Its result set (1-based).
     pub set: usize,
+    /// The DOF taken (`TEMP`).
     pub dof: String,
+    /// How it reached the mesh.
     pub mapping: MappingKind,
 }
 

@@ -19,6 +19,8 @@ pub enum AppError {
     Run { file: PathBuf, source: RunError },
     #[error("{path}: cannot write: {message}")]
     Write { path: PathBuf, message: String },
+    #[error("{file}: [initial_state]: {source}")]
+    InitialState { file: PathBuf, source: crate::ansys_import::ImportError },
 }
 
 /// The problem file embedded in the binary: `cargo run --release` with no arguments runs it.
@@ -94,6 +96,22 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
     problem.newton.abs_tol = spec.solver.abs_tol;
     problem.newton.max_iterations = spec.solver.max_iterations;
     problem.set_cg_tolerance(spec.solver.cg_rel_tol);
+    if let Some(init) = &spec.initial_state {
+        let path = file.resolve_path(&init.ansys);
+        let (t, info) = crate::ansys_import::initial_temperature(&path, init.set, &problem.mesh)
+            .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
+        problem.set_initial_temperature(&t);
+        problem.initial_state = Some(format!(
+            "{} set {} ({}, {})",
+            info.file,
+            info.set,
+            info.dof,
+            match info.mapping {
+                crate::ansys_import::MappingKind::ByNodeNumber => "by node number",
+                crate::ansys_import::MappingKind::Interpolated => "interpolated",
+            }
+        ));
+    }
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
@@ -134,6 +152,9 @@ pub struct Summary {
     pub objective: f64,
     pub objective_terms: Vec<f64>,
     pub timings: SolveTimings,
+    /// The starting guess, when `[initial_state]` gave one (file, set, field, mapping).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub initial_state: Option<String>,
 }
 
 /// Summarize the solved problem.
@@ -159,6 +180,7 @@ pub fn summary(title: &str, problem: &ThermalProblem) -> Result<Summary, RunErro
         objective: eval.value,
         objective_terms: eval.terms,
         timings: problem.last_solve.clone(),
+        initial_state: problem.initial_state.clone(),
     })
 }
 

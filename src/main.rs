@@ -63,13 +63,27 @@ enum Command {
         json: bool,
     },
     /// Print counts per cell type, groups with dimension, count and measure, the bounding box and
-    /// the quality summary of a mesh (.msh).
+    /// the quality summary of a mesh (.msh); for ANSYS files (.rst, .rth, .cdb) also the result
+    /// sets, DOFs and element types.
     MeshInfo {
         /// Mesh file.
         file: PathBuf,
         /// Print as one JSON object.
         #[arg(long)]
         json: bool,
+    },
+    /// Import an ANSYS result file (.rst, .rth) or archive (.cdb): write the mesh and the nodal
+    /// fields of one result set to HDF5 + XDMF (.h5/.xdmf) or to CSV (.csv: node,x,y,z, then
+    /// the DOFs, one row per node in ascending ANSYS node number).
+    ImportAnsys {
+        /// ANSYS file (.rst, .rth, .rmg, .cdb).
+        file: PathBuf,
+        /// Result set, 1-based.
+        #[arg(long, default_value_t = 1)]
+        set: usize,
+        /// Output file (.h5, .xdmf or .csv).
+        #[arg(short, long)]
+        output: PathBuf,
     },
     /// Convert a mesh to HDF5 + XDMF (opens in ParaView), with its group ids as cell data.
     MeshConvert {
@@ -273,12 +287,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Some(Command::MeshInfo { file, json }) => {
-            let mesh = gradfem_io::gmsh::read_msh(&file)?;
-            let report = mesh_report::MeshReport::new(&file, &mesh);
+            let report = if gradfem::ansys_import::is_ansys_path(&file) {
+                let ansys = gradfem::ansys_import::AnsysFile::read(&file)?;
+                mesh_report::MeshReport::for_ansys(&file, &ansys)
+            } else {
+                let mesh = gradfem_io::gmsh::read_msh(&file)?;
+                mesh_report::MeshReport::new(&file, &mesh)
+            };
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{}", report.text());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::ImportAnsys { file, set, output }) => {
+            let s = gradfem::ansys_import::import(&file, set, &output)?;
+            if !quiet {
+                let set = s.set.map_or("mesh only".to_string(), |k| format!("result set {k}"));
+                println!(
+                    "wrote {} ({}; {} nodes, {} cells; fields: {})",
+                    s.output,
+                    set,
+                    s.nodes,
+                    s.cells,
+                    if s.fields.is_empty() { "none".into() } else { s.fields.join(", ") }
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

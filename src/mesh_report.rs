@@ -1,9 +1,11 @@
-//! `gradfem mesh-info` and `gradfem mesh-convert`.
+//! `gradfem mesh-info` (gmsh `.msh`; ANSYS `.rst`, `.rth`, `.rmg`, `.cdb`) and
+//! `gradfem mesh-convert`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::ansys_import::AnsysFile;
 use gradfem_io::h5::{CellSelection, Results, mesh_group_fields};
 use gradfem_mesh::Mesh;
 use gradfem_mesh::geometry::group_measure;
@@ -44,6 +46,54 @@ pub struct MeshReport {
     pub groups: Vec<GroupInfo>,
     pub bounding_box: [[f64; 3]; 2],
     pub quality: QualityInfo,
+    /// What an ANSYS file adds (result sets, DOFs, element types); absent for gmsh files.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ansys: Option<AnsysInfo>,
+}
+
+/// One result set of an ANSYS result file.
+#[derive(Clone, Debug, Serialize)]
+pub struct ResultSetInfo {
+    /// 1-based set number (`--set`).
+    pub index: usize,
+    pub load_step: i32,
+    pub substep: i32,
+    /// Time (static, transient) or frequency (modal, harmonic).
+    pub time_or_frequency: f64,
+}
+
+/// One entry of the ANSYS element type table.
+#[derive(Clone, Debug, Serialize)]
+pub struct ElementTypeReport {
+    /// Reference number (`ET,<number>`).
+    pub number: u32,
+    /// ANSYS element routine number, e.g. 186.
+    pub ansys_type: u32,
+    /// e.g. `SOLID186`.
+    pub name: String,
+    /// Elements of this type in the file.
+    pub count: usize,
+    /// Whether gradfem turns its elements into cells.
+    pub supported: bool,
+}
+
+/// The ANSYS part of `mesh-info`.
+#[derive(Clone, Debug, Serialize)]
+pub struct AnsysInfo {
+    /// `result` (.rst, .rth, .rmg) or `archive` (.cdb).
+    pub kind: String,
+    pub result_sets: Vec<ResultSetInfo>,
+    pub dof_names: Vec<String>,
+    pub element_types: Vec<ElementTypeReport>,
+    /// Skipped elements per ANSYS element routine number (`"154": 12`), with the first reason.
+    pub skipped: BTreeMap<String, SkippedInfo>,
+}
+
+/// Elements of one ANSYS type that did not become cells.
+#[derive(Clone, Debug, Serialize)]
+pub struct SkippedInfo {
+    pub count: usize,
+    pub reason: String,
 }
 
 impl MeshReport {
@@ -105,7 +155,51 @@ impl MeshReport {
             groups,
             bounding_box: mesh.bounding_box(),
             quality,
+            ansys: None,
         }
+    }
+
+    /// The report of an ANSYS file: the mesh report plus result sets, DOFs and element types.
+    pub fn for_ansys(file: &Path, ansys: &AnsysFile) -> Self {
+        let mut report = MeshReport::new(file, ansys.mesh());
+        let counts = ansys.element_counts();
+        let mut skipped: BTreeMap<String, SkippedInfo> = BTreeMap::new();
+        for s in ansys.skipped() {
+            skipped
+                .entry(s.ansys_type.to_string())
+                .or_insert_with(|| SkippedInfo { count: 0, reason: s.reason.clone() })
+                .count += 1;
+        }
+        report.ansys = Some(AnsysInfo {
+            kind: match ansys {
+                AnsysFile::Result(_) => "result".into(),
+                AnsysFile::Archive(_) => "archive".into(),
+            },
+            result_sets: ansys
+                .result_sets()
+                .iter()
+                .map(|r| ResultSetInfo {
+                    index: r.index,
+                    load_step: r.load_step,
+                    substep: r.substep,
+                    time_or_frequency: r.time_or_frequency,
+                })
+                .collect(),
+            dof_names: ansys.dof_names().to_vec(),
+            element_types: ansys
+                .element_types()
+                .iter()
+                .map(|t| ElementTypeReport {
+                    number: t.number,
+                    ansys_type: t.ansys_type,
+                    name: t.name.clone(),
+                    count: counts.get(&t.number).copied().unwrap_or(0),
+                    supported: t.supported,
+                })
+                .collect(),
+            skipped,
+        });
+        report
     }
 
     /// The human-readable form.
@@ -150,6 +244,32 @@ impl MeshReport {
         );
         for i in &q.first_issues {
             let _ = writeln!(s, "  {i}");
+        }
+        if let Some(a) = &self.ansys {
+            let _ = writeln!(s, "ANSYS {}: DOFs {}", a.kind, a.dof_names.join(" "));
+            let _ = writeln!(s, "element types:");
+            for t in &a.element_types {
+                let _ = writeln!(
+                    s,
+                    "  {:<4} {:<10} (type {:<4}) {:>8} elements{}",
+                    t.number,
+                    t.name,
+                    t.ansys_type,
+                    t.count,
+                    if t.supported { "" } else { "  (skipped)" }
+                );
+            }
+            for (t, k) in &a.skipped {
+                let _ = writeln!(s, "  skipped: {} element(s) of type {t}: {}", k.count, k.reason);
+            }
+            let _ = writeln!(s, "result sets: {}", a.result_sets.len());
+            for r in &a.result_sets {
+                let _ = writeln!(
+                    s,
+                    "  set {:<4} load step {:<4} substep {:<4} time/frequency {}",
+                    r.index, r.load_step, r.substep, r.time_or_frequency
+                );
+            }
         }
         s
     }

@@ -117,6 +117,9 @@ pub struct ThermalProblem {
     /// change).
     temperature: Option<Vec<f64>>,
     pub last_solve: SolveTimings,
+    /// Where the starting guess of the solve came from (e.g. an ANSYS result set), for the
+    /// run summary; `None` for the default start (free temperatures 0).
+    pub initial_state: Option<String>,
     linear_choice: LinearChoice,
     cg_rel_tol: f64,
 }
@@ -186,6 +189,7 @@ impl ThermalProblem {
             unknowns: Vec::new(),
             temperature: None,
             last_solve: SolveTimings::default(),
+            initial_state: None,
             linear_choice: linear,
             cg_rel_tol: 1e-10,
         };
@@ -417,6 +421,23 @@ impl ThermalProblem {
         self.model.check_conductivity(&t)?;
         self.temperature = Some(t);
         Ok(self.temperature.as_deref().expect("set above"))
+    }
+
+    /// Set the starting guess of the next Newton solve from nodal temperatures (one per mesh
+    /// node): the free temperatures take these values, fixed ones keep their conditions. It
+    /// matters for a nonlinear k(T), where the start decides the iterations (and, for a
+    /// non-monotone law, which solution is found); a linear problem ends in the same state.
+    /// Forgets the last solution.
+    pub fn set_initial_temperature(&mut self, nodal: &[f64]) {
+        assert_eq!(
+            nodal.len(),
+            self.model.n_nodes(),
+            "set_initial_temperature: {} values for {} nodes",
+            nodal.len(),
+            self.model.n_nodes()
+        );
+        self.unknowns = self.model.dofs.gather(nodal);
+        self.temperature = None;
     }
 
     /// Nodal temperatures of the last solve.

@@ -200,8 +200,8 @@ pub fn softplus<T: DualNum<Primitive = f64> + Copy>(s: T) -> T {
     if s.re() > 0.0 { s + (-s).exp().ln_1p() } else { s.exp().ln_1p() }
 }
 
-/// Soft contact of bodies (spheres of the given radii) with the plane
-/// {n · r = h}: normal force k_c ε softplus(δ/ε) and regularized Coulomb friction (formulas in
+/// Soft contact of bodies (spheres of the given radii centred on the bodies, and
+/// [`ContactPoint`] spheres at body-frame offsets) with the plane {n · r = h}: normal force k_c ε softplus(δ/ε) and regularized Coulomb friction (formulas in
 /// the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroundContact {
@@ -219,6 +219,62 @@ pub struct GroundContact {
     pub smoothing: Value,
     /// Velocity scale v_ε of the friction regularization (fixed).
     pub slip_velocity: f64,
+    /// Contact spheres at body-frame offsets (e.g. the corners of a box), in addition to the
+    /// spheres centred on the bodies listed in `bodies`.
+    pub points: Vec<ContactPoint>,
+}
+
+/// A contact sphere fixed to a body at a body-frame offset ρ_b from its centre of mass.
+///
+/// Its centre is c = r + R(q) ρ_b and moves with v_c = v + ω × R(q) ρ_b; the contact law is that
+/// of a sphere centred at c ([`contact_wrench`]), and the force F acting at c applies the torque
+/// (R(q) ρ_b) × F about the centre of mass in addition to the sphere's own ρ × F
+/// ([`offset_contact_wrench`]). On a particle (no inertia) the offset turns with the (constant)
+/// orientation only.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ContactPoint {
+    /// Body index.
+    pub body: usize,
+    /// Offset ρ_b of the sphere's centre in the body frame.
+    pub offset: [f64; 3],
+    /// Sphere radius R (0 for a point).
+    pub radius: f64,
+}
+
+/// Contact wrench of a sphere at body-frame offset ρ_b (see [`ContactPoint`]), generic over
+/// the scalar: with a = R(q) ρ_b, the wrench `[F, τ_s]` of [`contact_wrench`] evaluated at the
+/// sphere centre r + a with centre velocity v + ω × a, and the torque about the body's centre
+/// of mass τ = τ_s + a × F. Inputs: r, v, ω, q, k_c, μ, ε.
+#[allow(clippy::too_many_arguments)]
+pub fn offset_contact_wrench<T: DualNum<Primitive = f64> + Copy>(
+    r: &[T; 3],
+    v: &[T; 3],
+    w: &[T; 3],
+    q: &[T; 4],
+    kc: T,
+    mu: T,
+    eps: T,
+    point: &ContactPoint,
+    n: &[f64; 3],
+    h: f64,
+    v_eps: f64,
+) -> [T; 6] {
+    let rot = crate::system::rotation_matrix(q);
+    let o = point.offset;
+    let a: [T; 3] = std::array::from_fn(|i| rot[i][0] * o[0] + rot[i][1] * o[1] + rot[i][2] * o[2]);
+    let c: [T; 3] = std::array::from_fn(|i| r[i] + a[i]);
+    let wxa = [w[1] * a[2] - w[2] * a[1], w[2] * a[0] - w[0] * a[2], w[0] * a[1] - w[1] * a[0]];
+    let vc: [T; 3] = std::array::from_fn(|i| v[i] + wxa[i]);
+    let wr = contact_wrench(&c, &vc, w, kc, mu, eps, point.radius, n, h, v_eps);
+    let f = [wr[0], wr[1], wr[2]];
+    [
+        f[0],
+        f[1],
+        f[2],
+        wr[3] + a[1] * f[2] - a[2] * f[1],
+        wr[4] + a[2] * f[0] - a[0] * f[2],
+        wr[5] + a[0] * f[1] - a[1] * f[0],
+    ]
 }
 
 /// Contact wrench on a sphere of radius `radius` (formulas in the module docs), generic over
@@ -326,6 +382,24 @@ impl GroundContact {
             );
             add(i, wr);
         }
+        for pt in &self.points {
+            let i = pt.body;
+            let o = l.q(i);
+            let wr = offset_contact_wrench(
+                &l.get3(x, l.r(i)),
+                &l.get3(x, l.v(i)),
+                &l.get3(x, l.w(i)),
+                &[x[o], x[o + 1], x[o + 2], x[o + 3]],
+                kc,
+                mu,
+                eps,
+                pt,
+                &self.normal,
+                self.height,
+                self.slip_velocity,
+            );
+            add(i, wr);
+        }
     }
 
     fn wrench_vjp(
@@ -369,6 +443,57 @@ impl GroundContact {
             ctx.add_bar(self.friction, p_bar, g[10]);
             ctx.add_bar(self.smoothing, p_bar, g[11]);
         }
+        for pt in &self.points {
+            let i = pt.body;
+            let yb = bar(i);
+            if yb.iter().all(|v| *v == 0.0) {
+                continue;
+            }
+            let (r, v, w) = (l.get3(x, l.r(i)), l.get3(x, l.v(i)), l.get3(x, l.w(i)));
+            let o = l.q(i);
+            let inp = [
+                r[0],
+                r[1],
+                r[2],
+                v[0],
+                v[1],
+                v[2],
+                w[0],
+                w[1],
+                w[2],
+                x[o],
+                x[o + 1],
+                x[o + 2],
+                x[o + 3],
+                kc,
+                mu,
+                eps,
+            ];
+            let g = local_vjp(inp, &yb, |z| {
+                offset_contact_wrench(
+                    &[z[0], z[1], z[2]],
+                    &[z[3], z[4], z[5]],
+                    &[z[6], z[7], z[8]],
+                    &[z[9], z[10], z[11], z[12]],
+                    z[13],
+                    z[14],
+                    z[15],
+                    pt,
+                    &self.normal,
+                    self.height,
+                    self.slip_velocity,
+                )
+            });
+            (0..3).for_each(|d| {
+                x_bar[l.r(i) + d] += g[d];
+                x_bar[l.v(i) + d] += g[3 + d];
+                x_bar[l.w(i) + d] += g[6 + d];
+            });
+            (0..4).for_each(|d| x_bar[o + d] += g[9 + d]);
+            ctx.add_bar(self.stiffness, p_bar, g[13]);
+            ctx.add_bar(self.friction, p_bar, g[14]);
+            ctx.add_bar(self.smoothing, p_bar, g[15]);
+        }
     }
 
     /// Contact of `bodies` (index, radius) with the plane z = 0 (n = e_z) and slip velocity
@@ -387,7 +512,14 @@ impl GroundContact {
             friction,
             smoothing,
             slip_velocity: 1e-3,
+            points: Vec::new(),
         }
+    }
+
+    /// Adds contact spheres at body-frame offsets (builder style).
+    pub fn with_points(mut self, points: impl IntoIterator<Item = ContactPoint>) -> Self {
+        self.points.extend(points);
+        self
     }
 }
 
@@ -399,7 +531,8 @@ impl GroundContact {
 ///
 /// the same laws as [`GroundContact`] (module docs). Pairs with δ < −40ε are skipped (their
 /// force is below k_c ε e⁻⁴⁰, under rounding); forward and VJP skip the same pairs. Friction
-/// applies no torque (rotation dynamics are not modelled yet).
+/// acts on the centres' relative velocity and applies no torque (unlike [`GroundContact`]:
+/// spin of colliding spheres is not coupled yet).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SphereContact {
     /// Bodies with the radius of each one's sphere.
@@ -565,6 +698,111 @@ impl ForceLaw for UserForce {
         p_bar: &mut [f64],
     ) {
         (self.vjp)(x, ctx, f_bar, x_bar, p_bar)
+    }
+}
+
+/// Clamps `x` to `[lo, hi]` and returns `(clamp(x), d clamp/dx)`: the derivative is 1 strictly
+/// inside the interval and **0 where the value is clamped** (x ≤ lo or x ≥ hi; at x = lo or hi
+/// exactly the one-sided derivative outside is taken). A clamped value therefore passes no
+/// gradient: an adjoint sees the bound, not the quantity that exceeded it, and a parameter
+/// that only acts through a clamped value gets a zero gradient there (an optimizer stalls on
+/// such a plateau; keep clamps as safety nets that are inactive at the solution).
+/// Panics if `lo > hi` (a programming mistake).
+pub fn clamp_with_grad(x: f64, lo: f64, hi: f64) -> (f64, f64) {
+    assert!(lo <= hi, "clamp_with_grad: lower bound {lo} > upper bound {hi}");
+    if x <= lo {
+        (lo, 0.0)
+    } else if x >= hi {
+        (hi, 0.0)
+    } else {
+        (x, 1.0)
+    }
+}
+
+/// A force law whose force (and torque) on each body is clamped component by component to
+/// `[−limit, limit]`: F_{i,d} ← clamp(F_{i,d}, −F_max, F_max), τ likewise with τ_max.
+///
+/// A safety net against blow-ups (a contact stiffness that an optimizer pushed too far, a user
+/// force that explodes near a singularity). Gradient: the VJP passes F̄_{i,d} to the inner law
+/// only for unclamped components; **a clamped component has zero gradient** with respect to
+/// the state and the parameters ([`clamp_with_grad`]). The inner law is evaluated on its own
+/// (one extra force buffer per call) so that only its own contribution is clamped.
+pub struct ClampForce<F> {
+    /// The wrapped law.
+    pub inner: F,
+    /// Bound F_max ≥ 0 on each force component.
+    pub force_limit: f64,
+    /// Bound τ_max ≥ 0 on each torque component (`f64::INFINITY` for none).
+    pub torque_limit: f64,
+}
+
+impl<F: ForceLaw> ClampForce<F> {
+    /// Clamps the force components of `inner` to `[−force_limit, force_limit]`; torques are not
+    /// clamped.
+    pub fn new(inner: F, force_limit: f64) -> Self {
+        assert!(force_limit >= 0.0, "ClampForce: force limit {force_limit} must be ≥ 0");
+        Self { inner, force_limit, torque_limit: f64::INFINITY }
+    }
+
+    fn inner_forces(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<[f64; 3]> {
+        let mut f = vec![[0.0; 3]; ctx.layout.n];
+        self.inner.accumulate(x, ctx, &mut f);
+        f
+    }
+
+    fn inner_torques(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<[f64; 3]> {
+        let mut t = vec![[0.0; 3]; ctx.layout.n];
+        self.inner.accumulate_torques(x, ctx, &mut t);
+        t
+    }
+}
+
+/// Adds clamp(v) component by component into `out`.
+fn clamp_add(v: &[[f64; 3]], limit: f64, out: &mut [[f64; 3]]) {
+    for (o, f) in out.iter_mut().zip(v) {
+        (0..3).for_each(|d| o[d] += clamp_with_grad(f[d], -limit, limit).0);
+    }
+}
+
+/// F̄ masked by the clamp's derivative at v (0 where clamped).
+fn clamp_mask(v: &[[f64; 3]], limit: f64, bar: &[[f64; 3]]) -> Vec<[f64; 3]> {
+    v.iter()
+        .zip(bar)
+        .map(|(f, b)| std::array::from_fn(|d| b[d] * clamp_with_grad(f[d], -limit, limit).1))
+        .collect()
+}
+
+impl<F: ForceLaw> ForceLaw for ClampForce<F> {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        clamp_add(&self.inner_forces(x, ctx), self.force_limit, forces);
+    }
+
+    fn vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        f_bar: &[[f64; 3]],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        let masked = clamp_mask(&self.inner_forces(x, ctx), self.force_limit, f_bar);
+        self.inner.vjp(x, ctx, &masked, x_bar, p_bar);
+    }
+
+    fn accumulate_torques(&self, x: &[f64], ctx: &Ctx<'_>, torques: &mut [[f64; 3]]) {
+        clamp_add(&self.inner_torques(x, ctx), self.torque_limit, torques);
+    }
+
+    fn torque_vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        tau_bar: &[[f64; 3]],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        let masked = clamp_mask(&self.inner_torques(x, ctx), self.torque_limit, tau_bar);
+        self.inner.torque_vjp(x, ctx, &masked, x_bar, p_bar);
     }
 }
 

@@ -1,5 +1,9 @@
 //! gradfem-dynamics: differentiable particle and rigid-body dynamics with discrete adjoints.
 //!
+//! Bodies are particles or rigid bodies (principal inertia, Euler's equations, quaternion
+//! orientation renormalized after every step); every gradient is the discrete adjoint of the
+//! integrator's steps, exact to rounding.
+//!
 //! - [`state`]: the named state (`position`, `velocity`, `orientation`, `angular_velocity`) and
 //!   its flat layout;
 //! - [`system`]: bodies, parameters (a [`gradfem_solvers::params::ParamRegistry`]), equations of
@@ -42,7 +46,10 @@ pub mod prelude {
         AdjointResult, FinalState, Memory, Objective, PositionMisfit, Simulation, Sum, SweepStats,
     };
     pub use crate::error::DynamicsError;
-    pub use crate::forces::{Anchor, Damper, GroundContact, SphereContact, Spring, UserForce};
+    pub use crate::forces::{
+        Anchor, ClampForce, ContactPoint, Damper, GroundContact, SphereContact, Spring, UserForce,
+        clamp_with_grad,
+    };
     pub use crate::integrators::{
         ExplicitEuler, FiniteDifferenceVjp, Rk4, Step, StepAt, StepVjp, VelocityVerlet,
     };

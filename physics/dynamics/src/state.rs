@@ -129,6 +129,21 @@ impl Layout {
     pub fn get3(&self, x: &[f64], o: usize) -> [f64; 3] {
         [x[o], x[o + 1], x[o + 2]]
     }
+    /// Body index and field name (`position`, `velocity`, `orientation`,
+    /// `angular_velocity`) of flat component `k`.
+    pub fn body_field(&self, k: usize) -> (usize, &'static str) {
+        let n = self.n;
+        if k < 3 * n {
+            (k / 3, "position")
+        } else if k < 6 * n {
+            ((k - 3 * n) / 3, "velocity")
+        } else if k < 10 * n {
+            ((k - 6 * n) / 4, "orientation")
+        } else {
+            ((k - 10 * n) / 3, "angular_velocity")
+        }
+    }
+
     /// Name of flat component `k`, e.g. `velocity[2].z`.
     pub fn component_name(&self, k: usize) -> String {
         let n = self.n;
@@ -163,5 +178,8 @@ mod tests {
         assert_eq!(x[l.v(0) + 1], 5.0);
         assert_eq!(l.component_name(l.q(1) + 1), "orientation[1].x");
         assert_eq!(l.component_name(l.w(1) + 2), "angular_velocity[1].z");
+        assert_eq!(l.body_field(l.q(1) + 3), (1, "orientation"));
+        assert_eq!(l.body_field(l.v(1)), (1, "velocity"));
+        assert_eq!(l.body_field(l.w(0) + 2), (0, "angular_velocity"));
     }
 }

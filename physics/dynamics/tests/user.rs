@@ -72,7 +72,7 @@ impl StepVjp for SymplecticEuler {
     fn step_vjp(&self, at: &StepAt<'_>, x: &[f64], y_bar: &[f64], p_bar: &mut [f64]) -> Vec<f64> {
         let StepAt { sys, pv, t, h } = *at;
         let mut x_bar = y_bar.to_vec();
-        let mut a_bar = [[0.0; 3]];
+        let mut a_bar = [[0.0; 6]];
         for d in 0..3 {
             let v_new_bar = y_bar[3 + d] + h * y_bar[d];
             x_bar[d] = y_bar[d];

@@ -77,7 +77,12 @@ impl ResistivityLaw {
 
     /// m(T) with α_R taken from `alpha_r` (a scalar of type D, so that dual numbers give
     /// ∂m/∂α_R) for the linear law; the other kinds ignore it.
-    pub fn multiplier_with<D: DualNum<Primitive = f64> + Copy>(&self, t0: f64, alpha_r: D, t: D) -> D {
+    pub fn multiplier_with<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        t0: f64,
+        alpha_r: D,
+        t: D,
+    ) -> D {
         match self {
             ResistivityLaw::Constant => D::from(1.0),
             ResistivityLaw::Linear { .. } => alpha_r * (t - t0) + 1.0,
@@ -91,7 +96,8 @@ impl ResistivityLaw {
                     return D::from(multipliers[n - 1]);
                 }
                 let i = temperatures.partition_point(|&x| x <= tr) - 1;
-                let s = (multipliers[i + 1] - multipliers[i]) / (temperatures[i + 1] - temperatures[i]);
+                let s =
+                    (multipliers[i + 1] - multipliers[i]) / (temperatures[i + 1] - temperatures[i]);
                 (t - temperatures[i]) * s + multipliers[i]
             }
         }
@@ -176,11 +182,11 @@ mod tests {
     fn linear_law_is_one_at_reference_and_conductivity_inverts_it() {
         let law = ResistivityLaw::Linear { alpha_r: 4e-3 };
         assert_eq!(law.multiplier(300.0, 300.0_f64), 1.0);
-        let s = conductivity(5.0e7, &law, 300.0, 4e-3, 350.0);
+        let s: f64 = conductivity(5.0e7, &law, 300.0, 4e-3, 350.0);
         assert!((s - 5.0e7 / 1.2).abs() < 1e-6, "{s}");
-        let j = current_density(2.0, [1.0, -2.0, 0.5]);
+        let j = current_density(2.0_f64, [1.0, -2.0, 0.5]);
         assert_eq!(j, [-2.0, 4.0, -1.0]);
-        assert!((joule_heat(2.0, [1.0, -2.0, 0.5]) - 10.5).abs() < 1e-14);
+        assert!((joule_heat(2.0_f64, [1.0, -2.0, 0.5]) - 10.5).abs() < 1e-14);
     }
 
     #[test]
