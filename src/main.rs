@@ -168,6 +168,9 @@ fn print_summary(s: &app::Summary) {
         "  temperature: min {:.4} K, mean {:.4} K, max {:.4} K",
         s.min_temperature_k, s.mean_temperature_k, s.max_temperature_k
     );
+    if let Some(init) = &s.initial_state {
+        println!("  initial state: {init}");
+    }
     println!("  objective J = {:.10e}", s.objective);
     println!(
         "  {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",

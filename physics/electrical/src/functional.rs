@@ -34,6 +34,7 @@ pub enum TerminalFunctional {
 /// Value and partial derivatives of a terminal functional.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TerminalFunctionalEval {
+    /// The functional's value.
     pub value: f64,
     /// ∂J/∂φ at every node (fixed nodes included), the dependence on φ of reaction currents
     /// included.

@@ -131,7 +131,9 @@ pub enum TerminalKind {
 /// A terminal on a named group (usually a surface).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TerminalSpec {
+    /// Name of a mesh group (usually a surface) whose nodes form the terminal.
     pub group: String,
+    /// What the terminal imposes.
     #[serde(flatten)]
     pub kind: TerminalKind,
 }
@@ -188,7 +190,9 @@ pub enum ElectricalError {
 /// One conductor of the model, after set-up.
 #[derive(Clone, Debug)]
 pub struct Conductor {
+    /// The volume group's name.
     pub name: String,
+    /// The temperature dependence ρ(T) = ρ₀ m(T).
     pub law: ResistivityLaw,
     /// Reference temperature T₀ [K].
     pub t_ref: f64,
@@ -199,15 +203,18 @@ pub struct Conductor {
 /// One terminal of the model, after set-up.
 #[derive(Clone, Debug)]
 pub struct Terminal {
+    /// The group's name.
     pub name: String,
+    /// What the terminal imposes (its current value).
     pub kind: TerminalKind,
     /// Nodes of the group that carry the field.
     pub nodes: Vec<usize>,
     /// The nodes whose interior residual makes this terminal's current (all its nodes, except
     /// for voltage terminals the nodes already claimed by an earlier voltage terminal).
     pub owned_nodes: Vec<usize>,
-    /// For a current terminal: its unknown and its terminal element.
+    /// For a current terminal: its unknown.
     pub unknown: Option<usize>,
+    /// For a current terminal: its one-dof terminal element (carrying −I).
     pub element: Option<usize>,
 }
 
@@ -1509,4 +1516,63 @@ impl ElectricalModel {
 #[inline]
 fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
     a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gradfem_mesh::generate::{BoxSpec, box_mesh};
+
+    fn model() -> ElectricalModel {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0; 3],
+            divisions: [2, 2, 2],
+            cell_type: CellType::Hex8,
+        });
+        ElectricalModel::new(
+            &mesh,
+            &[ConductorSpec::with_sigma("domain", 1.0)],
+            &[
+                TerminalSpec { group: "xmin".into(), kind: TerminalKind::Ground },
+                TerminalSpec { group: "xmax".into(), kind: TerminalKind::Current { current: 1.0 } },
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn numbering_puts_terminals_last_and_its_adjoint_is_the_transpose() {
+        let m = model();
+        // 27 nodes: 9 grounded, 9 on the current terminal (one unknown), 9 free.
+        assert_eq!((m.n_free_nodes(), m.n_unknowns()), (9, 10));
+        assert_eq!(m.n_elements(), m.n_volume_elements() + 1);
+        let u: Vec<f64> = (0..m.n_unknowns()).map(|i| 1.0 + i as f64).collect();
+        let d: Vec<f64> = (0..m.n_nodes()).map(|n| (n as f64).sin()).collect();
+        let lhs: f64 = m.nodal_from_unknowns(&u).iter().zip(&d).map(|(a, b)| a * b).sum();
+        let rhs: f64 = m.unknowns_adjoint(&d).iter().zip(&u).map(|(a, b)| a * b).sum();
+        assert!((lhs - rhs).abs() < 1e-12);
+        let phi = m.nodal_potential(&u);
+        assert_eq!(m.unknowns_from_nodal(&phi), u);
+        assert!(m.terminals[0].nodes.iter().all(|&n| phi[n] == 0.0));
+        assert!(m.terminals[1].nodes.iter().all(|&n| phi[n] == 10.0));
+    }
+
+    #[test]
+    fn specs_read_from_configuration_text() {
+        let c: ConductorSpec = serde_json::from_str(
+            r#"{"group": "cu", "resistivity": 1.7e-8, "law": {"kind": "linear", "alpha_r": 0.0039}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.resistivity, Some(1.7e-8));
+        assert_eq!(c.law, ResistivityLaw::Linear { alpha_r: 0.0039 });
+        assert_eq!(c.t_ref, 293.15);
+        let t: TerminalSpec =
+            serde_json::from_str(r#"{"group": "pad", "kind": "current", "current": 0.02}"#)
+                .unwrap();
+        assert_eq!(t.kind, TerminalKind::Current { current: 0.02 });
+        let g: TerminalSpec =
+            serde_json::from_str(r#"{"group": "gnd", "kind": "ground"}"#).unwrap();
+        assert_eq!(g.kind, TerminalKind::Ground);
+    }
 }

@@ -64,7 +64,14 @@ fn voltage_driven_bar_has_the_closed_form_resistance(
 
 #[rstest]
 fn current_driven_bar_is_an_equipotential_at_the_terminal(
-    #[values(CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex27, CellType::Prism6)]
+    #[values(
+        CellType::Tet4,
+        CellType::Tet10,
+        CellType::Hex8,
+        CellType::Hex20,
+        CellType::Hex27,
+        CellType::Prism6
+    )]
     ct: CellType,
 ) {
     let current = 2.0;

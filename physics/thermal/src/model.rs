@@ -718,7 +718,7 @@ impl ThermalModel {
             (0..blk.table.n_points()).find_map(|q| {
                 let tq: f64 = blk.table.shape(q).iter().zip(nodes).map(|(n, &a)| n * t[a]).sum();
                 let k = self.k_elem[e] * region.law.factor(tq);
-                (k.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)).then(|| (e, tq, k))
+                (k.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)).then_some((e, tq, k))
             })
         });
         if let Some((e, tq, k)) = bad {
