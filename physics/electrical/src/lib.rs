@@ -7,7 +7,6 @@
 //! terminal functionals ([`functional`]); it knows nothing of sparse matrices or solvers.
 
 pub mod functional;
-pub mod generic;
 pub mod law;
 pub mod model;
 

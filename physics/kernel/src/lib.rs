@@ -4,6 +4,49 @@
 //! what all of them share: the scalar bound under which point laws are written once for `f64`
 //! and for dual numbers, and the description of a field's degrees of freedom.
 
+pub mod generic;
+
+use rayon::prelude::*;
+
+/// Compute `width` values per local node of elements `0..n_elements` in parallel and add them to
+/// a nodal array (`width` entries per node) in element order, a chunk of elements at a time, so
+/// the result does not depend on the thread count and memory stays bounded. Element `e` has the
+/// nodes `nodes[offsets[e]..offsets[e + 1]]`; `compute(e, local)` writes its values into the
+/// zeroed `local` (`width` per local node, node-major).
+pub fn scatter_chunked(
+    n_elements: usize,
+    offsets: &[usize],
+    nodes: &[usize],
+    out: &mut [f64],
+    width: usize,
+    compute: impl Fn(usize, &mut [f64]) + Sync,
+) {
+    const CHUNK: usize = 1 << 14;
+    let mut buf: Vec<f64> = Vec::new();
+    let mut start = 0;
+    while start < n_elements {
+        let end = (start + CHUNK).min(n_elements);
+        buf.clear();
+        buf.resize(width * (offsets[end] - offsets[start]), 0.0);
+        let mut slices: Vec<(usize, &mut [f64])> = Vec::with_capacity(end - start);
+        let mut rest: &mut [f64] = &mut buf;
+        for e in start..end {
+            let (head, tail) = rest.split_at_mut(width * (offsets[e + 1] - offsets[e]));
+            slices.push((e, head));
+            rest = tail;
+        }
+        slices.par_iter_mut().for_each(|(e, s)| compute(*e, s));
+        for (e, s) in slices {
+            for (a, &n) in nodes[offsets[e]..offsets[e + 1]].iter().enumerate() {
+                for k in 0..width {
+                    out[width * n + k] += s[width * a + k];
+                }
+            }
+        }
+        start = end;
+    }
+}
+
 /// Where a degree of freedom lives, for error messages: "node 17 (tag 18) at (0.1, 0, 0)".
 pub trait DescribeDof {
     /// A human description of unknown `dof`.
@@ -56,6 +99,26 @@ impl NodalDofMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scatter_adds_in_element_order_for_any_thread_count() {
+        // Two triangles sharing an edge: nodes 0-1-2 and 1-3-2.
+        let offsets = [0, 3, 6];
+        let nodes = [0, 1, 2, 1, 3, 2];
+        let run = || {
+            let mut out = vec![0.0; 4];
+            scatter_chunked(2, &offsets, &nodes, &mut out, 1, |e, local| {
+                for (a, v) in local.iter_mut().enumerate() {
+                    *v = (e * 10 + a) as f64 + 0.1;
+                }
+            });
+            out
+        };
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap().install(run);
+        let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(run);
+        assert_eq!(one, vec![0.1, 1.1 + 10.1, 2.1 + 12.1, 11.1]);
+        assert_eq!(one, two);
+    }
 
     #[test]
     fn numbering_skips_constrained_nodes() {

@@ -6,7 +6,6 @@
 //! ([`model::ThermalModel`]'s kernels and vector-Jacobian products); it knows nothing of sparse
 //! matrices or solvers. The facade crate assembles and solves.
 
-pub mod generic;
 pub mod law;
 pub mod model;
 pub mod objective;

@@ -27,8 +27,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::generic;
 use crate::law::ConductivityLaw;
+use gradfem_kernel::generic;
 
 /// Marks a local element dof that is not an unknown (its node has a fixed temperature).
 /// Equal to `gradfem_solvers::assembly::CONSTRAINED`.
@@ -1246,43 +1246,22 @@ impl ThermalModel {
         }
     }
 
-    /// Compute `width` values per local node of each element in parallel and add them to a
-    /// nodal array in element order (deterministic for any thread count), a chunk at a time so
-    /// memory stays bounded.
+    /// Per-node accumulation of per-element values, deterministic and bounded in memory
+    /// ([`gradfem_kernel::scatter_chunked`]).
     fn scatter_chunked(
         &self,
         out: &mut [f64],
         width: usize,
         compute: impl Fn(usize, &mut [f64]) + Sync,
     ) {
-        const CHUNK: usize = 1 << 14;
-        let n_el = self.n_elements();
-        let mut buf: Vec<f64> = Vec::new();
-        let mut start = 0;
-        while start < n_el {
-            let end = (start + CHUNK).min(n_el);
-            let base = self.elem_offsets[start];
-            buf.clear();
-            buf.resize(width * (self.elem_offsets[end] - base), 0.0);
-            // Split the buffer per element.
-            let mut slices: Vec<(usize, &mut [f64])> = Vec::with_capacity(end - start);
-            let mut rest: &mut [f64] = &mut buf;
-            for e in start..end {
-                let len = width * (self.elem_offsets[e + 1] - self.elem_offsets[e]);
-                let (head, tail) = rest.split_at_mut(len);
-                slices.push((e, head));
-                rest = tail;
-            }
-            slices.par_iter_mut().for_each(|(e, s)| compute(*e, s));
-            for (e, s) in slices {
-                for (a, &n) in self.element_nodes(e).iter().enumerate() {
-                    for k in 0..width {
-                        out[width * n + k] += s[width * a + k];
-                    }
-                }
-            }
-            start = end;
-        }
+        gradfem_kernel::scatter_chunked(
+            self.n_elements(),
+            &self.elem_offsets,
+            &self.elem_nodes,
+            out,
+            width,
+            compute,
+        );
     }
 
     /// The volume elements of a 3D group (`"*"` for all of them).

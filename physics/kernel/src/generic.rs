@@ -1,5 +1,5 @@
 //! Small linear-algebra helpers generic over the scalar, used by the generic (dual-number)
-//! element routines. The f64 hot paths use `gradfem_mesh::geometry` instead.
+//! element routines of every field. The f64 hot paths use `gradfem_mesh::geometry` instead.
 
 use num_dual::DualNum;
 
