@@ -10,10 +10,15 @@
 //! Run: `cargo run --release -p gradfem-dynamics --example spring_inverse -- --json`
 //! Prints one JSON object: `k_true` and, per integrator, the recovered `k` and `iterations`
 //! (noise-free; recovered to 1e-6 relative) and `k_noisy`, `iterations_noisy`. Without
-//! `--json` it prints a table.
+//! `--json` it prints a table. `--watch DIR` writes, per integrator and run,
+//! `DIR/spring_inverse_<integrator>[_noisy].{csv,png}`: k, dJ/dk and J per iteration
+//! (`gradfem_dynamics::watch`).
 
 use gradfem_dynamics::prelude::*;
-use gradfem_solvers::optimize::{Control, LbfgsbParams, minimize_lbfgsb};
+use std::path::{Path, PathBuf};
+
+use gradfem_dynamics::watch::{Watcher, minimize_lbfgsb_watched};
+use gradfem_solvers::optimize::LbfgsbParams;
 use gradfem_solvers::params::{ParamSpec, ParamVector};
 use gradfem_solvers::taylor::random_direction;
 
@@ -42,8 +47,12 @@ fn x0() -> State {
     s
 }
 
-/// Returns (recovered k, iterations).
-fn recover<I: StepVjp + Copy>(integ: I, noise: f64) -> Result<(f64, usize), DynamicsError> {
+/// Returns (recovered k, iterations); with `watch`, writes the iteration history there.
+fn recover<I: StepVjp + Copy>(
+    integ: I,
+    noise: f64,
+    watch: Option<&Path>,
+) -> Result<(f64, usize), Box<dyn std::error::Error>> {
     let truth = Simulation::new(&system(K_TRUE)?, integ, DT, STEPS).run(&x0())?;
     let mut obj = PositionMisfit::from_trajectory(&truth, 1.0);
     let u = random_direction(3 * (STEPS + 1), 2024);
@@ -57,7 +66,8 @@ fn recover<I: StepVjp + Copy>(integ: I, noise: f64) -> Result<(f64, usize), Dyna
     let (lower, upper) = pv.bounds();
     let start = pv.gather(&sys.registry);
     let params = LbfgsbParams { gtol: 1e-10, ftol: 0.0, max_iterations: 200, ..Default::default() };
-    let res = minimize_lbfgsb(
+    let mut watcher = Watcher::new(vec!["spring.k".into()]);
+    let res = minimize_lbfgsb_watched(
         |x, g| {
             pv.scatter(&mut sys.registry, x)?;
             let r =
@@ -69,19 +79,34 @@ fn recover<I: StepVjp + Copy>(integ: I, noise: f64) -> Result<(f64, usize), Dyna
         &lower,
         &upper,
         &params,
-        |_| Control::Continue,
+        &mut watcher,
     )?;
+    if let Some(dir) = watch {
+        let name =
+            format!("spring_inverse_{}{}", integ.name(), if noise > 0.0 { "_noisy" } else { "" });
+        watcher.write_csv(dir.join(format!("{name}.csv")))?;
+        watcher.write_png(dir.join(format!("{name}.png")))?;
+    }
     Ok((res.x[0], res.iterations))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let json = std::env::args().any(|a| a == "--json");
+    let args: Vec<String> = std::env::args().collect();
+    let json = args.iter().any(|a| a == "--json");
+    let watch: Option<PathBuf> = args
+        .iter()
+        .position(|a| a == "--watch")
+        .map(|i| PathBuf::from(args.get(i + 1).expect("--watch needs a directory")));
+    if let Some(d) = &watch {
+        std::fs::create_dir_all(d)?;
+    }
+    let w = watch.as_deref();
     let mut out = serde_json::Map::new();
     out.insert("k_true".into(), K_TRUE.into());
     let runs: Vec<(&str, [(f64, usize); 2])> = vec![
-        ("explicit_euler", [recover(ExplicitEuler, 0.0)?, recover(ExplicitEuler, 1e-3)?]),
-        ("rk4", [recover(Rk4, 0.0)?, recover(Rk4, 1e-3)?]),
-        ("velocity_verlet", [recover(VelocityVerlet, 0.0)?, recover(VelocityVerlet, 1e-3)?]),
+        ("explicit_euler", [recover(ExplicitEuler, 0.0, w)?, recover(ExplicitEuler, 1e-3, w)?]),
+        ("rk4", [recover(Rk4, 0.0, w)?, recover(Rk4, 1e-3, w)?]),
+        ("velocity_verlet", [recover(VelocityVerlet, 0.0, w)?, recover(VelocityVerlet, 1e-3, w)?]),
     ];
     let mut per = serde_json::Map::new();
     for (name, [(k, it), (kn, itn)]) in &runs {

@@ -823,6 +823,41 @@ mod tests {
         assert!(v.is_finite() && (v - reference).abs() <= 1e-12 * (1.0 + reference), "{s}: {v}");
     }
 
+    /// A contact point at zero offset is the centred sphere; at an offset, the force is that
+    /// of a sphere centred at r + R(q) ρ_b and the torque gains (R(q) ρ_b) × F.
+    #[test]
+    fn offset_contact_reduces_to_centred_sphere_and_adds_lever_arm() {
+        let (r, v, w) = ([0.1, -0.2, -0.3], [0.7, 0.1, -0.3], [0.4, -1.1, 0.9]);
+        let (n, eps) = ([0.0, 0.0, 1.0], 1e-2);
+        let q = [0.8f64, 0.2, -0.4, 0.3];
+        let centred = ContactPoint { body: 0, offset: [0.0; 3], radius: 0.1 };
+        let a = offset_contact_wrench(&r, &v, &w, &q, 1e3, 0.3, eps, &centred, &n, 0.0, 1e-2);
+        let b = contact_wrench(&r, &v, &w, 1e3, 0.3, eps, 0.1, &n, 0.0, 1e-2);
+        for d in 0..6 {
+            assert!((a[d] - b[d]).abs() <= 1e-14 * (1.0 + b[d].abs()), "{a:?} vs {b:?}");
+        }
+        let pt = ContactPoint { body: 0, offset: [0.2, -0.1, -0.05], radius: 0.02 };
+        let rot = crate::system::rotation_matrix(&q);
+        let arm: [f64; 3] = std::array::from_fn(|i| (0..3).map(|j| rot[i][j] * pt.offset[j]).sum());
+        let c: [f64; 3] = std::array::from_fn(|i| r[i] + arm[i]);
+        let vc = [
+            v[0] + w[1] * arm[2] - w[2] * arm[1],
+            v[1] + w[2] * arm[0] - w[0] * arm[2],
+            v[2] + w[0] * arm[1] - w[1] * arm[0],
+        ];
+        let s = contact_wrench(&c, &vc, &w, 1e3, 0.3, eps, 0.02, &n, 0.0, 1e-2);
+        let o = offset_contact_wrench(&r, &v, &w, &q, 1e3, 0.3, eps, &pt, &n, 0.0, 1e-2);
+        assert!(s[2] > 1.0, "the point should be in contact: {s:?}");
+        let lever = [
+            arm[1] * s[2] - arm[2] * s[1],
+            arm[2] * s[0] - arm[0] * s[2],
+            arm[0] * s[1] - arm[1] * s[0],
+        ];
+        for d in 0..3 {
+            assert!((o[d] - s[d]).abs() < 1e-12 && (o[3 + d] - s[3 + d] - lever[d]).abs() < 1e-12);
+        }
+    }
+
     #[rstest]
     #[case([0.0, 0.0, 0.05], [3.0, -1.0, -2.0])]
     #[case([0.2, 0.0, -0.02], [1e-6, 0.0, 0.0])]

@@ -12,7 +12,9 @@
 //!   forces;
 //! - [`integrators`]: explicit Euler, RK4, velocity Verlet, user steps, finite-difference VJP;
 //! - [`adjoint`]: simulation, objectives, discrete adjoint with store-all, binomial
-//!   checkpointing or truncated backpropagation.
+//!   checkpointing or truncated backpropagation; opt-in NaN/∞ scan;
+//! - [`watch`]: per-iteration record of an optimization, CSV and PNG output;
+//! - [`scenes`]: ready-made systems of the examples and benchmarks (sliding box, spring chain).
 //!
 //! ```
 //! use gradfem_dynamics::prelude::*;
@@ -37,8 +39,10 @@ pub mod adjoint;
 pub mod error;
 pub mod forces;
 pub mod integrators;
+pub mod scenes;
 pub mod state;
 pub mod system;
+pub mod watch;
 
 /// The items most programs need.
 pub mod prelude {

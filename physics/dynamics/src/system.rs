@@ -488,7 +488,7 @@ pub fn local_vjp<const NI: usize, const NO: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forces::{Anchor, Damper, GroundContact, Spring};
+    use crate::forces::{Anchor, ContactPoint, Damper, GroundContact, Spring};
 
     fn system() -> System {
         let mut sys = System::new();
@@ -511,7 +511,15 @@ mod tests {
             rest_length: 0.2.into(),
         });
         sys.add_force(Damper { a, b: Anchor::Body(1), c });
-        sys.add_force(GroundContact::ground(vec![(0, 0.1), (1, 0.2)], kc, mu, eps));
+        // Centre spheres and spheres at body-frame offsets (orientation enters their VJP).
+        let pts = [
+            ContactPoint { body: 0, offset: [0.1, -0.05, -0.08], radius: 0.02 },
+            ContactPoint { body: 1, offset: [-0.12, 0.07, -0.1], radius: 0.0 },
+            ContactPoint { body: 1, offset: [0.04, 0.09, 0.15], radius: 0.01 },
+        ];
+        sys.add_force(
+            GroundContact::ground(vec![(0, 0.1), (1, 0.2)], kc, mu, eps).with_points(pts),
+        );
         sys
     }
 
