@@ -6,6 +6,7 @@
 
 pub mod ansys_import;
 pub mod app;
+pub mod electrothermal;
 pub mod mesh_report;
 pub mod problem;
 pub mod thermal;

@@ -9,7 +9,6 @@ use clap::{Parser, Subcommand};
 use gradfem::app::{self, DEFAULT_PROBLEM};
 use gradfem::mesh_report;
 use gradfem::problem::ProblemFile;
-use gradfem::thermal::ThermalProblem;
 use gradfem_solvers::taylor::TaylorParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -142,15 +141,15 @@ fn spinner(quiet: bool, msg: &str) -> ProgressBar {
     pb
 }
 
-fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, ThermalProblem)> {
+fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, app::Problem)> {
     let pb = spinner(quiet, "setting up");
     let file = ProblemFile::read(path)?;
-    let problem = app::build(&file)?;
+    let problem = app::build_problem(&file)?;
     pb.finish_and_clear();
     Ok((file, problem))
 }
 
-fn solve(problem: &mut ThermalProblem, quiet: bool) -> Result<()> {
+fn solve(problem: &mut app::Problem, quiet: bool) -> Result<()> {
     let pb = spinner(quiet, "solving");
     problem.solve().context("forward solve")?;
     pb.finish_and_clear();
@@ -168,6 +167,19 @@ fn print_summary(s: &app::Summary) {
         "  temperature: min {:.4} K, mean {:.4} K, max {:.4} K",
         s.min_temperature_k, s.mean_temperature_k, s.max_temperature_k
     );
+    if let (Some(i), Some(v), Some(r), Some(p)) =
+        (s.current_a, s.voltage_v, s.resistance_ohm, s.joule_power_w)
+    {
+        println!(
+            "  electrical: current {i:.6e} A, voltage {v:.6e} V, resistance {r:.6e} Ω, Joule power {p:.6e} W"
+        );
+    }
+    if let Some(c) = &s.coupling {
+        println!(
+            "  coupling: {} iteration(s); electrical {:.3} s, Joule {:.3} s, thermal {:.3} s",
+            c.coupling_iterations, c.electrical_s, c.joule_s, c.thermal_s
+        );
+    }
     if let Some(init) = &s.initial_state {
         println!("  initial state: {init}");
     }
@@ -204,7 +216,7 @@ fn print_gradients(report: &app::GradientReport) {
 }
 
 fn taylor(
-    problem: &mut ThermalProblem,
+    problem: &mut app::Problem,
     file: &ProblemFile,
     quiet: bool,
 ) -> Result<gradfem_solvers::taylor::TaylorResult> {
@@ -213,7 +225,7 @@ fn taylor(
         steps: file.spec.taylor.steps,
         min_rate: file.spec.taylor.min_rate,
     };
-    if problem.registry.is_empty() {
+    if problem.registry().is_empty() {
         bail!(
             "{}: no parameters are registered ([parameters] register = [...])",
             file.path.display()
@@ -251,9 +263,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let (pf, mut problem) = load(&file, quiet || json)?;
             solve(&mut problem, quiet || json)?;
             let pb = spinner(quiet || json, "adjoint gradient");
-            let (j, grad, timings) = problem.gradient()?;
+            let (j, grad, timings, blocks) = problem.gradient()?;
             pb.finish_and_clear();
-            let report = app::gradient_report(&problem, j, &grad, timings);
+            let report = app::gradient_report(&problem, j, &grad, timings, blocks);
             let dir = output_dir(&pf, output);
             let xdmf = app::write_results(&dir, &problem, Some(&grad))?;
             let gpath = dir.join("gradients.json");
@@ -333,16 +345,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
 fn run_default(quiet: bool) -> Result<ExitCode> {
     let pf =
         ProblemFile::parse(Path::new("<embedded heat_sink.toml>"), DEFAULT_PROBLEM.to_string())?;
-    let mut problem = app::build(&pf)?;
+    let mut problem = app::build_problem(&pf)?;
     solve(&mut problem, quiet)?;
     let s = app::summary(&pf.spec.title, &problem)?;
     if !quiet {
         print_summary(&s);
     }
     let pb = spinner(quiet, "adjoint gradient");
-    let (j, grad, timings) = problem.gradient()?;
+    let (j, grad, timings, blocks) = problem.gradient()?;
     pb.finish_and_clear();
-    let report = app::gradient_report(&problem, j, &grad, timings);
+    let report = app::gradient_report(&problem, j, &grad, timings, blocks);
     if !quiet {
         print_gradients(&report);
     }

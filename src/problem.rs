@@ -24,6 +24,35 @@
 //! register = ["thermal.k.domain", "bc.xmin.temperature", "mesh.coordinates"]
 //! ```
 //!
+//! With an `[electrical]` table the problem is electro-thermal (the Joule heat of the current
+//! heats the thermal field; see [`crate::electrothermal`]):
+//!
+//! ```toml
+//! [[electrical.conductor]]
+//! group = "domain"
+//! sigma = 5e4                            # S/m, or: resistivity = 2e-5 (Ω·m)
+//! alpha_r = 1.25e-3                      # optional: ρ(T) = ρ₀ (1 + α_R (T − t_ref))
+//! t_ref = 293.15                         # or: law = { kind = "table", temperatures = [..], multipliers = [..] }
+//!
+//! [[electrical.terminal]]
+//! group = "xmin"
+//! kind = "voltage"                       # or "ground", or "current" (current = 0.01, A into the device)
+//! value = 5.0
+//!
+//! [coupling]
+//! scheme = "monolithic"                  # or "staggered"; only matters when some ρ depends on T
+//! tol = 1e-11                            # staggered: relative change to stop at
+//! max_iterations = 100
+//!
+//! [[objective]]
+//! kind = "resistance"                    # also: current / voltage with terminal = "<group>"
+//! drive = "xmin"
+//! reference = "xmax"
+//! ```
+//!
+//! Electro-thermal parameters: `electrical.sigma.<group>`, `electrical.sigma_elem.<group>`,
+//! `electrical.alpha_r.<group>`, `load.<terminal>.voltage`, `load.<terminal>.current`.
+//!
 //! Unknown keys are errors that name the line; unknown group names are errors that name the
 //! line and list the groups the mesh has.
 
@@ -125,6 +154,86 @@ pub struct ObjectiveSpec {
     pub p: Option<f64>,
     /// CSV file of sensors (x, y, z, value), relative to the problem file.
     pub sensors: Option<String>,
+    /// Terminal group of a `current` or `voltage` objective.
+    pub terminal: Option<Spanned<String>>,
+    /// Driven terminal of a `resistance` objective.
+    pub drive: Option<Spanned<String>>,
+    /// Reference terminal of a `resistance` objective.
+    pub reference: Option<Spanned<String>>,
+}
+
+/// A conductor of the electrical field on a volume group: give exactly one of `sigma` and
+/// `resistivity`; `alpha_r` makes ρ(T) = ρ₀ (1 + α_R (T − t_ref)), `law` any
+/// `gradfem_electrical::ResistivityLaw` (`{ kind = "table", temperatures = [..], multipliers = [..] }`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConductorFileSpec {
+    pub group: Spanned<String>,
+    /// σ₀ [S/m].
+    pub sigma: Option<f64>,
+    /// ρ₀ [Ω·m].
+    pub resistivity: Option<f64>,
+    /// α_R [1/K] of a linear law.
+    pub alpha_r: Option<f64>,
+    /// A resistivity law (instead of `alpha_r`).
+    pub law: Option<gradfem_electrical::ResistivityLaw>,
+    /// Reference temperature T₀ [K] (default 293.15).
+    pub t_ref: Option<f64>,
+}
+
+/// A terminal of the electrical field: `kind = "voltage"` (`value` [V]), `"ground"`, or
+/// `"current"` (`current` [A] into the device).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalFileSpec {
+    pub group: Spanned<String>,
+    pub kind: Spanned<String>,
+    pub value: Option<f64>,
+    pub current: Option<f64>,
+}
+
+/// The electrical field.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElectricalSpec {
+    #[serde(rename = "conductor")]
+    pub conductors: Vec<ConductorFileSpec>,
+    #[serde(default, rename = "terminal")]
+    pub terminals: Vec<TerminalFileSpec>,
+}
+
+/// How the electro-thermal coupling is solved.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CouplingSpec {
+    /// `monolithic` (default) or `staggered`; matters only when some resistivity depends on T.
+    #[serde(default = "monolithic")]
+    pub scheme: String,
+    /// Relative change below which the staggered iteration stops.
+    #[serde(default = "coupling_tol")]
+    pub tol: f64,
+    #[serde(default = "coupling_max_it")]
+    pub max_iterations: usize,
+}
+
+impl Default for CouplingSpec {
+    fn default() -> Self {
+        CouplingSpec {
+            scheme: monolithic(),
+            tol: coupling_tol(),
+            max_iterations: coupling_max_it(),
+        }
+    }
+}
+
+fn monolithic() -> String {
+    "monolithic".into()
+}
+fn coupling_tol() -> f64 {
+    1e-11
+}
+fn coupling_max_it() -> usize {
+    100
 }
 
 fn one() -> f64 {
@@ -241,6 +350,12 @@ pub struct ProblemSpec {
     pub title: String,
     pub mesh: MeshSpec,
     pub thermal: ThermalSpec,
+    /// The electrical field (makes the problem electro-thermal).
+    #[serde(default)]
+    pub electrical: Option<ElectricalSpec>,
+    /// Settings of the electro-thermal coupling.
+    #[serde(default)]
+    pub coupling: Option<CouplingSpec>,
     #[serde(default, rename = "objective")]
     pub objectives: Vec<ObjectiveSpec>,
     #[serde(default)]

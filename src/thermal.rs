@@ -30,8 +30,18 @@ pub enum RunError {
     Solver(#[from] SolverError),
     #[error(transparent)]
     Param(#[from] ParamError),
+    /// Boxed: the electrical errors carry positions and names, and would make every result of
+    /// this crate large.
+    #[error(transparent)]
+    Electrical(Box<gradfem_electrical::ElectricalError>),
     #[error("{0}")]
     Setup(String),
+}
+
+impl From<gradfem_electrical::ElectricalError> for RunError {
+    fn from(e: gradfem_electrical::ElectricalError) -> Self {
+        RunError::Electrical(Box::new(e))
+    }
 }
 
 /// Which linear solver the thermal field uses.
@@ -507,16 +517,40 @@ impl ThermalProblem {
         t_bar: &[f64],
         grad: &mut Gradient,
     ) -> Result<(f64, f64), RunError> {
-        let t = self.temperature.clone().ok_or_else(|| RunError::Setup("solve first".into()))?;
         let ts = Instant::now();
+        let lambda = self.adjoint_solve(t_bar)?;
+        let solve_s = ts.elapsed().as_secs_f64();
+        let ta = Instant::now();
+        self.accumulate_adjoint(&lambda, t_bar, grad)?;
+        Ok((solve_s, ta.elapsed().as_secs_f64()))
+    }
+
+    /// The adjoint λ per node (0 at fixed nodes) of (∂R/∂T)ᵀ λ = T̄ restricted to the
+    /// unknowns, with the factorization of the last solve (the tangent at fixed external
+    /// source). `t_bar` is per node.
+    pub fn adjoint_solve(&mut self, t_bar: &[f64]) -> Result<Vec<f64>, RunError> {
+        if self.temperature.is_none() {
+            return Err(RunError::Setup("solve first".into()));
+        }
         let mut rhs = self.model.dofs.gather(t_bar);
         if !rhs.is_empty() {
             self.solver.solve_transpose_in_place(&mut rhs)?;
         }
-        let solve_s = ts.elapsed().as_secs_f64();
-        let ta = Instant::now();
         let mut lambda = vec![0.0; self.model.n_nodes()];
         self.model.dofs.scatter(&rhs, &mut lambda);
+        Ok(lambda)
+    }
+
+    /// Accumulate −λᵀ ∂R/∂p into `grad` for this field's registered parameters, with λ per
+    /// node (0 at fixed nodes); a fixed temperature also receives Σ T̄ over its nodes (`t_bar`
+    /// per node: the direct dependence of J on the fixed values).
+    pub fn accumulate_adjoint(
+        &self,
+        lambda: &[f64],
+        t_bar: &[f64],
+        grad: &mut Gradient,
+    ) -> Result<(), RunError> {
+        let t = self.temperature.clone().ok_or_else(|| RunError::Setup("solve first".into()))?;
         let has = |f: fn(&Binding) -> bool| self.bindings.iter().any(|(_, b)| f(b));
         let want = gradfem_thermal::VjpRequest {
             conductivity: has(|b| matches!(b, Binding::RegionK(_) | Binding::ElementK(_))),
@@ -527,7 +561,7 @@ impl ThermalProblem {
             temperature: has(|b| matches!(b, Binding::BcTemperature(_))),
             coords: has(|b| matches!(b, Binding::Coordinates)),
         };
-        let vjp = self.model.parameter_vjp(&t, &lambda, want);
+        let vjp = self.model.parameter_vjp(&t, lambda, want);
         let owner = self.model.fixed_owner();
         for (id, binding) in &self.bindings {
             let g = grad.get_mut(*id);
@@ -560,7 +594,19 @@ impl ThermalProblem {
                 }
             }
         }
-        Ok((solve_s, ta.elapsed().as_secs_f64()))
+        Ok(())
+    }
+
+    /// Free temperatures of the last solve (Newton's start for the next one).
+    pub fn unknowns(&self) -> &[f64] {
+        &self.unknowns
+    }
+
+    /// Set Newton's start for the next solve (free temperatures); forgets the last solution.
+    pub fn set_unknowns(&mut self, unknowns: Vec<f64>) {
+        assert_eq!(unknowns.len(), self.model.n_unknowns(), "set_unknowns: wrong length");
+        self.unknowns = unknowns;
+        self.temperature = None;
     }
 
     /// Values of the registered parameters as one flat vector, with the parameter vector.
@@ -651,7 +697,7 @@ impl ThermalProblem {
 
 /// A deterministic Taylor direction: pseudo-random entries in [−1, 1] scaled by each entry's
 /// magnitude (for coordinates: by the mesh size, so the mesh is not inverted).
-fn direction(
+pub fn direction(
     m0: &[f64],
     pv: &gradfem_solvers::params::ParamVector,
     reg: &ParamRegistry,
