@@ -408,6 +408,8 @@ pub struct Summary {
     pub objective: f64,
     pub objective_terms: Vec<f64>,
     pub timings: SolveTimings,
+    /// Where the heat goes: sources, fluxes, convection and reactions at fixed temperatures [W].
+    pub heat_balance: gradfem_thermal::HeatBalance,
     /// The starting guess, when `[initial_state]` gave one (file, set, field, mapping).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_state: Option<String>,
@@ -475,6 +477,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         objective: eval.value,
         objective_terms: eval.terms,
         timings: problem.last_solve.clone(),
+        heat_balance: problem.model.heat_balance(t),
         initial_state: problem.initial_state.clone(),
         current_a: None,
         voltage_v: None,

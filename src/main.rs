@@ -180,6 +180,15 @@ fn print_summary(s: &app::Summary) {
             c.coupling_iterations, c.electrical_s, c.joule_s, c.thermal_s
         );
     }
+    let hb = &s.heat_balance;
+    println!(
+        "  heat balance: generated {:.6e} W + flux in {:.6e} W = convection {:.6e} W + fixed {:.6e} W (imbalance {:.1e})",
+        hb.generated_w,
+        hb.flux_in_w,
+        hb.convection_out_w,
+        hb.fixed_out_w,
+        hb.relative_imbalance()
+    );
     if let Some(init) = &s.initial_state {
         println!("  initial state: {init}");
     }

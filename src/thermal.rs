@@ -115,7 +115,6 @@ pub struct ThermalProblem {
     pub mesh: Mesh,
     pub model: ThermalModel,
     pub pattern: AssemblyPattern,
-    matrix: CsrMatrix,
     solver: Box<dyn LinearSolver>,
     pub objective: Vec<ObjectiveTerm>,
     pub registry: ParamRegistry,
@@ -185,12 +184,10 @@ impl ThermalProblem {
         let model = ThermalModel::new(&mesh, regions, bcs)?;
         let pattern =
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
-        let matrix = pattern.new_matrix();
         let mut p = ThermalProblem {
             mesh,
             model,
             pattern,
-            matrix,
             solver: Box::new(CholeskySolver::new("thermal")),
             objective,
             registry: ParamRegistry::new(),
@@ -418,7 +415,6 @@ impl ThermalProblem {
         }
         let info: NewtonInfo =
             newton(&mut residual, &mut self.unknowns, self.solver.as_mut(), &params)?;
-        let _ = &self.matrix;
         self.last_solve = SolveTimings {
             assembly_s: residual.assembly_s,
             factor_s: info.time_factor_s,

@@ -81,6 +81,12 @@ fn one_way_actuator_conserves_current_and_power() {
     assert!(i_in > 0.0 && (i_in + i_out).abs() < 1e-9 * i_in, "I in {i_in}, out {i_out}");
     let power = s.joule_power_w.unwrap();
     assert!((power - 5.0 * i_in).abs() < 1e-9 * power, "∫Q = {power} vs V·I = {}", 5.0 * i_in);
+    // Heat balance: Joule power = heat leaving through the fixed bases + convection, within
+    // 0.1 % (it holds to solver tolerance).
+    let hb = &s.heat_balance;
+    assert!((hb.generated_w - power).abs() < 1e-9 * power, "{hb:?} vs P = {power}");
+    assert!(hb.relative_imbalance().abs() < 1e-3, "{hb:?}");
+    assert!(hb.fixed_out_w > 0.0 && hb.convection_out_w > 0.0, "{hb:?}");
     let r = s.resistance_ohm.unwrap();
     // Two hot arms of 3×2 µm² in series, ≈ 435 µm long: R ≈ L/(σA) ≈ 1.45 kΩ plus pads.
     assert!(r > 1.0e3 && r < 3.0e3, "R = {r} Ω");

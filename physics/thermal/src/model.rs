@@ -209,6 +209,37 @@ pub struct ParameterVjp {
     pub coords: Option<Vec<[f64; 3]>>,
 }
 
+/// Where the heat goes, in watts, at a temperature field: the balance
+/// generated + flux_in = convection_out + fixed_out holds to solver tolerance at a solution.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct HeatBalance {
+    /// ∫ Q dΩ over the volume elements (region sources and any external source) [W].
+    #[serde(rename = "generated_W")]
+    pub generated_w: f64,
+    /// Heat entering through heat-flux conditions, Σ ∫ q_in dΓ [W].
+    #[serde(rename = "flux_in_W")]
+    pub flux_in_w: f64,
+    /// Heat leaving by convection, Σ ∫ h (T − T∞) dΓ [W].
+    #[serde(rename = "convection_out_W")]
+    pub convection_out_w: f64,
+    /// Heat leaving through the fixed temperatures: the reaction −Σ_fixed nodes R_a [W].
+    #[serde(rename = "fixed_out_W")]
+    pub fixed_out_w: f64,
+    /// Per boundary condition (in the order given): heat leaving through it [W] (negative for
+    /// heat entering).
+    #[serde(rename = "per_boundary_W")]
+    pub per_boundary_w: Vec<(String, f64)>,
+}
+
+impl HeatBalance {
+    /// (in − out) / max(|in|, |out|): zero at a converged solution.
+    pub fn relative_imbalance(&self) -> f64 {
+        let inflow = self.generated_w + self.flux_in_w;
+        let outflow = self.convection_out_w + self.fixed_out_w;
+        (inflow - outflow) / inflow.abs().max(outflow.abs()).max(f64::MIN_POSITIVE)
+    }
+}
+
 /// The discrete steady heat-conduction problem on one mesh.
 #[derive(Clone, Debug)]
 pub struct ThermalModel {
@@ -687,6 +718,63 @@ impl ThermalModel {
         let mut t = self.fixed.clone();
         self.dofs.scatter(unknowns, &mut t);
         t
+    }
+
+    /// The heat balance at nodal temperatures `t` (a converged solution): sources, fluxes,
+    /// convection and the reactions at fixed temperatures. The reactions are the consistent
+    /// nodal heat flows −R_a (R assembled from every element, volume and facet).
+    pub fn heat_balance(&self, t: &[f64]) -> HeatBalance {
+        let zero =
+            KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0, external: false };
+        // ∫ Q dΩ: the volume kernel with k₀ = 0 gives −∫ Q N_a, and Σ_a N_a = 1.
+        let generated: f64 = (0..self.n_volume)
+            .into_par_iter()
+            .map(|e| {
+                let nn = self.element_nodes(e).len();
+                let mut fe = [0.0; MAX_NODES];
+                let p = KernelParams { source: self.params_of(e).source, external: true, ..zero };
+                self.kernel(e, t, p, None, &mut fe[..nn]);
+                -fe[..nn].iter().sum::<f64>()
+            })
+            .sum();
+        let mut balance = HeatBalance { generated_w: generated, ..Default::default() };
+        let mut residual = vec![0.0; self.n_nodes()];
+        self.scatter_chunked(&mut residual, 1, |e, local| {
+            self.kernel(e, t, self.params_of(e), None, local);
+        });
+        let owner = self.fixed_owner();
+        for (b, bc) in self.boundaries.iter().enumerate() {
+            let out = match bc.kind {
+                BcKind::Temperature { .. } => {
+                    let r: f64 = (0..owner.len())
+                        .filter(|&n| owner[n] == Some(b))
+                        .map(|n| residual[n])
+                        .sum();
+                    balance.fixed_out_w -= r;
+                    -r
+                }
+                BcKind::Convection { .. } | BcKind::HeatFlux { .. } => {
+                    let total: f64 = bc
+                        .elements
+                        .iter()
+                        .map(|&e| {
+                            let nn = self.element_nodes(e).len();
+                            let mut fe = [0.0; MAX_NODES];
+                            self.kernel(e, t, self.params_of(e), None, &mut fe[..nn]);
+                            fe[..nn].iter().sum::<f64>()
+                        })
+                        .sum();
+                    if matches!(bc.kind, BcKind::Convection { .. }) {
+                        balance.convection_out_w += total;
+                    } else {
+                        balance.flux_in_w -= total;
+                    }
+                    total
+                }
+            };
+            balance.per_boundary_w.push((bc.name.clone(), out));
+        }
+        balance
     }
 
     /// A starting temperature for Newton: the mean of the fixed temperatures and ambient

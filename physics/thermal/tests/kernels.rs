@@ -277,3 +277,28 @@ fn external_source_enters_the_residual_and_its_vjp_matches() {
     assert!((with - base - pred).abs() < 1e-10 * (1.0 + pred.abs()), "{} vs {pred}", with - base);
     assert!(pred.abs() > 1e-3);
 }
+
+#[test]
+fn heat_balance_of_any_field_is_the_sum_of_residuals() {
+    // Σ_a R_a over every node = −∫Q − ∫q_in + ∫h(T − T∞) (conduction sums to zero since
+    // Σ N_a = 1), so with the reactions taken at every node (no free node), the balance closes
+    // for ANY temperature field, not only a solution.
+    let m = model(CellType::Hex20, laws()[1].clone());
+    let t = temperature(&m);
+    let hb = m.heat_balance(&t);
+    let total: f64 = (0..m.n_elements())
+        .map(|e| {
+            let nn = m.element_nodes(e).len();
+            let mut fe = vec![0.0; nn];
+            m.element_residual_tangent(e, &t, None, &mut fe);
+            fe.iter().sum::<f64>()
+        })
+        .sum();
+    // Q = 3 on the 1 × 0.7 × 0.5 box (distorted, volume preserved to first order only).
+    assert!(hb.generated_w > 0.9 && hb.generated_w < 1.2, "{hb:?}");
+    assert!(hb.flux_in_w > 0.0 && hb.convection_out_w != 0.0);
+    assert!(
+        (total - (-hb.generated_w - hb.flux_in_w + hb.convection_out_w)).abs() < 1e-10,
+        "{total} {hb:?}"
+    );
+}
