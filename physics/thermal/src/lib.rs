@@ -11,5 +11,7 @@ pub mod model;
 pub mod objective;
 
 pub use law::{ConductivityLaw, heat_flux};
-pub use model::{BcKind, BcSpec, HeatBalance, ParameterVjp, RegionSpec, ThermalError, ThermalModel, VjpRequest};
+pub use model::{
+    BcKind, BcSpec, HeatBalance, ParameterVjp, RegionSpec, ThermalError, ThermalModel, VjpRequest,
+};
 pub use objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm};
