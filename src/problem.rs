@@ -88,6 +88,11 @@ pub struct MeshSpec {
     /// A generated box.
     #[serde(rename = "box")]
     pub generated: Option<BoxMeshSpec>,
+    /// Straighten second-order cells that a mesh generator curved until they fold (det J ≤ 0
+    /// somewhere): their mid-side nodes move to the edge midpoints. Off by default: an
+    /// inverted cell is then an error that names it.
+    #[serde(default)]
+    pub straighten_inverted: bool,
 }
 
 /// A structured box mesh.
@@ -448,6 +453,24 @@ impl ProblemFile {
 
     /// Build (read or generate) the mesh.
     pub fn build_mesh(&self) -> Result<Mesh, ProblemError> {
+        let mut mesh = self.read_or_generate_mesh()?;
+        if self.spec.mesh.straighten_inverted {
+            let fixed = gradfem_mesh::quality::straighten_inverted(&mut mesh);
+            if !fixed.is_empty() {
+                let tags: Vec<String> = fixed.iter().take(10).map(|(_, t)| t.to_string()).collect();
+                tracing::warn!(
+                    "{}: straightened {} folded second-order cell(s) (tags {}{})",
+                    self.path.display(),
+                    fixed.len(),
+                    tags.join(", "),
+                    if fixed.len() > 10 { ", …" } else { "" }
+                );
+            }
+        }
+        Ok(mesh)
+    }
+
+    fn read_or_generate_mesh(&self) -> Result<Mesh, ProblemError> {
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
                 let p = self.resolve_path(file);

@@ -336,3 +336,95 @@ impl Mesh {
         }
     }
 }
+
+/// Straighten the second-order cells of the top dimension whose Jacobian determinant is not
+/// positive somewhere (at the points [`signed_jacobians`] samples): their mid-edge nodes move
+/// to the midpoints of their edges, and for `Hex27` the face and body centres to the means of
+/// their corners, which makes the cell its affine or trilinear self (valid whenever its corners
+/// are). Mesh generators sometimes curve a quadratic cell along a curved boundary until it
+/// folds; straightening is the usual repair. Nodes shared with neighbours and facets move with
+/// them, so the mesh stays conforming (the neighbours' edges become straight too).
+///
+/// Returns the cells that were straightened, with their tags; cells still invalid afterwards
+/// are left for [`Mesh::check`] to report.
+pub fn straighten_inverted(mesh: &mut Mesh) -> Vec<(CellId, u64)> {
+    let dim = mesh.dim();
+    let bad: Vec<CellId> = mesh
+        .cells_of_dim(dim)
+        .filter(|&id| mesh.cell_type(id).order() == 2)
+        .filter(|&id| {
+            signed_jacobians(mesh, id)
+                .iter()
+                .any(|&d| d.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater))
+        })
+        .collect();
+    for &id in &bad {
+        let ct = mesh.cell_type(id);
+        let nodes = mesh.cell_nodes(id).to_vec();
+        let nv = ct.n_vertices();
+        let mean = |ids: &[usize]| -> [f64; 3] {
+            let mut c = [0.0; 3];
+            for &n in ids {
+                for k in 0..3 {
+                    c[k] += mesh.coords[n][k] / ids.len() as f64;
+                }
+            }
+            c
+        };
+        let mut moves: Vec<(usize, [f64; 3])> = Vec::new();
+        for (k, [a, b]) in ct.edges().iter().enumerate() {
+            if nv + k < nodes.len() {
+                moves.push((nodes[nv + k], mean(&[nodes[*a], nodes[*b]])));
+            }
+        }
+        if ct == CellType::Hex27 {
+            for (f, facet) in ct.facets().iter().enumerate() {
+                let corners: Vec<usize> = facet.nodes[..4].iter().map(|&l| nodes[l]).collect();
+                moves.push((nodes[20 + f], mean(&corners)));
+            }
+            moves.push((nodes[26], mean(&nodes[..8])));
+        }
+        for (n, p) in moves {
+            mesh.coords[n] = p;
+        }
+    }
+    bad.into_iter().map(|id| (id, mesh.cell_tag(id))).collect()
+}
+
+#[cfg(test)]
+mod straighten_tests {
+    use super::*;
+    use crate::generate::{BoxSpec, box_mesh};
+
+    #[test]
+    fn a_folded_tet10_is_straightened_and_others_stay() {
+        for ct in [CellType::Tet10, CellType::Hex20, CellType::Hex27] {
+            let mut mesh = box_mesh(&BoxSpec {
+                origin: [0.0; 3],
+                lengths: [1.0; 3],
+                divisions: [2, 2, 2],
+                cell_type: ct,
+            });
+            let before = mesh.coords.clone();
+            // Push one mid-edge node of the first cell far across the cell: it folds.
+            let id = mesh.cells_of_dim(3).next().unwrap();
+            let nv = ct.n_vertices();
+            let mid = mesh.cell_nodes(id)[nv];
+            mesh.coords[mid][2] += 0.9;
+            assert!(!mesh.check().is_ok(), "{ct}: the folded cell is reported");
+            let fixed = straighten_inverted(&mut mesh);
+            // The cells around the moved node fold (one or several of them).
+            assert!(!fixed.is_empty(), "{ct}");
+            assert!(
+                fixed.iter().all(|(c, _)| mesh.cell_nodes(*c).contains(&mid)),
+                "{ct}: {fixed:?}"
+            );
+            assert!(mesh.check().is_ok(), "{ct}: valid after straightening");
+            // A straight box is its own straightened form: every node is back.
+            for (a, b) in mesh.coords.iter().zip(&before) {
+                assert!((0..3).all(|k| (a[k] - b[k]).abs() < 1e-12), "{ct}");
+            }
+            assert!(straighten_inverted(&mut mesh).is_empty());
+        }
+    }
+}
