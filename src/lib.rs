@@ -10,6 +10,7 @@ pub mod electrothermal;
 pub mod mesh_report;
 pub mod problem;
 pub mod thermal;
+pub mod transient;
 
 pub use gradfem_io as io;
 pub use gradfem_mesh as mesh;

@@ -7,6 +7,7 @@
 pub mod amg;
 pub mod assembly;
 pub mod cg;
+pub mod checkpoint;
 pub mod error;
 pub mod linear;
 pub mod newton;
