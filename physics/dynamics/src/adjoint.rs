@@ -26,6 +26,7 @@
 //!   window where it acts; dJ/dx_0 only sees the first window. Exact when S ≥ N; the error
 //!   decays with S for dissipative systems and need not for conservative ones.
 
+use gradfem_solvers::checkpoint::{Checkpointing, reverse_sweep};
 use gradfem_solvers::params::Gradient;
 
 use crate::error::DynamicsError;
@@ -166,15 +167,9 @@ pub enum Memory {
     },
 }
 
-/// Bookkeeping of a reverse sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SweepStats {
-    /// Largest number of states stored at once (checkpoints, x_0 included; not counting the
-    /// one or two working states of a step).
-    pub max_stored_states: usize,
-    /// Forward steps taken in total (first pass plus recomputation).
-    pub forward_steps: usize,
-}
+/// Counts of a reverse sweep (forward steps including recomputations, adjoint steps, peak
+/// number of stored states).
+pub use gradfem_solvers::checkpoint::SweepStats;
 
 /// Result of [`Simulation::gradient`].
 #[derive(Debug, Clone, PartialEq)]
@@ -329,20 +324,6 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
     ) -> Result<AdjointResult, DynamicsError> {
         let (pv, x0f) = self.start(x0)?;
         let n = self.n_steps;
-        let mut stats = SweepStats::default();
-        // Forward pass: J, the final state, and the stored states.
-        let store_all = !matches!(memory, Memory::Binomial { .. });
-        let mut stored = vec![x0f.clone()];
-        let mut x = x0f.clone();
-        let mut j = obj.term(0, n, &x, &pv, None);
-        for k in 0..n {
-            x = self.advance(&pv, k, &x)?;
-            stats.forward_steps += 1;
-            j += obj.term(k + 1, n, &x, &pv, None);
-            if store_all {
-                stored.push(x.clone());
-            }
-        }
         let window = match memory {
             Memory::Truncated { window } => {
                 assert!(window >= 1, "Memory::Truncated: window must be ≥ 1");
@@ -350,37 +331,50 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
             }
             _ => None,
         };
-        let mut p_bar = vec![0.0; pv.p.len()];
-        let mut lam = vec![0.0; x.len()];
-        obj.term(n, n, &x, &pv, Some((&mut lam, &mut p_bar)));
-        // One adjoint step: λ_k from λ_{k+1}, given x_k.
-        self.check_adjoint(n, &lam)?;
-        let adjoint = |k: usize, xk: &[f64], lam: &mut Vec<f64>, p_bar: &mut Vec<f64>| {
-            *lam = self.integrator.step_vjp(&self.at(&pv, k), xk, lam, p_bar);
-            if window.is_some_and(|s| k > 0 && k.is_multiple_of(s)) {
-                lam.iter_mut().for_each(|v| *v = 0.0);
-            }
-            obj.term(k, n, xk, &pv, Some((lam, p_bar)));
-            self.check_adjoint(k, lam)
-        };
-        match memory {
-            Memory::StoreAll | Memory::Truncated { .. } => {
-                stats.max_stored_states = stored.len();
-                for k in (0..n).rev() {
-                    adjoint(k, &stored[k], &mut lam, &mut p_bar)?;
-                }
-            }
+        let checkpointing = match memory {
             Memory::Binomial { snapshots } => {
                 assert!(snapshots >= 1, "Memory::Binomial: snapshots must be ≥ 1");
-                let mut rev = Reverser { sim: self, pv: &pv, stored: 1, stats: &mut stats };
-                rev.stats.max_stored_states = 1;
-                if n > 0 {
-                    rev.treeverse(0, n, &x0f, snapshots, &mut |k, xk| {
-                        adjoint(k, xk, &mut lam, &mut p_bar)
-                    })?;
-                }
+                Checkpointing::Binomial { snapshots }
             }
+            Memory::StoreAll | Memory::Truncated { .. } => Checkpointing::StoreAll,
+        };
+        let mut j = obj.term(0, n, &x0f, &pv, None);
+        let mut p_bar = vec![0.0; pv.p.len()];
+        let mut lam = vec![0.0; x0f.len()];
+        if n == 0 {
+            obj.term(0, 0, &x0f, &pv, Some((&mut lam, &mut p_bar)));
+            self.check_adjoint(0, &lam)?;
         }
+        // The first pass (steps 0, 1, … in order) adds the objective's terms; recomputations
+        // from checkpoints do not.
+        let mut first_pass = 0;
+        let stats = reverse_sweep(
+            n,
+            &x0f,
+            checkpointing,
+            |k, x: &Vec<f64>| {
+                let next = self.advance(&pv, k, x)?;
+                if k == first_pass {
+                    first_pass += 1;
+                    j += obj.term(k + 1, n, &next, &pv, None);
+                }
+                Ok(next)
+            },
+            |k, xk: &Vec<f64>, xnext: &Vec<f64>| {
+                if k + 1 == n {
+                    // Seed λ_n from the last term.
+                    obj.term(n, n, xnext, &pv, Some((&mut lam, &mut p_bar)));
+                    self.check_adjoint(n, &lam)?;
+                }
+                // One adjoint step: λ_k from λ_{k+1}, given x_k.
+                lam = self.integrator.step_vjp(&self.at(&pv, k), xk, &lam, &mut p_bar);
+                if window.is_some_and(|s| k > 0 && k.is_multiple_of(s)) {
+                    lam.iter_mut().for_each(|v| *v = 0.0);
+                }
+                obj.term(k, n, xk, &pv, Some((&mut lam, &mut p_bar)));
+                self.check_adjoint(k, &lam)
+            },
+        )?;
         tracing::debug!(j, ?stats, "dynamics adjoint done");
         Ok(AdjointResult {
             value: j,
@@ -388,83 +382,5 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
             initial_state: State::from_flat(&lam),
             stats,
         })
-    }
-}
-
-/// β(s, r) = C(s + r, s), saturating.
-fn beta(s: usize, r: usize) -> usize {
-    let mut b: u128 = 1;
-    for i in 1..=s.min(r) as u128 {
-        b = b * (s.max(r) as u128 + i) / i;
-        if b > usize::MAX as u128 {
-            return usize::MAX;
-        }
-    }
-    b as usize
-}
-
-struct Reverser<'s, 'a, I> {
-    sim: &'s Simulation<'a, I>,
-    pv: &'s ParamValues,
-    stored: usize,
-    stats: &'s mut SweepStats,
-}
-
-impl<I: StepVjp> Reverser<'_, '_, I> {
-    fn forward(&mut self, from: usize, to: usize, xa: &[f64]) -> Result<Vec<f64>, DynamicsError> {
-        let mut x = xa.to_vec();
-        for k in from..to {
-            x = self.sim.advance(self.pv, k, &x)?;
-            self.stats.forward_steps += 1;
-        }
-        Ok(x)
-    }
-
-    /// Reverses steps a..b (calls `adjoint(k, x_k)` for k = b−1 down to a), given x_a stored
-    /// and `slots` stored states available for the range (x_a's included).
-    fn treeverse(
-        &mut self,
-        a: usize,
-        b: usize,
-        xa: &[f64],
-        slots: usize,
-        adjoint: &mut impl FnMut(usize, &[f64]) -> Result<(), DynamicsError>,
-    ) -> Result<(), DynamicsError> {
-        let n = b - a;
-        if n == 1 {
-            return adjoint(a, xa);
-        }
-        if slots <= 1 {
-            for k in (a..b).rev() {
-                let xk = self.forward(a, k, xa)?;
-                adjoint(k, &xk)?;
-            }
-            return Ok(());
-        }
-        let mut r = 1;
-        while beta(slots, r) < n {
-            r += 1;
-        }
-        let n_left = n.saturating_sub(beta(slots - 1, r)).clamp(1, n - 1);
-        let xm = self.forward(a, a + n_left, xa)?;
-        self.stored += 1;
-        self.stats.max_stored_states = self.stats.max_stored_states.max(self.stored);
-        self.treeverse(a + n_left, b, &xm, slots - 1, adjoint)?;
-        drop(xm);
-        self.stored -= 1;
-        self.treeverse(a, a + n_left, xa, slots, adjoint)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn binomial_counts() {
-        assert_eq!(beta(1, 3), 4);
-        assert_eq!(beta(2, 2), 6);
-        assert_eq!(beta(3, 0), 1);
-        assert_eq!(beta(3, 3), 20);
     }
 }
