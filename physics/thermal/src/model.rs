@@ -1117,7 +1117,27 @@ impl ThermalModel {
                 let mut fe = [0.0; MAX_NODES];
                 let nn = self.element_nodes(e).len();
                 let mut out = [0.0; 4];
-                if e < self.n_volume {
+                if e < self.n_volume
+                    && self.element_cell_type(e) == CellType::Tet4
+                    && self.regions[self.elem_tag[e] as usize].law.is_constant()
+                {
+                    // Affine Tet4, constant law: λ·∂r/∂k₀ = V ∇λ·∇T and λ·∂r/∂Q = −V/4 Σ λ_a,
+                    // written out (the hot path of per-element gradients on large meshes).
+                    let nodes = self.element_nodes(e);
+                    let (g, vol) = tet4_gradients(&self.element_coords(e));
+                    let (mut gl, mut gt) = ([0.0; 3], [0.0; 3]);
+                    let mut lsum = 0.0;
+                    for a in 0..4 {
+                        let (la, ta) = (lambda[nodes[a]], t[nodes[a]]);
+                        lsum += la;
+                        for k in 0..3 {
+                            gl[k] += la * g[a][k];
+                            gt[k] += ta * g[a][k];
+                        }
+                    }
+                    out[0] = vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
+                    out[1] = -0.25 * vol * lsum;
+                } else if e < self.n_volume {
                     if want.conductivity {
                         self.kernel(e, t, KernelParams { k0: 1.0, ..zero }, None, &mut fe[..nn]);
                         out[0] = dot_local(e, &fe[..nn]);
@@ -1424,17 +1444,9 @@ fn tet4_det(x: &[[f64; 3]; MAX_NODES]) -> f64 {
         + e1[2] * (e2[0] * e3[1] - e2[1] * e3[0])
 }
 
-/// Linear Tet4 kernel with a constant conductivity, written out: with the barycentric gradients
-/// g_a (constant on the cell) and volume V, K_ab = k V g_a·g_b and ∫ Q N_a = Q V / 4.
+/// Barycentric gradients g_a (constant on the cell) and the volume of an affine tetrahedron.
 #[inline]
-fn tet4_linear_kernel(
-    x: &[[f64; 3]; MAX_NODES],
-    te: &[f64; MAX_NODES],
-    k: f64,
-    source: f64,
-    ke: Option<&mut [f64]>,
-    fe: &mut [f64],
-) {
+fn tet4_gradients(x: &[[f64; 3]; MAX_NODES]) -> ([[f64; 3]; 4], f64) {
     let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
     let cross = |a: [f64; 3], b: [f64; 3]| {
         [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
@@ -1449,8 +1461,21 @@ fn tet4_linear_kernel(
     let g2 = cross(e3, e1).map(|v| v * inv);
     let g3 = cross(e1, e2).map(|v| v * inv);
     let g0 = [-(g1[0] + g2[0] + g3[0]), -(g1[1] + g2[1] + g3[1]), -(g1[2] + g2[2] + g3[2])];
-    let g = [g0, g1, g2, g3];
-    let vol = det / 6.0;
+    ([g0, g1, g2, g3], det / 6.0)
+}
+
+/// Linear Tet4 kernel with a constant conductivity, written out: with the barycentric gradients
+/// g_a (constant on the cell) and volume V, K_ab = k V g_a·g_b and ∫ Q N_a = Q V / 4.
+#[inline]
+fn tet4_linear_kernel(
+    x: &[[f64; 3]; MAX_NODES],
+    te: &[f64; MAX_NODES],
+    k: f64,
+    source: f64,
+    ke: Option<&mut [f64]>,
+    fe: &mut [f64],
+) {
+    let (g, vol) = tet4_gradients(x);
     let kv = k * vol;
     let mut kk = [[0.0; 4]; 4];
     for a in 0..4 {
