@@ -86,6 +86,7 @@ fn main() {
         "forward_s": forward_s,
         "gradient_s": gt.gradient_s,
         "adjoint_solve_s": gt.adjoint_solve_s,
+        "accumulate_s": gt.accumulate_s,
         "peak_rss_mb": peak_rss_mb(),
         "J": j,
         "dJ_dk": dj_dk,
