@@ -52,6 +52,39 @@ impl Problem {
         &self.thermal().registry
     }
 
+    /// The one parameter registry, to change values (then call
+    /// [`apply_parameters`](Self::apply_parameters)).
+    pub fn registry_mut(&mut self) -> &mut gradfem_solvers::params::ParamRegistry {
+        match self {
+            Problem::Thermal(p) => &mut p.registry,
+            Problem::ElectroThermal(p) => &mut p.thermal.registry,
+        }
+    }
+
+    /// Copy the registry's values into the models (invalidates the solution).
+    pub fn apply_parameters(&mut self) -> Result<(), RunError> {
+        match self {
+            Problem::Thermal(p) => p.apply_parameters(),
+            Problem::ElectroThermal(p) => p.apply_parameters(),
+        }
+    }
+
+    /// Replace the objective (thermal terms and terminal functionals); returns the old one.
+    /// The solution stays valid: only the functional changes.
+    pub fn swap_objective(
+        &mut self,
+        thermal: Vec<ObjectiveTerm>,
+        electrical: Vec<TerminalTerm>,
+    ) -> (Vec<ObjectiveTerm>, Vec<TerminalTerm>) {
+        match self {
+            Problem::Thermal(p) => (std::mem::replace(&mut p.objective, thermal), Vec::new()),
+            Problem::ElectroThermal(p) => (
+                std::mem::replace(&mut p.thermal.objective, thermal),
+                std::mem::replace(&mut p.electrical_objective, electrical),
+            ),
+        }
+    }
+
     /// Solve the forward problem.
     pub fn solve(&mut self) -> Result<(), RunError> {
         match self {
@@ -267,37 +300,24 @@ fn terminal_terms_lines(file: &ProblemFile) -> Vec<(usize, String)> {
     out
 }
 
-/// The thermal problem of a problem file (without registered parameters), and the terminal
-/// objective terms with their lines.
-#[allow(clippy::type_complexity)]
-fn build_thermal(
+/// Thermal objective terms, and terminal functionals with the line that named each.
+pub type ObjectiveParts = (Vec<ObjectiveTerm>, Vec<(usize, TerminalTerm)>);
+
+/// The objective terms of `[[objective]]`-shaped entries (also used by `[[optimize.constraint]]`):
+/// thermal terms, and terminal functionals with the line that named them.
+pub fn objective_terms(
     file: &ProblemFile,
-) -> Result<(ThermalProblem, Vec<(usize, TerminalTerm)>), AppError> {
-    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
-    let mesh = file.build_mesh()?;
-    let spec = &file.spec;
-    let mut regions = Vec::new();
-    for m in &spec.thermal.materials {
-        file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
-        regions.push(RegionSpec {
-            group: m.group.get_ref().clone(),
-            k0: m.k,
-            law: m.law.clone(),
-            source: m.source,
-        });
-    }
-    let mut bcs = Vec::new();
-    for b in &spec.thermal.bcs {
-        file.check_group(&mesh, &b.group, "[[thermal.bc]]")?;
-        bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.bc_kind(b)? });
-    }
+    mesh: &gradfem_mesh::Mesh,
+    specs: &[crate::problem::ObjectiveSpec],
+    context: &str,
+) -> Result<ObjectiveParts, AppError> {
     let mut terms = Vec::new();
     let mut terminal_terms = Vec::new();
-    for o in &spec.objectives {
+    for o in specs {
         let group = |ctx: &str| -> Result<String, AppError> {
             match &o.group {
                 Some(g) => {
-                    file.check_group(&mesh, g, ctx)?;
+                    file.check_group(mesh, g, ctx)?;
                     Ok(g.get_ref().clone())
                 }
                 None => Ok("*".into()),
@@ -309,9 +329,9 @@ fn build_thermal(
                     invalid(file, "a 'point' objective needs `point = [x, y, z]`")
                 })?,
             },
-            "average" => ObjectiveKind::Average { group: group("[[objective]]")? },
-            "max" => ObjectiveKind::Max { group: group("[[objective]]")?, p: o.p.unwrap_or(8.0) },
-            "integral_square" => ObjectiveKind::IntegralSquare { group: group("[[objective]]")? },
+            "average" => ObjectiveKind::Average { group: group(context)? },
+            "max" => ObjectiveKind::Max { group: group(context)?, p: o.p.unwrap_or(8.0) },
+            "integral_square" => ObjectiveKind::IntegralSquare { group: group(context)? },
             "nodal_sum_squares" => ObjectiveKind::NodalSumSquares,
             "misfit" => {
                 let path = o.sensors.as_ref().ok_or_else(|| {
@@ -357,6 +377,35 @@ fn build_thermal(
         };
         terms.push(ObjectiveTerm { weight: o.weight, kind });
     }
+    Ok((terms, terminal_terms))
+}
+
+/// The thermal problem of a problem file (without registered parameters), and the terminal
+/// objective terms with their lines.
+#[allow(clippy::type_complexity)]
+fn build_thermal(
+    file: &ProblemFile,
+) -> Result<(ThermalProblem, Vec<(usize, TerminalTerm)>), AppError> {
+    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
+    let mesh = file.build_mesh()?;
+    let spec = &file.spec;
+    let mut regions = Vec::new();
+    for m in &spec.thermal.materials {
+        file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
+        regions.push(RegionSpec {
+            group: m.group.get_ref().clone(),
+            k0: m.k,
+            law: m.law.clone(),
+            source: m.source,
+        });
+    }
+    let mut bcs = Vec::new();
+    for b in &spec.thermal.bcs {
+        file.check_group(&mesh, &b.group, "[[thermal.bc]]")?;
+        bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.bc_kind(b)? });
+    }
+    let (mut terms, terminal_terms) =
+        objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?;
     if terms.is_empty() && terminal_terms.is_empty() {
         terms.push(ObjectiveTerm {
             weight: 1.0,

@@ -8,6 +8,7 @@ pub mod ansys_import;
 pub mod app;
 pub mod electrothermal;
 pub mod mesh_report;
+pub mod optimize;
 pub mod problem;
 pub mod thermal;
 pub mod transient;

@@ -52,6 +52,19 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Optimize the registered parameters (bounded L-BFGS; `[[optimize.constraint]]` entries
+    /// `quantity ≤ upper` by an augmented Lagrangian). Writes history.csv, history.png and the
+    /// final design's results. Ctrl-C stops cleanly, keeping the best design so far.
+    Optimize {
+        /// Problem file (TOML) with `[parameters] register` and optionally `[optimize]`.
+        file: PathBuf,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: the problem's [output] directory, else ./results).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Check the gradient by a Taylor test: prints the remainders and their rates; the exit code
     /// is 0 when the observed rate reaches the minimum (default 1.9), 1 otherwise.
     CheckGradient {
@@ -284,6 +297,80 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else if !quiet {
                 print_gradients(&report);
                 println!("  wrote {} and {}", gpath.display(), xdmf.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Optimize { file, json, output }) => {
+            let (pf, mut problem) = load(&file, quiet || json)?;
+            let settings = gradfem::optimize::settings(&pf, &problem)?;
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            {
+                let stop = stop.clone();
+                // A second Ctrl-C while the handler is set is ignored; the run stops at the
+                // next iteration and keeps the best design.
+                let _ = ctrlc::set_handler(move || {
+                    stop.store(true, std::sync::atomic::Ordering::SeqCst)
+                });
+            }
+            let pb = if quiet || json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+            pb.set_style(
+                ProgressStyle::with_template("{spinner} optimizing: {msg} [{elapsed}]")
+                    .expect("valid template"),
+            );
+            pb.enable_steady_tick(Duration::from_millis(100));
+            let outcome = gradfem::optimize::run(&mut problem, &settings, stop, |it, f| {
+                pb.set_message(format!("iteration {it}, objective {f:.6e}"));
+            })?;
+            pb.finish_and_clear();
+            let dir = output_dir(&pf, output);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let xdmf = app::write_results(&dir, &problem, None)?;
+            outcome.watcher.write_csv(dir.join("history.csv"))?;
+            let png = dir.join("history.png");
+            let png_note = match outcome.watcher.write_png(&png) {
+                Ok(()) => png.display().to_string(),
+                Err(e) => format!("(no plot: {e})"),
+            };
+            let names: Vec<String> = outcome.watcher.names().to_vec();
+            if json {
+                let out = serde_json::json!({
+                    "initial_objective": outcome.initial_objective,
+                    "final_objective": outcome.final_objective,
+                    "constraints": settings.constraints.iter().zip(&outcome.final_constraints)
+                        .map(|(c, v)| serde_json::json!({"name": c.label, "value": v, "upper": c.upper}))
+                        .collect::<Vec<_>>(),
+                    "design": problem.registry().iter().map(|(_, s)| (s.name.clone(), s.values.clone()))
+                        .collect::<std::collections::BTreeMap<_, _>>(),
+                    "iterations": outcome.watcher.history().len().saturating_sub(1),
+                    "evaluations": outcome.evaluations,
+                    "status": outcome.status,
+                    "stopped": outcome.stopped,
+                });
+                println!("{out}");
+            } else if !quiet {
+                println!(
+                    "objective {:.6e} -> {:.6e} in {} iteration(s), {} evaluation(s): {}",
+                    outcome.initial_objective,
+                    outcome.final_objective,
+                    outcome.watcher.history().len().saturating_sub(1),
+                    outcome.evaluations,
+                    outcome.status
+                );
+                let first =
+                    outcome.watcher.history().first().map(|r| r.params.clone()).unwrap_or_default();
+                let last =
+                    outcome.watcher.history().last().map(|r| r.params.clone()).unwrap_or_default();
+                for (i, n) in names.iter().enumerate() {
+                    if let (Some(a), Some(b)) = (first.get(i), last.get(i)) {
+                        println!("  {n:<40} {a:.6e} -> {b:.6e}");
+                    }
+                }
+                println!(
+                    "  wrote {}, {}, {}",
+                    dir.join("history.csv").display(),
+                    png_note,
+                    xdmf.display()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -347,6 +347,82 @@ fn min_rate() -> f64 {
     1.9
 }
 
+/// `[optimize]`: bounded L-BFGS over every registered parameter, with inequality constraints
+/// by an augmented Lagrangian.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizeSpec {
+    /// Maximize the objective instead of minimizing it.
+    #[serde(default)]
+    pub maximize: bool,
+    /// Iterations of each inner L-BFGS run.
+    #[serde(default = "opt_iterations")]
+    pub max_iterations: usize,
+    /// Outer (multiplier) iterations when there are constraints.
+    #[serde(default = "opt_outer")]
+    pub max_outer: usize,
+    /// Stop when the projected gradient (in scaled variables) is below this.
+    #[serde(default = "opt_gtol")]
+    pub gtol: f64,
+    /// Constraints `term ≤ upper`, each an objective-shaped entry with `upper`.
+    #[serde(default, rename = "constraint")]
+    pub constraints: Vec<ConstraintSpec>,
+}
+
+fn opt_iterations() -> usize {
+    50
+}
+fn opt_outer() -> usize {
+    10
+}
+fn opt_gtol() -> f64 {
+    1e-6
+}
+
+/// One constraint: an objective-shaped quantity and its upper bound.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConstraintSpec {
+    /// A name for the history and plot (default: the kind and group).
+    pub name: Option<String>,
+    /// The quantity's kind, as in `[[objective]]`.
+    pub kind: String,
+    pub group: Option<Spanned<String>>,
+    pub point: Option<[f64; 3]>,
+    pub p: Option<f64>,
+    pub sensors: Option<String>,
+    pub terminal: Option<Spanned<String>>,
+    pub drive: Option<Spanned<String>>,
+    pub reference: Option<Spanned<String>>,
+    /// The bound: feasible when the quantity is ≤ upper.
+    pub upper: f64,
+}
+
+impl ConstraintSpec {
+    /// The constrained quantity as an objective entry (weight 1).
+    pub fn quantity(&self) -> ObjectiveSpec {
+        ObjectiveSpec {
+            kind: self.kind.clone(),
+            weight: 1.0,
+            group: self.group.clone(),
+            point: self.point,
+            p: self.p,
+            sensors: self.sensors.clone(),
+            terminal: self.terminal.clone(),
+            drive: self.drive.clone(),
+            reference: self.reference.clone(),
+        }
+    }
+
+    /// The name shown in histories and plots.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| match &self.group {
+            Some(g) => format!("{} {}", self.kind, g.get_ref()),
+            None => self.kind.clone(),
+        })
+    }
+}
+
 /// A whole problem file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -374,6 +450,9 @@ pub struct ProblemSpec {
     /// Starting state of the solve, read from an ANSYS result file.
     #[serde(default)]
     pub initial_state: Option<InitialStateSpec>,
+    /// Settings of `gradfem optimize`.
+    #[serde(default)]
+    pub optimize: Option<OptimizeSpec>,
 }
 
 /// `[initial_state] ansys = "file.rth", set = 1`: the `TEMP` field of that result set (path

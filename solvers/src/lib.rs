@@ -16,6 +16,7 @@ pub mod params;
 pub mod sparse;
 pub mod tape;
 pub mod taylor;
+pub mod watch;
 
 pub use assembly::{AssemblyPattern, CONSTRAINED};
 pub use error::SolverError;

@@ -42,7 +42,8 @@ pub mod integrators;
 pub mod scenes;
 pub mod state;
 pub mod system;
-pub mod watch;
+/// Parameter watching lives in `gradfem-solvers` (it watches any optimization).
+pub use gradfem_solvers::watch;
 
 /// The items most programs need.
 pub mod prelude {

@@ -9,3 +9,20 @@
 pub mod homogeneous;
 pub mod hyperelastic;
 pub mod linear;
+
+pub use linear::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm};
+pub use linear::{
+    BcKind, BcSpec, ElementParams, LinearElasticModel, MechanicalError, ParameterVjp, RegionSpec,
+    StressField, VjpRequest, von_mises,
+};
+
+pub use homogeneous::{
+    Experiment, FitSummary, HomogeneousError, HomogeneousState, Mode, OgdenFit,
+    compressible_nominal_stress, incompressible_nominal_stress,
+    incompressible_nominal_stress_gradient, read_experiment_csv, read_treloar,
+};
+pub use hyperelastic::{
+    HyperelasticError, Mat3, MooneyRivlin, NeoHookean, Ogden, OgdenTerm, SaintVenantKirchhoff,
+    StrainEnergy, ThermalExpansion, Volumetric, first_piola, stress_and_tangent,
+    stress_parameter_derivatives,
+};

@@ -9,16 +9,14 @@
 //!
 //! Files are written atomically: to a temporary file in the target's directory, then renamed
 //! over the target (a rename within one file system is atomic on POSIX), so a reader never
-//! sees a half-written file. Written here rather than with `gradfem-io` so that a physics
-//! crate does not depend on the I/O crate for two small files.
+//! sees a half-written file. Written here rather than with `gradfem-io` so that the solvers
+//! (and the field crates that use them) do not depend on the I/O crate for two small files.
 
 use std::cell::RefCell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use gradfem_solvers::optimize::{
-    Control, IterationRecord, LbfgsbParams, OptimizeResult, minimize_lbfgsb,
-};
+use crate::optimize::{Control, IterationRecord, LbfgsbParams, OptimizeResult, minimize_lbfgsb};
 use thiserror::Error;
 
 /// Errors of writing a watch history.
