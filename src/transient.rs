@@ -33,7 +33,8 @@
 //! step sizes held fixed, and a linear problem refactors only when Δt changes.
 //!
 //! This module lives in the facade because it assembles and solves (field crates know nothing of
-//! solvers); its mass-matrix element kernel belongs in `gradfem-thermal` and should move there.
+//! solvers); the mass-matrix element kernel is the thermal model's
+//! (`ThermalModel::element_mass_into`).
 
 use std::cell::RefCell;
 
@@ -418,34 +419,7 @@ impl TransientProblem {
     /// The element mass matrix of element `e` (row-major nn×nn; zero for facets), added into
     /// `me`, with ρc = `rho_c`.
     pub fn element_mass(&self, e: usize, rho_c: f64, me: &mut [f64]) {
-        if e >= self.model.n_volume_elements() {
-            return;
-        }
-        let table = self.model.element_table(e);
-        let x = self.model.element_coordinates(e);
-        let nn = x.len();
-        let mut local = vec![0.0; nn * nn];
-        let mut g = vec![[0.0; 3]; nn];
-        for q in 0..table.n_points() {
-            let det = geometry::physical_gradients_into(3, table.grad(q), &x, &mut g);
-            let w = table.weights[q] * det * rho_c;
-            let n = table.shape(q);
-            for a in 0..nn {
-                for b in 0..nn {
-                    local[a * nn + b] += w * n[a] * n[b];
-                }
-            }
-        }
-        if self.mass == MassKind::Lumped {
-            let total: f64 = local.iter().sum();
-            let diag: f64 = (0..nn).map(|a| local[a * nn + a]).sum();
-            for a in 0..nn {
-                for b in 0..nn {
-                    local[a * nn + b] = if a == b { local[a * nn + a] * total / diag } else { 0.0 };
-                }
-            }
-        }
-        me.iter_mut().zip(&local).for_each(|(m, l)| *m += l);
+        self.model.element_mass_into(e, rho_c, self.mass == MassKind::Lumped, me);
     }
 
     /// Δt_k, the size of step k.

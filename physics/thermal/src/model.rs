@@ -829,6 +829,42 @@ impl ThermalModel {
         Ok(())
     }
 
+    /// The element heat-capacity (mass) matrix M_ab = ∫ ρc N_a N_b dΩ of element `e`
+    /// (row-major nn×nn, zero for facets), added into `me`. With `lumped`, the HRZ rule: the
+    /// diagonal scaled to the element's total ∫ ρc dΩ, which stays positive on P2 cells where
+    /// row sums do not.
+    pub fn element_mass_into(&self, e: usize, rho_c: f64, lumped: bool, me: &mut [f64]) {
+        if e >= self.n_volume {
+            return;
+        }
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nn = blk.cell_type.n_nodes();
+        let x = self.element_coords(e);
+        let mut local = [0.0; MAX_NODES * MAX_NODES];
+        let mut g = [[0.0; 3]; MAX_NODES];
+        for q in 0..blk.table.n_points() {
+            let det =
+                geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+            let w = blk.table.weights[q] * det * rho_c;
+            let n = blk.table.shape(q);
+            for a in 0..nn {
+                for b in 0..nn {
+                    local[a * nn + b] += w * n[a] * n[b];
+                }
+            }
+        }
+        if lumped {
+            let total: f64 = local[..nn * nn].iter().sum();
+            let diag: f64 = (0..nn).map(|a| local[a * nn + a]).sum();
+            for a in 0..nn {
+                for b in 0..nn {
+                    local[a * nn + b] = if a == b { local[a * nn + a] * total / diag } else { 0.0 };
+                }
+            }
+        }
+        me.iter_mut().zip(&local[..nn * nn]).for_each(|(m, l)| *m += l);
+    }
+
     /// Offsets of each volume element's quadrature points in per-point arrays (length
     /// `n_volume_elements() + 1`). The points are those of `ElementTable::new(ct, 2·order)`, in
     /// table order.
