@@ -160,7 +160,7 @@ pub enum Memory {
         snapshots: usize,
     },
     /// Truncated backpropagation over windows of this many steps (an approximation; see the
-    /// module docs). Stores all states.
+    /// module docs). States are recomputed from at most `window` binomial checkpoints.
     Truncated {
         /// Window length S ≥ 1.
         window: usize,
@@ -336,7 +336,12 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
                 assert!(snapshots >= 1, "Memory::Binomial: snapshots must be ≥ 1");
                 Checkpointing::Binomial { snapshots }
             }
-            Memory::StoreAll | Memory::Truncated { .. } => Checkpointing::StoreAll,
+            Memory::StoreAll => Checkpointing::StoreAll,
+            // Truncation limits how far λ travels back; the states themselves are recomputed
+            // from binomial checkpoints, so memory stays at `window` states as well.
+            Memory::Truncated { window } => {
+                Checkpointing::Binomial { snapshots: window.min(n.max(1)) }
+            }
         };
         let mut j = obj.term(0, n, &x0f, &pv, None);
         let mut p_bar = vec![0.0; pv.p.len()];
