@@ -244,6 +244,64 @@ pub fn surface_normal(coords: &[[f64; 3]], ct: CellType, xi: [f64; 3]) -> [f64; 
     n.map(|v| v / l)
 }
 
+/// The reference coordinates ξ of physical point `p` in a volume cell of type `ct` with node
+/// coordinates `coords` (inverse isoparametric map by Newton, started at the reference
+/// centroid), or `None` when `p` lies outside the cell. Points within 1e-9 of the cell size
+/// outside its bounding box, or within 1e-9 outside the reference cell, count as inside.
+pub fn reference_coordinates(ct: CellType, coords: &[[f64; 3]], p: [f64; 3]) -> Option<[f64; 3]> {
+    let mut lo = [f64::INFINITY; 3];
+    let mut hi = [f64::NEG_INFINITY; 3];
+    for xa in coords {
+        for k in 0..3 {
+            lo[k] = lo[k].min(xa[k]);
+            hi[k] = hi[k].max(xa[k]);
+        }
+    }
+    let tol = 1e-9 * (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max);
+    if (0..3).any(|k| p[k] < lo[k] - tol || p[k] > hi[k] + tol) {
+        return None;
+    }
+    let nn = ct.n_nodes();
+    let lin = ct.linear();
+    let mut xi: [f64; 3] = match lin {
+        CellType::Tet4 => [0.25; 3],
+        CellType::Prism6 => [1.0 / 3.0, 1.0 / 3.0, 0.0],
+        _ => [0.0; 3],
+    };
+    let mut n = vec![0.0; nn];
+    let mut dn = vec![[0.0; 3]; nn];
+    for _ in 0..30 {
+        crate::reference::shape_functions_into(ct, xi, &mut n);
+        crate::reference::shape_gradients_into(ct, xi, &mut dn);
+        let mut r = [0.0; 3];
+        for a in 0..nn {
+            for k in 0..3 {
+                r[k] += n[a] * coords[a][k];
+            }
+        }
+        for k in 0..3 {
+            r[k] -= p[k];
+        }
+        let (inv, _) = inverse3(&jacobian(&dn, coords))?;
+        let d = [0, 1, 2].map(|i| inv[i][0] * r[0] + inv[i][1] * r[1] + inv[i][2] * r[2]);
+        for i in 0..3 {
+            xi[i] -= d[i];
+        }
+        if d.iter().map(|v| v.abs()).fold(0.0, f64::max) < 1e-13 {
+            break;
+        }
+    }
+    let eps = 1e-9;
+    let inside = match lin {
+        CellType::Tet4 => xi.iter().all(|&v| v >= -eps) && xi[0] + xi[1] + xi[2] <= 1.0 + eps,
+        CellType::Prism6 => {
+            xi[0] >= -eps && xi[1] >= -eps && xi[0] + xi[1] <= 1.0 + eps && xi[2].abs() <= 1.0 + eps
+        }
+        _ => xi.iter().all(|v| v.abs() <= 1.0 + eps),
+    };
+    inside.then_some(xi)
+}
+
 #[cfg(test)]
 #[allow(clippy::needless_range_loop)] // index loops mirror the formulas
 mod tests {

@@ -85,61 +85,7 @@ pub fn locate(model: &ThermalModel, point: [f64; 3]) -> Result<PointLocation, Th
 }
 
 fn locate_in(model: &ThermalModel, e: usize, p: [f64; 3]) -> Option<[f64; 3]> {
-    let x = model.element_coordinates(e);
-    // Bounding-box rejection with a relative tolerance.
-    let mut lo = [f64::INFINITY; 3];
-    let mut hi = [f64::NEG_INFINITY; 3];
-    for xa in &x {
-        for k in 0..3 {
-            lo[k] = lo[k].min(xa[k]);
-            hi[k] = hi[k].max(xa[k]);
-        }
-    }
-    let size = (0..3).map(|k| hi[k] - lo[k]).fold(0.0, f64::max);
-    let tol = 1e-9 * size;
-    if (0..3).any(|k| p[k] < lo[k] - tol || p[k] > hi[k] + tol) {
-        return None;
-    }
-    let ct = model.element_cell_type(e);
-    let nn = ct.n_nodes();
-    let simplex = matches!(ct.linear(), gradfem_mesh::CellType::Tet4);
-    let mut xi: [f64; 3] = if simplex { [0.25; 3] } else { [0.0; 3] };
-    let mut n = vec![0.0; nn];
-    let mut dn = vec![[0.0; 3]; nn];
-    for _ in 0..30 {
-        shape_functions_into(ct, xi, &mut n);
-        shape_gradients_into(ct, xi, &mut dn);
-        let mut r = [0.0; 3];
-        for a in 0..nn {
-            for k in 0..3 {
-                r[k] += n[a] * x[a][k];
-            }
-        }
-        for k in 0..3 {
-            r[k] -= p[k];
-        }
-        let j = geometry::jacobian(&dn, &x);
-        let (inv, _) = geometry::inverse3(&j)?;
-        let mut d = [0.0f64; 3];
-        for i in 0..3 {
-            d[i] = inv[i][0] * r[0] + inv[i][1] * r[1] + inv[i][2] * r[2];
-        }
-        for i in 0..3 {
-            xi[i] -= d[i];
-        }
-        if d.iter().map(|v| v.abs()).fold(0.0, f64::max) < 1e-13 {
-            break;
-        }
-    }
-    let eps = 1e-9_f64;
-    let inside = if simplex {
-        xi.iter().all(|&v| v >= -eps) && xi[0] + xi[1] + xi[2] <= 1.0 + eps
-    } else if ct.linear() == gradfem_mesh::CellType::Prism6 {
-        xi[0] >= -eps && xi[1] >= -eps && xi[0] + xi[1] <= 1.0 + eps && xi[2].abs() <= 1.0 + eps
-    } else {
-        xi.iter().all(|v| v.abs() <= 1.0 + eps)
-    };
-    inside.then_some(xi)
+    geometry::reference_coordinates(model.element_cell_type(e), &model.element_coordinates(e), p)
 }
 
 /// Integral over elements `els` of g(T) and of 1, with ∂/∂T_a and (optionally) ∂/∂X_a of both.
