@@ -11,9 +11,13 @@ use crate::electrothermal::{
     CoupledGradientTimings, CoupledSolveTimings, CouplingParams, CouplingScheme,
     ElectroThermalProblem, TerminalReport, TerminalTerm,
 };
+use crate::mechanical::{ForceBalance, MechanicalField, MechanicalSolveTimings};
 use crate::problem::{ProblemError, ProblemFile, read_sensors};
 use crate::thermal::{GradientTimings, LinearChoice, RunError, SolveTimings, ThermalProblem};
 use gradfem_electrical::TerminalFunctional;
+use gradfem_mechanical::linear::objective::{
+    ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm,
+};
 
 /// Any error of the application layer.
 #[derive(Debug, thiserror::Error)]
@@ -29,21 +33,63 @@ pub enum AppError {
 }
 
 /// The problem file embedded in the binary: `cargo run --release` with no arguments runs it.
-pub const DEFAULT_PROBLEM: &str = include_str!("../examples/heat_sink.toml");
+pub const DEFAULT_PROBLEM: &str = include_str!("../examples/microactuator_builtin.toml");
 
-/// A problem built from a problem file: the thermal field alone, or electro-thermal when the
-/// file has an `[electrical]` table.
-pub enum Problem {
+/// The upstream fields of a problem: the thermal field alone, or electro-thermal.
+pub enum Fields {
     Thermal(Box<ThermalProblem>),
     ElectroThermal(Box<ElectroThermalProblem>),
+}
+
+/// A problem built from a problem file: the thermal field alone or electro-thermal (when the
+/// file has an `[electrical]` table), and optionally the mechanical field downstream of the
+/// temperature (`[mechanical]`): the chain I → Q → T → σ → u.
+pub struct Problem {
+    pub fields: Fields,
+    pub mechanical: Option<Box<MechanicalField>>,
+}
+
+/// The objective (or a constraint quantity) of a problem, per field.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectiveSet {
+    pub thermal: Vec<ObjectiveTerm>,
+    pub electrical: Vec<TerminalTerm>,
+    pub mechanical: Vec<MechObjectiveTerm>,
+}
+
+impl From<Box<ThermalProblem>> for Problem {
+    fn from(p: Box<ThermalProblem>) -> Self {
+        Problem { fields: Fields::Thermal(p), mechanical: None }
+    }
+}
+
+impl From<Box<ElectroThermalProblem>> for Problem {
+    fn from(p: Box<ElectroThermalProblem>) -> Self {
+        Problem { fields: Fields::ElectroThermal(p), mechanical: None }
+    }
 }
 
 impl Problem {
     /// The thermal field (alone or inside the coupled problem).
     pub fn thermal(&self) -> &ThermalProblem {
-        match self {
-            Problem::Thermal(p) => p,
-            Problem::ElectroThermal(p) => &p.thermal,
+        match &self.fields {
+            Fields::Thermal(p) => p,
+            Fields::ElectroThermal(p) => &p.thermal,
+        }
+    }
+
+    fn thermal_mut(&mut self) -> &mut ThermalProblem {
+        match &mut self.fields {
+            Fields::Thermal(p) => p,
+            Fields::ElectroThermal(p) => &mut p.thermal,
+        }
+    }
+
+    /// The electro-thermal problem, when there is an electrical field.
+    pub fn electro_thermal(&self) -> Option<&ElectroThermalProblem> {
+        match &self.fields {
+            Fields::ElectroThermal(p) => Some(p),
+            Fields::Thermal(_) => None,
         }
     }
 
@@ -55,94 +101,255 @@ impl Problem {
     /// The one parameter registry, to change values (then call
     /// [`apply_parameters`](Self::apply_parameters)).
     pub fn registry_mut(&mut self) -> &mut gradfem_solvers::params::ParamRegistry {
-        match self {
-            Problem::Thermal(p) => &mut p.registry,
-            Problem::ElectroThermal(p) => &mut p.thermal.registry,
+        &mut self.thermal_mut().registry
+    }
+
+    /// Every parameter name the problem can register.
+    pub fn available_parameters(&self) -> Vec<String> {
+        let mut names = match &self.fields {
+            Fields::Thermal(p) => p.available_parameters(),
+            Fields::ElectroThermal(p) => p.available_parameters(),
+        };
+        if let Some(m) = &self.mechanical {
+            names.extend(m.available_parameters());
         }
+        names
+    }
+
+    /// Register a parameter of any field by name (see the fields' `register`).
+    pub fn register(
+        &mut self,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<gradfem_solvers::params::ParamId, RunError> {
+        if let Some(m) = &mut self.mechanical
+            && MechanicalField::owns(name)
+        {
+            let reg = match &mut self.fields {
+                Fields::Thermal(p) => &mut p.registry,
+                Fields::ElectroThermal(p) => &mut p.thermal.registry,
+            };
+            return m.register(reg, name, bounds);
+        }
+        let r = match &mut self.fields {
+            Fields::Thermal(p) => p.register(name, bounds),
+            Fields::ElectroThermal(p) => p.register(name, bounds),
+        };
+        r.map_err(|e| match (e, &self.mechanical) {
+            (RunError::Setup(_), Some(_)) => RunError::Setup(format!(
+                "cannot register '{name}': this problem offers {}",
+                self.available_parameters().join(", ")
+            )),
+            (e, _) => e,
+        })
     }
 
     /// Copy the registry's values into the models (invalidates the solution).
     pub fn apply_parameters(&mut self) -> Result<(), RunError> {
-        match self {
-            Problem::Thermal(p) => p.apply_parameters(),
-            Problem::ElectroThermal(p) => p.apply_parameters(),
+        match &mut self.fields {
+            Fields::Thermal(p) => p.apply_parameters()?,
+            Fields::ElectroThermal(p) => p.apply_parameters()?,
+        }
+        if let Some(m) = &mut self.mechanical {
+            let t = match &self.fields {
+                Fields::Thermal(p) => &**p,
+                Fields::ElectroThermal(p) => &p.thermal,
+            };
+            m.apply_parameters(&t.registry, &t.shape)?;
+        }
+        Ok(())
+    }
+
+    /// Replace the objective; returns the old one. The solution stays valid: only the
+    /// functional changes.
+    pub fn swap_objective(&mut self, new: ObjectiveSet) -> ObjectiveSet {
+        let mechanical = match &mut self.mechanical {
+            Some(m) => std::mem::replace(&mut m.objective, new.mechanical),
+            None => Vec::new(),
+        };
+        match &mut self.fields {
+            Fields::Thermal(p) => ObjectiveSet {
+                thermal: std::mem::replace(&mut p.objective, new.thermal),
+                electrical: Vec::new(),
+                mechanical,
+            },
+            Fields::ElectroThermal(p) => ObjectiveSet {
+                thermal: std::mem::replace(&mut p.thermal.objective, new.thermal),
+                electrical: std::mem::replace(&mut p.electrical_objective, new.electrical),
+                mechanical,
+            },
         }
     }
 
-    /// Replace the objective (thermal terms and terminal functionals); returns the old one.
-    /// The solution stays valid: only the functional changes.
-    pub fn swap_objective(
-        &mut self,
-        thermal: Vec<ObjectiveTerm>,
-        electrical: Vec<TerminalTerm>,
-    ) -> (Vec<ObjectiveTerm>, Vec<TerminalTerm>) {
-        match self {
-            Problem::Thermal(p) => (std::mem::replace(&mut p.objective, thermal), Vec::new()),
-            Problem::ElectroThermal(p) => (
-                std::mem::replace(&mut p.thermal.objective, thermal),
-                std::mem::replace(&mut p.electrical_objective, electrical),
-            ),
-        }
-    }
-
-    /// Solve the forward problem.
+    /// Solve the forward problem: the upstream fields, then the mechanical field with their
+    /// temperature.
     pub fn solve(&mut self) -> Result<(), RunError> {
-        match self {
-            Problem::Thermal(p) => p.solve().map(|_| ()),
-            Problem::ElectroThermal(p) => p.solve(),
+        match &mut self.fields {
+            Fields::Thermal(p) => p.solve().map(|_| ())?,
+            Fields::ElectroThermal(p) => p.solve()?,
         }
+        if let Some(m) = &mut self.mechanical {
+            let t = match &self.fields {
+                Fields::Thermal(p) => p.temperature(),
+                Fields::ElectroThermal(p) => p.temperature(),
+            };
+            m.solve(t)?;
+        }
+        Ok(())
+    }
+
+    /// True when the forward state is solved for the current parameters.
+    fn is_solved(&self) -> bool {
+        let up = match &self.fields {
+            Fields::Thermal(p) => p.temperature().is_some(),
+            Fields::ElectroThermal(p) => p.temperature().is_some() && p.potential().is_some(),
+        };
+        up && self.mechanical.as_ref().is_none_or(|m| m.displacement().is_some())
+    }
+
+    /// J at the last solution (solving first if needed), with each weighted term: thermal
+    /// terms, terminal functionals, then mechanical terms.
+    pub fn objective_terms(&mut self) -> Result<(f64, Vec<f64>), RunError> {
+        if !self.is_solved() {
+            self.solve()?;
+        }
+        let (mut value, mut terms) = match &self.fields {
+            Fields::Thermal(p) => {
+                let e = p.evaluate_objective(false)?;
+                (e.value, e.terms)
+            }
+            Fields::ElectroThermal(p) => p.objective_terms()?,
+        };
+        if let Some(m) = &self.mechanical {
+            let (v, t) = m.objective_terms()?;
+            value += v;
+            terms.extend(t);
+        }
+        Ok((value, terms))
     }
 
     /// J and its gradient, with the total timings and, for the coupled problem, per block.
+    /// With a mechanical field the reverse sweep starts there: its adjoint hands the
+    /// temperature seed T̄ to the upstream fields' adjoint.
     pub fn gradient(
         &mut self,
     ) -> Result<(f64, Gradient, GradientTimings, Option<CoupledGradientTimings>), RunError> {
-        match self {
-            Problem::Thermal(p) => p.gradient().map(|(j, g, t)| (j, g, t, None)),
-            Problem::ElectroThermal(p) => {
-                let (j, g, t) = p.gradient()?;
-                Ok((j, g, t.totals(), Some(t)))
+        if !self.is_solved() {
+            self.solve()?;
+        }
+        let t0 = std::time::Instant::now();
+        let mut mech_part = None;
+        if let Some(m) = &mut self.mechanical {
+            let t = match &self.fields {
+                Fields::Thermal(p) => &**p,
+                Fields::ElectroThermal(p) => &p.thermal,
+            };
+            let mut g = Gradient::zeros(&t.registry);
+            let mut timings = crate::mechanical::MechanicalGradientTimings::default();
+            let (j, t_bar) = m.adjoint(&t.shape, &mut g, &mut timings)?;
+            mech_part = Some((j, g, t_bar, timings));
+        }
+        let extra = mech_part.as_ref().map(|(_, _, t, _)| t.as_slice());
+        let (mut j, mut g, mut t, blocks) = match &mut self.fields {
+            Fields::Thermal(p) => p.gradient_seeded(extra).map(|(j, g, t)| (j, g, t, None))?,
+            Fields::ElectroThermal(p) => {
+                let (j, g, t) = p.gradient_seeded(extra)?;
+                (j, g, t.totals(), Some(t))
+            }
+        };
+        if let Some((jm, gm, _, mt)) = mech_part {
+            j += jm;
+            g.add_scaled(1.0, &gm);
+            t.adjoint_solve_s += mt.adjoint_solve_s;
+            t.accumulate_s += mt.accumulate_s;
+            t.gradient_s = t0.elapsed().as_secs_f64();
+            if let Some(m) = &mut self.mechanical {
+                m.last_gradient = mt;
             }
         }
+        Ok((j, g, t, blocks))
     }
 
     /// Taylor test over every registered parameter; leaves the problem as it was.
     pub fn taylor_test(
         &mut self,
         params: &gradfem_solvers::taylor::TaylorParams,
-        progress: impl FnMut(usize),
+        mut progress: impl FnMut(usize),
     ) -> Result<gradfem_solvers::taylor::TaylorResult, RunError> {
-        match self {
-            Problem::Thermal(p) => p.taylor_test(params, progress),
-            Problem::ElectroThermal(p) => p.taylor_test(params, progress),
+        if self.mechanical.is_none() {
+            return match &mut self.fields {
+                Fields::Thermal(p) => p.taylor_test(params, progress),
+                Fields::ElectroThermal(p) => p.taylor_test(params, progress),
+            };
         }
+        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
+        let (_, grad, _, _) = self.gradient()?;
+        let g = grad.flatten(&pv);
+        let m0 = pv.gather(self.registry());
+        let dm = crate::thermal::direction(&m0, &pv, self.registry(), &self.thermal().shape);
+        let mut reg = std::mem::take(self.registry_mut());
+        let mut count = 0;
+        let result = gradfem_solvers::taylor::taylor_test_registry(
+            &mut reg,
+            &pv,
+            &g,
+            &dm,
+            params,
+            |r: &gradfem_solvers::params::ParamRegistry| -> Result<f64, RunError> {
+                *self.registry_mut() = r.clone();
+                self.apply_parameters()?;
+                count += 1;
+                progress(count);
+                Ok(self.objective_terms()?.0)
+            },
+        );
+        *self.registry_mut() = reg;
+        self.apply_parameters()?;
+        self.solve()?;
+        result
     }
 }
 
-/// Build the thermal problem described by a problem file; a file with an `[electrical]` table
-/// is an error here (use [`build_problem`]).
+/// Build the thermal problem described by a problem file; a file with an `[electrical]` or
+/// `[mechanical]` table is an error here (use [`build_problem`]).
 pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
-    match build_problem(file)? {
-        Problem::Thermal(p) => Ok(*p),
-        Problem::ElectroThermal(_) => Err(invalid(
+    let p = build_problem(file)?;
+    match (p.fields, p.mechanical) {
+        (Fields::Thermal(p), None) => Ok(*p),
+        _ => Err(invalid(
             file,
-            "this problem is electro-thermal ([electrical]); build it with app::build_problem",
+            "this problem has more fields than the thermal one; build it with app::build_problem",
         )),
     }
 }
-
-/// Build the problem described by a problem file: electro-thermal when it has an
-/// `[electrical]` table, thermal otherwise.
 pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
-    let (thermal, terminal_terms) = build_thermal(file)?;
+    let (mut thermal, terminal_terms, mechanical_terms) = build_thermal(file)?;
     let spec = &file.spec;
+    for m in &spec.morphs {
+        let morph = m
+            .build(&thermal.model.coords, &thermal.mesh.node_tags, &file.resolve_path("."))
+            .map_err(|e| invalid(file, &e.to_string()))?;
+        thermal.shape.define_morph(morph).map_err(|e| invalid(file, &e.to_string()))?;
+    }
+    let mechanical = match &spec.mechanical {
+        Some(ms) => Some(Box::new(build_mechanical(file, &thermal.mesh, ms, mechanical_terms)?)),
+        None => {
+            if !mechanical_terms.is_empty() {
+                return Err(invalid(
+                    file,
+                    "displacement, compliance and von Mises objectives need a [mechanical] table",
+                ));
+            }
+            None
+        }
+    };
     let mut problem = match &spec.electrical {
         None => {
             if spec.coupling.is_some() {
                 return Err(invalid(file, "[coupling] needs an [electrical] table"));
             }
-            Problem::Thermal(Box::new(thermal))
+            Problem::from(Box::new(thermal))
         }
         Some(el) => {
             let mut conductors = Vec::new();
@@ -246,10 +453,11 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
                 coupling,
             )
             .map_err(run_err)?;
-            Problem::ElectroThermal(Box::new(et))
+            Problem::from(Box::new(et))
         }
     };
-    if let Problem::Thermal(_) = problem
+    problem.mechanical = mechanical;
+    if problem.electro_thermal().is_none()
         && let Some((line, _)) = terminal_terms_lines(file).first()
     {
         {
@@ -263,11 +471,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     }
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
-        let r = match &mut problem {
-            Problem::Thermal(p) => p.register(name.get_ref(), bounds),
-            Problem::ElectroThermal(p) => p.register(name.get_ref(), bounds),
-        };
-        r.map_err(|e| {
+        problem.register(name.get_ref(), bounds).map_err(|e| {
             AppError::Problem(ProblemError::Invalid {
                 file: file.path.clone(),
                 message: format!("line {}: {e}", file.line_of(name)),
@@ -285,6 +489,44 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     Ok(problem)
 }
 
+/// The mechanical field of a problem file.
+fn build_mechanical(
+    file: &ProblemFile,
+    mesh: &gradfem_mesh::Mesh,
+    spec: &crate::problem::MechanicalSpec,
+    objective: Vec<MechObjectiveTerm>,
+) -> Result<MechanicalField, AppError> {
+    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
+    let mut regions = Vec::new();
+    for m in &spec.materials {
+        file.check_group(mesh, &m.group, "[[mechanical.material]]")?;
+        regions.push(gradfem_mechanical::RegionSpec {
+            group: m.group.get_ref().clone(),
+            young: m.young,
+            poisson: m.poisson,
+            alpha: m.alpha,
+            t_ref: m.t_ref.unwrap_or(293.15),
+            body_force: m.body_force,
+        });
+    }
+    let mut bcs = Vec::new();
+    for b in &spec.bcs {
+        file.check_group(mesh, &b.group, "[[mechanical.bc]]")?;
+        bcs.push(gradfem_mechanical::BcSpec {
+            group: b.group.get_ref().clone(),
+            kind: file.mechanical_bc_kind(b)?,
+        });
+    }
+    let mut field = MechanicalField::new(mesh, &regions, &bcs, objective).map_err(run_err)?;
+    let linear = LinearChoice::parse(&file.spec.solver.linear).map_err(run_err)?;
+    field.set_linear(linear, file.spec.solver.cg_rel_tol);
+    if let Some(tip) = &spec.tip {
+        file.check_group(mesh, tip, "[mechanical] tip")?;
+        field.tip_group = Some(tip.get_ref().clone());
+    }
+    Ok(field)
+}
+
 /// Lines of the terminal objectives of a file.
 fn terminal_terms_lines(file: &ProblemFile) -> Vec<(usize, String)> {
     let mut out = Vec::new();
@@ -300,8 +542,30 @@ fn terminal_terms_lines(file: &ProblemFile) -> Vec<(usize, String)> {
     out
 }
 
-/// Thermal objective terms, and terminal functionals with the line that named each.
-pub type ObjectiveParts = (Vec<ObjectiveTerm>, Vec<(usize, TerminalTerm)>);
+/// Objective terms of `[[objective]]`-shaped entries, per field; terminal functionals with the
+/// line that named each.
+#[derive(Clone, Debug, Default)]
+pub struct ObjectiveParts {
+    pub thermal: Vec<ObjectiveTerm>,
+    pub terminal: Vec<(usize, TerminalTerm)>,
+    pub mechanical: Vec<MechObjectiveTerm>,
+}
+
+impl ObjectiveParts {
+    /// True when there is no term at all.
+    pub fn is_empty(&self) -> bool {
+        self.thermal.is_empty() && self.terminal.is_empty() && self.mechanical.is_empty()
+    }
+
+    /// The terms without their lines.
+    pub fn into_set(self) -> ObjectiveSet {
+        ObjectiveSet {
+            thermal: self.thermal,
+            electrical: self.terminal.into_iter().map(|(_, t)| t).collect(),
+            mechanical: self.mechanical,
+        }
+    }
+}
 
 /// The objective terms of `[[objective]]`-shaped entries (also used by `[[optimize.constraint]]`):
 /// thermal terms, and terminal functionals with the line that named them.
@@ -313,6 +577,7 @@ pub fn objective_terms(
 ) -> Result<ObjectiveParts, AppError> {
     let mut terms = Vec::new();
     let mut terminal_terms = Vec::new();
+    let mut mechanical = Vec::new();
     for o in specs {
         let group = |ctx: &str| -> Result<String, AppError> {
             match &o.group {
@@ -333,6 +598,35 @@ pub fn objective_terms(
             "max" => ObjectiveKind::Max { group: group(context)?, p: o.p.unwrap_or(8.0) },
             "integral_square" => ObjectiveKind::IntegralSquare { group: group(context)? },
             "nodal_sum_squares" => ObjectiveKind::NodalSumSquares,
+            "displacement" | "average_displacement" | "compliance" | "von_mises" => {
+                let direction = || {
+                    o.direction.ok_or_else(|| {
+                        invalid(
+                            file,
+                            &format!("a '{}' objective needs `direction = [dx, dy, dz]`", o.kind),
+                        )
+                    })
+                };
+                let kind = match o.kind.as_str() {
+                    "displacement" => MechObjectiveKind::PointDisplacement {
+                        point: o.point.ok_or_else(|| {
+                            invalid(file, "a 'displacement' objective needs `point = [x, y, z]`")
+                        })?,
+                        direction: direction()?,
+                    },
+                    "average_displacement" => MechObjectiveKind::AverageDisplacement {
+                        group: group(context)?,
+                        direction: direction()?,
+                    },
+                    "compliance" => MechObjectiveKind::Compliance,
+                    _ => MechObjectiveKind::VonMisesPNorm {
+                        group: group(context)?,
+                        p: o.p.unwrap_or(8.0),
+                    },
+                };
+                mechanical.push(MechObjectiveTerm { weight: o.weight, kind });
+                continue;
+            }
             "misfit" => {
                 let path = o.sensors.as_ref().ok_or_else(|| {
                     invalid(file, "a 'misfit' objective needs `sensors = \"file.csv\"`")
@@ -370,22 +664,22 @@ pub fn objective_terms(
                 return Err(invalid(
                     file,
                     &format!(
-                        "unknown objective kind '{other}'; expected point, average, max, integral_square, nodal_sum_squares, misfit, current, voltage or resistance"
+                        "unknown objective kind '{other}'; expected point, average, max, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
                     ),
                 ));
             }
         };
         terms.push(ObjectiveTerm { weight: o.weight, kind });
     }
-    Ok((terms, terminal_terms))
+    Ok(ObjectiveParts { thermal: terms, terminal: terminal_terms, mechanical })
 }
 
-/// The thermal problem of a problem file (without registered parameters), and the terminal
-/// objective terms with their lines.
+/// The thermal problem of a problem file (without registered parameters), the terminal
+/// objective terms with their lines, and the mechanical objective terms.
 #[allow(clippy::type_complexity)]
 fn build_thermal(
     file: &ProblemFile,
-) -> Result<(ThermalProblem, Vec<(usize, TerminalTerm)>), AppError> {
+) -> Result<(ThermalProblem, Vec<(usize, TerminalTerm)>, Vec<MechObjectiveTerm>), AppError> {
     let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
     let mesh = file.build_mesh()?;
     let spec = &file.spec;
@@ -404,9 +698,10 @@ fn build_thermal(
         file.check_group(&mesh, &b.group, "[[thermal.bc]]")?;
         bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.bc_kind(b)? });
     }
-    let (mut terms, terminal_terms) =
-        objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?;
-    if terms.is_empty() && terminal_terms.is_empty() {
+    let parts = objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?;
+    let no_terms = parts.is_empty();
+    let ObjectiveParts { thermal: mut terms, terminal: terminal_terms, mechanical } = parts;
+    if no_terms {
         terms.push(ObjectiveTerm {
             weight: 1.0,
             kind: ObjectiveKind::Average { group: "*".into() },
@@ -434,7 +729,7 @@ fn build_thermal(
             }
         ));
     }
-    Ok((problem, terminal_terms))
+    Ok((problem, terminal_terms, mechanical))
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {
@@ -481,12 +776,28 @@ pub struct Summary {
     /// Timings of the coupled solve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coupling: Option<CoupledSolveTimings>,
+    /// Mechanical problems: the mean displacement vector over the tip group (`[mechanical]
+    /// tip`, default `free_end`) [m].
+    #[serde(rename = "tip_displacement_m", skip_serializing_if = "Option::is_none")]
+    pub tip_displacement_m: Option<[f64; 3]>,
+    /// The largest von Mises stress at the quadrature points [Pa].
+    #[serde(rename = "max_von_mises_Pa", skip_serializing_if = "Option::is_none")]
+    pub max_von_mises_pa: Option<f64>,
+    /// The largest nodal displacement magnitude [m].
+    #[serde(rename = "max_displacement_m", skip_serializing_if = "Option::is_none")]
+    pub max_displacement_m: Option<f64>,
+    /// Reactions and external loads of the mechanical field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub force_balance: Option<ForceBalance>,
+    /// Timings of the mechanical solve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mechanical: Option<MechanicalSolveTimings>,
 }
 
 /// Summarize the solved problem.
 pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
     let mut s = thermal_summary(title, problem.thermal())?;
-    if let Problem::ElectroThermal(p) = problem {
+    if let Some(p) = problem.electro_thermal() {
         let (value, terms) = p.objective_terms()?;
         s.objective = value;
         s.objective_terms = terms;
@@ -500,6 +811,23 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         s.joule_power_w = Some(p.joule_power()?);
         s.terminals = Some(report);
         s.coupling = Some(p.last_solve.clone());
+    }
+    if let Some(m) = &problem.mechanical {
+        let (value, terms) = m.objective_terms()?;
+        s.objective += value;
+        s.objective_terms.extend(terms);
+        if let Some(tip) = &m.tip_group {
+            s.tip_displacement_m = Some(m.mean_displacement(tip)?);
+        }
+        s.max_von_mises_pa = Some(m.max_von_mises()?);
+        let u = m.displacement().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        s.max_displacement_m = Some(
+            u.chunks_exact(3)
+                .map(|c| (c[0] * c[0] + c[1] * c[1] + c[2] * c[2]).sqrt())
+                .fold(0.0, f64::max),
+        );
+        s.force_balance = Some(m.force_balance()?);
+        s.mechanical = Some(m.last_solve.clone());
     }
     Ok(s)
 }
@@ -534,6 +862,11 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         joule_power_w: None,
         terminals: None,
         coupling: None,
+        tip_displacement_m: None,
+        max_von_mises_pa: None,
+        max_displacement_m: None,
+        force_balance: None,
+        mechanical: None,
     })
 }
 
@@ -578,7 +911,7 @@ pub fn write_results(
             values: FieldValues::Scalar(k_cells),
         },
     ];
-    if let Problem::ElectroThermal(p) = whole
+    if let Some(p) = whole.electro_thermal()
         && let Some(phi) = p.potential()
     {
         fields.push(Field {
@@ -611,7 +944,12 @@ pub fn write_results(
             values: FieldValues::Scalar(q_cells),
         });
     }
-    if let (Some(g), Problem::ElectroThermal(p)) = (gradient, whole) {
+    if let Some(m) = &whole.mechanical
+        && let Some(u) = m.displacement()
+    {
+        mechanical_fields(m, u, &problem.mesh, gradient, &mut fields);
+    }
+    if let (Some(g), Some(p)) = (gradient, whole.electro_thermal()) {
         for (name, values) in p.element_gradient_fields(g) {
             fields.push(Field {
                 name,
@@ -663,6 +1001,12 @@ pub struct GradientReportTimings {
     /// Electro-thermal: adjoint timings per tape block.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub blocks: Option<CoupledGradientTimings>,
+    /// The mechanical field's solve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mechanical_forward: Option<MechanicalSolveTimings>,
+    /// The mechanical field's share of the gradient (its adjoint solve and accumulation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mechanical_gradient: Option<crate::mechanical::MechanicalGradientTimings>,
 }
 
 /// Collect the gradient of every registered parameter for `gradients.json`.
@@ -674,10 +1018,7 @@ pub fn gradient_report(
     blocks: Option<CoupledGradientTimings>,
 ) -> GradientReport {
     let problem = whole.thermal();
-    let coupled_forward = match whole {
-        Problem::ElectroThermal(p) => Some(p.last_solve.clone()),
-        Problem::Thermal(_) => None,
-    };
+    let coupled_forward = whole.electro_thermal().map(|p| p.last_solve.clone());
     let mut gradients = std::collections::BTreeMap::new();
     let mut values = std::collections::BTreeMap::new();
     for (id, spec) in problem.registry.iter() {
@@ -700,6 +1041,8 @@ pub fn gradient_report(
             gradient: timings,
             coupled_forward,
             blocks,
+            mechanical_forward: whole.mechanical.as_ref().map(|m| m.last_solve.clone()),
+            mechanical_gradient: whole.mechanical.as_ref().map(|m| m.last_gradient.clone()),
         },
     }
 }
@@ -709,4 +1052,76 @@ pub fn write_gradients(path: &Path, report: &GradientReport) -> Result<(), AppEr
     let text = serde_json::to_string_pretty(report).expect("serializable");
     gradfem_io::atomic::write_bytes_atomic(path, text.as_bytes())
         .map_err(|e| AppError::Write { path: path.to_path_buf(), message: e.to_string() })
+}
+
+/// Displacement (nodes), stress and von Mises (cells: element means of the quadrature
+/// values; nodes: recovered) and per-element mechanical gradients, for the XDMF output.
+fn mechanical_fields(
+    m: &MechanicalField,
+    u: &[f64],
+    mesh: &gradfem_mesh::Mesh,
+    gradient: Option<&Gradient>,
+    fields: &mut Vec<Field>,
+) {
+    let n_cells = mesh.n_cells_of_dim(mesh.dim());
+    fields.push(Field {
+        name: "displacement".into(),
+        centering: Centering::Node,
+        values: FieldValues::Vector(u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()),
+    });
+    let stress = m.model.stress(u);
+    fields.push(Field {
+        name: "von_mises_nodal".into(),
+        centering: Centering::Node,
+        values: FieldValues::Scalar(stress.nodal_von_mises.clone()),
+    });
+    let cell_of = m.cell_output_index(mesh);
+    let qo = m.model.qp_offsets();
+    let mut vm = vec![f64::NAN; n_cells];
+    let mut sxx = vec![[f64::NAN; 3]; n_cells];
+    let mut sxy = vec![[f64::NAN; 3]; n_cells];
+    for (e, c) in cell_of.iter().enumerate() {
+        let Some(c) = *c else { continue };
+        let r = qo[e]..qo[e + 1];
+        let n = r.len() as f64;
+        vm[c] = stress.qp_von_mises[r.clone()].iter().sum::<f64>() / n;
+        let mut mean = [0.0; 6];
+        for q in r {
+            for k in 0..6 {
+                mean[k] += stress.qp[q][k] / n;
+            }
+        }
+        sxx[c] = [mean[0], mean[1], mean[2]];
+        sxy[c] = [mean[3], mean[4], mean[5]];
+    }
+    fields.push(Field {
+        name: "von_mises".into(),
+        centering: Centering::Cell,
+        values: FieldValues::Scalar(vm),
+    });
+    fields.push(Field {
+        name: "stress_normal".into(),
+        centering: Centering::Cell,
+        values: FieldValues::Vector(sxx),
+    });
+    fields.push(Field {
+        name: "stress_shear_yz_xz_xy".into(),
+        centering: Centering::Cell,
+        values: FieldValues::Vector(sxy),
+    });
+    if let Some(g) = gradient {
+        for (name, values) in m.element_gradient_fields(g) {
+            let mut cells = vec![f64::NAN; n_cells];
+            for (e, c) in cell_of.iter().enumerate() {
+                if let Some(c) = c {
+                    cells[*c] = values[e];
+                }
+            }
+            fields.push(Field {
+                name,
+                centering: Centering::Cell,
+                values: FieldValues::Scalar(cells),
+            });
+        }
+    }
 }

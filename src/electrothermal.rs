@@ -110,7 +110,6 @@ enum EBinding {
     AlphaR(usize),
     Current(usize),
     Voltage(usize),
-    Coordinates,
 }
 
 /// Timings of one forward electro-thermal solve.
@@ -300,9 +299,6 @@ impl ElectroThermalProblem {
                 RunError::Setup(_) => self.unknown(name),
                 other => other,
             })?;
-            if name == "mesh.coordinates" {
-                self.bindings.push((id, EBinding::Coordinates));
-            }
             return Ok(id);
         }
         let (binding, spec) = self.binding_for(name)?;
@@ -407,13 +403,11 @@ impl ElectroThermalProblem {
                 }
                 EBinding::AlphaR(c) => m.set_alpha_r(c, v[0]),
                 EBinding::Current(k) | EBinding::Voltage(k) => m.set_terminal_value(k, v[0]),
-                EBinding::Coordinates => {
-                    for (p, c) in m.coords.iter_mut().zip(v.chunks_exact(3)) {
-                        *p = [c[0], c[1], c[2]];
-                    }
-                    m.check_coordinates()?;
-                }
             }
+        }
+        if self.thermal.shape.is_active() {
+            self.electrical.coords = self.thermal.model.coords.clone();
+            self.electrical.check_coordinates()?;
         }
         self.phi = None;
         Ok(())
@@ -737,22 +731,12 @@ impl ElectroThermalProblem {
     }
 
     fn has_coordinates(&self) -> bool {
-        self.bindings.iter().any(|(_, b)| *b == EBinding::Coordinates)
+        self.thermal.shape.is_active()
     }
 
-    fn coordinate_id(&self) -> Option<ParamId> {
-        self.bindings.iter().find(|(_, b)| *b == EBinding::Coordinates).map(|(id, _)| *id)
-    }
-
-    /// Add per-node coordinate partials `dx` (times `scale`) to the coordinate gradient.
+    /// Add per-node coordinate partials `dx` (times `scale`) to the shape parameters' gradient.
     fn add_coords(&self, grad: &mut Gradient, dx: &[[f64; 3]], scale: f64) {
-        if let Some(id) = self.coordinate_id() {
-            for (g, d) in grad.get_mut(id).chunks_exact_mut(3).zip(dx) {
-                for k in 0..3 {
-                    g[k] += scale * d[k];
-                }
-            }
-        }
+        self.thermal.shape.add_partials(grad, dx, scale);
     }
 
     /// Add per-element σ₀ and per-conductor α_R partials (times `scale`) to the gradient.
@@ -899,6 +883,15 @@ impl ElectroThermalProblem {
     /// The gradient of J with respect to every registered parameter (adjoint; see the module
     /// doc), with per-block timings.
     pub fn gradient(&mut self) -> Result<(f64, Gradient, CoupledGradientTimings), RunError> {
+        self.gradient_seeded(None)
+    }
+
+    /// As [`gradient`](Self::gradient), with `extra_t` (per node) added to the temperature
+    /// seed ∂J/∂T (the adjoint of the mechanical field downstream of T).
+    pub fn gradient_seeded(
+        &mut self,
+        extra_t: Option<&[f64]>,
+    ) -> Result<(f64, Gradient, CoupledGradientTimings), RunError> {
         if self.phi.is_none() || self.thermal.temperature().is_none() {
             self.solve()?;
         }
@@ -922,6 +915,11 @@ impl ElectroThermalProblem {
         let mut adj = Adjoints::new(&self.thermal.registry, tape.variable_lens());
         adj.grad = adj_grad;
         adj.vars[t_var].copy_from_slice(&t_bar);
+        if let Some(extra) = extra_t {
+            for (v, e) in adj.vars[t_var].iter_mut().zip(extra) {
+                *v += e;
+            }
+        }
         let blocks = tape.reverse(self, &mut adj)?;
         let adjoint_iterations = if two_way { self.last_adjoint_iterations } else { 0 };
         Ok((
@@ -948,7 +946,7 @@ impl ElectroThermalProblem {
         let converged = self.thermal.unknowns().to_vec();
         let g = grad.flatten(&pv);
         let m0 = pv.gather(&self.thermal.registry);
-        let dm = crate::thermal::direction(&m0, &pv, &self.thermal.registry);
+        let dm = crate::thermal::direction(&m0, &pv, &self.thermal.registry, &self.thermal.shape);
         let mut reg = std::mem::take(&mut self.thermal.registry);
         let mut count = 0;
         let result = gradfem_solvers::taylor::taylor_test_registry(

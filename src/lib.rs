@@ -7,9 +7,12 @@
 pub mod ansys_import;
 pub mod app;
 pub mod electrothermal;
+pub mod finite_strain;
+pub mod mechanical;
 pub mod mesh_report;
 pub mod optimize;
 pub mod problem;
+pub mod shape;
 pub mod thermal;
 pub mod transient;
 

@@ -15,8 +15,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// Differentiable multiphysics finite elements: solve, and get the gradient of an objective with
 /// respect to every registered parameter by the adjoint method.
 ///
-/// With no command, runs the embedded default problem (a heated block: solve, gradient, Taylor
-/// test) and writes its results to ./results.
+/// With no command, runs the embedded default problem (the electro-thermo-mechanical
+/// microactuator: solve, gradient, Taylor test, a short design optimization) and writes its
+/// results to ./results.
 #[derive(Parser, Debug)]
 #[command(name = "gradfem", version, about, long_about)]
 struct Cli {
@@ -205,6 +206,18 @@ fn print_summary(s: &app::Summary) {
     if let Some(init) = &s.initial_state {
         println!("  initial state: {init}");
     }
+    if let Some(u) = s.tip_displacement_m {
+        println!("  tip displacement: ({:+.6e}, {:+.6e}, {:+.6e}) m", u[0], u[1], u[2]);
+    }
+    if let (Some(vm), Some(umax)) = (s.max_von_mises_pa, s.max_displacement_m) {
+        println!("  mechanical: max von Mises {vm:.6e} Pa, max |u| {umax:.6e} m");
+    }
+    if let Some(fb) = &s.force_balance {
+        println!(
+            "  force balance: external ({:.3e}, {:.3e}, {:.3e}) N, relative imbalance {:.1e}",
+            fb.external[0], fb.external[1], fb.external[2], fb.relative_imbalance
+        );
+    }
     println!("  objective J = {:.10e}", s.objective);
     println!(
         "  {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",
@@ -303,75 +316,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Optimize { file, json, output }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
             let settings = gradfem::optimize::settings(&pf, &problem)?;
-            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-            {
-                let stop = stop.clone();
-                // A second Ctrl-C while the handler is set is ignored; the run stops at the
-                // next iteration and keeps the best design.
-                let _ = ctrlc::set_handler(move || {
-                    stop.store(true, std::sync::atomic::Ordering::SeqCst)
-                });
-            }
-            let pb = if quiet || json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-            pb.set_style(
-                ProgressStyle::with_template("{spinner} optimizing: {msg} [{elapsed}]")
-                    .expect("valid template"),
-            );
-            pb.enable_steady_tick(Duration::from_millis(100));
-            let outcome = gradfem::optimize::run(&mut problem, &settings, stop, |it, f| {
-                pb.set_message(format!("iteration {it}, objective {f:.6e}"));
-            })?;
-            pb.finish_and_clear();
             let dir = output_dir(&pf, output);
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            let xdmf = app::write_results(&dir, &problem, None)?;
-            outcome.watcher.write_csv(dir.join("history.csv"))?;
-            let png = dir.join("history.png");
-            let png_note = match outcome.watcher.write_png(&png) {
-                Ok(()) => png.display().to_string(),
-                Err(e) => format!("(no plot: {e})"),
-            };
-            let names: Vec<String> = outcome.watcher.names().to_vec();
-            if json {
-                let out = serde_json::json!({
-                    "initial_objective": outcome.initial_objective,
-                    "final_objective": outcome.final_objective,
-                    "constraints": settings.constraints.iter().zip(&outcome.final_constraints)
-                        .map(|(c, v)| serde_json::json!({"name": c.label, "value": v, "upper": c.upper}))
-                        .collect::<Vec<_>>(),
-                    "design": problem.registry().iter().map(|(_, s)| (s.name.clone(), s.values.clone()))
-                        .collect::<std::collections::BTreeMap<_, _>>(),
-                    "iterations": outcome.watcher.history().len().saturating_sub(1),
-                    "evaluations": outcome.evaluations,
-                    "status": outcome.status,
-                    "stopped": outcome.stopped,
-                });
-                println!("{out}");
-            } else if !quiet {
-                println!(
-                    "objective {:.6e} -> {:.6e} in {} iteration(s), {} evaluation(s): {}",
-                    outcome.initial_objective,
-                    outcome.final_objective,
-                    outcome.watcher.history().len().saturating_sub(1),
-                    outcome.evaluations,
-                    outcome.status
-                );
-                let first =
-                    outcome.watcher.history().first().map(|r| r.params.clone()).unwrap_or_default();
-                let last =
-                    outcome.watcher.history().last().map(|r| r.params.clone()).unwrap_or_default();
-                for (i, n) in names.iter().enumerate() {
-                    if let (Some(a), Some(b)) = (first.get(i), last.get(i)) {
-                        println!("  {n:<40} {a:.6e} -> {b:.6e}");
-                    }
-                }
-                println!(
-                    "  wrote {}, {}, {}",
-                    dir.join("history.csv").display(),
-                    png_note,
-                    xdmf.display()
-                );
-            }
+            optimize(&mut problem, &settings, &dir, quiet, json)?;
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::CheckGradient { file, json }) => {
@@ -438,9 +384,83 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
+/// Run `[optimize]` on a problem: progress, Ctrl-C, history CSV + PNG and the final design's
+/// fields written into `dir`.
+fn optimize(
+    problem: &mut app::Problem,
+    settings: &gradfem::optimize::Settings,
+    dir: &Path,
+    quiet: bool,
+    json: bool,
+) -> Result<gradfem::optimize::Outcome> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        // A second Ctrl-C while the handler is set is ignored; the run stops at the
+        // next iteration and keeps the best design.
+        let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
+    }
+    let pb = if quiet || json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} optimizing: {msg} [{elapsed}]")
+            .expect("valid template"),
+    );
+    pb.enable_steady_tick(Duration::from_millis(100));
+    let outcome = gradfem::optimize::run(problem, settings, stop, |it, f| {
+        pb.set_message(format!("iteration {it}, objective {f:.6e}"));
+    })?;
+    pb.finish_and_clear();
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let xdmf = app::write_results(dir, problem, None)?;
+    outcome.watcher.write_csv(dir.join("history.csv"))?;
+    let png = dir.join("history.png");
+    let png_note = match outcome.watcher.write_png(&png) {
+        Ok(()) => png.display().to_string(),
+        Err(e) => format!("(no plot: {e})"),
+    };
+    let names: Vec<String> = outcome.watcher.names().to_vec();
+    if json {
+        let out = serde_json::json!({
+            "initial_objective": outcome.initial_objective,
+            "final_objective": outcome.final_objective,
+            "constraints": settings.constraints.iter().zip(&outcome.final_constraints)
+                .map(|(c, v)| serde_json::json!({"name": c.label, "value": v, "upper": c.upper}))
+                .collect::<Vec<_>>(),
+            "design": problem.registry().iter().map(|(_, s)| (s.name.clone(), s.values.clone()))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+            "iterations": outcome.watcher.history().len().saturating_sub(1),
+            "evaluations": outcome.evaluations,
+            "status": outcome.status,
+            "stopped": outcome.stopped,
+        });
+        println!("{out}");
+    } else if !quiet {
+        println!(
+            "objective {:.6e} -> {:.6e} in {} iteration(s), {} evaluation(s): {}",
+            outcome.initial_objective,
+            outcome.final_objective,
+            outcome.watcher.history().len().saturating_sub(1),
+            outcome.evaluations,
+            outcome.status
+        );
+        let first = outcome.watcher.history().first().map(|r| r.params.clone()).unwrap_or_default();
+        let last = outcome.watcher.history().last().map(|r| r.params.clone()).unwrap_or_default();
+        for (i, n) in names.iter().enumerate() {
+            if let (Some(a), Some(b)) = (first.get(i), last.get(i)) {
+                println!("  {n:<40} {a:.6e} -> {b:.6e}");
+            }
+        }
+        println!("  wrote {}, {}, {}", dir.join("history.csv").display(), png_note, xdmf.display());
+    }
+    Ok(outcome)
+}
+
 fn run_default(quiet: bool) -> Result<ExitCode> {
-    let pf =
-        ProblemFile::parse(Path::new("<embedded heat_sink.toml>"), DEFAULT_PROBLEM.to_string())?;
+    let started = std::time::Instant::now();
+    let pf = ProblemFile::parse(
+        Path::new("<embedded microactuator_builtin.toml>"),
+        DEFAULT_PROBLEM.to_string(),
+    )?;
     let mut problem = app::build_problem(&pf)?;
     solve(&mut problem, quiet)?;
     let s = app::summary(&pf.spec.title, &problem)?;
@@ -464,6 +484,13 @@ fn run_default(quiet: bool) -> Result<ExitCode> {
     app::write_gradients(&gpath, &report)?;
     if !quiet {
         println!("results: {} (open in ParaView), gradients: {}", xdmf.display(), gpath.display());
+        println!("design optimization ([optimize] of the embedded problem):");
+    }
+    let settings = gradfem::optimize::settings(&pf, &problem)?;
+    let design_dir = dir.join("design");
+    optimize(&mut problem, &settings, &design_dir, quiet, false)?;
+    if !quiet {
+        println!("done in {:.1} s", started.elapsed().as_secs_f64());
     }
     Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -18,10 +18,8 @@ use gradfem_solvers::optimize::{
 };
 use gradfem_solvers::params::{ParamKind, ParamVector};
 use gradfem_solvers::watch::{WatchRow, Watcher};
-use gradfem_thermal::ObjectiveTerm;
 
-use crate::app::{AppError, Problem, objective_terms};
-use crate::electrothermal::TerminalTerm;
+use crate::app::{AppError, ObjectiveSet, Problem, objective_terms};
 use crate::problem::{OptimizeSpec, ProblemFile};
 use crate::thermal::RunError;
 
@@ -29,8 +27,8 @@ use crate::thermal::RunError;
 #[derive(Clone, Debug)]
 pub struct Constraint {
     pub label: String,
-    pub thermal: Vec<ObjectiveTerm>,
-    pub electrical: Vec<TerminalTerm>,
+    /// The constrained quantity.
+    pub quantity: ObjectiveSet,
     pub upper: f64,
 }
 
@@ -42,6 +40,8 @@ pub struct Settings {
     pub max_outer: usize,
     pub gtol: f64,
     pub constraints: Vec<Constraint>,
+    /// The design variables (registered names); empty: every registered parameter.
+    pub design: Vec<String>,
 }
 
 /// Read `[optimize]` (defaults when absent).
@@ -52,25 +52,42 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         max_outer: 10,
         gtol: 1e-6,
         constraints: Vec::new(),
+        design: Vec::new(),
     });
-    let mesh = &problem.thermal().mesh;
-    let mut constraints = Vec::new();
-    for c in &spec.constraints {
-        let (thermal, electrical) =
-            objective_terms(file, mesh, &[c.quantity()], "[[optimize.constraint]]")?;
-        if !electrical.is_empty() && !matches!(problem, Problem::ElectroThermal(_)) {
+    for name in &spec.design {
+        if !problem.registry().contains(name) {
             return Err(AppError::Problem(crate::problem::ProblemError::Invalid {
                 file: file.path.clone(),
                 message: format!(
-                    "constraint '{}' is electrical, but the problem has no [electrical] table",
+                    "[optimize] design names '{name}', which is not registered; registered: {}",
+                    problem.registry().names().collect::<Vec<_>>().join(", ")
+                ),
+            }));
+        }
+    }
+    let mesh = &problem.thermal().mesh;
+    let mut constraints = Vec::new();
+    for c in &spec.constraints {
+        let parts = objective_terms(file, mesh, &[c.quantity()], "[[optimize.constraint]]")?;
+        let missing = if !parts.terminal.is_empty() && problem.electro_thermal().is_none() {
+            Some("electrical")
+        } else if !parts.mechanical.is_empty() && problem.mechanical.is_none() {
+            Some("mechanical")
+        } else {
+            None
+        };
+        if let Some(field) = missing {
+            return Err(AppError::Problem(crate::problem::ProblemError::Invalid {
+                file: file.path.clone(),
+                message: format!(
+                    "constraint '{}' is {field}, but the problem has no [{field}] table",
                     c.label()
                 ),
             }));
         }
         constraints.push(Constraint {
             label: c.label(),
-            thermal,
-            electrical: electrical.into_iter().map(|(_, t)| t).collect(),
+            quantity: parts.into_set(),
             upper: c.upper,
         });
     }
@@ -80,6 +97,7 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         max_outer: spec.max_outer,
         gtol: spec.gtol,
         constraints,
+        design: spec.design.clone(),
     })
 }
 
@@ -141,9 +159,9 @@ impl Evaluator<'_> {
         let mut constraints = Vec::with_capacity(self.constraints.len());
         let mut jacobian = Vec::with_capacity(self.constraints.len());
         for c in self.constraints {
-            let old = self.problem.swap_objective(c.thermal.clone(), c.electrical.clone());
+            let old = self.problem.swap_objective(c.quantity.clone());
             let result = self.problem.gradient();
-            self.problem.swap_objective(old.0, old.1);
+            self.problem.swap_objective(old);
             let (v, gc, _, _) = result?;
             constraints.push(v - c.upper);
             jacobian
@@ -158,13 +176,15 @@ impl Evaluator<'_> {
     }
 }
 
-/// Column names of the history: every registered parameter (per-element and coordinate
-/// fields by their mean), then every constraint quantity.
-fn column_names(problem: &Problem, constraints: &[Constraint]) -> Vec<String> {
+/// Column names of the history: every design parameter (per-element and coordinate fields
+/// by their mean), then every constraint quantity.
+fn column_names(problem: &Problem, pv: &ParamVector, constraints: &[Constraint]) -> Vec<String> {
     let reg = problem.registry();
-    let mut names: Vec<String> = reg
+    let mut names: Vec<String> = pv
+        .ids()
         .iter()
-        .map(|(_, spec)| match spec.kind {
+        .map(|&id| reg.get(id))
+        .map(|spec| match spec.kind {
             ParamKind::Scalar => spec.name.clone(),
             _ => format!("{} (mean)", spec.name),
         })
@@ -196,7 +216,16 @@ pub fn run(
     stop: Arc<AtomicBool>,
     mut progress: impl FnMut(usize, f64),
 ) -> Result<Outcome, RunError> {
-    let pv = ParamVector::all(problem.registry());
+    let pv = if settings.design.is_empty() {
+        ParamVector::all(problem.registry())
+    } else {
+        let ids = settings
+            .design
+            .iter()
+            .map(|n| problem.registry().id(n))
+            .collect::<Result<Vec<_>, _>>()?;
+        ParamVector::new(problem.registry(), &ids)
+    };
     if pv.is_empty() {
         return Err(RunError::Setup(
             "no parameters are registered: `[parameters] register = [...]` names the design variables".into(),
@@ -220,7 +249,7 @@ pub fn run(
     let lower: Vec<f64> = lo.iter().zip(&scale).map(|(v, s)| v / s).collect();
     let upper: Vec<f64> = hi.iter().zip(&scale).map(|(v, s)| v / s).collect();
     let sign = if settings.maximize { -1.0 } else { 1.0 };
-    let names = column_names(problem, &settings.constraints);
+    let names = column_names(problem, &pv, &settings.constraints);
     let watcher = RefCell::new(Watcher::new(names));
     let best: RefCell<Option<(bool, f64, Vec<f64>)>> = RefCell::new(None);
     let eval = RefCell::new(Evaluator {

@@ -88,6 +88,12 @@ pub struct MeshSpec {
     /// A generated box.
     #[serde(rename = "box")]
     pub generated: Option<BoxMeshSpec>,
+    /// The two-hot-arm microactuator, built by gradfem (see [`gradfem_mesh::actuator`]).
+    pub actuator: Option<ActuatorMeshSpec>,
+    /// Surface groups of the exterior facets on a coordinate plane, added to the mesh:
+    /// `plane_group = [{ name = "free_end", axis = "x", value = 240e-6 }]`.
+    #[serde(default)]
+    pub plane_group: Vec<PlaneGroupSpec>,
     /// Straighten second-order cells that a mesh generator curved until they fold (det J ≤ 0
     /// somewhere): their mid-side nodes move to the edge midpoints. Off by default: an
     /// inverted cell is then an error that names it.
@@ -105,6 +111,37 @@ pub struct BoxMeshSpec {
     pub divisions: [usize; 3],
     /// tet4, tet10, hex8, hex20 or hex27.
     pub cell: String,
+}
+
+/// The generated microactuator: every key is optional (defaults: the dimensions of
+/// `data/microactuator/README.md`, Hex20 cells, refinement 1).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActuatorMeshSpec {
+    /// hex8, hex20 or hex27.
+    pub cell: Option<String>,
+    /// Divide the default cell size by this factor.
+    pub refine: Option<usize>,
+    /// Largest cell edge along x, y, z (m).
+    pub max_cell_size: Option<[f64; 3]>,
+    /// Hot-arm width d (m).
+    pub hot_arm_width: Option<f64>,
+    /// Cold-arm width dw (m).
+    pub cold_arm_width: Option<f64>,
+    /// Gap between the arms (m).
+    pub gap: Option<f64>,
+    /// Overall length L (m).
+    pub length: Option<f64>,
+}
+
+/// A surface group made of the exterior facets on the plane `axis = value`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaneGroupSpec {
+    pub name: String,
+    /// x, y or z.
+    pub axis: String,
+    pub value: f64,
 }
 
 /// A material of the thermal field on a volume group.
@@ -165,6 +202,54 @@ pub struct ObjectiveSpec {
     pub drive: Option<Spanned<String>>,
     /// Reference terminal of a `resistance` objective.
     pub reference: Option<Spanned<String>>,
+    /// Direction d of a `displacement` or `average_displacement` objective (d · u).
+    pub direction: Option<[f64; 3]>,
+}
+
+/// A material of the mechanical field on a volume group.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MechanicalMaterialSpec {
+    pub group: Spanned<String>,
+    /// Young's modulus E [Pa].
+    pub young: f64,
+    /// Poisson's ratio ν.
+    pub poisson: f64,
+    /// Thermal expansion coefficient α [1/K].
+    #[serde(default)]
+    pub alpha: f64,
+    /// Stress-free temperature [K] (default 293.15).
+    pub t_ref: Option<f64>,
+    /// Body force per volume [N/m³].
+    #[serde(default)]
+    pub body_force: [f64; 3],
+}
+
+/// A mechanical boundary condition: `kind = "fixed"`, `"roller"` (`components = ["z"]`),
+/// `"displacement"` (`value = [ux, uy, uz]`, optionally `components` to prescribe only some),
+/// `"traction"` (`traction = [tx, ty, tz]`, Pa) or `"pressure"` (`pressure`, Pa, into the body).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MechanicalBcSpec {
+    pub group: Spanned<String>,
+    pub kind: Spanned<String>,
+    pub components: Option<Vec<String>>,
+    pub value: Option<[f64; 3]>,
+    pub traction: Option<[f64; 3]>,
+    pub pressure: Option<f64>,
+}
+
+/// The mechanical field: linear thermo-elasticity, driven by the thermal field's temperature.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MechanicalSpec {
+    #[serde(rename = "material")]
+    pub materials: Vec<MechanicalMaterialSpec>,
+    #[serde(default, rename = "bc")]
+    pub bcs: Vec<MechanicalBcSpec>,
+    /// The surface group whose mean displacement is the summary's `tip_displacement_m`
+    /// (default: `free_end` when the mesh has it).
+    pub tip: Option<Spanned<String>>,
 }
 
 /// A conductor of the electrical field on a volume group: give exactly one of `sigma` and
@@ -367,6 +452,10 @@ pub struct OptimizeSpec {
     /// Constraints `term ≤ upper`, each an objective-shaped entry with `upper`.
     #[serde(default, rename = "constraint")]
     pub constraints: Vec<ConstraintSpec>,
+    /// The design variables: registered parameter names (default: every registered one; the
+    /// others keep their values and still get gradients in `gradfem gradient`).
+    #[serde(default)]
+    pub design: Vec<String>,
 }
 
 fn opt_iterations() -> usize {
@@ -394,6 +483,7 @@ pub struct ConstraintSpec {
     pub terminal: Option<Spanned<String>>,
     pub drive: Option<Spanned<String>>,
     pub reference: Option<Spanned<String>>,
+    pub direction: Option<[f64; 3]>,
     /// The bound: feasible when the quantity is ≤ upper.
     pub upper: f64,
 }
@@ -411,6 +501,7 @@ impl ConstraintSpec {
             terminal: self.terminal.clone(),
             drive: self.drive.clone(),
             reference: self.reference.clone(),
+            direction: self.direction,
         }
     }
 
@@ -437,6 +528,12 @@ pub struct ProblemSpec {
     /// Settings of the electro-thermal coupling.
     #[serde(default)]
     pub coupling: Option<CouplingSpec>,
+    /// The mechanical field (thermal stress: the chain T → σ → u).
+    #[serde(default)]
+    pub mechanical: Option<MechanicalSpec>,
+    /// Morphs: scalar design parameters that move the nodes (see [`crate::shape`]).
+    #[serde(default, rename = "morph")]
+    pub morphs: Vec<crate::shape::MorphSpec>,
     #[serde(default, rename = "objective")]
     pub objectives: Vec<ObjectiveSpec>,
     #[serde(default)]
@@ -550,6 +647,34 @@ impl ProblemFile {
     }
 
     fn read_or_generate_mesh(&self) -> Result<Mesh, ProblemError> {
+        let mut mesh = self.base_mesh()?;
+        for g in &self.spec.mesh.plane_group {
+            let axis = match g.axis.as_str() {
+                "x" => 0,
+                "y" => 1,
+                "z" => 2,
+                other => {
+                    return Err(self.invalid(format!(
+                        "mesh.plane_group '{}': axis '{other}': expected x, y or z",
+                        g.name
+                    )));
+                }
+            };
+            gradfem_mesh::select::add_plane_group(&mut mesh, &g.name, axis, g.value, 1e-9)
+                .map_err(|e| self.invalid(format!("mesh.plane_group '{}': {e}", g.name)))?;
+        }
+        Ok(mesh)
+    }
+
+    fn base_mesh(&self) -> Result<Mesh, ProblemError> {
+        let m = &self.spec.mesh;
+        let sources = [m.file.is_some(), m.generated.is_some(), m.actuator.is_some()];
+        if sources.iter().filter(|&&b| b).count() != 1 {
+            return Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`"));
+        }
+        if let Some(a) = &m.actuator {
+            return self.actuator_mesh(a);
+        }
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
                 let p = self.resolve_path(file);
@@ -591,8 +716,44 @@ impl ProblemFile {
                     cell_type: ct,
                 }))
             }
-            _ => Err(self.invalid("[mesh] needs exactly one of `file` or `box`")),
+            _ => Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`")),
         }
+    }
+
+    fn actuator_mesh(&self, a: &ActuatorMeshSpec) -> Result<Mesh, ProblemError> {
+        let mut spec = gradfem_mesh::actuator::ActuatorSpec::default();
+        if let Some(c) = &a.cell {
+            spec.cell_type = CellType::from_name(c)
+                .filter(|c| matches!(c, CellType::Hex8 | CellType::Hex20 | CellType::Hex27))
+                .ok_or_else(|| {
+                    self.invalid(format!(
+                        "mesh.actuator.cell = '{c}': expected hex8, hex20 or hex27"
+                    ))
+                })?;
+        }
+        if let Some(s) = a.max_cell_size {
+            spec.max_cell_size = s;
+        }
+        if let Some(v) = a.hot_arm_width {
+            spec.hot_arm_width = v;
+        }
+        if let Some(v) = a.cold_arm_width {
+            spec.cold_arm_width = v;
+        }
+        if let Some(v) = a.gap {
+            spec.gap = v;
+        }
+        if let Some(v) = a.length {
+            spec.length = v;
+        }
+        if let Some(r) = a.refine {
+            if r == 0 {
+                return Err(self.invalid("mesh.actuator.refine must be at least 1"));
+            }
+            spec = spec.refined(r);
+        }
+        gradfem_mesh::actuator::actuator_mesh(&spec)
+            .map_err(|e| ProblemError::Mesh { file: self.path.clone(), message: e.to_string() })
     }
 
     /// Check that a group named in the file exists in the mesh.
@@ -635,6 +796,107 @@ impl ProblemFile {
             }
         };
         Ok(kind)
+    }
+}
+
+impl ProblemFile {
+    /// The mechanical boundary condition kind of one `[[mechanical.bc]]` entry.
+    pub fn mechanical_bc_kind(
+        &self,
+        bc: &MechanicalBcSpec,
+    ) -> Result<gradfem_mechanical::BcKind, ProblemError> {
+        use gradfem_mechanical::BcKind as K;
+        let line = self.line_of(&bc.kind);
+        let kind = bc.kind.get_ref().as_str();
+        let err = |m: String| self.invalid(format!("line {line}: {m}"));
+        let components = || -> Result<Option<Vec<usize>>, ProblemError> {
+            let Some(list) = &bc.components else { return Ok(None) };
+            let mut out = Vec::new();
+            for c in list {
+                out.push(match c.as_str() {
+                    "x" => 0,
+                    "y" => 1,
+                    "z" => 2,
+                    other => return Err(err(format!("component '{other}': expected x, y or z"))),
+                });
+            }
+            if out.is_empty() {
+                return Err(err("`components` is empty".into()));
+            }
+            Ok(Some(out))
+        };
+        let unused = |keys: &[(&str, bool)]| -> Result<(), ProblemError> {
+            match keys.iter().find(|(_, given)| *given) {
+                Some((k, _)) => Err(err(format!("a '{kind}' condition takes no `{k}`"))),
+                None => Ok(()),
+            }
+        };
+        Ok(match kind {
+            "fixed" => {
+                unused(&[
+                    ("components", bc.components.is_some()),
+                    ("value", bc.value.is_some()),
+                    ("traction", bc.traction.is_some()),
+                    ("pressure", bc.pressure.is_some()),
+                ])?;
+                K::Fixed
+            }
+            "roller" => {
+                unused(&[
+                    ("value", bc.value.is_some()),
+                    ("traction", bc.traction.is_some()),
+                    ("pressure", bc.pressure.is_some()),
+                ])?;
+                let components = components()?.ok_or_else(|| {
+                    err("a 'roller' condition needs `components` (e.g. [\"z\"])".into())
+                })?;
+                K::Roller { components }
+            }
+            "displacement" => {
+                unused(&[
+                    ("traction", bc.traction.is_some()),
+                    ("pressure", bc.pressure.is_some()),
+                ])?;
+                let v = bc.value.ok_or_else(|| {
+                    err("a 'displacement' condition needs `value = [ux, uy, uz]`".into())
+                })?;
+                let comps = components()?.unwrap_or(vec![0, 1, 2]);
+                let mut value = [None; 3];
+                for c in comps {
+                    value[c] = Some(v[c]);
+                }
+                K::Displacement { value }
+            }
+            "traction" => {
+                unused(&[
+                    ("components", bc.components.is_some()),
+                    ("value", bc.value.is_some()),
+                    ("pressure", bc.pressure.is_some()),
+                ])?;
+                K::Traction {
+                    traction: bc.traction.ok_or_else(|| {
+                        err("a 'traction' condition needs `traction = [tx, ty, tz]`".into())
+                    })?,
+                }
+            }
+            "pressure" => {
+                unused(&[
+                    ("components", bc.components.is_some()),
+                    ("value", bc.value.is_some()),
+                    ("traction", bc.traction.is_some()),
+                ])?;
+                K::Pressure {
+                    pressure: bc
+                        .pressure
+                        .ok_or_else(|| err("a 'pressure' condition needs `pressure`".into()))?,
+                }
+            }
+            other => {
+                return Err(err(format!(
+                    "unknown mechanical condition kind '{other}'; expected fixed, roller, displacement, traction or pressure"
+                )));
+            }
+        })
     }
 }
 

@@ -88,6 +88,8 @@ enum Binding {
     BcTInf(usize),
     BcFlux(usize),
     Coordinates,
+    /// A morph (index into the shape's morphs).
+    Morph(usize),
 }
 
 /// Timings of one forward solve.
@@ -119,6 +121,8 @@ pub struct ThermalProblem {
     pub objective: Vec<ObjectiveTerm>,
     pub registry: ParamRegistry,
     bindings: Vec<(ParamId, Binding)>,
+    /// The shape parameters (node coordinates, morphs), shared by every field of the problem.
+    pub shape: crate::shape::Shape,
     pub newton: NewtonParams,
     /// Free temperatures of the last solve.
     unknowns: Vec<f64>,
@@ -182,6 +186,7 @@ impl ThermalProblem {
         linear: LinearChoice,
     ) -> Result<Self, RunError> {
         let model = ThermalModel::new(&mesh, regions, bcs)?;
+        let shape = crate::shape::Shape::new(model.coords.clone());
         let pattern =
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
         let mut p = ThermalProblem {
@@ -192,6 +197,7 @@ impl ThermalProblem {
             objective,
             registry: ParamRegistry::new(),
             bindings: Vec::new(),
+            shape,
             newton: NewtonParams::default(),
             unknowns: Vec::new(),
             temperature: None,
@@ -256,6 +262,11 @@ impl ThermalProblem {
             )));
         }
         let id = self.registry.register(spec)?;
+        match binding {
+            Binding::Coordinates => self.shape.set_coordinates(id),
+            Binding::Morph(k) => self.shape.register_morph(id, k),
+            _ => {}
+        }
         self.bindings.push((id, binding));
         Ok(id)
     }
@@ -279,6 +290,9 @@ impl ThermalProblem {
             }
         }
         names.push("mesh.coordinates".into());
+        for m in self.shape.morphs() {
+            names.push(format!("morph.{}", m.name));
+        }
         names
     }
 
@@ -297,6 +311,17 @@ impl ThermalProblem {
                 Binding::Coordinates,
                 ParamSpec::vector(name, ParamKind::NodeCoordinates, values)
                     .with_doc("node coordinates x, y, z per node", "m"),
+            ));
+        }
+        if let Some(m) = name.strip_prefix("morph.") {
+            let k = self.shape.morph_index(m).ok_or_else(unknown)?;
+            let morph = &self.shape.morphs()[k];
+            let bounds = morph.bounds.map_or((None, None), |[a, b]| (Some(a), Some(b)));
+            return Ok((
+                Binding::Morph(k),
+                ParamSpec::scalar(name, morph.reference)
+                    .with_bounds(bounds.0, bounds.1)
+                    .with_doc("morph: the nodes move by (value − initial value) × its field", "m"),
             ));
         }
         if let Some(g) = name.strip_prefix("thermal.k_elem.") {
@@ -387,13 +412,12 @@ impl ThermalProblem {
                 Binding::BcFlux(b) => {
                     self.model.set_boundary_kind(b, BcKind::HeatFlux { q_in: v[0] })
                 }
-                Binding::Coordinates => {
-                    for (p, c) in self.model.coords.iter_mut().zip(v.chunks_exact(3)) {
-                        *p = [c[0], c[1], c[2]];
-                    }
-                    self.model.check_coordinates()?;
-                }
+                Binding::Coordinates | Binding::Morph(_) => {}
             }
+        }
+        if self.shape.is_active() {
+            self.model.coords = self.shape.coordinates(&self.registry);
+            self.model.check_coordinates()?;
         }
         self.temperature = None;
         Ok(())
@@ -466,12 +490,22 @@ impl ThermalProblem {
     }
 
     fn has_coordinates(&self) -> bool {
-        self.bindings.iter().any(|(_, b)| *b == Binding::Coordinates)
+        self.shape.is_active()
     }
 
     /// The gradient of the objective with respect to every registered parameter, by the
     /// adjoint method on a tape of two blocks (the solve and the functional).
     pub fn gradient(&mut self) -> Result<(f64, Gradient, GradientTimings), RunError> {
+        self.gradient_seeded(None)
+    }
+
+    /// As [`gradient`](Self::gradient), with `extra_t` (per node) added to the temperature
+    /// seed ∂J/∂T: the adjoint of a field downstream of T (the thermal stress of the
+    /// mechanical field) enters the thermal adjoint this way.
+    pub fn gradient_seeded(
+        &mut self,
+        extra_t: Option<&[f64]>,
+    ) -> Result<(f64, Gradient, GradientTimings), RunError> {
         if self.temperature.is_none() {
             self.solve()?;
         }
@@ -483,18 +517,14 @@ impl ThermalProblem {
         tape.push(Box::new(SolveBlock { temperature, timings: GradientTimings::default() }));
         let mut adj = Adjoints::new(&self.registry, tape.variable_lens());
         adj.vars[temperature].copy_from_slice(&eval.d_temperature);
+        if let Some(extra) = extra_t {
+            for (v, e) in adj.vars[temperature].iter_mut().zip(extra) {
+                *v += e;
+            }
+        }
         // Direct dependence of J on parameters: the node coordinates.
         if let Some(dx) = &eval.d_coords {
-            for (id, b) in &self.bindings {
-                if *b == Binding::Coordinates {
-                    let g = adj.grad.get_mut(*id);
-                    for (gi, d) in g.chunks_exact_mut(3).zip(dx) {
-                        for k in 0..3 {
-                            gi[k] += d[k];
-                        }
-                    }
-                }
-            }
+            self.shape.add_partials(&mut adj.grad, dx, 1.0);
         }
         let timings = tape.reverse(self, &mut adj)?;
         let mut gt = GradientTimings::default();
@@ -555,7 +585,7 @@ impl ThermalProblem {
                 matches!(b, Binding::BcH(_) | Binding::BcTInf(_) | Binding::BcFlux(_))
             }),
             temperature: has(|b| matches!(b, Binding::BcTemperature(_))),
-            coords: has(|b| matches!(b, Binding::Coordinates)),
+            coords: self.shape.is_active(),
         };
         let vjp = self.model.parameter_vjp(&t, lambda, want);
         let owner = self.model.fixed_owner();
@@ -580,15 +610,11 @@ impl ThermalProblem {
                 Binding::BcH(b) => g[0] -= vjp.h[b],
                 Binding::BcTInf(b) => g[0] -= vjp.t_inf[b],
                 Binding::BcFlux(b) => g[0] -= vjp.q_in[b],
-                Binding::Coordinates => {
-                    let dx = vjp.coords.as_ref().expect("requested");
-                    for (gi, d) in g.chunks_exact_mut(3).zip(dx) {
-                        for k in 0..3 {
-                            gi[k] -= d[k];
-                        }
-                    }
-                }
+                Binding::Coordinates | Binding::Morph(_) => {}
             }
+        }
+        if let Some(dx) = &vjp.coords {
+            self.shape.add_partials(grad, dx, -1.0);
         }
         Ok(())
     }
@@ -622,7 +648,7 @@ impl ThermalProblem {
         let converged = self.unknowns.clone();
         let g = grad.flatten(&pv);
         let m0 = pv.gather(&self.registry);
-        let dm = direction(&m0, &pv, &self.registry);
+        let dm = direction(&m0, &pv, &self.registry, &self.shape);
         let mut reg = std::mem::take(&mut self.registry);
         let mut count = 0;
         let result = gradfem_solvers::taylor::taylor_test_registry(
@@ -692,11 +718,14 @@ impl ThermalProblem {
 }
 
 /// A deterministic Taylor direction: pseudo-random entries in [−1, 1] scaled by each entry's
-/// magnitude (for coordinates: by the mesh size, so the mesh is not inverted).
+/// magnitude (10⁻³ for a zero entry; for coordinates: a thousandth of the mesh size, so the
+/// mesh is not inverted; for a morph at value 0: a move of the nodes by a thousandth of the
+/// mesh size).
 pub fn direction(
     m0: &[f64],
     pv: &gradfem_solvers::params::ParamVector,
     reg: &ParamRegistry,
+    shape: &crate::shape::Shape,
 ) -> Vec<f64> {
     let mut d = gradfem_solvers::taylor::random_direction(m0.len(), 7);
     for id in pv.ids() {
@@ -712,8 +741,17 @@ pub fn direction(
         } else {
             0.0
         };
+        let morph = spec.name.strip_prefix("morph.").and_then(|m| shape.morph_scale(m));
         for i in range {
-            let s = if scale > 0.0 { scale } else { m0[i].abs().max(1e-3) };
+            let s = if scale > 0.0 {
+                scale
+            } else if m0[i] != 0.0 {
+                m0[i].abs()
+            } else if let Some(s) = morph {
+                s
+            } else {
+                1e-3
+            };
             d[i] *= s;
         }
     }

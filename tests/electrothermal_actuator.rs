@@ -119,7 +119,7 @@ register = ["electrical.sigma.polysilicon_layer", "electrical.alpha_r.polysilico
         p.solve().expect("solve");
         let solve_s = t0.elapsed().as_secs_f64();
         let (_, _, gt, blocks) = p.gradient().expect("gradient");
-        let Problem::ElectroThermal(et) = &p else { panic!() };
+        let Some(et) = p.electro_thermal() else { panic!() };
         eprintln!(
             "actuator two-way {scheme}: {} coupling iterations, solve {solve_s:.3} s, gradient {:.3} s, adjoint iterations {}",
             et.last_solve.coupling_iterations,

@@ -64,7 +64,7 @@ fn build(text: &str) -> Problem {
 fn joule_heated_bar_matches_the_closed_form() {
     let mut p = build(&bar("hex20", [8, 1, 1], ""));
     p.solve().expect("solve");
-    let Problem::ElectroThermal(et) = &p else { panic!("electro-thermal expected") };
+    let Some(et) = p.electro_thermal() else { panic!("electro-thermal expected") };
     let t = et.temperature().expect("solved");
     let coords = &et.thermal.model.coords;
     let mut err: f64 = 0.0;

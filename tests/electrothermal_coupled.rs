@@ -110,7 +110,7 @@ fn coupled_bar_matches_a_fine_1d_reference(#[values("monolithic", "staggered")] 
     let t_ref = reference(n);
     let mut p = build(&bar_with("hex20", [16, 1, 1], scheme, ""));
     p.solve().expect("solve");
-    let Problem::ElectroThermal(et) = &p else { panic!("electro-thermal expected") };
+    let Some(et) = p.electro_thermal() else { panic!("electro-thermal expected") };
     assert!(et.is_two_way());
     assert!(et.last_solve.coupling_iterations > 2, "{:?}", et.last_solve.coupling_history);
     eprintln!(

@@ -10,8 +10,11 @@
 //! - [`geometry`]: the isoparametric map, Jacobians, measures, normals;
 //! - [`boundary`]: exterior facets and boundary-group matching;
 //! - [`quality`]: inverted / degenerate / badly shaped cells ([`Mesh::check`]);
-//! - [`generate`]: box and rectangle meshes, conversion to second order.
+//! - [`generate`]: box and rectangle meshes, conversion to second order;
+//! - [`actuator`]: the two-hot-arm microactuator built from its plan-view rectangles;
+//! - [`select`](mod@select): groups selected by geometry (exterior facets on a plane).
 
+pub mod actuator;
 pub mod boundary;
 pub mod cell;
 pub mod error;
@@ -21,7 +24,9 @@ pub mod mesh;
 pub mod quadrature;
 pub mod quality;
 pub mod reference;
+pub mod select;
 
+pub use actuator::{ActuatorLayout, ActuatorSpec, Rect, actuator_mesh};
 pub use boundary::{BoundaryFacet, FacetIndex, exterior_facets, facet_nodes, group_facets};
 pub use cell::{CellType, LocalFacet};
 pub use error::MeshError;
@@ -38,3 +43,4 @@ pub use quality::{CellIssue, IssueKind, QualityReport, QualityThresholds, signed
 pub use reference::{
     reference_measure, reference_nodes, shape_functions_into, shape_gradients_into,
 };
+pub use select::add_plane_group;

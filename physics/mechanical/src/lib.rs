@@ -6,6 +6,7 @@
 //! Like every field crate, this one says what happens at a quadrature point and on one element;
 //! it knows nothing of sparse matrices or solvers.
 
+pub mod finite;
 pub mod homogeneous;
 pub mod hyperelastic;
 pub mod linear;

@@ -1,0 +1,1 @@
+//! Finite-strain hyperelastic elements: Total Lagrangian kernels and their vector-Jacobian products.

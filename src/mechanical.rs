@@ -1,0 +1,709 @@
+//! The mechanical field in a problem: small-strain linear thermo-elasticity driven by the
+//! temperature of the thermal field (the T → u transfer of the coupling graph).
+//!
+//! Forward: K u = f(T, p) with K the stiffness on the free displacement components (symmetric
+//! positive definite once rigid-body motions are constrained), factored by sparse Cholesky.
+//! K depends only on E, ν and the node coordinates, so its factorization is kept across
+//! solves until one of those changes (a new temperature, voltage or load reuses it).
+//!
+//! Reverse (the mechanical end of the tape): with J's seeds ū = ∂J/∂u, solve K λ = ū (K is
+//! symmetric: the same factorization), then p̄ −= λᵀ ∂R/∂p element by element for E, ν, α,
+//! T_ref, loads, prescribed displacements and node coordinates, and hand T̄ = −λᵀ ∂R/∂T (per
+//! node) up the chain as the temperature seed of the thermal field's adjoint.
+
+use std::time::Instant;
+
+use gradfem_mechanical::linear::objective::{
+    ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm, evaluate,
+};
+use gradfem_mechanical::{BcKind, BcSpec, LinearElasticModel, RegionSpec, VjpRequest};
+use gradfem_mesh::Mesh;
+use gradfem_solvers::assembly::AssemblyPattern;
+use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
+use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
+use gradfem_solvers::sparse::CsrMatrix;
+use serde::Serialize;
+
+use crate::shape::Shape;
+use crate::thermal::{LinearChoice, RunError};
+
+/// Above this many unknowns, `auto` takes AMG-preconditioned CG. The threshold is higher than
+/// the thermal field's: the aggregation AMG's near-nullspace holds the translations but not
+/// the rotations, so on slender parts (the microactuator's arms) CG needs hundreds of
+/// iterations, while the factorization of such parts fills in little.
+pub const AUTO_ITERATIVE_THRESHOLD: usize = 400_000;
+
+/// How one registered parameter maps onto the mechanical model.
+#[derive(Clone, Debug, PartialEq)]
+enum MBinding {
+    Young(usize),
+    YoungElem(usize),
+    Poisson(usize),
+    Alpha(usize),
+    TRef(usize),
+    BodyForce(usize),
+    Pressure(usize),
+    Traction(usize),
+    /// A displacement condition's constrained components, in order.
+    Displacement(usize, Vec<usize>),
+}
+
+/// Timings of one mechanical solve.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MechanicalSolveTimings {
+    pub assembly_s: f64,
+    /// Zero when the factorization of an earlier solve was reused.
+    pub factor_s: f64,
+    pub solve_s: f64,
+    pub refactored: bool,
+    pub unknowns: usize,
+    pub linear_solver: String,
+}
+
+/// Timings of the mechanical part of a gradient.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct MechanicalGradientTimings {
+    pub adjoint_solve_s: f64,
+    pub accumulate_s: f64,
+}
+
+/// Force balance of the solved field: Σ reactions + Σ external loads = 0 (the thermal strain
+/// is self-equilibrated).
+#[derive(Clone, Debug, Serialize)]
+pub struct ForceBalance {
+    /// Reaction force of each constraint condition (N).
+    pub reactions: Vec<(String, [f64; 3])>,
+    /// Total external load (body forces, tractions, pressures) (N).
+    pub external: [f64; 3],
+    /// |Σ reactions + external| / (the largest of |reaction|, |external| and the largest
+    /// nodal force of the loads at u = 0); 0 for an unloaded body.
+    pub relative_imbalance: f64,
+}
+
+/// The mechanical field, ready to solve and differentiate.
+pub struct MechanicalField {
+    pub model: LinearElasticModel,
+    pattern: AssemblyPattern,
+    matrix: CsrMatrix,
+    solver: Box<dyn LinearSolver>,
+    /// The objective terms on the displacement.
+    pub objective: Vec<MechObjectiveTerm>,
+    bindings: Vec<(ParamId, MBinding)>,
+    /// Full nodal displacement of the last solve.
+    u: Option<Vec<f64>>,
+    /// The factorization no longer matches E, ν or the coordinates.
+    stale: bool,
+    pub last_solve: MechanicalSolveTimings,
+    /// The mechanical share of the last gradient.
+    pub last_gradient: MechanicalGradientTimings,
+    /// The surface group whose mean displacement the summary reports as the tip displacement.
+    pub tip_group: Option<String>,
+}
+
+fn setup(msg: impl Into<String>) -> RunError {
+    RunError::Setup(msg.into())
+}
+
+fn mech(e: gradfem_mechanical::MechanicalError) -> RunError {
+    RunError::Setup(e.to_string())
+}
+
+impl MechanicalField {
+    /// Set up the field on `mesh` (the same nodes as the thermal field).
+    pub fn new(
+        mesh: &Mesh,
+        regions: &[RegionSpec],
+        bcs: &[BcSpec],
+        objective: Vec<MechObjectiveTerm>,
+    ) -> Result<Self, RunError> {
+        let model = LinearElasticModel::new(mesh, regions, bcs).map_err(mech)?;
+        if model.n_unknowns() > 0 && model.constraint_owner().iter().all(Option::is_none) {
+            return Err(mech(gradfem_mechanical::MechanicalError::NoSupport));
+        }
+        let pattern =
+            AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
+        let matrix = pattern.new_matrix();
+        let tip_group = mesh
+            .groups
+            .iter()
+            .any(|g| g.name == "free_end" && g.dim == 2)
+            .then(|| "free_end".to_string());
+        Ok(MechanicalField {
+            model,
+            pattern,
+            matrix,
+            solver: Box::new(CholeskySolver::new("mechanical")),
+            objective,
+            bindings: Vec::new(),
+            u: None,
+            stale: true,
+            last_solve: MechanicalSolveTimings::default(),
+            last_gradient: MechanicalGradientTimings::default(),
+            tip_group,
+        })
+    }
+
+    /// Choose the linear solver: `Auto` takes sparse Cholesky up to
+    /// [`AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above (nodal aggregates
+    /// of 3 unknowns when every node has all three components free or none, scalar otherwise);
+    /// LU is accepted (the stiffness is symmetric, so Cholesky does the same job cheaper).
+    pub fn set_linear(&mut self, choice: LinearChoice, cg_rel_tol: f64) {
+        let n = self.model.n_unknowns();
+        let choice = match choice {
+            LinearChoice::Auto if n > AUTO_ITERATIVE_THRESHOLD => LinearChoice::AmgCg,
+            LinearChoice::Auto => LinearChoice::Cholesky,
+            other => other,
+        };
+        self.solver = match choice {
+            LinearChoice::Lu => Box::new(LuSolver::new("mechanical")),
+            LinearChoice::AmgCg => {
+                let owner = self.model.constraint_owner();
+                let whole_nodes = owner
+                    .chunks_exact(3)
+                    .all(|c| c.iter().all(Option::is_some) || c.iter().all(Option::is_none));
+                let amg = gradfem_solvers::amg::AmgParams {
+                    block_size: if whole_nodes { 3 } else { 1 },
+                    ..Default::default()
+                };
+                let cg =
+                    gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
+                Box::new(gradfem_solvers::amg::AmgCgSolver::new("mechanical", amg, cg))
+            }
+            _ => Box::new(CholeskySolver::new("mechanical")),
+        };
+        self.stale = true;
+    }
+
+    /// The linear solver's name.
+    pub fn linear_solver(&self) -> &'static str {
+        self.solver.name()
+    }
+
+    /// Parameter names this field offers.
+    pub fn available_parameters(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for r in &self.model.regions {
+            for p in ["young", "young_elem", "poisson", "alpha", "t_ref", "body_force"] {
+                names.push(format!("mechanical.{p}.{}", r.name));
+            }
+        }
+        for b in &self.model.boundaries {
+            match b.kind {
+                BcKind::Pressure { .. } => names.push(format!("bc.{}.pressure", b.name)),
+                BcKind::Traction { .. } => names.push(format!("bc.{}.traction", b.name)),
+                BcKind::Displacement { .. } => names.push(format!("bc.{}.displacement", b.name)),
+                BcKind::Fixed | BcKind::Roller { .. } => {}
+            }
+        }
+        names
+    }
+
+    /// True when `name` is a parameter of this field (whether or not it exists).
+    pub fn owns(name: &str) -> bool {
+        name.starts_with("mechanical.")
+            || name.ends_with(".pressure")
+            || name.ends_with(".traction")
+            || name.ends_with(".displacement")
+    }
+
+    /// Register a mechanical parameter into the problem's registry: `mechanical.young.<g>`,
+    /// `mechanical.young_elem.<g>` (per element), `mechanical.poisson.<g>`,
+    /// `mechanical.alpha.<g>`, `mechanical.t_ref.<g>`, `mechanical.body_force.<g>` (3
+    /// components), `bc.<g>.pressure`, `bc.<g>.traction` (3 components),
+    /// `bc.<g>.displacement` (the condition's prescribed components, in order x, y, z).
+    pub fn register(
+        &mut self,
+        registry: &mut ParamRegistry,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<ParamId, RunError> {
+        let (binding, spec) = self.binding_for(name)?;
+        let conflict = self.bindings.iter().any(|(_, b)| {
+            matches!(
+                (b, &binding),
+                (MBinding::Young(a), MBinding::YoungElem(c))
+                    | (MBinding::YoungElem(a), MBinding::Young(c)) if a == c
+            )
+        });
+        if conflict {
+            return Err(setup(format!(
+                "'{name}': a region's Young's modulus is either one scalar (mechanical.young.<group>) or a per-element field (mechanical.young_elem.<group>), not both"
+            )));
+        }
+        let spec = match bounds {
+            Some([lo, hi]) => spec.with_bounds(Some(lo), Some(hi)),
+            None => spec,
+        };
+        let id = registry.register(spec)?;
+        self.bindings.push((id, binding));
+        Ok(id)
+    }
+
+    fn binding_for(&self, name: &str) -> Result<(MBinding, ParamSpec), RunError> {
+        let unknown = || {
+            setup(format!(
+                "cannot register '{name}': the mechanical field offers {}",
+                self.available_parameters().join(", ")
+            ))
+        };
+        let m = &self.model;
+        if let Some(rest) = name.strip_prefix("mechanical.") {
+            let (what, g) = rest.split_once('.').ok_or_else(unknown)?;
+            let r = m.regions.iter().position(|r| r.name == g).ok_or_else(unknown)?;
+            let region = &m.regions[r];
+            let e0 = region.elements[0];
+            let positive = |s: ParamSpec| s.with_bounds(Some(0.0), None);
+            return Ok(match what {
+                "young" => (
+                    MBinding::Young(r),
+                    positive(ParamSpec::scalar(name, m.young_elem[e0]))
+                        .with_doc("Young's modulus E of the group", "Pa"),
+                ),
+                "young_elem" => (
+                    MBinding::YoungElem(r),
+                    positive(ParamSpec::vector(
+                        name,
+                        ParamKind::PerElement { group: g.to_string() },
+                        region.elements.iter().map(|&e| m.young_elem[e]).collect(),
+                    ))
+                    .with_doc("Young's modulus E of each cell of the group", "Pa"),
+                ),
+                "poisson" => (
+                    MBinding::Poisson(r),
+                    ParamSpec::scalar(name, m.poisson_elem[e0])
+                        .with_bounds(Some(-1.0), Some(0.5))
+                        .with_doc("Poisson's ratio ν of the group", "1"),
+                ),
+                "alpha" => (
+                    MBinding::Alpha(r),
+                    ParamSpec::scalar(name, region.alpha)
+                        .with_doc("thermal expansion coefficient α", "1/K"),
+                ),
+                "t_ref" => (
+                    MBinding::TRef(r),
+                    ParamSpec::scalar(name, region.t_ref).with_doc("stress-free temperature", "K"),
+                ),
+                "body_force" => (
+                    MBinding::BodyForce(r),
+                    ParamSpec::vector(name, ParamKind::Field, region.body_force.to_vec())
+                        .with_doc("body force per volume (x, y, z)", "N/m³"),
+                ),
+                _ => return Err(unknown()),
+            });
+        }
+        let rest = name.strip_prefix("bc.").ok_or_else(unknown)?;
+        let (g, field) = rest.rsplit_once('.').ok_or_else(unknown)?;
+        let b = m.boundaries.iter().position(|b| b.name == g).ok_or_else(unknown)?;
+        Ok(match (field, &m.boundaries[b].kind) {
+            ("pressure", BcKind::Pressure { pressure }) => (
+                MBinding::Pressure(b),
+                ParamSpec::scalar(name, *pressure).with_doc("pressure into the body", "Pa"),
+            ),
+            ("traction", BcKind::Traction { traction }) => (
+                MBinding::Traction(b),
+                ParamSpec::vector(name, ParamKind::Field, traction.to_vec())
+                    .with_doc("traction vector (x, y, z)", "Pa"),
+            ),
+            ("displacement", BcKind::Displacement { value }) => {
+                let comps: Vec<usize> = (0..3).filter(|&c| value[c].is_some()).collect();
+                let values = comps.iter().map(|&c| value[c].expect("constrained")).collect();
+                let spec = if comps.len() == 1 {
+                    ParamSpec::scalar(name, value[comps[0]].expect("constrained"))
+                } else {
+                    ParamSpec::vector(name, ParamKind::Field, values)
+                };
+                (
+                    MBinding::Displacement(b, comps),
+                    spec.with_doc("prescribed displacement components", "m"),
+                )
+            }
+            _ => return Err(unknown()),
+        })
+    }
+
+    /// Copy the registry's values into the model and the shape's coordinates (when `shape` is
+    /// active). Invalidates the solution; E, ν or coordinates invalidate the factorization.
+    pub fn apply_parameters(&mut self, reg: &ParamRegistry, shape: &Shape) -> Result<(), RunError> {
+        for (id, binding) in &self.bindings {
+            let v = reg.values(*id);
+            let m = &mut self.model;
+            match binding {
+                MBinding::Young(r) => {
+                    for e in m.regions[*r].elements.clone() {
+                        m.young_elem[e] = v[0];
+                    }
+                    self.stale = true;
+                }
+                MBinding::YoungElem(r) => {
+                    for (i, e) in m.regions[*r].elements.clone().into_iter().enumerate() {
+                        m.young_elem[e] = v[i];
+                    }
+                    self.stale = true;
+                }
+                MBinding::Poisson(r) => {
+                    for e in m.regions[*r].elements.clone() {
+                        m.poisson_elem[e] = v[0];
+                    }
+                    self.stale = true;
+                }
+                MBinding::Alpha(r) => m.regions[*r].alpha = v[0],
+                MBinding::TRef(r) => m.regions[*r].t_ref = v[0],
+                MBinding::BodyForce(r) => m.regions[*r].body_force = [v[0], v[1], v[2]],
+                MBinding::Pressure(b) => {
+                    m.set_boundary_kind(*b, BcKind::Pressure { pressure: v[0] })
+                }
+                MBinding::Traction(b) => {
+                    m.set_boundary_kind(*b, BcKind::Traction { traction: [v[0], v[1], v[2]] })
+                }
+                MBinding::Displacement(b, comps) => {
+                    let mut value = [None; 3];
+                    for (k, &c) in comps.iter().enumerate() {
+                        value[c] = Some(v[k]);
+                    }
+                    m.set_boundary_kind(*b, BcKind::Displacement { value });
+                }
+            }
+        }
+        for &e in &self.model.young_elem {
+            if !(e > 0.0 && e.is_finite()) {
+                return Err(setup(format!(
+                    "mechanical: Young's modulus must be positive and finite, got {e}"
+                )));
+            }
+        }
+        for &nu in &self.model.poisson_elem {
+            if !(nu > -1.0 && nu < 0.5) {
+                return Err(setup(format!(
+                    "mechanical: Poisson's ratio must lie in (−1, 0.5), got {nu}"
+                )));
+            }
+        }
+        if shape.is_active() {
+            self.model.coords = shape.coordinates(reg);
+            self.model.check_coordinates().map_err(mech)?;
+            self.stale = true;
+        }
+        self.u = None;
+        Ok(())
+    }
+
+    /// Solve for the displacement with the nodal temperature `t` (one value per mesh node;
+    /// `None`: no thermal strain). Every node of a mechanical element needs a finite
+    /// temperature.
+    pub fn solve(&mut self, t: Option<&[f64]>) -> Result<&[f64], RunError> {
+        if let Some(t) = t {
+            let mut bad = None;
+            for e in 0..self.model.n_volume_elements() {
+                if let Some(&n) = self.model.element_nodes(e).iter().find(|&&n| !t[n].is_finite()) {
+                    bad = Some(n);
+                    break;
+                }
+            }
+            if let Some(n) = bad {
+                return Err(setup(format!(
+                    "mechanical: {} has no temperature: every mechanical region needs a thermal material",
+                    self.model.describe_node(n)
+                )));
+            }
+        }
+        self.model.set_temperature(t.map(<[f64]>::to_vec)).map_err(mech)?;
+        let n = self.model.n_unknowns();
+        let ta = Instant::now();
+        let u0 = self.model.nodal_displacement(&vec![0.0; n]);
+        let mut rhs = vec![0.0; n];
+        let model = &self.model;
+        if self.stale {
+            self.pattern.assemble_into(&mut self.matrix, &mut rhs, |e, ke, fe| {
+                model.element_residual_tangent(e, &u0, Some(ke), fe)
+            });
+        } else {
+            self.pattern.assemble_vector_into(&mut rhs, |e, fe| {
+                model.element_residual_tangent(e, &u0, None, fe)
+            });
+        }
+        let assembly_s = ta.elapsed().as_secs_f64();
+        let tf = Instant::now();
+        let refactored = self.stale;
+        if self.stale && n > 0 {
+            self.solver.factor(&self.matrix)?;
+            self.stale = false;
+        }
+        let factor_s = tf.elapsed().as_secs_f64();
+        let ts = Instant::now();
+        rhs.iter_mut().for_each(|v| *v = -*v);
+        if n > 0 {
+            self.solver.solve_in_place(&mut rhs)?;
+        }
+        if let Some(i) = rhs.iter().position(|v| !v.is_finite()) {
+            return Err(setup(format!(
+                "mechanical: the solution is not finite at {}",
+                self.model.describe_dof(i)
+            )));
+        }
+        let u = self.model.nodal_displacement(&rhs);
+        self.last_solve = MechanicalSolveTimings {
+            assembly_s,
+            factor_s,
+            solve_s: ts.elapsed().as_secs_f64(),
+            refactored,
+            unknowns: n,
+            linear_solver: self.solver.name().to_string(),
+        };
+        self.u = Some(u);
+        Ok(self.u.as_deref().expect("set above"))
+    }
+
+    /// The full nodal displacement (`3·n_nodes`) of the last solve.
+    pub fn displacement(&self) -> Option<&[f64]> {
+        self.u.as_deref()
+    }
+
+    fn state(&self) -> Result<&[f64], RunError> {
+        self.u.as_deref().ok_or_else(|| setup("mechanical: solve first"))
+    }
+
+    /// The mechanical objective terms at the last solution: (Σ weighted, each weighted term).
+    pub fn objective_terms(&self) -> Result<(f64, Vec<f64>), RunError> {
+        if self.objective.is_empty() {
+            return Ok((0.0, Vec::new()));
+        }
+        let e = evaluate(&self.model, &self.objective, self.state()?, false).map_err(mech)?;
+        let weighted = e.terms.iter().zip(&self.objective).map(|(v, t)| v * t.weight).collect();
+        Ok((e.value, weighted))
+    }
+
+    /// The adjoint of the mechanical end of the chain: adds ∂J/∂p − λᵀ ∂R/∂p to `grad` for
+    /// the mechanical and shape parameters and returns (J_mech, T̄ = −λᵀ ∂R/∂T per node).
+    pub fn adjoint(
+        &mut self,
+        shape: &Shape,
+        grad: &mut Gradient,
+        timings: &mut MechanicalGradientTimings,
+    ) -> Result<(f64, Vec<f64>), RunError> {
+        let u = self.state()?.to_vec();
+        let n_nodes = self.model.n_nodes();
+        if self.objective.is_empty() {
+            return Ok((0.0, vec![0.0; n_nodes]));
+        }
+        let with_coords = shape.is_active();
+        let eval = evaluate(&self.model, &self.objective, &u, with_coords).map_err(mech)?;
+        // Explicit partials: E and ν in von Mises terms, coordinates.
+        self.add_material(grad, &eval.d_young_elem, &eval.d_poisson_elem, 1.0);
+        if let Some(dx) = &eval.d_coords {
+            shape.add_partials(grad, dx, 1.0);
+        }
+        let ts = Instant::now();
+        let mut rhs = self.model.dofs.gather(&eval.d_displacement);
+        if !rhs.is_empty() {
+            self.solver.solve_transpose_in_place(&mut rhs)?;
+        }
+        let mut lambda = vec![0.0; 3 * n_nodes];
+        self.model.dofs.scatter(&rhs, &mut lambda);
+        timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
+        let ta = Instant::now();
+        let has = |f: fn(&MBinding) -> bool| self.bindings.iter().any(|(_, b)| f(b));
+        let want = VjpRequest {
+            material: has(|b| {
+                matches!(b, MBinding::Young(_) | MBinding::YoungElem(_) | MBinding::Poisson(_))
+            }),
+            thermal: has(|b| matches!(b, MBinding::Alpha(_) | MBinding::TRef(_))),
+            loads: has(|b| {
+                matches!(b, MBinding::BodyForce(_) | MBinding::Pressure(_) | MBinding::Traction(_))
+            }),
+            displacement: has(|b| matches!(b, MBinding::Displacement(..))),
+            temperature: self.model.temperature().is_some(),
+            coords: with_coords,
+        };
+        let vjp = self.model.parameter_vjp(&u, &lambda, want);
+        self.add_material(grad, &vjp.young_elem, &vjp.poisson_elem, -1.0);
+        // Compliance fᵀu depends on the loads explicitly: uᵀ ∂f/∂p = −uᵀ ∂R/∂p.
+        let compliance: f64 = self
+            .objective
+            .iter()
+            .filter(|t| t.kind == MechObjectiveKind::Compliance)
+            .map(|t| t.weight)
+            .sum();
+        let load_vjp = (compliance != 0.0 && want.loads).then(|| {
+            self.model.parameter_vjp(
+                &u,
+                &u,
+                VjpRequest {
+                    material: false,
+                    thermal: false,
+                    loads: true,
+                    displacement: false,
+                    temperature: false,
+                    coords: false,
+                },
+            )
+        });
+        let owner = self.model.constraint_owner();
+        for (id, b) in &self.bindings {
+            let g = grad.get_mut(*id);
+            match b {
+                MBinding::Alpha(r) => g[0] -= vjp.alpha[*r],
+                MBinding::TRef(r) => g[0] -= vjp.t_ref[*r],
+                MBinding::BodyForce(r) => {
+                    for k in 0..3 {
+                        g[k] -= vjp.body_force[*r][k];
+                        if let Some(l) = &load_vjp {
+                            g[k] -= compliance * l.body_force[*r][k];
+                        }
+                    }
+                }
+                MBinding::Pressure(bc) => {
+                    g[0] -= vjp.pressure[*bc];
+                    if let Some(l) = &load_vjp {
+                        g[0] -= compliance * l.pressure[*bc];
+                    }
+                }
+                MBinding::Traction(bc) => {
+                    for k in 0..3 {
+                        g[k] -= vjp.traction[*bc][k];
+                        if let Some(l) = &load_vjp {
+                            g[k] -= compliance * l.traction[*bc][k];
+                        }
+                    }
+                }
+                MBinding::Displacement(bc, comps) => {
+                    for (k, &c) in comps.iter().enumerate() {
+                        let direct: f64 = (0..n_nodes)
+                            .filter(|&n| owner[3 * n + c] == Some(*bc))
+                            .map(|n| eval.d_displacement[3 * n + c])
+                            .sum();
+                        g[k] += direct - vjp.displacement[*bc][c];
+                    }
+                }
+                MBinding::Young(_) | MBinding::YoungElem(_) | MBinding::Poisson(_) => {}
+            }
+        }
+        if let Some(dx) = &vjp.coords {
+            shape.add_partials(grad, dx, -1.0);
+        }
+        let t_bar = vjp
+            .temperature
+            .map_or_else(|| vec![0.0; n_nodes], |t| t.into_iter().map(|v| -v).collect());
+        timings.accumulate_s += ta.elapsed().as_secs_f64();
+        Ok((eval.value, t_bar))
+    }
+
+    /// Add per-element E and ν partials (times `scale`) to the registered E/ν parameters.
+    fn add_material(&self, grad: &mut Gradient, d_young: &[f64], d_poisson: &[f64], scale: f64) {
+        for (id, b) in &self.bindings {
+            let g = grad.get_mut(*id);
+            match b {
+                MBinding::Young(r) => {
+                    g[0] += scale
+                        * self.model.regions[*r].elements.iter().map(|&e| d_young[e]).sum::<f64>();
+                }
+                MBinding::YoungElem(r) => {
+                    for (gi, &e) in g.iter_mut().zip(&self.model.regions[*r].elements) {
+                        *gi += scale * d_young[e];
+                    }
+                }
+                MBinding::Poisson(r) => {
+                    g[0] += scale
+                        * self.model.regions[*r]
+                            .elements
+                            .iter()
+                            .map(|&e| d_poisson[e])
+                            .sum::<f64>();
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The mean displacement vector over a group (volume or surface).
+    pub fn mean_displacement(&self, group: &str) -> Result<[f64; 3], RunError> {
+        let u = self.state()?;
+        let mut out = [0.0; 3];
+        for (k, o) in out.iter_mut().enumerate() {
+            let mut d = [0.0; 3];
+            d[k] = 1.0;
+            let term = MechObjectiveTerm {
+                weight: 1.0,
+                kind: MechObjectiveKind::AverageDisplacement { group: group.into(), direction: d },
+            };
+            *o = evaluate(&self.model, &[term], u, false).map_err(mech)?.value;
+        }
+        Ok(out)
+    }
+
+    /// The largest von Mises stress over the quadrature points (Pa).
+    pub fn max_von_mises(&self) -> Result<f64, RunError> {
+        let s = self.model.stress(self.state()?);
+        Ok(s.qp_von_mises.iter().copied().fold(0.0, f64::max))
+    }
+
+    /// Reactions per constraint and the total external load.
+    pub fn force_balance(&self) -> Result<ForceBalance, RunError> {
+        let u = self.state()?;
+        let reactions = self.model.reactions(u);
+        let f = self.model.load_vector();
+        let mut external = [0.0; 3];
+        for (d, v) in f.iter().enumerate() {
+            external[d % 3] += v;
+        }
+        let mut sum = external;
+        // The size of the forces at play: external loads, reactions, and the largest nodal
+        // force of the loads at u = 0 (thermal strain included), so that a free, stress-free
+        // body's round-off reactions read as balanced.
+        let r0 = self.model.full_residual(&vec![0.0; u.len()]);
+        let mut scale = external
+            .iter()
+            .map(|v| v * v)
+            .sum::<f64>()
+            .sqrt()
+            .max(r0.iter().fold(0.0, |a: f64, v| a.max(v.abs())));
+        let mut list = Vec::new();
+        for (b, r) in self.model.boundaries.iter().zip(&reactions) {
+            if b.kind.constrained_values().iter().any(Option::is_some) {
+                for k in 0..3 {
+                    sum[k] += r[k];
+                }
+                scale = scale.max(r.iter().map(|v| v * v).sum::<f64>().sqrt());
+                list.push((b.name.clone(), *r));
+            }
+        }
+        let imbalance = sum.iter().map(|v| v * v).sum::<f64>().sqrt();
+        Ok(ForceBalance {
+            reactions: list,
+            external,
+            relative_imbalance: if scale > 0.0 { imbalance / scale } else { 0.0 },
+        })
+    }
+
+    /// The output cell (index among the mesh's cells of the top dimension, in block order)
+    /// of each volume element, matched by cell tag.
+    pub fn cell_output_index(&self, mesh: &Mesh) -> Vec<Option<usize>> {
+        let dim = mesh.dim();
+        let mut by_tag = std::collections::HashMap::new();
+        let mut acc = 0;
+        for blk in mesh.blocks.iter().filter(|b| b.cell_type.dim() == dim) {
+            for (i, &t) in blk.tags.iter().enumerate() {
+                by_tag.insert(t, acc + i);
+            }
+            acc += blk.len();
+        }
+        (0..self.model.n_volume_elements())
+            .map(|e| by_tag.get(&self.model.element_cell_tag(e)).copied())
+            .collect()
+    }
+
+    /// Per-element gradient fields (per-element parameters) for the XDMF output: (name,
+    /// value per volume element of the model, NaN elsewhere).
+    pub fn element_gradient_fields(&self, grad: &Gradient) -> Vec<(String, Vec<f64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let MBinding::YoungElem(r) = b {
+                let mut v = vec![f64::NAN; self.model.n_volume_elements()];
+                for (gi, &e) in grad.get(*id).iter().zip(&self.model.regions[*r].elements) {
+                    v[e] = *gi;
+                }
+                out.push((format!("dJ_d_young_elem_{}", self.model.regions[*r].name), v));
+            }
+        }
+        out
+    }
+}
