@@ -14,6 +14,7 @@ use crate::electrothermal::{
 use crate::mechanical::{ForceBalance, MechanicalField, MechanicalSolveTimings};
 use crate::problem::{ProblemError, ProblemFile, read_sensors};
 use crate::thermal::{GradientTimings, LinearChoice, RunError, SolveTimings, ThermalProblem};
+use crate::transient_file::{TransientReport, TransientRun};
 use gradfem_electrical::TerminalFunctional;
 use gradfem_mechanical::linear::objective::{
     ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm,
@@ -47,6 +48,9 @@ pub enum Fields {
 pub struct Problem {
     pub fields: Fields,
     pub mechanical: Option<Box<MechanicalField>>,
+    /// Transient heat (`[transient]`): the thermal field is stepped in time instead of solved
+    /// for its steady state.
+    pub transient: Option<Box<TransientRun>>,
 }
 
 /// The objective (or a constraint quantity) of a problem, per field.
@@ -59,13 +63,13 @@ pub struct ObjectiveSet {
 
 impl From<Box<ThermalProblem>> for Problem {
     fn from(p: Box<ThermalProblem>) -> Self {
-        Problem { fields: Fields::Thermal(p), mechanical: None }
+        Problem { fields: Fields::Thermal(p), mechanical: None, transient: None }
     }
 }
 
 impl From<Box<ElectroThermalProblem>> for Problem {
     fn from(p: Box<ElectroThermalProblem>) -> Self {
-        Problem { fields: Fields::ElectroThermal(p), mechanical: None }
+        Problem { fields: Fields::ElectroThermal(p), mechanical: None, transient: None }
     }
 }
 
@@ -113,6 +117,9 @@ impl Problem {
         if let Some(m) = &self.mechanical {
             names.extend(m.available_parameters());
         }
+        if let Some(t) = &self.transient {
+            names.extend(t.available_parameters(self.thermal()));
+        }
         names
     }
 
@@ -131,12 +138,22 @@ impl Problem {
             };
             return m.register(reg, name, bounds);
         }
+        if let Some(t) = &mut self.transient
+            && TransientRun::owns(name)
+        {
+            let th = match &mut self.fields {
+                Fields::Thermal(p) => &mut **p,
+                Fields::ElectroThermal(p) => &mut p.thermal,
+            };
+            return t.register(th, name, bounds);
+        }
         let r = match &mut self.fields {
             Fields::Thermal(p) => p.register(name, bounds),
             Fields::ElectroThermal(p) => p.register(name, bounds),
         };
-        r.map_err(|e| match (e, &self.mechanical) {
-            (RunError::Setup(_), Some(_)) => RunError::Setup(format!(
+        let more_fields = self.mechanical.is_some() || self.transient.is_some();
+        r.map_err(|e| match (e, more_fields) {
+            (RunError::Setup(_), true) => RunError::Setup(format!(
                 "cannot register '{name}': this problem offers {}",
                 self.available_parameters().join(", ")
             )),
@@ -156,6 +173,13 @@ impl Problem {
                 Fields::ElectroThermal(p) => &p.thermal,
             };
             m.apply_parameters(&t.registry, &t.shape)?;
+        }
+        if let Some(tr) = &mut self.transient {
+            let reg = match &self.fields {
+                Fields::Thermal(p) => &p.registry,
+                Fields::ElectroThermal(p) => &p.thermal.registry,
+            };
+            tr.apply_parameters(reg);
         }
         Ok(())
     }
@@ -184,6 +208,13 @@ impl Problem {
     /// Solve the forward problem: the upstream fields, then the mechanical field with their
     /// temperature.
     pub fn solve(&mut self) -> Result<(), RunError> {
+        if let Some(tr) = &mut self.transient {
+            let th = match &mut self.fields {
+                Fields::Thermal(p) => &mut **p,
+                Fields::ElectroThermal(p) => &mut p.thermal,
+            };
+            return tr.solve(th);
+        }
         match &mut self.fields {
             Fields::Thermal(p) => p.solve().map(|_| ())?,
             Fields::ElectroThermal(p) => p.solve()?,
@@ -200,6 +231,9 @@ impl Problem {
 
     /// True when the forward state is solved for the current parameters.
     fn is_solved(&self) -> bool {
+        if let Some(tr) = &self.transient {
+            return tr.is_solved();
+        }
         let up = match &self.fields {
             Fields::Thermal(p) => p.temperature().is_some(),
             Fields::ElectroThermal(p) => p.temperature().is_some() && p.potential().is_some(),
@@ -212,6 +246,10 @@ impl Problem {
     pub fn objective_terms(&mut self) -> Result<(f64, Vec<f64>), RunError> {
         if !self.is_solved() {
             self.solve()?;
+        }
+        if let Some(tr) = &self.transient {
+            let j = tr.objective_value(self.thermal())?;
+            return Ok((j, vec![j]));
         }
         let (mut value, mut terms) = match &self.fields {
             Fields::Thermal(p) => {
@@ -238,6 +276,16 @@ impl Problem {
             self.solve()?;
         }
         let t0 = std::time::Instant::now();
+        if let Some(tr) = &mut self.transient {
+            let th = match &self.fields {
+                Fields::Thermal(p) => &**p,
+                Fields::ElectroThermal(p) => &p.thermal,
+            };
+            let (j, g) = tr.gradient(th)?;
+            let timings =
+                GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
+            return Ok((j, g, timings, None));
+        }
         let mut mech_part = None;
         if let Some(m) = &mut self.mechanical {
             let t = match &self.fields {
@@ -276,7 +324,7 @@ impl Problem {
         params: &gradfem_solvers::taylor::TaylorParams,
         mut progress: impl FnMut(usize),
     ) -> Result<gradfem_solvers::taylor::TaylorResult, RunError> {
-        if self.mechanical.is_none() {
+        if self.mechanical.is_none() && self.transient.is_none() {
             return match &mut self.fields {
                 Fields::Thermal(p) => p.taylor_test(params, progress),
                 Fields::ElectroThermal(p) => p.taylor_test(params, progress),
@@ -307,6 +355,11 @@ impl Problem {
         self.apply_parameters()?;
         self.solve()?;
         result
+    }
+
+    /// The thermal field, mutably (for set-up).
+    pub fn thermal_field_mut(&mut self) -> &mut ThermalProblem {
+        self.thermal_mut()
     }
 }
 
@@ -457,6 +510,19 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         }
     };
     problem.mechanical = mechanical;
+    if let Some(ts) = &spec.transient {
+        if problem.electro_thermal().is_some() || problem.mechanical.is_some() {
+            return Err(invalid(
+                file,
+                "[transient] steps the thermal field alone; remove [electrical] and [mechanical]",
+            ));
+        }
+        let th = problem.thermal();
+        let initial =
+            spec.initial_state.as_ref().map(|_| th.model.nodal_temperature(th.unknowns()));
+        let run = TransientRun::new(ts, th, initial).map_err(run_err)?;
+        problem.transient = Some(Box::new(run));
+    }
     if problem.electro_thermal().is_none()
         && let Some((line, _)) = terminal_terms_lines(file).first()
     {
@@ -792,6 +858,10 @@ pub struct Summary {
     /// Timings of the mechanical solve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mechanical: Option<MechanicalSolveTimings>,
+    /// Transient runs: steps, final time, the largest temperature over time (the temperature
+    /// keys above are those of the last state).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transient: Option<TransientReport>,
 }
 
 /// Summarize the solved problem.
@@ -811,6 +881,12 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         s.joule_power_w = Some(p.joule_power()?);
         s.terminals = Some(report);
         s.coupling = Some(p.last_solve.clone());
+    }
+    if let Some(tr) = &problem.transient {
+        let j = tr.objective_value(problem.thermal())?;
+        s.objective = j;
+        s.objective_terms = vec![j];
+        s.transient = Some(tr.report.clone());
     }
     if let Some(m) = &problem.mechanical {
         let (value, terms) = m.objective_terms()?;
@@ -867,6 +943,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         max_displacement_m: None,
         force_balance: None,
         mechanical: None,
+        transient: None,
     })
 }
 
@@ -967,7 +1044,29 @@ pub fn write_results(
             });
         }
     }
-    results.add_step(Step { time: 0.0, fields });
+    match &whole.transient {
+        Some(tr) => {
+            let states = tr.output_states();
+            let last = states.len().saturating_sub(1);
+            for (i, (time, t)) in states.iter().enumerate() {
+                if i == last {
+                    results.add_step(Step { time: *time, fields: std::mem::take(&mut fields) });
+                } else {
+                    results.add_step(Step {
+                        time: *time,
+                        fields: vec![Field {
+                            name: "temperature".into(),
+                            centering: Centering::Node,
+                            values: FieldValues::Scalar(t.to_vec()),
+                        }],
+                    });
+                }
+            }
+        }
+        None => {
+            results.add_step(Step { time: 0.0, fields });
+        }
+    }
     let path = dir.join("results.xdmf");
     results.write(&path).map_err(|e| werr(&path, &e))?;
     Ok(path)

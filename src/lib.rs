@@ -15,6 +15,7 @@ pub mod problem;
 pub mod shape;
 pub mod thermal;
 pub mod transient;
+pub mod transient_file;
 
 pub use gradfem_io as io;
 pub use gradfem_mesh as mesh;

@@ -206,6 +206,16 @@ fn print_summary(s: &app::Summary) {
     if let Some(init) = &s.initial_state {
         println!("  initial state: {init}");
     }
+    if let Some(t) = &s.transient {
+        println!(
+            "  transient: {} steps to t = {:.6e} s, {} factorization(s), {} Newton iteration(s); max T over time {:.4} K (values above: last state)",
+            t.steps,
+            t.final_time_s,
+            t.factorizations,
+            t.newton_iterations,
+            t.max_temperature_over_time_k
+        );
+    }
     if let Some(u) = s.tip_displacement_m {
         println!("  tip displacement: ({:+.6e}, {:+.6e}, {:+.6e}) m", u[0], u[1], u[2]);
     }

@@ -531,6 +531,9 @@ pub struct ProblemSpec {
     /// The mechanical field (thermal stress: the chain T → σ → u).
     #[serde(default)]
     pub mechanical: Option<MechanicalSpec>,
+    /// Transient heat (see [`crate::transient_file`]).
+    #[serde(default)]
+    pub transient: Option<crate::transient_file::TransientFileSpec>,
     /// Morphs: scalar design parameters that move the nodes (see [`crate::shape`]).
     #[serde(default, rename = "morph")]
     pub morphs: Vec<crate::shape::MorphSpec>,

@@ -619,6 +619,57 @@ impl ThermalProblem {
         Ok(())
     }
 
+    /// Which steady parameter kinds are registered (what a transient gradient must compute).
+    pub fn vjp_request(&self) -> gradfem_thermal::VjpRequest {
+        let has = |f: fn(&Binding) -> bool| self.bindings.iter().any(|(_, b)| f(b));
+        gradfem_thermal::VjpRequest {
+            conductivity: has(|b| matches!(b, Binding::RegionK(_) | Binding::ElementK(_))),
+            source: has(|b| matches!(b, Binding::Source(_))),
+            boundary: has(|b| {
+                matches!(b, Binding::BcH(_) | Binding::BcTInf(_) | Binding::BcFlux(_))
+            }),
+            temperature: has(|b| matches!(b, Binding::BcTemperature(_))),
+            coords: self.shape.is_active(),
+        }
+    }
+
+    /// Add the total derivatives of a transient run (dJ/dp per steady parameter kind) to the
+    /// registered parameters' gradient.
+    pub fn add_transient_gradient(
+        &self,
+        g: &crate::transient::TransientGradient,
+        grad: &mut Gradient,
+    ) {
+        for (id, binding) in &self.bindings {
+            let v = grad.get_mut(*id);
+            match *binding {
+                Binding::RegionK(r) => v[0] += g.k_region[r],
+                Binding::ElementK(r) => {
+                    for (gi, &e) in v.iter_mut().zip(&self.model.regions[r].elements) {
+                        *gi += g.k_elem[e];
+                    }
+                }
+                Binding::Source(r) => v[0] += g.source[r],
+                Binding::BcTemperature(b) => v[0] += g.temperature[b],
+                Binding::BcH(b) => v[0] += g.h[b],
+                Binding::BcTInf(b) => v[0] += g.t_inf[b],
+                Binding::BcFlux(b) => v[0] += g.q_in[b],
+                Binding::Coordinates | Binding::Morph(_) => {}
+            }
+        }
+        if let Some(dx) = &g.coords {
+            self.shape.add_partials(grad, dx, 1.0);
+        }
+    }
+
+    /// Take nodal temperatures computed elsewhere (a transient run's last state) as the
+    /// solution: summaries and outputs report them.
+    pub fn set_solution(&mut self, nodal: Vec<f64>) {
+        assert_eq!(nodal.len(), self.model.n_nodes(), "set_solution: one value per node");
+        self.unknowns = self.model.dofs.gather(&nodal);
+        self.temperature = Some(nodal);
+    }
+
     /// Free temperatures of the last solve (Newton's start for the next one).
     pub fn unknowns(&self) -> &[f64] {
         &self.unknowns
@@ -747,10 +798,8 @@ pub fn direction(
                 scale
             } else if m0[i] != 0.0 {
                 m0[i].abs()
-            } else if let Some(s) = morph {
-                s
             } else {
-                1e-3
+                morph.unwrap_or(1e-3)
             };
             d[i] *= s;
         }

@@ -546,6 +546,15 @@ impl TransientProblem {
     /// J = Σ_n j_n(T^n).
     pub fn objective(&self, obj: &impl TimeObjective) -> Result<f64, TransientError> {
         let traj = self.simulate()?;
+        self.objective_of(&traj, obj)
+    }
+
+    /// J = Σ_n j_n(T^n) of a trajectory this problem computed (no new simulation).
+    pub fn objective_of(
+        &self,
+        traj: &Trajectory,
+        obj: &impl TimeObjective,
+    ) -> Result<f64, TransientError> {
         let mut j = 0.0;
         for (n, t) in traj.temperatures.iter().enumerate() {
             if let Some(e) = obj.eval(&self.model, self.step_info(n), t, false)? {

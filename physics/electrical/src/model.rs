@@ -54,7 +54,7 @@ use std::collections::HashMap;
 
 use gradfem_mesh::quadrature::ElementTable;
 use gradfem_mesh::{CellId, CellType, Mesh, geometry};
-use num_dual::{Dual64, DualNum};
+use num_dual::DualNum;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -241,7 +241,7 @@ pub struct VjpRequest {
     pub terminals: bool,
     /// Nodal temperature (the coupling to the thermal field).
     pub temperature: bool,
-    /// Node coordinates (dual numbers over 3·n coordinates per element: the dearest).
+    /// Node coordinates (closed-form element products; about as dear as the residual).
     pub coords: bool,
 }
 
@@ -342,6 +342,29 @@ fn check_finite(what: String, value: f64) -> Result<(), ElectricalError> {
         Err(ElectricalError::InvalidValue { what, requirement: "finite", value })
     }
 }
+
+/// Which products of λ with the residual's derivatives
+/// [`ElectricalModel::residual_products_element`] computes.
+#[derive(Clone, Copy, Debug)]
+struct ResidualProducts {
+    /// λᵀ ∂R/∂σ₀ₑ and λᵀ ∂R/∂α_R per element.
+    conductivity: bool,
+    /// (∂R/∂φ)ᵀ λ.
+    tangent: bool,
+    /// (∂R/∂T)ᵀ λ.
+    temperature: bool,
+    /// λᵀ ∂R/∂X.
+    coords: bool,
+}
+
+impl ResidualProducts {
+    const NONE: ResidualProducts =
+        ResidualProducts { conductivity: false, tangent: false, temperature: false, coords: false };
+}
+
+/// Values per node and per element of the packed vector-Jacobian products
+/// ([`ElectricalModel::residual_products_element`], [`ElectricalModel::joule_products_element`]).
+const PRODUCTS_WIDTH: usize = 5;
 
 /// Per-point quantities of a volume element at a quadrature point.
 struct PointState {
@@ -915,6 +938,15 @@ impl ElectricalModel {
         x
     }
 
+    /// The values of a nodal vector at the nodes of element `e` (zero past its node count).
+    fn element_values(&self, e: usize, nodal: &[f64]) -> [f64; MAX_NODES] {
+        let mut v = [0.0; MAX_NODES];
+        for (va, &n) in v.iter_mut().zip(self.element_nodes(e)) {
+            *va = nodal[n];
+        }
+        v
+    }
+
     /// Loop over the quadrature points of volume element `e`: `f(q, shape, grads, state)`.
     fn for_points(
         &self,
@@ -1261,32 +1293,23 @@ impl ElectricalModel {
 
     // ----- vector-Jacobian products ---------------------------------------------------------
 
-    /// (∂R/∂φ)ᵀ λ over every node (fixed nodes included), from the volume element tangents.
+    /// (∂R/∂φ)ᵀ λ over every node (fixed nodes included), from the volume elements without
+    /// forming their tangents: the element tangent ∫ σ ∇N_a·∇N_b dΩ is symmetric, so
+    /// ((∂r/∂φ)ᵀ λ)_b = ∫ σ ∇N_b·∇λ dΩ with ∇λ = Σ_a λ_a ∇N_a.
     pub fn tangent_transpose_product(
         &self,
         phi: &[f64],
         t: Option<&[f64]>,
         lambda: &[f64],
     ) -> Vec<f64> {
-        let mut out = vec![0.0; self.n_nodes()];
-        self.scatter_chunked(&mut out, 1, |e, local| {
-            if e >= self.n_volume {
-                return;
-            }
-            let nodes = self.element_nodes(e);
-            let nn = nodes.len();
-            let mut ke = [0.0; MAX_NODES * MAX_NODES];
-            let mut fe = [0.0; MAX_NODES];
-            self.element_residual_tangent(e, phi, t, Some(&mut ke[..nn * nn]), &mut fe[..nn]);
-            for b in 0..nn {
-                local[b] = (0..nn).map(|a| ke[a * nn + b] * lambda[nodes[a]]).sum();
-            }
-        });
-        out
+        let which = ResidualProducts { tangent: true, ..ResidualProducts::NONE };
+        let (nodal, _) = self.residual_products(phi, t, lambda, which);
+        nodal.chunks_exact(PRODUCTS_WIDTH).map(|c| c[0]).collect()
     }
 
     /// λᵀ ∂R/∂p for every parameter at nodal potentials `phi` and temperatures `t`, for `lambda`
-    /// given at every node (see the module doc).
+    /// given at every node (see the module doc). Everything requested is computed in one pass
+    /// over the volume elements.
     pub fn parameter_vjp(
         &self,
         phi: &[f64],
@@ -1304,116 +1327,133 @@ impl ElectricalModel {
             coords: None,
             temperature: vec![0.0; n_nodes],
         };
-        if want.conductivity {
-            // λ·r_e = ∫ σ ∇λ_h·∇φ: ∂/∂σ₀ = ∫ ∇λ_h·∇φ / m, ∂/∂α_R = ∫ ∂σ/∂α_R ∇λ_h·∇φ.
-            let per: Vec<[f64; 2]> = (0..self.n_volume)
-                .into_par_iter()
-                .map(|e| {
-                    let nodes = self.element_nodes(e);
-                    let mut out = [0.0; 2];
-                    self.for_points(e, phi, t, |_, _, g, s| {
-                        let mut gl = [0.0; 3];
-                        for (a, &n) in nodes.iter().enumerate() {
-                            for k in 0..3 {
-                                gl[k] += g[a][k] * lambda[n];
-                            }
-                        }
-                        let d = s.w * dot(gl, s.grad_phi);
-                        out[0] += d * s.inv_m;
-                        out[1] += d * s.dsigma_da;
-                    });
-                    out
-                })
-                .collect();
-            for (e, p) in per.iter().enumerate() {
-                vjp.sigma_elem[e] = p[0];
-                vjp.alpha_r[self.elem_conductor[e] as usize] += p[1];
-            }
+        let which = ResidualProducts {
+            conductivity: want.conductivity,
+            tangent: want.terminals,
+            temperature: want.temperature && t.is_some(),
+            coords: want.coords,
+        };
+        if which.conductivity || which.tangent || which.temperature || which.coords {
+            let (nodal, per_element) = self.residual_products(phi, t, lambda, which);
+            self.unpack_products(&nodal, &per_element, which, &mut vjp);
         }
         if want.terminals {
-            let full = self.tangent_transpose_product(phi, t, lambda);
             for (k, term) in self.terminals.iter().enumerate() {
-                if term.is_voltage() {
-                    vjp.voltage[k] = term.owned_nodes.iter().map(|&n| full[n]).sum();
-                } else {
+                if !term.is_voltage() {
                     vjp.current[k] = -lambda[term.nodes[0]];
                 }
             }
         }
-        if want.temperature
-            && let Some(t) = t
-        {
-            self.scatter_chunked(&mut vjp.temperature, 1, |e, local| {
-                if e >= self.n_volume {
-                    return;
-                }
-                let nodes = self.element_nodes(e);
-                let nn = nodes.len();
-                let mut kt = [0.0; MAX_NODES * MAX_NODES];
-                self.temperature_tangent_element(e, phi, t, &mut kt[..nn * nn]);
-                for b in 0..nn {
-                    local[b] = (0..nn).map(|a| kt[a * nn + b] * lambda[nodes[a]]).sum();
-                }
-            });
-        }
-        if want.coords {
-            vjp.coords = Some(self.coordinate_vjp(phi, t, lambda));
-        }
         vjp
     }
 
-    /// Dual-number derivative of Σ_a w_a f_a(X_e) over each volume element's coordinates,
-    /// where `f` evaluates a generic element quantity; scattered per node.
-    fn coordinate_derivative(
+    /// Spread the packed products of [`residual_products`](Self::residual_products) into `vjp`.
+    fn unpack_products(
         &self,
-        f: impl Fn(usize, &[[Dual64; 3]], &mut [Dual64]) -> f64 + Sync,
-    ) -> Vec<[f64; 3]> {
-        let mut flat = vec![0.0; 3 * self.n_nodes()];
-        self.scatter_chunked(&mut flat, 3, |e, local| {
-            if e >= self.n_volume {
-                return;
+        nodal: &[f64],
+        per_element: &[f64],
+        which: ResidualProducts,
+        vjp: &mut ElectricalVjp,
+    ) {
+        if which.conductivity {
+            for (e, p) in per_element.chunks_exact(PRODUCTS_WIDTH).enumerate() {
+                vjp.sigma_elem[e] = p[0];
+                vjp.alpha_r[self.elem_conductor[e] as usize] += p[1];
             }
-            let nodes = self.element_nodes(e);
-            let mut x: Vec<[Dual64; 3]> =
-                nodes.iter().map(|&n| self.coords[n].map(Dual64::from)).collect();
-            let mut buf = vec![Dual64::from(0.0); MAX_NODES.max(self.block(e).table.n_points())];
-            for a in 0..nodes.len() {
-                for i in 0..3 {
-                    x[a][i].eps = 1.0;
-                    local[3 * a + i] = f(e, &x, &mut buf);
-                    x[a][i].eps = 0.0;
+        }
+        let per_node = nodal.chunks_exact(PRODUCTS_WIDTH);
+        if which.tangent {
+            for (k, term) in self.terminals.iter().enumerate() {
+                if term.is_voltage() {
+                    vjp.voltage[k] =
+                        term.owned_nodes.iter().map(|&n| nodal[PRODUCTS_WIDTH * n]).sum();
                 }
             }
-        });
-        flat.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()
+        }
+        if which.temperature {
+            vjp.temperature = per_node.clone().map(|c| c[1]).collect();
+        }
+        if which.coords {
+            vjp.coords = Some(per_node.map(|c| [c[2], c[3], c[4]]).collect());
+        }
     }
 
-    fn element_inputs(
+    /// The products of λ with the residual's derivatives selected by `which`, in one pass over
+    /// the volume elements: [`PRODUCTS_WIDTH`] values per node and per volume element, laid out
+    /// as in [`residual_products_element`](Self::residual_products_element).
+    fn residual_products(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        lambda: &[f64],
+        which: ResidualProducts,
+    ) -> (Vec<f64>, Vec<f64>) {
+        self.scatter_with_element_slot(|e, local| {
+            self.residual_products_element(e, phi, t, lambda, which, local)
+        })
+    }
+
+    /// The products of λ with the derivatives of the residual of volume element `e`, added to
+    /// `local`: [`PRODUCTS_WIDTH`] values per local node, node-major — (∂r/∂φ)ᵀλ, (∂r/∂T)ᵀλ,
+    /// then λᵀ ∂r/∂X in x, y, z — followed by the element's λᵀ ∂r/∂σ₀ and λᵀ ∂r/∂α_R (and
+    /// three unused zeros). The parts `which` leaves out stay untouched. With
+    /// ∇λ = Σ_a λ_a ∇N_a and the weights w_q det J of the points:
+    ///
+    /// - (∂r/∂φ)ᵀλ_b = Σ_q w_q det J σ ∇N_b·∇λ (the element tangent is symmetric);
+    /// - (∂r/∂T)ᵀλ_b = Σ_q w_q det J ∂σ/∂T (∇λ·∇φ) N_b;
+    /// - λᵀ ∂r/∂X_bi = Σ_q w_q det J σ [ (∇N_b)ᵢ ∇λ·∇φ − (∇N_b·∇φ)(∇λ)ᵢ − (∇N_b·∇λ)(∇φ)ᵢ ]:
+    ///   moving node b in direction i changes det J by det J (∇N_b)ᵢ and every physical
+    ///   gradient by ∂(∇N_a)/∂X_bi = −∇N_b (∇N_a)ᵢ, while the values at the points (T_q, hence
+    ///   σ) stay put;
+    /// - λᵀ ∂r/∂σ₀ = Σ_q w_q det J (∇λ·∇φ) / m and λᵀ ∂r/∂α_R = Σ_q w_q det J ∂σ/∂α_R (∇λ·∇φ).
+    ///
+    /// The tests hold the nodal products to the element tangents and the coordinate product to
+    /// the dual-number derivative of [`element_residual_generic`](Self::element_residual_generic).
+    fn residual_products_element(
         &self,
         e: usize,
         phi: &[f64],
         t: Option<&[f64]>,
-    ) -> (Vec<Dual64>, Option<Vec<Dual64>>, Dual64, Dual64) {
-        let nodes = self.element_nodes(e);
-        let c = Dual64::from;
-        let pe = nodes.iter().map(|&n| c(phi[n])).collect();
-        let te = t.map(|t| nodes.iter().map(|&n| c(t[n])).collect());
-        let cond = &self.conductors[self.elem_conductor[e] as usize];
-        (pe, te, c(self.sigma_elem[e]), c(cond.law.alpha_r().unwrap_or(0.0)))
-    }
-
-    /// λᵀ ∂R/∂X per node, with dual numbers over each element's 3·n coordinates.
-    fn coordinate_vjp(&self, phi: &[f64], t: Option<&[f64]>, lambda: &[f64]) -> Vec<[f64; 3]> {
-        self.coordinate_derivative(|e, x, buf| {
-            let (pe, te, s0, al) = self.element_inputs(e, phi, t);
-            let nodes = self.element_nodes(e);
-            self.element_residual_generic(e, x, &pe, te.as_deref(), s0, al, buf);
-            nodes.iter().enumerate().map(|(b, &n)| buf[b].eps * lambda[n]).sum()
-        })
+        lambda: &[f64],
+        which: ResidualProducts,
+        local: &mut [f64],
+    ) {
+        let la = self.element_values(e, lambda);
+        let (nodal, slot) = local.split_at_mut(local.len() - PRODUCTS_WIDTH);
+        self.for_points(e, phi, t, |_, n, g, s| {
+            let gl = gradient(g, &la);
+            let gp = s.grad_phi;
+            let gl_gp = dot(gl, gp);
+            if which.conductivity {
+                slot[0] += s.w * gl_gp * s.inv_m;
+                slot[1] += s.w * gl_gp * s.dsigma_da;
+            }
+            if !(which.tangent || which.temperature || which.coords) {
+                return;
+            }
+            let c = s.w * s.sigma;
+            let c_t = s.w * s.dsigma_dt * gl_gp;
+            for ((o, gb), nb) in nodal.chunks_exact_mut(PRODUCTS_WIDTH).zip(g).zip(n) {
+                let gb_gl = dot(*gb, gl);
+                if which.tangent {
+                    o[0] += c * gb_gl;
+                }
+                if which.temperature {
+                    o[1] += c_t * nb;
+                }
+                if which.coords {
+                    let gb_gp = dot(*gb, gp);
+                    for i in 0..3 {
+                        o[2 + i] += c * (gb[i] * gl_gp - gb_gp * gl[i] - gb_gl * gp[i]);
+                    }
+                }
+            }
+        });
     }
 
     /// The reverse of the Joule heat at the quadrature points (see [`JouleVjp`]); `q_bar` has
-    /// one value per point (layout of [`joule_heat_qp`](Self::joule_heat_qp)).
+    /// one value per point (layout of [`joule_heat_qp`](Self::joule_heat_qp)). One pass over
+    /// the volume elements.
     pub fn joule_vjp(
         &self,
         phi: &[f64],
@@ -1421,52 +1461,102 @@ impl ElectricalModel {
         q_bar: &[f64],
         with_coords: bool,
     ) -> JouleVjp {
-        let n_nodes = self.n_nodes();
         assert_eq!(q_bar.len(), *self.qp_offsets.last().unwrap(), "q_bar has one value per point");
-        let mut out = JouleVjp {
-            phi: vec![0.0; n_nodes],
-            temperature: vec![0.0; n_nodes],
-            sigma_elem: vec![0.0; self.n_volume],
-            alpha_r: vec![0.0; self.conductors.len()],
-            coords: None,
-        };
-        // Per element: [σ₀, α_R] and per node [φ, T].
-        let per: Vec<([f64; 2], Vec<[f64; 2]>)> = (0..self.n_volume)
-            .into_par_iter()
-            .map(|e| {
-                let nn = self.element_nodes(e).len();
-                let qb = &q_bar[self.qp_offsets[e]..self.qp_offsets[e + 1]];
-                let mut p = [0.0; 2];
-                let mut nodal = vec![[0.0; 2]; nn];
-                self.for_points(e, phi, t, |q, n, g, s| {
-                    let gp2 = dot(s.grad_phi, s.grad_phi);
-                    p[0] += qb[q] * s.inv_m * gp2;
-                    p[1] += qb[q] * s.dsigma_da * gp2;
-                    for a in 0..nn {
-                        nodal[a][0] += qb[q] * 2.0 * s.sigma * dot(s.grad_phi, g[a]);
-                        nodal[a][1] += qb[q] * s.dsigma_dt * gp2 * n[a];
-                    }
-                });
-                (p, nodal)
-            })
-            .collect();
-        for (e, (p, nodal)) in per.iter().enumerate() {
-            out.sigma_elem[e] = p[0];
-            out.alpha_r[self.elem_conductor[e] as usize] += p[1];
-            for (a, &n) in self.element_nodes(e).iter().enumerate() {
-                out.phi[n] += nodal[a][0];
-                out.temperature[n] += nodal[a][1];
+        let (nodal, per_element) = self.scatter_with_element_slot(|e, local| {
+            let qb = &q_bar[self.qp_offsets[e]..self.qp_offsets[e + 1]];
+            self.joule_products_element(e, phi, t, qb, with_coords, local)
+        });
+        let mut alpha_r = vec![0.0; self.conductors.len()];
+        let mut sigma_elem = Vec::with_capacity(self.n_volume);
+        for (e, p) in per_element.chunks_exact(PRODUCTS_WIDTH).enumerate() {
+            sigma_elem.push(p[0]);
+            alpha_r[self.elem_conductor[e] as usize] += p[1];
+        }
+        let per_node = nodal.chunks_exact(PRODUCTS_WIDTH);
+        JouleVjp {
+            phi: per_node.clone().map(|c| c[0]).collect(),
+            temperature: per_node.clone().map(|c| c[1]).collect(),
+            sigma_elem,
+            alpha_r,
+            coords: with_coords.then(|| per_node.map(|c| [c[2], c[3], c[4]]).collect()),
+        }
+    }
+
+    /// Σ_q q̄_q ∂Q_q/∂p of volume element `e` for the Joule heat Q_q = σ(T_q) |∇φ_q|², `q_bar`
+    /// holding the element's points only, added to `local` in the layout of
+    /// [`residual_products_element`](Self::residual_products_element): per local node ∂/∂φ_b,
+    /// ∂/∂T_b and (when `with_coords`) ∂/∂X_b, then ∂/∂σ₀ and ∂/∂α_R of the element:
+    ///
+    /// - Σ_q q̄_q ∂Q_q/∂φ_b = Σ_q 2 q̄_q σ ∇φ·∇N_b, Σ_q q̄_q ∂Q_q/∂T_b = Σ_q q̄_q ∂σ/∂T |∇φ|² N_b;
+    /// - Σ_q q̄_q ∂Q_q/∂X_bi = −Σ_q 2 q̄_q σ (∇N_b·∇φ)(∇φ)ᵢ: Q_q moves with X only through
+    ///   ∇φ, and ∂(∇φ)/∂X_bi = −∇N_b (∇φ)ᵢ;
+    /// - Σ_q q̄_q ∂Q_q/∂σ₀ = Σ_q q̄_q |∇φ|² / m, Σ_q q̄_q ∂Q_q/∂α_R = Σ_q q̄_q ∂σ/∂α_R |∇φ|².
+    ///
+    /// The tests hold the coordinate product to the dual-number derivative of
+    /// [`joule_heat_generic`](Self::joule_heat_generic).
+    fn joule_products_element(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        q_bar: &[f64],
+        with_coords: bool,
+        local: &mut [f64],
+    ) {
+        let (nodal, slot) = local.split_at_mut(local.len() - PRODUCTS_WIDTH);
+        self.for_points(e, phi, t, |q, n, g, s| {
+            let qb = q_bar[q];
+            if qb == 0.0 {
+                return;
             }
+            let gp = s.grad_phi;
+            let gp2 = dot(gp, gp);
+            slot[0] += qb * s.inv_m * gp2;
+            slot[1] += qb * s.dsigma_da * gp2;
+            let c = 2.0 * qb * s.sigma;
+            let c_t = qb * s.dsigma_dt * gp2;
+            for ((o, gb), nb) in nodal.chunks_exact_mut(PRODUCTS_WIDTH).zip(g).zip(n) {
+                let f = c * dot(*gb, gp);
+                o[0] += f;
+                o[1] += c_t * nb;
+                if with_coords {
+                    for i in 0..3 {
+                        o[2 + i] -= f * gp[i];
+                    }
+                }
+            }
+        });
+    }
+
+    /// Accumulate [`PRODUCTS_WIDTH`] values per local node and per element over the volume
+    /// elements, deterministically and bounded in memory ([`gradfem_kernel::scatter_chunked`]):
+    /// element e is seen as its nodes followed by one slot of its own, so `compute(e, local)`
+    /// writes into the zeroed `local` of (n_e + 1)·[`PRODUCTS_WIDTH`] values. Returns the nodal
+    /// sums and the per-element values.
+    fn scatter_with_element_slot(
+        &self,
+        compute: impl Fn(usize, &mut [f64]) + Sync,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let n_nodes = self.n_nodes();
+        let mut offsets = Vec::with_capacity(self.n_volume + 1);
+        let mut nodes = Vec::with_capacity(self.elem_offsets[self.n_volume] + self.n_volume);
+        offsets.push(0);
+        for e in 0..self.n_volume {
+            nodes.extend_from_slice(self.element_nodes(e));
+            nodes.push(n_nodes + e);
+            offsets.push(nodes.len());
         }
-        if with_coords {
-            out.coords = Some(self.coordinate_derivative(|e, x, buf| {
-                let (pe, te, s0, al) = self.element_inputs(e, phi, t);
-                self.joule_generic(e, x, &pe, te.as_deref(), s0, al, buf);
-                let qb = &q_bar[self.qp_offsets[e]..self.qp_offsets[e + 1]];
-                qb.iter().zip(buf.iter()).map(|(w, v)| w * v.eps).sum()
-            }));
-        }
-        out
+        let mut out = vec![0.0; PRODUCTS_WIDTH * (n_nodes + self.n_volume)];
+        gradfem_kernel::scatter_chunked(
+            self.n_volume,
+            &offsets,
+            &nodes,
+            &mut out,
+            PRODUCTS_WIDTH,
+            compute,
+        );
+        let per_element = out.split_off(PRODUCTS_WIDTH * n_nodes);
+        (out, per_element)
     }
 
     /// Per-node accumulation of per-element values over the volume elements (terminal
@@ -1494,10 +1584,24 @@ fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
     a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 }
 
+/// Σ_a v_a ∇N_a over the element's physical gradients `g` (`v` may be longer).
+#[inline]
+fn gradient(g: &[[f64; 3]], v: &[f64]) -> [f64; 3] {
+    let mut out = [0.0; 3];
+    for (ga, &va) in g.iter().zip(v) {
+        for k in 0..3 {
+            out[k] += ga[k] * va;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use gradfem_mesh::generate::{BoxSpec, box_mesh};
+    use num_dual::Dual64;
+    use rstest::rstest;
 
     fn model() -> ElectricalModel {
         let mesh = box_mesh(&BoxSpec {
@@ -1550,5 +1654,268 @@ mod tests {
         let g: TerminalSpec =
             serde_json::from_str(r#"{"group": "gnd", "kind": "ground"}"#).unwrap();
         assert_eq!(g.kind, TerminalKind::Ground);
+    }
+
+    /// A deterministic pseudo-random sequence in [−1, 1) (SplitMix64).
+    struct Random(u64);
+
+    impl Random {
+        fn next(&mut self) -> f64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            2.0 * (z >> 11) as f64 / (1u64 << 53) as f64 - 1.0
+        }
+    }
+
+    /// A box of `ct` cells with every node moved at random (non-affine cells), one conductor of
+    /// law `law`, a voltage and a current terminal.
+    fn random_model(ct: CellType, law: ResistivityLaw, rng: &mut Random) -> ElectricalModel {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0, 0.7, 0.5],
+            divisions: [2, 2, 2],
+            cell_type: ct,
+        });
+        let mut m = ElectricalModel::new(
+            &mesh,
+            &[ConductorSpec::with_resistivity("domain", 0.4, law, 300.0)],
+            &[
+                TerminalSpec { group: "xmin".into(), kind: TerminalKind::Voltage { value: 1.5 } },
+                TerminalSpec { group: "xmax".into(), kind: TerminalKind::Current { current: 0.7 } },
+            ],
+        )
+        .unwrap();
+        for p in &mut m.coords {
+            for v in p.iter_mut() {
+                *v += 0.02 * rng.next();
+            }
+        }
+        m.check_coordinates().unwrap();
+        m
+    }
+
+    /// Which input of an element carries the dual part.
+    #[derive(Clone, Copy)]
+    enum Seed {
+        Coord(usize, usize),
+        Phi(usize),
+        Temperature(usize),
+        Sigma0,
+        AlphaR,
+    }
+
+    /// The element residual and Joule heat of volume element `e` by the generic kernels, with
+    /// the dual part on `seed`: the reference of the closed forms, one pass per input.
+    fn dual_element(
+        m: &ElectricalModel,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        seed: Seed,
+    ) -> (Vec<Dual64>, Vec<Dual64>) {
+        let nodes = m.element_nodes(e);
+        let c = Dual64::from;
+        let mut x: Vec<[Dual64; 3]> = nodes.iter().map(|&n| m.coords[n].map(c)).collect();
+        let mut pe: Vec<Dual64> = nodes.iter().map(|&n| c(phi[n])).collect();
+        let mut te: Option<Vec<Dual64>> = t.map(|t| nodes.iter().map(|&n| c(t[n])).collect());
+        let mut s0 = c(m.sigma_elem[e]);
+        let mut al = c(m.conductors[m.element_conductor(e)].law.alpha_r().unwrap_or(0.0));
+        match seed {
+            Seed::Coord(a, i) => x[a][i].eps = 1.0,
+            Seed::Phi(a) => pe[a].eps = 1.0,
+            Seed::Temperature(a) => te.as_mut().expect("a temperature field")[a].eps = 1.0,
+            Seed::Sigma0 => s0.eps = 1.0,
+            Seed::AlphaR => al.eps = 1.0,
+        }
+        let mut r = vec![c(0.0); nodes.len()];
+        m.element_residual_generic(e, &x, &pe, te.as_deref(), s0, al, &mut r);
+        let mut q = vec![c(0.0); m.element_table(e).n_points()];
+        m.joule_heat_generic(e, &x, &pe, te.as_deref(), s0, al, &mut q);
+        (r, q)
+    }
+
+    /// Σ_k w_k (dual part of v_k).
+    fn weighted_eps(v: &[Dual64], w: &[f64]) -> f64 {
+        v.iter().zip(w).map(|(v, w)| v.eps * w).sum()
+    }
+
+    fn assert_close(what: &str, mine: &[f64], reference: &[f64]) {
+        assert_eq!(mine.len(), reference.len(), "{what}: lengths differ");
+        let scale = reference.iter().fold(0.0_f64, |a, v| a.max(v.abs()));
+        for (k, (a, b)) in mine.iter().zip(reference).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-10 * scale,
+                "{what}, entry {k}: closed form {a:e} vs dual numbers {b:e} (scale {scale:e})"
+            );
+        }
+    }
+
+    /// The closed-form products of the residual and of the Joule heat with respect to the node
+    /// coordinates, potentials, temperatures, σ₀ and α_R equal the dual-number derivatives of
+    /// the generic kernels, element by element and assembled by `parameter_vjp` and
+    /// `joule_vjp`, at random coordinates, potentials, temperatures and seeds.
+    #[rstest]
+    fn vjps_match_dual_numbers(
+        #[values(
+            CellType::Tet4,
+            CellType::Tet10,
+            CellType::Hex8,
+            CellType::Hex20,
+            CellType::Hex27
+        )]
+        ct: CellType,
+        #[values(
+            ResistivityLaw::Constant,
+            ResistivityLaw::Linear { alpha_r: 3.9e-3 },
+            ResistivityLaw::Table {
+                temperatures: vec![280.0, 310.0, 330.0, 400.0],
+                multipliers: vec![0.9, 1.0, 1.3, 1.6],
+            }
+        )]
+        law: ResistivityLaw,
+        #[values(false, true)] with_t: bool,
+    ) {
+        let mut rng = Random(ct.n_nodes() as u64 * 7919 + with_t as u64);
+        let m = random_model(ct, law, &mut rng);
+        let nn = m.n_nodes();
+        let phi: Vec<f64> = (0..nn).map(|_| rng.next()).collect();
+        let t: Vec<f64> = (0..nn).map(|_| 340.0 + 60.0 * rng.next()).collect();
+        let t = with_t.then_some(t.as_slice());
+        let lambda: Vec<f64> = (0..nn).map(|_| rng.next()).collect();
+        let q_bar: Vec<f64> = (0..*m.qp_offsets().last().unwrap()).map(|_| rng.next()).collect();
+        let mut r_nodal = vec![[0.0; PRODUCTS_WIDTH]; nn];
+        let mut j_nodal = vec![[0.0; PRODUCTS_WIDTH]; nn];
+        let mut r_elem = Vec::new();
+        let mut j_elem = Vec::new();
+        let all =
+            ResidualProducts { conductivity: true, tangent: true, temperature: true, coords: true };
+        for e in 0..m.n_volume_elements() {
+            let nodes = m.element_nodes(e);
+            let w: Vec<f64> = nodes.iter().map(|&n| lambda[n]).collect();
+            let qb = &q_bar[m.qp_offsets()[e]..m.qp_offsets()[e + 1]];
+            // Reference, packed like the closed forms: per node (φ, T, X), then (σ₀, α_R).
+            let mut r_ref = vec![0.0; PRODUCTS_WIDTH * (nodes.len() + 1)];
+            let mut j_ref = r_ref.clone();
+            let mut put = |k: usize, seed: Seed| {
+                let (r, q) = dual_element(&m, e, &phi, t, seed);
+                r_ref[k] = weighted_eps(&r, &w);
+                j_ref[k] = weighted_eps(&q, qb);
+            };
+            for a in 0..nodes.len() {
+                put(PRODUCTS_WIDTH * a, Seed::Phi(a));
+                if t.is_some() {
+                    put(PRODUCTS_WIDTH * a + 1, Seed::Temperature(a));
+                }
+                for i in 0..3 {
+                    put(PRODUCTS_WIDTH * a + 2 + i, Seed::Coord(a, i));
+                }
+            }
+            put(PRODUCTS_WIDTH * nodes.len(), Seed::Sigma0);
+            put(PRODUCTS_WIDTH * nodes.len() + 1, Seed::AlphaR);
+            let mut r = vec![0.0; r_ref.len()];
+            m.residual_products_element(e, &phi, t, &lambda, all, &mut r);
+            assert_close(&format!("{ct} element {e} residual"), &r, &r_ref);
+            let mut j = vec![0.0; j_ref.len()];
+            m.joule_products_element(e, &phi, t, qb, true, &mut j);
+            assert_close(&format!("{ct} element {e} Joule heat"), &j, &j_ref);
+            for (a, &n) in nodes.iter().enumerate() {
+                for k in 0..PRODUCTS_WIDTH {
+                    r_nodal[n][k] += r_ref[PRODUCTS_WIDTH * a + k];
+                    j_nodal[n][k] += j_ref[PRODUCTS_WIDTH * a + k];
+                }
+            }
+            r_elem.push([
+                r_ref[PRODUCTS_WIDTH * nodes.len()],
+                r_ref[PRODUCTS_WIDTH * nodes.len() + 1],
+            ]);
+            j_elem.push([
+                j_ref[PRODUCTS_WIDTH * nodes.len()],
+                j_ref[PRODUCTS_WIDTH * nodes.len() + 1],
+            ]);
+        }
+        let lane =
+            |v: &[[f64; PRODUCTS_WIDTH]], k: usize| v.iter().map(|c| c[k]).collect::<Vec<_>>();
+        let coords = |v: &[[f64; PRODUCTS_WIDTH]]| {
+            v.iter().flat_map(|c| [c[2], c[3], c[4]]).collect::<Vec<_>>()
+        };
+        let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<_>>();
+        let alpha = |v: &[[f64; 2]]| vec![v.iter().map(|p| p[1]).sum::<f64>()];
+        let sigma = |v: &[[f64; 2]]| v.iter().map(|p| p[0]).collect::<Vec<_>>();
+        let vjp = m.parameter_vjp(&phi, t, &lambda, VjpRequest::ALL);
+        assert_close("parameter_vjp σ₀", &vjp.sigma_elem, &sigma(&r_elem));
+        assert_close("parameter_vjp α_R", &vjp.alpha_r, &alpha(&r_elem));
+        assert_close("parameter_vjp T", &vjp.temperature, &lane(&r_nodal, 1));
+        assert_close("parameter_vjp X", &flat(&vjp.coords.unwrap()), &coords(&r_nodal));
+        assert_close(
+            "(∂R/∂φ)ᵀλ",
+            &m.tangent_transpose_product(&phi, t, &lambda),
+            &lane(&r_nodal, 0),
+        );
+        let joule = m.joule_vjp(&phi, t, &q_bar, true);
+        assert_close("joule_vjp σ₀", &joule.sigma_elem, &sigma(&j_elem));
+        assert_close("joule_vjp α_R", &joule.alpha_r, &alpha(&j_elem));
+        assert_close("joule_vjp φ", &joule.phi, &lane(&j_nodal, 0));
+        assert_close("joule_vjp T", &joule.temperature, &lane(&j_nodal, 1));
+        assert_close("joule_vjp X", &flat(&joule.coords.unwrap()), &coords(&j_nodal));
+        let without = m.joule_vjp(&phi, t, &q_bar, false);
+        assert!(without.coords.is_none());
+        assert_eq!((without.phi, without.temperature), (joule.phi, joule.temperature));
+    }
+
+    /// The element-matrix-free products (∂R/∂φ)ᵀλ and (∂R/∂T)ᵀλ equal the transposed element
+    /// tangents applied to λ, at random coordinates, potentials and temperatures.
+    #[rstest]
+    fn transpose_products_match_the_element_tangents(
+        #[values(CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20)] ct: CellType,
+        #[values(
+            ResistivityLaw::Constant,
+            ResistivityLaw::Linear { alpha_r: 3.9e-3 },
+            ResistivityLaw::Table {
+                temperatures: vec![280.0, 310.0, 330.0, 400.0],
+                multipliers: vec![0.9, 1.0, 1.3, 1.6],
+            }
+        )]
+        law: ResistivityLaw,
+    ) {
+        let mut rng = Random(ct.n_nodes() as u64 * 104_729);
+        let temperature_dependent = !law.is_constant();
+        let m = random_model(ct, law, &mut rng);
+        let nn = m.n_nodes();
+        let phi: Vec<f64> = (0..nn).map(|_| rng.next()).collect();
+        let t: Vec<f64> = (0..nn).map(|_| 340.0 + 60.0 * rng.next()).collect();
+        let lambda: Vec<f64> = (0..nn).map(|_| rng.next()).collect();
+        let mut kt_lambda = vec![0.0; nn];
+        let mut tt_lambda = vec![0.0; nn];
+        for e in 0..m.n_volume_elements() {
+            let nodes = m.element_nodes(e);
+            let ne = nodes.len();
+            let mut ke = vec![0.0; ne * ne];
+            let mut fe = vec![0.0; ne];
+            m.element_residual_tangent(e, &phi, Some(&t), Some(&mut ke), &mut fe);
+            let mut kt = vec![0.0; ne * ne];
+            m.temperature_tangent_element(e, &phi, &t, &mut kt);
+            for (b, &nb) in nodes.iter().enumerate() {
+                for (a, &na) in nodes.iter().enumerate() {
+                    kt_lambda[nb] += ke[a * ne + b] * lambda[na];
+                    tt_lambda[nb] += kt[a * ne + b] * lambda[na];
+                }
+            }
+        }
+        let want =
+            VjpRequest { conductivity: false, terminals: false, temperature: true, coords: false };
+        let vjp = m.parameter_vjp(&phi, Some(&t), &lambda, want);
+        assert_close(
+            "(∂R/∂φ)ᵀλ",
+            &m.tangent_transpose_product(&phi, Some(&t), &lambda),
+            &kt_lambda,
+        );
+        if temperature_dependent {
+            assert_close("(∂R/∂T)ᵀλ", &vjp.temperature, &tt_lambda);
+        } else {
+            assert!(vjp.temperature.iter().chain(&tt_lambda).all(|&v| v == 0.0));
+        }
     }
 }
