@@ -98,6 +98,19 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Fit hyperelastic material parameters (Ogden, Neo-Hookean) to measured curves
+    /// (uniaxial, equibiaxial, pure shear): parameters with standard errors, the misfit of
+    /// each experiment, identify.json and fit.png (data against fitted curves).
+    Identify {
+        /// Identification file (.toml: [model] and [[experiment]] tables).
+        file: PathBuf,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: results).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Convert a mesh to HDF5 + XDMF (opens in ParaView), with its group ids as cell data.
     MeshConvert {
         /// Input mesh (.msh).
@@ -380,6 +393,55 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     s.cells,
                     if s.fields.is_empty() { "none".into() } else { s.fields.join(", ") }
                 );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Identify { file, json, output }) => {
+            let id = gradfem::identify::Identification::read(&file)?;
+            let pb = if quiet || json {
+                ProgressBar::hidden()
+            } else {
+                ProgressBar::new(id.starts() as u64)
+            };
+            pb.set_style(
+                ProgressStyle::with_template(
+                    "fitting {bar:30} {pos}/{len} starting points [{elapsed}]",
+                )
+                .expect("valid template"),
+            );
+            let (report, x) = id.run(|i| pb.set_position(i as u64));
+            pb.finish_and_clear();
+            let dir = output.unwrap_or_else(|| PathBuf::from("results"));
+            let (json_path, png) = id.write(&dir, &report, &x)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else if !quiet {
+                println!(
+                    "{} — {} fitted to {} experiment(s), best of {} start(s)",
+                    if report.title.is_empty() { "identify" } else { &report.title },
+                    report.model,
+                    report.experiments.len(),
+                    report.starts
+                );
+                for (name, v) in &report.parameters {
+                    match report.std_errors.get(name) {
+                        Some(se) => println!("  {name:>8} = {v:>14.6e} ± {se:.2e}"),
+                        None => println!("  {name:>8} = {v:>14.6e} (fixed)"),
+                    }
+                }
+                for e in &report.experiments {
+                    println!(
+                        "  {:<16} {:>3} points, rms relative error {:6.2} %",
+                        e.name,
+                        e.points,
+                        100.0 * e.rms_relative_error
+                    );
+                }
+                println!("  initial shear modulus Σμ = {:.6e}", report.shear_modulus);
+                match png {
+                    Ok(p) => println!("  wrote {} and {}", json_path.display(), p.display()),
+                    Err(e) => println!("  wrote {} (no plot: {e})", json_path.display()),
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

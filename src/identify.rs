@@ -1,0 +1,330 @@
+//! `gradfem identify`: hyperelastic material parameters from test-rig curves.
+//!
+//! The homogeneous level: each experiment is a homogeneous deformation (uniaxial, equibiaxial
+//! or pure shear of an incompressible specimen) whose nominal stress has a closed form in the
+//! law's parameters ([`gradfem_mechanical::homogeneous`]), so a fit takes milliseconds and
+//! needs no mesh. The misfit is relative, ½ Σ (P_model/P − 1)², over every experiment at once;
+//! it is minimized by projected L-BFGS from one starting point per sign pattern of the Ogden
+//! exponents (μ_p α_p > 0 is kept by bounds: μ_p ≥ 0 and each α_p keeps its sign), and the best
+//! run is reported with Gauss–Newton standard errors (σ² (JᵀJ)⁻¹ at the optimum), the rms
+//! relative error of each experiment, a JSON file and a PNG of data against the fitted curves.
+//!
+//! ```toml
+//! title = "Treloar's rubber"
+//!
+//! [model]
+//! kind = "ogden"          # or "neo_hookean"
+//! terms = 3
+//!
+//! [[experiment]]
+//! mode = "uniaxial"       # equibiaxial, pure_shear
+//! file = "uniaxial.csv"   # stretch, nominal stress (header line first), relative to this file
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use gradfem_mechanical::homogeneous::{
+    Experiment, FitSummary, Mode, OgdenFit, incompressible_nominal_stress, read_experiment_csv,
+};
+use gradfem_solvers::optimize::{Control, LbfgsbParams, minimize_lbfgsb};
+use serde::{Deserialize, Serialize};
+
+/// Errors of an identification run.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentifyError {
+    #[error("{file}: cannot read: {message}")]
+    Io { file: PathBuf, message: String },
+    #[error("{file}:{line}:{column}: {message}")]
+    Syntax { file: PathBuf, line: usize, column: usize, message: String },
+    #[error("{file}: {message}")]
+    Invalid { file: PathBuf, message: String },
+    #[error(transparent)]
+    Data(#[from] gradfem_mechanical::HomogeneousError),
+    #[error("{path}: cannot write: {message}")]
+    Write { path: PathBuf, message: String },
+}
+
+/// The material model to fit.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// `ogden` or `neo_hookean`.
+    pub kind: String,
+    /// Ogden terms (default 2).
+    pub terms: Option<usize>,
+}
+
+/// One measured curve.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// `uniaxial`, `equibiaxial` or `pure_shear`.
+    pub mode: String,
+    /// CSV of stretch and nominal stress, relative to the problem file.
+    pub file: String,
+    /// A name for tables and plots (default: the mode).
+    pub name: Option<String>,
+}
+
+/// An identification file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentifySpec {
+    #[serde(default)]
+    pub title: String,
+    pub model: ModelSpec,
+    #[serde(rename = "experiment")]
+    pub experiments: Vec<ExperimentSpec>,
+}
+
+/// The result of a fit, as written to `identify.json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdentifyReport {
+    pub title: String,
+    pub model: String,
+    /// Fitted values (Ogden: ψ = Σ 2μ_p/α_p² (λ̄₁^α_p + λ̄₂^α_p + λ̄₃^α_p − 3); μ in the unit of
+    /// the stresses).
+    pub parameters: std::collections::BTreeMap<String, f64>,
+    /// Gauss–Newton standard errors of the fitted parameters.
+    pub std_errors: std::collections::BTreeMap<String, f64>,
+    /// Per experiment: name, mode, points and rms relative error.
+    pub experiments: Vec<ExperimentFit>,
+    /// Initial shear modulus Σ μ_p.
+    pub shear_modulus: f64,
+    /// Residual standard deviation σ of the relative misfit.
+    pub sigma: f64,
+    pub objective: f64,
+    /// Starting points tried.
+    pub starts: usize,
+}
+
+/// The fit of one experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExperimentFit {
+    pub name: String,
+    pub mode: Mode,
+    pub points: usize,
+    pub rms_relative_error: f64,
+}
+
+/// A parsed identification file with its data.
+pub struct Identification {
+    pub path: PathBuf,
+    pub spec: IdentifySpec,
+    names: Vec<String>,
+    fit: OgdenFit,
+}
+
+fn mode_of(s: &str) -> Option<Mode> {
+    Mode::ALL.into_iter().find(|m| m.name() == s)
+}
+
+impl Identification {
+    /// Read the file and its experiments.
+    pub fn read(path: &Path) -> Result<Self, IdentifyError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| IdentifyError::Io { file: path.into(), message: e.to_string() })?;
+        let spec: IdentifySpec = toml::from_str(&text).map_err(|e| {
+            let (line, column) =
+                e.span().map_or((0, 0), |s| crate::problem::line_col(&text, s.start));
+            IdentifyError::Syntax {
+                file: path.into(),
+                line,
+                column,
+                message: e.message().to_string(),
+            }
+        })?;
+        let invalid = |m: String| IdentifyError::Invalid { file: path.into(), message: m };
+        if spec.experiments.is_empty() {
+            return Err(invalid("no [[experiment]]".into()));
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut experiments: Vec<Experiment> = Vec::new();
+        let mut names = Vec::new();
+        for e in &spec.experiments {
+            let mode = mode_of(&e.mode).ok_or_else(|| {
+                invalid(format!(
+                    "experiment mode '{}': expected uniaxial, equibiaxial or pure_shear",
+                    e.mode
+                ))
+            })?;
+            experiments.push(read_experiment_csv(&base.join(&e.file), mode)?);
+            names.push(e.name.clone().unwrap_or_else(|| mode.name().to_string()));
+        }
+        let fit = match spec.model.kind.as_str() {
+            "ogden" => {
+                let n = spec.model.terms.unwrap_or(2);
+                if !(1..=6).contains(&n) {
+                    return Err(invalid(format!("model.terms = {n}: expected 1 to 6")));
+                }
+                OgdenFit::ogden(experiments, n)
+            }
+            "neo_hookean" => {
+                if spec.model.terms.is_some() {
+                    return Err(invalid("a neo_hookean model takes no `terms`".into()));
+                }
+                OgdenFit::neo_hookean(experiments)
+            }
+            other => {
+                return Err(invalid(format!(
+                    "model.kind '{other}': expected ogden or neo_hookean"
+                )));
+            }
+        };
+        Ok(Identification { path: path.into(), spec, names, fit })
+    }
+
+    /// The sign patterns of the free exponents: the first positive, the others ±.
+    fn sign_patterns(&self) -> Vec<Vec<f64>> {
+        let n = self.fit.fixed_alpha.iter().filter(|a| a.is_none()).count();
+        (0..1usize << n.saturating_sub(1))
+            .map(|bits| {
+                (0..n).map(|i| if i > 0 && bits >> (i - 1) & 1 == 1 { -1.0 } else { 1.0 }).collect()
+            })
+            .collect()
+    }
+
+    /// Number of starting points [`run`](Self::run) tries.
+    pub fn starts(&self) -> usize {
+        self.fit.starting_points(&self.sign_patterns()).len()
+    }
+
+    /// Fit; `progress` sees each finished start. Returns the report and the fitted free
+    /// vector.
+    pub fn run(&self, mut progress: impl FnMut(usize)) -> (IdentifyReport, Vec<f64>) {
+        let params =
+            LbfgsbParams { gtol: 1e-10, ftol: 1e-15, max_iterations: 5000, ..Default::default() };
+        let starts = self.fit.starting_points(&self.sign_patterns());
+        let mut best: Option<(Vec<f64>, f64)> = None;
+        for (i, (x0, signs)) in starts.iter().enumerate() {
+            let (lo, hi) = self.fit.bounds(signs);
+            let r = minimize_lbfgsb(
+                |x: &[f64], g: &mut [f64]| {
+                    Ok::<f64, std::convert::Infallible>(self.fit.objective(x, g))
+                },
+                x0,
+                &lo,
+                &hi,
+                &params,
+                |_| Control::Continue,
+            )
+            .unwrap_or_else(|e| match e {});
+            if best.as_ref().is_none_or(|b| r.f < b.1) {
+                best = Some((r.x, r.f));
+            }
+            progress(i + 1);
+        }
+        let x = best.expect("at least one starting point").0;
+        let s: FitSummary = self.fit.summary(&x);
+        let model = match self.spec.model.kind.as_str() {
+            "ogden" => format!("ogden{}", self.fit.fixed_alpha.len()),
+            other => other.to_string(),
+        };
+        let report = IdentifyReport {
+            title: self.spec.title.clone(),
+            model,
+            parameters: s.parameters.iter().cloned().collect(),
+            std_errors: s.std_errors.iter().cloned().collect(),
+            experiments: self
+                .fit
+                .experiments
+                .iter()
+                .zip(&self.names)
+                .zip(&s.rms_relative_error)
+                .map(|((e, n), (_, err))| ExperimentFit {
+                    name: n.clone(),
+                    mode: e.mode,
+                    points: e.stretch.len(),
+                    rms_relative_error: *err,
+                })
+                .collect(),
+            shear_modulus: s.shear_modulus,
+            sigma: s.sigma,
+            objective: s.objective,
+            starts: starts.len(),
+        };
+        (report, x)
+    }
+
+    /// Write `identify.json` and `fit.png` (data against fitted curves) into `dir`; returns
+    /// their paths. The PNG is skipped, with the reason, when no font is available.
+    pub fn write(
+        &self,
+        dir: &Path,
+        report: &IdentifyReport,
+        x: &[f64],
+    ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
+        let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
+        std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
+        let json = dir.join("identify.json");
+        let text = serde_json::to_string_pretty(report).expect("serializable");
+        gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
+            .map_err(|e| werr(&json, e.to_string()))?;
+        let png = dir.join("fit.png");
+        let tmp = dir.join(".fit.tmp.png");
+        let plotted = match self.plot(&tmp, x) {
+            Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        };
+        Ok((json, plotted))
+    }
+
+    fn plot(&self, file: &Path, x: &[f64]) -> Result<(), String> {
+        use plotters::prelude::*;
+        let e = |x: &dyn std::fmt::Display| x.to_string();
+        let terms = self.fit.terms::<f64>(x);
+        let exps = &self.fit.experiments;
+        let lmax = exps.iter().flat_map(|e| e.stretch.iter().copied()).fold(1.0, f64::max);
+        let pmax = exps.iter().flat_map(|e| e.nominal_stress.iter().copied()).fold(0.0, f64::max);
+        let root = BitMapBackend::new(file, (900, 600)).into_drawing_area();
+        root.fill(&WHITE).map_err(|x| e(&x))?;
+        let title = if self.spec.title.is_empty() { "identification" } else { &self.spec.title };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(15)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(1.0..lmax * 1.02, 0.0..pmax * 1.08)
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_desc("stretch λ")
+            .y_desc("nominal stress")
+            .draw()
+            .map_err(|x| e(&x))?;
+        for (k, (ex, name)) in exps.iter().zip(&self.names).enumerate() {
+            let colour = Palette99::pick(k).to_rgba();
+            chart
+                .draw_series(
+                    ex.stretch
+                        .iter()
+                        .zip(&ex.nominal_stress)
+                        .map(|(&l, &p)| Circle::new((l, p), 3, colour.filled())),
+                )
+                .map_err(|x| e(&x))?
+                .label(format!("{name} (data)"))
+                .legend(move |(x, y)| Circle::new((x, y), 3, colour.filled()));
+            let l1 = ex.stretch.iter().copied().fold(1.0, f64::max);
+            let curve: Vec<(f64, f64)> = (0..=200)
+                .map(|i| 1.0 + (l1 - 1.0) * f64::from(i) / 200.0)
+                .map(|l| (l, incompressible_nominal_stress(ex.mode, l, &terms)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(curve, colour.stroke_width(2)))
+                .map_err(|x| e(&x))?
+                .label(format!("{name} (fit)"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|x| e(&x))?;
+        root.present().map_err(|x| e(&x))
+    }
+}
