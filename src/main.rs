@@ -65,6 +65,10 @@ enum Command {
         /// Output directory (default: the problem's [output] directory, else ./results).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Write history.csv and history.png into DIR after every iteration, to follow the
+        /// run while it goes.
+        #[arg(long, value_name = "DIR")]
+        watch: Option<PathBuf>,
     },
     /// Check the gradient by a Taylor test: prints the remainders and their rates; the exit code
     /// is 0 when the observed rate reaches the minimum (default 1.9), 1 otherwise.
@@ -336,9 +340,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Optimize { file, json, output }) => {
+        Some(Command::Optimize { file, json, output, watch }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
-            let settings = gradfem::optimize::settings(&pf, &problem)?;
+            let mut settings = gradfem::optimize::settings(&pf, &problem)?;
+            settings.watch = watch;
             let dir = output_dir(&pf, output);
             optimize(&mut problem, &settings, &dir, quiet, json)?;
             Ok(ExitCode::SUCCESS)

@@ -42,6 +42,9 @@ pub struct Settings {
     pub constraints: Vec<Constraint>,
     /// The design variables (registered names); empty: every registered parameter.
     pub design: Vec<String>,
+    /// Write `history.csv` and `history.png` into this directory after every iteration (the
+    /// CLI's `--watch DIR`), so a long run can be followed while it goes.
+    pub watch: Option<std::path::PathBuf>,
 }
 
 /// Read `[optimize]` (defaults when absent).
@@ -98,6 +101,7 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         gtol: spec.gtol,
         constraints,
         design: spec.design.clone(),
+        watch: None,
     })
 }
 
@@ -279,6 +283,17 @@ pub fn run(
             evaluations,
         });
         *it += 1;
+        if let Some(dir) = &settings.watch {
+            let w = watcher.borrow();
+            // Watching is best effort: a failed write is logged and the run goes on.
+            let written = std::fs::create_dir_all(dir)
+                .map_err(|e| e.to_string())
+                .and_then(|()| w.write_csv(dir.join("history.csv")).map_err(|e| e.to_string()))
+                .and_then(|()| w.write_png(dir.join("history.png")).map_err(|e| e.to_string()));
+            if let Err(e) = written {
+                tracing::warn!("--watch {}: {e}", dir.display());
+            }
+        }
     };
     let record = |e: &Evaluation| {
         let feasible = e.constraints.iter().all(|&c| c <= 1e-9 * (1.0 + c.abs()));

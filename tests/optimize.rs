@@ -89,3 +89,45 @@ upper = 301.0"#,
     let q = r["design"]["thermal.q.domain"][0].as_f64().unwrap();
     assert!(q > 1.0 && q < 10.0, "{r}");
 }
+
+#[test]
+fn design_subsets_hold_the_other_parameters_and_watch_writes_the_history_as_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write_problem(
+        dir.path(),
+        r#"[parameters]
+register = ["thermal.k.domain", "thermal.q.domain"]
+bounds = { "thermal.k.domain" = [1.0, 50.0] }
+
+[optimize]
+design = ["thermal.k.domain"]"#,
+    );
+    let watch = dir.path().join("watch");
+    let o = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["optimize", p.to_str().unwrap(), "--json", "-o"])
+        .arg(dir.path())
+        .arg("--watch")
+        .arg(&watch)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // q would grow the mean temperature without bound; held, it keeps its value.
+    assert_eq!(r["design"]["thermal.q.domain"][0].as_f64().unwrap(), 10.0, "{r}");
+    assert!((r["design"]["thermal.k.domain"][0].as_f64().unwrap() - 50.0).abs() < 1e-9);
+    let csv = std::fs::read_to_string(watch.join("history.csv")).unwrap();
+    assert!(csv.lines().next().unwrap().contains("thermal.k.domain"), "{csv}");
+    assert!(!csv.lines().next().unwrap().contains("thermal.q.domain"), "{csv}");
+    assert!(watch.join("history.png").exists());
+    // A design name that is not registered is an error that lists the registered ones.
+    let p = write_problem(
+        dir.path(),
+        "[parameters]\nregister = [\"thermal.k.domain\"]\n\n[optimize]\ndesign = [\"thermal.q.domain\"]",
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["optimize", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("thermal.k.domain"), "{err}");
+}
