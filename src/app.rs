@@ -498,7 +498,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
                     }
                 }
             }
-            let et = ElectroThermalProblem::new(
+            let mut et = ElectroThermalProblem::new(
                 thermal,
                 &conductors,
                 &terminals,
@@ -506,6 +506,10 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
                 coupling,
             )
             .map_err(run_err)?;
+            et.set_linear(
+                LinearChoice::parse(&spec.solver.linear).map_err(run_err)?,
+                spec.solver.cg_rel_tol,
+            );
             Problem::from(Box::new(et))
         }
     };

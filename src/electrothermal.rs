@@ -255,6 +255,46 @@ impl ElectroThermalProblem {
         })
     }
 
+    /// Choose the electrical field's linear solver: `Auto` takes sparse Cholesky up to
+    /// [`crate::thermal::AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above,
+    /// unless a current terminal is present (its voltage unknown couples every node of the
+    /// terminal surface: a dense row that aggregation handles poorly), when Cholesky stays.
+    /// The monolithic two-way Newton always uses LU; the staggered scheme uses this solver.
+    pub fn set_linear(&mut self, choice: crate::thermal::LinearChoice, cg_rel_tol: f64) {
+        use crate::thermal::LinearChoice;
+        let n = self.electrical.n_unknowns();
+        let current = self
+            .electrical
+            .terminals
+            .iter()
+            .any(|t| matches!(t.kind, TerminalKind::Current { .. }));
+        let choice = match choice {
+            LinearChoice::Auto if n > crate::thermal::AUTO_ITERATIVE_THRESHOLD && !current => {
+                LinearChoice::AmgCg
+            }
+            LinearChoice::Auto => LinearChoice::Cholesky,
+            other => other,
+        };
+        self.solver = match choice {
+            LinearChoice::Lu => Box::new(gradfem_solvers::linear::LuSolver::new("electrical")),
+            LinearChoice::AmgCg => {
+                let cg =
+                    gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
+                Box::new(gradfem_solvers::amg::AmgCgSolver::new(
+                    "electrical",
+                    Default::default(),
+                    cg,
+                ))
+            }
+            _ => Box::new(CholeskySolver::new("electrical")),
+        };
+    }
+
+    /// The electrical field's linear solver.
+    pub fn linear_solver(&self) -> &'static str {
+        self.solver.name()
+    }
+
     /// True when some conductor's resistivity depends on temperature (the φ ⇄ T cycle), or
     /// may do so: a registered α_R is a parameter of the T-dependence even at α_R = 0, so its
     /// derivative needs the coupled form.

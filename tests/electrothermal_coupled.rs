@@ -234,3 +234,28 @@ fn alpha_r_at_zero_is_differentiated_through_the_coupling(
     let r = p.taylor_test(&params, |_| {}).unwrap_or_else(|e| panic!("{e}"));
     assert!(r.passed && r.min_rate() >= 1.9, "{scheme}:\n{}", r.table());
 }
+
+/// The staggered scheme with AMG-preconditioned CG for both fields (what large problems get)
+/// reaches the state and gradient of the direct solvers.
+#[test]
+fn iterative_solvers_give_the_gradient_of_direct_ones() {
+    let register = "\"electrical.sigma.domain\", \"electrical.alpha_r.domain\", \"load.xmin.voltage\", \"thermal.k.domain\", \"bc.ymax.h\"";
+    let objective = format!("{MAX_T}\n{RES}");
+    let mut grads = Vec::new();
+    for linear in ["cholesky", "amg-cg"] {
+        let text = with_convection("staggered", &objective, register)
+            + &format!("\n[solver]\nlinear = \"{linear}\"\ncg_rel_tol = 1e-13\n");
+        let mut p = build(&text);
+        p.solve().expect("solve");
+        let et = p.electro_thermal().expect("electro-thermal");
+        assert_eq!(et.linear_solver(), if linear == "cholesky" { "cholesky" } else { "amg-cg" });
+        let (j, g, _, _) = p.gradient().expect("gradient");
+        let pv = gradfem::solvers::params::ParamVector::all(p.registry());
+        grads.push((j, g.flatten(&pv)));
+    }
+    let ((j0, g0), (j1, g1)) = (&grads[0], &grads[1]);
+    assert!((j0 - j1).abs() <= 1e-9 * j0.abs(), "J {j0} vs {j1}");
+    for (a, b) in g0.iter().zip(g1) {
+        assert!((a - b).abs() <= 1e-6 * a.abs().max(1e-12), "{g0:?} vs {g1:?}");
+    }
+}
