@@ -19,6 +19,7 @@ use gradfem_electrical::TerminalFunctional;
 use gradfem_mechanical::linear::objective::{
     ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm,
 };
+use gradfem_solvers::graph::CouplingGraph;
 
 /// Any error of the application layer.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,8 @@ pub enum Fields {
 /// file has an `[electrical]` table), and optionally the mechanical field downstream of the
 /// temperature (`[mechanical]`): the chain I → Q → T → σ → u.
 pub struct Problem {
+    /// The coupling graph of the fields present; [`Problem::solve`] follows its schedule.
+    pub coupling: CouplingGraph,
     pub fields: Fields,
     pub mechanical: Option<Box<MechanicalField>>,
     /// Transient heat (`[transient]`): the thermal field is stepped in time instead of solved
@@ -63,17 +66,59 @@ pub struct ObjectiveSet {
 
 impl From<Box<ThermalProblem>> for Problem {
     fn from(p: Box<ThermalProblem>) -> Self {
-        Problem { fields: Fields::Thermal(p), mechanical: None, transient: None }
+        let mut p = Problem {
+            coupling: CouplingGraph::new(),
+            fields: Fields::Thermal(p),
+            mechanical: None,
+            transient: None,
+        };
+        p.coupling = p.physical_graph();
+        p
     }
 }
 
 impl From<Box<ElectroThermalProblem>> for Problem {
     fn from(p: Box<ElectroThermalProblem>) -> Self {
-        Problem { fields: Fields::ElectroThermal(p), mechanical: None, transient: None }
+        let mut p = Problem {
+            coupling: CouplingGraph::new(),
+            fields: Fields::ElectroThermal(p),
+            mechanical: None,
+            transient: None,
+        };
+        p.coupling = p.physical_graph();
+        p
     }
 }
 
 impl Problem {
+    /// The coupling graph of the fields present: `electrical -> thermal` (Joule heat),
+    /// `thermal -> electrical` (a temperature-dependent resistivity), `thermal -> mechanical`
+    /// (thermal strain).
+    pub fn physical_graph(&self) -> CouplingGraph {
+        let mut g = CouplingGraph::new();
+        let add = |g: &mut CouplingGraph, f: &str| {
+            g.add_field(f).expect("each field once");
+        };
+        let link = |g: &mut CouplingGraph, name: &str, a: &str, b: &str| {
+            g.add_transfer(name, a, b).expect("fields exist, one transfer each");
+        };
+        if let Some(et) = self.electro_thermal() {
+            add(&mut g, "electrical");
+            add(&mut g, "thermal");
+            link(&mut g, "joule_heat", "electrical", "thermal");
+            if et.is_two_way() {
+                link(&mut g, "resistivity", "thermal", "electrical");
+            }
+        } else {
+            add(&mut g, "thermal");
+        }
+        if self.mechanical.is_some() {
+            add(&mut g, "mechanical");
+            link(&mut g, "thermal_strain", "thermal", "mechanical");
+        }
+        g
+    }
+
     /// The thermal field (alone or inside the coupled problem).
     pub fn thermal(&self) -> &ThermalProblem {
         match &self.fields {
@@ -215,16 +260,25 @@ impl Problem {
             };
             return tr.solve(th);
         }
-        match &mut self.fields {
-            Fields::Thermal(p) => p.solve().map(|_| ())?,
-            Fields::ElectroThermal(p) => p.solve()?,
-        }
-        if let Some(m) = &mut self.mechanical {
-            let t = match &self.fields {
-                Fields::Thermal(p) => p.temperature(),
-                Fields::ElectroThermal(p) => p.temperature(),
-            };
-            m.solve(t)?;
+        // The stages of the coupling graph in order: the electrical and thermal fields (one
+        // coupled stage when ρ depends on T, else electrical then thermal: the electro-thermal
+        // problem solves both, in that order), then the mechanical field.
+        let mut upstream_done = false;
+        for stage in self.coupling.schedule_names() {
+            if stage.iter().any(|f| f == "mechanical") {
+                let m = self.mechanical.as_mut().expect("the graph names it");
+                let t = match &self.fields {
+                    Fields::Thermal(p) => p.temperature(),
+                    Fields::ElectroThermal(p) => p.temperature(),
+                };
+                m.solve(t)?;
+            } else if !upstream_done {
+                match &mut self.fields {
+                    Fields::Thermal(p) => p.solve().map(|_| ())?,
+                    Fields::ElectroThermal(p) => p.solve()?,
+                }
+                upstream_done = true;
+            }
         }
         Ok(())
     }
@@ -399,8 +453,11 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     };
     let mut problem = match &spec.electrical {
         None => {
-            if spec.coupling.is_some() {
-                return Err(invalid(file, "[coupling] needs an [electrical] table"));
+            if spec.coupling.as_ref().is_some_and(|c| c.transfers.is_none()) {
+                return Err(invalid(
+                    file,
+                    "[coupling] sets how the electro-thermal cycle is solved and needs an [electrical] table (or declares `transfers`)",
+                ));
             }
             Problem::from(Box::new(thermal))
         }
@@ -556,7 +613,66 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             ));
         }
     }
+    // After registration: a registered α_R makes the electro-thermal coupling two-way.
+    problem.coupling = problem.physical_graph();
+    if let Some(declared) = spec.coupling.as_ref().and_then(|c| c.transfers.as_ref()) {
+        check_declared_graph(file, &problem.coupling, declared)?;
+    }
     Ok(problem)
+}
+
+/// A declared coupling graph must be the one the file's physics makes.
+fn check_declared_graph(
+    file: &ProblemFile,
+    physical: &CouplingGraph,
+    declared: &[toml::Spanned<String>],
+) -> Result<(), AppError> {
+    let why = |from: &str, to: &str| match (from, to) {
+        ("electrical", "thermal") => "Joule heat",
+        ("thermal", "electrical") => "a resistivity that depends on temperature (alpha_r or law)",
+        ("thermal", "mechanical") => "thermal strain",
+        _ => "no transfer gradfem knows",
+    };
+    let mut seen = Vec::new();
+    for d in declared {
+        let line = file.line_of(d);
+        let (from, to) = CouplingGraph::parse_transfer(d.get_ref())
+            .map_err(|e| invalid(file, &format!("line {line}: {e}")))?;
+        for f in [&from, &to] {
+            if physical.field(f).is_none() {
+                return Err(invalid(
+                    file,
+                    &format!(
+                        "line {line}: [coupling] transfers names the field '{f}', which this problem does not have; its fields are: {}",
+                        physical.fields().join(", ")
+                    ),
+                ));
+            }
+        }
+        if !physical.has_transfer(&from, &to) {
+            return Err(invalid(
+                file,
+                &format!(
+                    "line {line}: [coupling] declares {from} -> {to} ({}), but the problem as described has no such transfer",
+                    why(&from, &to)
+                ),
+            ));
+        }
+        seen.push((from, to));
+    }
+    for t in physical.transfers() {
+        let (a, b) = (&physical.fields()[t.from], &physical.fields()[t.to]);
+        if !seen.iter().any(|(x, y)| x == a && y == b) {
+            return Err(invalid(
+                file,
+                &format!(
+                    "[coupling] transfers does not list {a} -> {b} ({}), which the problem has; declare it",
+                    why(a, b)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The mechanical field of a problem file.
@@ -846,6 +962,8 @@ pub struct Summary {
     /// Timings of the coupled solve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub coupling: Option<CoupledSolveTimings>,
+    /// The schedule of the coupling graph, e.g. `[electrical ⇄ thermal] → mechanical`.
+    pub coupling_schedule: String,
     /// Mechanical problems: the mean displacement vector over the tip group (`[mechanical]
     /// tip`, default `free_end`) [m].
     #[serde(rename = "tip_displacement_m", skip_serializing_if = "Option::is_none")]
@@ -871,6 +989,7 @@ pub struct Summary {
 /// Summarize the solved problem.
 pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
     let mut s = thermal_summary(title, problem.thermal())?;
+    s.coupling_schedule = problem.coupling.to_string();
     if let Some(p) = problem.electro_thermal() {
         let (value, terms) = p.objective_terms()?;
         s.objective = value;
@@ -942,6 +1061,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         joule_power_w: None,
         terminals: None,
         coupling: None,
+        coupling_schedule: String::new(),
         tip_displacement_m: None,
         max_von_mises_pa: None,
         max_displacement_m: None,

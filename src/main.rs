@@ -205,6 +205,9 @@ fn print_summary(s: &app::Summary) {
             "  electrical: current {i:.6e} A, voltage {v:.6e} V, resistance {r:.6e} Ω, Joule power {p:.6e} W"
         );
     }
+    if s.coupling_schedule.contains('→') || s.coupling_schedule.contains('⇄') {
+        println!("  coupling: {}", s.coupling_schedule);
+    }
     if let Some(c) = &s.coupling {
         println!(
             "  coupling: {} iteration(s); electrical {:.3} s, Joule {:.3} s, thermal {:.3} s",

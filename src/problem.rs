@@ -40,6 +40,7 @@
 //! value = 5.0
 //!
 //! [coupling]
+//! transfers = ["electrical -> thermal", "thermal -> electrical"]   # optional, checked
 //! scheme = "monolithic"                  # or "staggered"; only matters when some ρ depends on T
 //! tol = 1e-11                            # staggered: relative change to stop at
 //! max_iterations = 100
@@ -292,10 +293,16 @@ pub struct ElectricalSpec {
     pub terminals: Vec<TerminalFileSpec>,
 }
 
-/// How the electro-thermal coupling is solved.
+/// The coupling of the fields: how the electro-thermal cycle is solved, and optionally the
+/// graph itself, declared as transfers `"from -> to"` among `electrical`, `thermal`,
+/// `mechanical` (`electrical -> thermal`: Joule heat; `thermal -> electrical`: ρ(T);
+/// `thermal -> mechanical`: thermal strain). A declared graph must match the physics the file
+/// describes; the solve follows its schedule either way.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CouplingSpec {
+    /// Declared transfers (optional).
+    pub transfers: Option<Vec<Spanned<String>>>,
     /// `monolithic` (default) or `staggered`; matters only when some resistivity depends on T.
     #[serde(default = "monolithic")]
     pub scheme: String,
@@ -309,6 +316,7 @@ pub struct CouplingSpec {
 impl Default for CouplingSpec {
     fn default() -> Self {
         CouplingSpec {
+            transfers: None,
             scheme: monolithic(),
             tol: coupling_tol(),
             max_iterations: coupling_max_it(),

@@ -325,3 +325,34 @@ fn mechanical_problem_errors_name_the_line() {
     let e = app::build_problem(&pf).err().expect("no support").to_string();
     assert!(e.contains("rigid-body"), "{e}");
 }
+
+#[test]
+fn the_coupling_graph_orders_the_fields_and_a_declared_graph_must_match_the_physics() {
+    let register = "\"load.xmin.voltage\"";
+    let one_way = chain("monolithic", 0.0, OBJECTIVES, register);
+    let p = build(&one_way);
+    assert_eq!(p.coupling.to_string(), "electrical → thermal → mechanical");
+    let two_way = build(&chain("monolithic", 2e-3, OBJECTIVES, register));
+    assert_eq!(two_way.coupling.to_string(), "[electrical ⇄ thermal] → mechanical");
+
+    let declare = |text: &str, transfers: &str| {
+        text.replace("[coupling]\n", &format!("[coupling]\ntransfers = [{transfers}]\n"))
+    };
+    let ok = declare(&one_way, "\"electrical -> thermal\", \"thermal -> mechanical\"");
+    build(&ok);
+    let fails = |text: String, want: &str| {
+        let pf = ProblemFile::parse(Path::new("graph.toml"), text).unwrap();
+        let e = app::build_problem(&pf).err().expect("an error").to_string();
+        assert!(e.contains(want), "expected '{want}' in: {e}");
+    };
+    fails(declare(&one_way, "\"electrical -> thermal\""), "does not list thermal -> mechanical");
+    fails(
+        declare(
+            &one_way,
+            "\"electrical -> thermal\", \"thermal -> electrical\", \"thermal -> mechanical\"",
+        ),
+        "resistivity that depends on temperature",
+    );
+    fails(declare(&one_way, "\"electrical -> magnetic\""), "'magnetic'");
+    fails(declare(&one_way, "\"electrical thermal\""), "expected `from -> to`");
+}

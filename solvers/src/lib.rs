@@ -9,6 +9,7 @@ pub mod assembly;
 pub mod cg;
 pub mod checkpoint;
 pub mod error;
+pub mod graph;
 pub mod linear;
 pub mod newton;
 pub mod optimize;
