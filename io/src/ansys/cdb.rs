@@ -1,9 +1,36 @@
-//! MAPDL archive files (`.cdb`, written by `CDWRITE`): `ET`/`KEYOP` element types, `NBLOCK`
-//! nodes, `EBLOCK` elements (solid format), `CMBLOCK` components. Other commands are ignored.
+//! MAPDL archive files (`.cdb`, written by `CDWRITE`, and the input files Mechanical writes):
+//! `ET`/`KEYOP` element types, `NBLOCK` nodes, `EBLOCK` elements (both record layouts),
+//! `CMBLOCK` components. Other commands are ignored.
 //!
 //! Blocks are fixed-width Fortran records whose widths come from the format line that follows
 //! the block command (`(3i9,6e21.13e3)`, `(19i10)`, ...); blank or missing fields read as 0,
 //! so nodes without coordinates sit at the origin. Keywords are case-insensitive.
+//!
+//! # `EBLOCK` record layouts
+//!
+//! `EBLOCK,NUM_NODES,Solkey,NDMAX,NDSEL` is followed by an all-integer format line, one record
+//! per element and a line whose first field is `-1`. A record line ends after its last written
+//! field. Two layouts exist (MAPDL command reference, `EBLOCK`):
+//!
+//! - `Solkey = SOLID` (what `CDWRITE` writes, `(19i9)` or `(19i10)`): material, type, real
+//!   constant, section, element coordinate system, birth/death flag, solid-model reference,
+//!   shape flag, node count `n`, (unused), element number, then the `n` nodes, as many as the
+//!   first line holds (8) and the rest on continuation lines.
+//! - `Solkey` blank (Mechanical writes it for surface, contact and target elements, `(15i9)`):
+//!   element number, type, real constant, material, element coordinate system, then the nodes,
+//!   up to 10 on the first line. The manual calls field 2 "the type of section ID"; files hold
+//!   the `ET` reference number there, so it is read as the type. The layout has no section
+//!   field (the record's section is 0) and no node count: the nodes are the fields present on
+//!   the first line. A record goes on to further lines only when its first line is full and
+//!   its type has more nodes than fit (20-node bricks, 16-node interface elements), or, for a
+//!   type gradfem does not map to cells, when the next line has too few fields (fewer than 6)
+//!   to be a record of its own.
+//!
+//! Elements of either layout become cells through [`super::element_kind`] and the ANSYS → gmsh
+//! node orders of [`crate::ansys`]; an element that cannot be a cell is listed in `skipped`.
+//! A truncated record, a field that is not an integer, a blank line inside the block, a record
+//! or block that runs past the end of the file, or an element on a node that `NBLOCK` does not
+//! define is an [`AnsysError::Syntax`] naming the file and the record's line.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -130,6 +157,268 @@ fn split_fixed(
     Ok(())
 }
 
+/// Number of fields of `fmt` that `line` reaches: a record line ends after its last written
+/// field, so trailing blanks do not count.
+fn fields_present(line: &str, fmt: &[Field]) -> usize {
+    let len = line.trim_end().len();
+    let mut pos = 0usize;
+    let mut n = 0usize;
+    for f in fmt {
+        for _ in 0..f.count {
+            if pos >= len {
+                return n;
+            }
+            pos += f.width;
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Whether `line` closes an element block: its first field is `-1`.
+fn closes_block(line: &str) -> bool {
+    line.split_whitespace().next() == Some("-1")
+}
+
+/// The layout of an `EBLOCK`'s records (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EblockLayout {
+    /// `Solkey = SOLID`: 11 attribute fields (node count included), then the nodes.
+    Solid,
+    /// `Solkey` blank: element number, type, real constant, material, coordinate system, then
+    /// the nodes.
+    Compact,
+}
+
+impl EblockLayout {
+    /// Fields before the first node.
+    fn head(self) -> usize {
+        match self {
+            EblockLayout::Solid => 11,
+            EblockLayout::Compact => 5,
+        }
+    }
+}
+
+/// Node count of the element types whose compact records need more than one line of `(15i9)`:
+/// the 20-node bricks gradfem reads, the 16-node interface elements (INTER194, INTER204) and the
+/// 20-node acoustic brick (FLUID220). `None` for every other type.
+fn long_record_nodes(ansys_type: u32) -> Option<usize> {
+    match (element_kind(ansys_type).0, ansys_type) {
+        (ElementKind::Solid20, _) | (_, 220) => Some(20),
+        (_, 194 | 204) => Some(16),
+        _ => None,
+    }
+}
+
+/// Read the records of the `EBLOCK` whose command is on line `start` (0-based; `args` are the
+/// command's arguments after the keyword) into `out` as (record line, record); returns the line
+/// after the block.
+fn read_eblock(
+    path: &Path,
+    lines: &[&str],
+    start: usize,
+    args: &[&str],
+    types: &[ElementTypeInfo],
+    out: &mut Vec<(usize, ElementRecord)>,
+) -> Result<usize, AnsysError> {
+    let syntax = |line: usize, message: String| AnsysError::Syntax {
+        file: path.to_path_buf(),
+        line: line + 1,
+        message,
+    };
+    let layout = if args.get(1).is_some_and(|s| s.eq_ignore_ascii_case("SOLID")) {
+        EblockLayout::Solid
+    } else {
+        EblockLayout::Compact
+    };
+    let fmt_line =
+        lines.get(start + 1).ok_or_else(|| syntax(start, "EBLOCK without a format line".into()))?;
+    let fmt = parse_format(fmt_line)
+        .ok_or_else(|| syntax(start + 1, format!("bad format {fmt_line:?}")))?;
+    if !fmt.iter().all(|f| f.int) {
+        return Err(syntax(start + 1, format!("EBLOCK format {fmt_line:?} is not all integers")));
+    }
+    let per_line: usize = fmt.iter().map(|f| f.count).sum();
+    let head = layout.head();
+    if per_line <= head {
+        return Err(syntax(
+            start + 1,
+            format!(
+                "EBLOCK format {fmt_line:?} has {per_line} fields per line; a record needs {head} \
+                 attribute fields and the nodes"
+            ),
+        ));
+    }
+    let type_of = |r: u32| types.iter().find(|t| t.number == r).map_or(0, |t| t.ansys_type);
+    let mut ints = Vec::new();
+    let mut reals = Vec::new();
+    let mut count = 0usize;
+    let mut i = start + 2;
+    loop {
+        let Some(&line) = lines.get(i) else {
+            return Err(syntax(
+                start,
+                format!(
+                    "EBLOCK is not closed by -1: the file ends at line {} after {count} elements",
+                    lines.len()
+                ),
+            ));
+        };
+        if closes_block(line) {
+            break;
+        }
+        if line.trim().is_empty() {
+            return Err(syntax(i, "blank line inside an EBLOCK (a block ends with -1)".into()));
+        }
+        let first = i;
+        split_fixed(line, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
+        let present = fields_present(line, &fmt);
+        let (mut rec, want) = match layout {
+            EblockLayout::Solid => {
+                if present < head {
+                    return Err(syntax(
+                        i,
+                        format!("solid EBLOCK record with {present} fields; it needs at least 11"),
+                    ));
+                }
+                check_fields(&ints[..head]).map_err(|m| syntax(i, m))?;
+                let nn = ints[8] as usize;
+                if nn > 1000 {
+                    return Err(syntax(i, format!("element with {nn} nodes")));
+                }
+                let on_first = nn.min(per_line - head);
+                if present < head + on_first {
+                    return Err(syntax(
+                        i,
+                        format!(
+                            "element {}: record ends after {} of its {nn} nodes",
+                            ints[10],
+                            present - head
+                        ),
+                    ));
+                }
+                check_fields(&ints[head..head + on_first]).map_err(|m| syntax(i, m))?;
+                let rec = ElementRecord {
+                    number: ints[10] as u64,
+                    type_ref: ints[1] as u32,
+                    ansys_type: 0,
+                    material: ints[0] as u32,
+                    real: ints[2] as u32,
+                    section: ints[3] as u32,
+                    nodes: ints[head..head + on_first].iter().map(|&x| x as u64).collect(),
+                    cell: None,
+                };
+                (rec, nn)
+            }
+            EblockLayout::Compact => {
+                if present <= head {
+                    return Err(syntax(
+                        i,
+                        format!(
+                            "EBLOCK record with {present} fields; it needs element number, type, \
+                             real constant, material, coordinate system and at least one node"
+                        ),
+                    ));
+                }
+                check_fields(&ints[..present]).map_err(|m| syntax(i, m))?;
+                let type_ref = ints[1] as u32;
+                let mut rec = ElementRecord {
+                    number: ints[0] as u64,
+                    type_ref,
+                    ansys_type: 0,
+                    material: ints[3] as u32,
+                    real: ints[2] as u32,
+                    section: 0,
+                    nodes: ints[head..present].iter().map(|&x| x as u64).collect(),
+                    cell: None,
+                };
+                let full = present == per_line;
+                let ansys_type = type_of(type_ref);
+                let want = match long_record_nodes(ansys_type) {
+                    Some(n) if full => n.max(rec.nodes.len()),
+                    _ => rec.nodes.len(),
+                };
+                if full
+                    && want == rec.nodes.len()
+                    && element_kind(ansys_type).0 == ElementKind::Unsupported
+                {
+                    // a type of unknown size: lines too short to be records continue this one
+                    while let Some(&next) = lines.get(i + 1)
+                        && !closes_block(next)
+                        && (1..=head).contains(&fields_present(next, &fmt))
+                    {
+                        i += 1;
+                        split_fixed(next, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
+                        let have = fields_present(next, &fmt);
+                        check_fields(&ints[..have]).map_err(|m| syntax(i, m))?;
+                        rec.nodes.extend(ints[..have].iter().map(|&x| x as u64));
+                    }
+                }
+                (rec, want)
+            }
+        };
+        if rec.number == 0 {
+            return Err(syntax(first, "element number 0".into()));
+        }
+        // continuation lines
+        while rec.nodes.len() < want {
+            let have_nodes = rec.nodes.len();
+            i += 1;
+            let l = match lines.get(i) {
+                Some(&l) if !closes_block(l) => l,
+                found => {
+                    let end = if found.is_some() { "the block ends" } else { "the file ends" };
+                    return Err(syntax(
+                        first,
+                        format!(
+                            "element {}: {end} after {have_nodes} of its {want} nodes",
+                            rec.number
+                        ),
+                    ));
+                }
+            };
+            split_fixed(l, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
+            let take = (want - have_nodes).min(per_line);
+            let have = fields_present(l, &fmt);
+            if have < take {
+                return Err(syntax(
+                    i,
+                    format!(
+                        "element {}: continuation line with {have} nodes, {take} expected",
+                        rec.number
+                    ),
+                ));
+            }
+            check_fields(&ints[..take]).map_err(|m| syntax(i, m))?;
+            rec.nodes.extend(ints[..take].iter().map(|&x| x as u64));
+        }
+        rec.ansys_type = type_of(rec.type_ref);
+        out.push((first, rec));
+        count += 1;
+        i += 1;
+    }
+    if let Some(n) = args.get(3).and_then(|s| s.split('!').next()?.trim().parse::<usize>().ok())
+        && n != count
+    {
+        tracing::warn!(
+            "{}:{}: EBLOCK announces {n} elements and holds {count}",
+            path.display(),
+            start + 1
+        );
+    }
+    Ok(i + 1)
+}
+
+/// Check that the integers of a record are element, type, material, real, section and node
+/// numbers: none negative, none beyond `u32::MAX`.
+fn check_fields(v: &[i64]) -> Result<(), String> {
+    match v.iter().find(|&&x| !(0..=u32::MAX as i64).contains(&x)) {
+        Some(x) => Err(format!("number {x} out of range in an element record")),
+        None => Ok(()),
+    }
+}
+
 /// Decode an archive held in memory (`path` is used in errors only).
 pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError> {
     let text = String::from_utf8_lossy(data);
@@ -226,86 +515,7 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                 }
             }
             "EBLOCK" => {
-                let solid = args.get(1).is_some_and(|s| s.eq_ignore_ascii_case("SOLID"));
-                let fmt_line = lines
-                    .get(i + 1)
-                    .ok_or_else(|| syntax(i, "EBLOCK without a format line".into()))?;
-                let fmt = parse_format(fmt_line)
-                    .ok_or_else(|| syntax(i + 1, format!("bad format {fmt_line:?}")))?;
-                if !fmt.iter().all(|f| f.int) {
-                    return Err(syntax(
-                        i + 1,
-                        format!("EBLOCK format {fmt_line:?} is not all integers"),
-                    ));
-                }
-                let block_line = i;
-                i += 2;
-                if !solid {
-                    tracing::warn!(
-                        "{}:{}: non-solid EBLOCK skipped (not supported)",
-                        path.display(),
-                        block_line + 1
-                    );
-                }
-                while i < lines.len() {
-                    let t = lines[i].trim();
-                    if t.starts_with("-1") || t.is_empty() {
-                        break;
-                    }
-                    split_fixed(lines[i], &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
-                    if !solid {
-                        i += 1;
-                        continue;
-                    }
-                    if ints.len() < 11 {
-                        return Err(syntax(
-                            i,
-                            "solid EBLOCK record with fewer than 11 fields".into(),
-                        ));
-                    }
-                    let nn = ints[8];
-                    if !(0..=1000).contains(&nn) {
-                        return Err(syntax(i, format!("element with {nn} nodes")));
-                    }
-                    let nn = nn as usize;
-                    let head: Vec<i64> = ints[..11].to_vec();
-                    let mut nodes: Vec<i64> = ints[11..].iter().copied().take(nn).collect();
-                    let first = i;
-                    i += 1;
-                    while nodes.len() < nn {
-                        let l = lines.get(i).ok_or_else(|| {
-                            syntax(i, "element nodes past the end of the file".into())
-                        })?;
-                        split_fixed(l, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
-                        let need = nn - nodes.len();
-                        // continuation lines hold only as many fields as the line has
-                        let have = l.len().div_ceil(fmt[0].width.max(1)).max(1);
-                        nodes.extend(ints.iter().copied().take(need.min(have)));
-                        i += 1;
-                    }
-                    if head.iter().chain(&nodes).any(|&x| x < 0 || x > u32::MAX as i64) {
-                        return Err(syntax(
-                            first,
-                            "negative or huge number in an element record".into(),
-                        ));
-                    }
-                    let type_ref = head[1] as u32;
-                    let ansys_type =
-                        types.iter().find(|t| t.number == type_ref).map_or(0, |t| t.ansys_type);
-                    raw_elements.push((
-                        first,
-                        ElementRecord {
-                            number: head[10] as u64,
-                            type_ref,
-                            ansys_type,
-                            material: head[0] as u32,
-                            real: head[2] as u32,
-                            section: head[3] as u32,
-                            nodes: nodes.iter().map(|&x| x as u64).collect(),
-                            cell: None,
-                        },
-                    ));
-                }
+                i = read_eblock(path, &lines, i, &args, &types, &mut raw_elements)?;
             }
             "CMBLOCK" => {
                 let name = args.first().copied().unwrap_or("").to_string();
@@ -443,6 +653,27 @@ mod tests {
         assert_eq!(parse_real("1.5-100"), Some(1.5e-100));
         assert_eq!(parse_real("   "), Some(0.0));
         assert_eq!(parse_real("abc"), None);
+    }
+
+    #[test]
+    fn fields_and_block_ends() {
+        let fmt = parse_format("(15i9)").unwrap();
+        assert_eq!(fields_present("", &fmt), 0);
+        assert_eq!(fields_present("        1", &fmt), 1);
+        assert_eq!(fields_present("        1 ", &fmt), 1);
+        assert_eq!(fields_present("        1        2   ", &fmt), 2);
+        assert_eq!(fields_present(&"        1".repeat(20), &fmt), 15);
+        let mixed = parse_format("(5i9,10i10)").unwrap();
+        assert_eq!(fields_present(&format!("{}{}", "x".repeat(45), "y".repeat(11)), &mixed), 7);
+        assert!(closes_block("       -1"));
+        assert!(closes_block("-1"));
+        assert!(!closes_block("   "));
+        assert!(!closes_block("      -12        3"));
+        assert!(!closes_block("        1       -1"));
+        assert_eq!(long_record_nodes(186), Some(20));
+        assert_eq!(long_record_nodes(204), Some(16));
+        assert_eq!(long_record_nodes(187), None);
+        assert_eq!(long_record_nodes(181), None);
     }
 
     #[test]

@@ -62,7 +62,8 @@
 //! corners (a 20-node brick with a warning). Forms gradfem has no cell for (20-node prism,
 //! pyramids) and unsupported element types (surface effect, contact, target, MPC, ...) are
 //! skipped with a `tracing::warn!` naming the type and element, and listed in `skipped`; they
-//! never produce a wrong mesh. Non-solid `EBLOCK`s of archives are skipped with a warning.
+//! never produce a wrong mesh. Archives are read in both `EBLOCK` layouts, `SOLID` and the
+//! compact one (`cdb.rs` documents the record layouts).
 //!
 //! # Groups
 //!
