@@ -272,6 +272,12 @@ impl Problem {
                     Fields::ElectroThermal(p) => p.temperature(),
                 };
                 m.solve(t)?;
+                // A prescribed temperature from outside is the problem's temperature field
+                // (summaries and outputs show it, not the placeholder thermal field's).
+                if let Some(imp) = m.imported_temperature() {
+                    let field = imp.field();
+                    self.thermal_mut().set_solution(field);
+                }
             } else if !upstream_done {
                 match &mut self.fields {
                     Fields::Thermal(p) => p.solve().map(|_| ())?,
@@ -710,6 +716,37 @@ fn build_mechanical(
         file.check_group(mesh, tip, "[mechanical] tip")?;
         field.tip_group = Some(tip.get_ref().clone());
     }
+    if let Some(t) = &spec.temperature {
+        match (&t.ansys, t.uniform) {
+            (Some(path), None) => {
+                let path = file.resolve_path(path);
+                let (values, info) =
+                    crate::ansys_import::initial_temperature(&path, t.set, mesh).map_err(
+                        |source| AppError::InitialState { file: file.path.clone(), source },
+                    )?;
+                field.set_imported_temperature(crate::mechanical::ImportedTemperature::new(
+                    values,
+                    t.scale,
+                    t.offset,
+                    format!("{} set {}", info.file, info.set),
+                ));
+            }
+            (None, Some(_)) => {
+                if t.scale != 1.0 || t.offset != 0.0 {
+                    return Err(invalid(
+                        file,
+                        "[mechanical] temperature: `scale` and `offset` go with `ansys`",
+                    ));
+                }
+            }
+            _ => {
+                return Err(invalid(
+                    file,
+                    "[mechanical] temperature needs exactly one of `uniform` and `ansys`",
+                ));
+            }
+        }
+    }
     Ok(field)
 }
 
@@ -870,24 +907,60 @@ fn build_thermal(
     let mesh = file.build_mesh()?;
     let spec = &file.spec;
     let mut regions = Vec::new();
-    for m in &spec.thermal.materials {
-        file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
-        regions.push(RegionSpec {
-            group: m.group.get_ref().clone(),
-            k0: m.k,
-            law: m.law.clone(),
-            source: m.source,
-        });
-    }
     let mut bcs = Vec::new();
-    for b in &spec.thermal.bcs {
-        file.check_group(&mesh, &b.group, "[[thermal.bc]]")?;
-        bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.bc_kind(b)? });
+    match (&spec.thermal, &spec.mechanical) {
+        (Some(thermal), _) => {
+            if spec.mechanical.as_ref().is_some_and(|m| m.temperature.is_some()) {
+                return Err(invalid(
+                    file,
+                    "[mechanical] temperature prescribes the temperature, and [thermal] solves for it: give one of them",
+                ));
+            }
+            for m in &thermal.materials {
+                file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
+                regions.push(RegionSpec {
+                    group: m.group.get_ref().clone(),
+                    k0: m.k,
+                    law: m.law.clone(),
+                    source: m.source,
+                });
+            }
+            for b in &thermal.bcs {
+                file.check_group(&mesh, &b.group, "[[thermal.bc]]")?;
+                bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.bc_kind(b)? });
+            }
+        }
+        (None, Some(mech)) => {
+            // A prescribed temperature: every node of the mechanical regions is held, so the
+            // thermal field has no unknowns; its fixed values are parameters
+            // (`bc.<group>.temperature`).
+            let uniform = mech.temperature.as_ref().and_then(|t| t.uniform);
+            for m in &mech.materials {
+                file.check_group(&mesh, &m.group, "[[mechanical.material]]")?;
+                regions.push(RegionSpec {
+                    group: m.group.get_ref().clone(),
+                    k0: 1.0,
+                    law: gradfem_thermal::ConductivityLaw::Constant,
+                    source: 0.0,
+                });
+                bcs.push(BcSpec {
+                    group: m.group.get_ref().clone(),
+                    kind: gradfem_thermal::BcKind::Temperature {
+                        value: uniform.unwrap_or(m.t_ref.unwrap_or(293.15)),
+                    },
+                });
+            }
+        }
+        (None, None) => {
+            return Err(invalid(file, "a problem needs a [thermal] or a [mechanical] table"));
+        }
     }
     let parts = objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?;
     let no_terms = parts.is_empty();
-    let ObjectiveParts { thermal: mut terms, terminal: terminal_terms, mechanical } = parts;
-    if no_terms {
+    let ObjectiveParts { thermal: mut terms, terminal: terminal_terms, mut mechanical } = parts;
+    if no_terms && spec.thermal.is_none() {
+        mechanical.push(MechObjectiveTerm { weight: 1.0, kind: MechObjectiveKind::Compliance });
+    } else if no_terms {
         terms.push(ObjectiveTerm {
             weight: 1.0,
             kind: ObjectiveKind::Average { group: "*".into() },

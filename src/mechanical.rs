@@ -46,6 +46,9 @@ enum MBinding {
     Traction(usize),
     /// A displacement condition's constrained components, in order.
     Displacement(usize, Vec<usize>),
+    /// The imported temperature's scale and offset.
+    ImportScale,
+    ImportOffset,
 }
 
 /// Timings of one mechanical solve.
@@ -80,6 +83,32 @@ pub struct ForceBalance {
     pub relative_imbalance: f64,
 }
 
+/// A temperature field from outside the problem (an ANSYS thermal result) as the mechanical
+/// field's input, through the transfer T = offset + scale · T_imported, whose vector-Jacobian
+/// product gives scale and offset their gradients: dJ/dscale = Σₙ T̄ₙ T_importedₙ,
+/// dJ/doffset = Σₙ T̄ₙ.
+#[derive(Clone, Debug)]
+pub struct ImportedTemperature {
+    /// The imported nodal field (one value per mesh node).
+    pub values: Vec<f64>,
+    pub scale: f64,
+    pub offset: f64,
+    /// Where it came from, for summaries.
+    pub source: String,
+}
+
+impl ImportedTemperature {
+    /// An imported field with its transfer coefficients.
+    pub fn new(values: Vec<f64>, scale: f64, offset: f64, source: String) -> Self {
+        ImportedTemperature { values, scale, offset, source }
+    }
+
+    /// T = offset + scale · T_imported.
+    pub fn field(&self) -> Vec<f64> {
+        self.values.iter().map(|v| self.offset + self.scale * v).collect()
+    }
+}
+
 /// The mechanical field, ready to solve and differentiate.
 pub struct MechanicalField {
     pub model: LinearElasticModel,
@@ -98,6 +127,8 @@ pub struct MechanicalField {
     pub last_gradient: MechanicalGradientTimings,
     /// The surface group whose mean displacement the summary reports as the tip displacement.
     pub tip_group: Option<String>,
+    /// A temperature from outside (used instead of the thermal field's).
+    imported: Option<ImportedTemperature>,
 }
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -140,6 +171,7 @@ impl MechanicalField {
             last_solve: MechanicalSolveTimings::default(),
             last_gradient: MechanicalGradientTimings::default(),
             tip_group,
+            imported: None,
         })
     }
 
@@ -174,6 +206,17 @@ impl MechanicalField {
         self.stale = true;
     }
 
+    /// Take the temperature from `imported` instead of the thermal field.
+    pub fn set_imported_temperature(&mut self, imported: ImportedTemperature) {
+        self.imported = Some(imported);
+        self.u = None;
+    }
+
+    /// The imported temperature, if any.
+    pub fn imported_temperature(&self) -> Option<&ImportedTemperature> {
+        self.imported.as_ref()
+    }
+
     /// The linear solver's name.
     pub fn linear_solver(&self) -> &'static str {
         self.solver.name()
@@ -182,6 +225,10 @@ impl MechanicalField {
     /// Parameter names this field offers.
     pub fn available_parameters(&self) -> Vec<String> {
         let mut names = Vec::new();
+        if self.imported.is_some() {
+            names.push("mechanical.temperature.scale".into());
+            names.push("mechanical.temperature.offset".into());
+        }
         for r in &self.model.regions {
             for p in ["young", "young_elem", "poisson", "alpha", "t_ref", "body_force"] {
                 names.push(format!("mechanical.{p}.{}", r.name));
@@ -247,6 +294,22 @@ impl MechanicalField {
             ))
         };
         let m = &self.model;
+        if let Some(what) = name.strip_prefix("mechanical.temperature.") {
+            let imp = self.imported.as_ref().ok_or_else(unknown)?;
+            return Ok(match what {
+                "scale" => (
+                    MBinding::ImportScale,
+                    ParamSpec::scalar(name, imp.scale)
+                        .with_doc("scale of the imported temperature", "1"),
+                ),
+                "offset" => (
+                    MBinding::ImportOffset,
+                    ParamSpec::scalar(name, imp.offset)
+                        .with_doc("offset of the imported temperature", "K"),
+                ),
+                _ => return Err(unknown()),
+            });
+        }
         if let Some(rest) = name.strip_prefix("mechanical.") {
             let (what, g) = rest.split_once('.').ok_or_else(unknown)?;
             let r = m.regions.iter().position(|r| r.name == g).ok_or_else(unknown)?;
@@ -362,6 +425,16 @@ impl MechanicalField {
                     }
                     m.set_boundary_kind(*b, BcKind::Displacement { value });
                 }
+                MBinding::ImportScale => {
+                    if let Some(i) = &mut self.imported {
+                        i.scale = v[0];
+                    }
+                }
+                MBinding::ImportOffset => {
+                    if let Some(i) = &mut self.imported {
+                        i.offset = v[0];
+                    }
+                }
             }
         }
         for &e in &self.model.young_elem {
@@ -391,6 +464,8 @@ impl MechanicalField {
     /// `None`: no thermal strain). Every node of a mechanical element needs a finite
     /// temperature.
     pub fn solve(&mut self, t: Option<&[f64]>) -> Result<&[f64], RunError> {
+        let imported = self.imported.as_ref().map(ImportedTemperature::field);
+        let t = imported.as_deref().or(t);
         if let Some(t) = t {
             let mut bad = None;
             for e in 0..self.model.n_volume_elements() {
@@ -574,15 +649,30 @@ impl MechanicalField {
                         g[k] += direct - vjp.displacement[*bc][c];
                     }
                 }
+                MBinding::ImportScale | MBinding::ImportOffset => {}
                 MBinding::Young(_) | MBinding::YoungElem(_) | MBinding::Poisson(_) => {}
             }
         }
         if let Some(dx) = &vjp.coords {
             shape.add_partials(grad, dx, -1.0);
         }
-        let t_bar = vjp
+        let mut t_bar = vjp
             .temperature
             .map_or_else(|| vec![0.0; n_nodes], |t| t.into_iter().map(|v| -v).collect());
+        // The imported temperature's transfer takes T̄; nothing flows to the thermal field.
+        if let Some(imp) = &self.imported {
+            for (id, b) in &self.bindings {
+                let d = match b {
+                    MBinding::ImportScale => {
+                        t_bar.iter().zip(&imp.values).map(|(tb, v)| tb * v).sum::<f64>()
+                    }
+                    MBinding::ImportOffset => t_bar.iter().sum::<f64>(),
+                    _ => continue,
+                };
+                grad.get_mut(*id)[0] += d;
+            }
+            t_bar.iter_mut().for_each(|v| *v = 0.0);
+        }
         timings.accumulate_s += ta.elapsed().as_secs_f64();
         Ok((eval.value, t_bar))
     }

@@ -251,6 +251,25 @@ pub struct MechanicalSpec {
     /// The surface group whose mean displacement is the summary's `tip_displacement_m`
     /// (default: `free_end` when the mesh has it).
     pub tip: Option<Spanned<String>>,
+    /// A prescribed temperature, for problems without a `[thermal]` table:
+    /// `{ uniform = 350.0 }`, or `{ ansys = "file.rth", set = 1 }` (the TEMP field of an ANSYS
+    /// result, by node number or interpolated) with T = offset + scale · T_ansys (registrable
+    /// as `mechanical.temperature.scale` and `mechanical.temperature.offset`).
+    pub temperature: Option<MechanicalTemperatureSpec>,
+}
+
+/// A prescribed temperature of the mechanical field (see [`MechanicalSpec::temperature`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MechanicalTemperatureSpec {
+    pub uniform: Option<f64>,
+    pub ansys: Option<String>,
+    #[serde(default = "first_set")]
+    pub set: usize,
+    #[serde(default = "one")]
+    pub scale: f64,
+    #[serde(default)]
+    pub offset: f64,
 }
 
 /// A conductor of the electrical field on a volume group: give exactly one of `sigma` and
@@ -529,7 +548,11 @@ pub struct ProblemSpec {
     #[serde(default)]
     pub title: String,
     pub mesh: MeshSpec,
-    pub thermal: ThermalSpec,
+    /// The thermal field. A problem with a `[mechanical]` table may leave it out: the
+    /// temperature is then prescribed (`[mechanical] temperature`, default each material's
+    /// t_ref: no thermal strain).
+    #[serde(default)]
+    pub thermal: Option<ThermalSpec>,
     /// The electrical field (makes the problem electro-thermal).
     #[serde(default)]
     pub electrical: Option<ElectricalSpec>,
