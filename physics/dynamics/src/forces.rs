@@ -21,6 +21,18 @@
 //! velocity v_c of the contact point ρ = −R n (relative to the centre). The total force is
 //! F_n n + F_t, and it applies the torque τ = ρ × F_t about the centre (felt by rigid bodies).
 //!
+//! Between two spheres a and b ([`SphereContact`]) the same laws act on the penetration
+//! δ = R_a + R_b − |r_a − r_b| along n = (r_a − r_b)/|r_a − r_b|, with friction on the
+//! tangential part of the relative velocity of the contact point c (the midpoint of the overlap
+//! on the line of centres, ρ_a = c − r_a = −(R_a − δ/2) n, ρ_b = c − r_b = (R_b − δ/2) n),
+//!
+//! v_rel = (v_a + ω_a × ρ_a) − (v_b + ω_b × ρ_b),
+//!
+//! so spin drives friction; a receives F_n n + F_t and the torque τ_a = ρ_a × F_t, b receives
+//! −(F_n n + F_t) and τ_b = ρ_b × (−F_t). Both act at the one point c, so the pair conserves
+//! linear and angular momentum (orbital plus spin). Particles enter with their (constant)
+//! angular velocity and the system ignores torques on them, as for the ground.
+//!
 //! Effect of ε on gradients: every force is C^∞ for ε > 0, so the discrete trajectory is a
 //! smooth function of the parameters and the initial state, and its adjoint gradient is exact
 //! and finite. What ε controls is the scale on which that gradient is *useful*: the slope of
@@ -201,8 +213,8 @@ pub fn softplus<T: DualNum<Primitive = f64> + Copy>(s: T) -> T {
 }
 
 /// Soft contact of bodies (spheres of the given radii centred on the bodies, and
-/// [`ContactPoint`] spheres at body-frame offsets) with the plane {n · r = h}: normal force k_c ε softplus(δ/ε) and regularized Coulomb friction (formulas in
-/// the module docs).
+/// [`ContactPoint`] spheres at body-frame offsets) with the plane {n · r = h}: normal force
+/// k_c ε softplus(δ/ε) and regularized Coulomb friction (formulas in the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroundContact {
     /// Bodies that touch the plane, with the radius of each one's contact sphere.
@@ -523,16 +535,42 @@ impl GroundContact {
     }
 }
 
-/// Soft contact between spheres (every pair of the listed bodies; no broad phase, O(n²)):
-/// with d = r_a − r_b, ℓ = |d|, n = d/ℓ, penetration δ = R_a + R_b − ℓ and relative velocity
-/// v = v_a − v_b, v_t = v − (v · n) n,
+/// Soft contact between spheres (every pair of the listed bodies; no broad phase, O(n²)), with
+/// friction at the contact point and its torques on rigid bodies.
 ///
-/// F_a = F_n n − μ F_n v_t / sqrt(|v_t|² + v_ε²),   F_n = k_c ε softplus(δ/ε),   F_b = −F_a,
+/// With d = r_a − r_b, ℓ = |d|, n = d/ℓ (from b towards a) and penetration δ = R_a + R_b − ℓ,
+/// the contact point c is the midpoint of the overlap on the line of centres,
 ///
-/// the same laws as [`GroundContact`] (module docs). Pairs with δ < −40ε are skipped (their
-/// force is below k_c ε e⁻⁴⁰, under rounding); forward and VJP skip the same pairs. Friction
-/// acts on the centres' relative velocity and applies no torque (unlike [`GroundContact`]:
-/// spin of colliding spheres is not coupled yet).
+/// ρ_a = c − r_a = −(R_a − δ/2) n,   ρ_b = c − r_b = +(R_b − δ/2) n,
+///
+/// (ρ_a = −R_a n and ρ_b = +R_b n at first touch; halving the overlap makes c one point of both
+/// bodies, so the pair's forces have no net moment, see below: with the lever arms R_a and R_b
+/// themselves the pair would exert the spurious moment −δ n × F_t, an angular-momentum drift
+/// that no time step removes). The relative velocity of the two material points at c and its
+/// tangential part are
+///
+/// v_rel = (v_a + ω_a × ρ_a) − (v_b + ω_b × ρ_b),   v_t = v_rel − (v_rel · n) n,
+///
+/// and the laws are those of [`GroundContact`] (module docs):
+///
+/// F_n = k_c ε softplus(δ/ε),   F_t = −μ F_n v_t / sqrt(|v_t|² + v_ε²),   |F_t| < μ F_n,
+///
+/// F_a = F_n n + F_t,   F_b = −F_a,   τ_a = ρ_a × F_t,   τ_b = ρ_b × (−F_t),
+///
+/// torques about each centre (the normal force passes through both centres). Balance: both
+/// forces act at c, so the moment of the pair about any fixed point vanishes,
+/// (r_a − r_b) × F_t + τ_a + τ_b = (ℓ − (R_a − δ/2) − (R_b − δ/2)) n × F_t = 0: linear momentum
+/// Σ m v and angular momentum Σ (r × m v + I ω) of the bodies are conserved by the law (up to
+/// the integrator's error), and the friction power F_t · v_rel = −μ F_n |v_t|² / sqrt(|v_t|² +
+/// v_ε²) ≤ 0 only dissipates.
+///
+/// Particles ([`crate::system::System::add_body`]) enter the law with their angular velocity
+/// like every body (it stays constant, zero unless set), and the system drops the torques on
+/// them, as for [`GroundContact`]: with ω = 0 the law is friction on the centres' relative
+/// velocity v_a − v_b ([`sphere_contact_force`]).
+///
+/// Pairs with δ < −40ε are skipped (their force is below k_c ε e⁻⁴⁰, under rounding); forward
+/// and VJP skip the same pairs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SphereContact {
     /// Bodies with the radius of each one's sphere.
@@ -547,7 +585,61 @@ pub struct SphereContact {
     pub slip_velocity: f64,
 }
 
-/// F_a of a sphere–sphere contact (formulas in [`SphereContact`]), generic over the scalar.
+/// a × b, generic over the scalar.
+fn cross<T: DualNum<Primitive = f64> + Copy>(a: &[T; 3], b: &[T; 3]) -> [T; 3] {
+    [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+}
+
+/// Contact wrench of two spheres (formulas in [`SphereContact`]), generic over the scalar:
+/// `[F_a, τ_a, τ_b]` (F_b = −F_a), with friction on the relative velocity of the contact point,
+/// spins included. Inputs: r_a, r_b, v_a, v_b, ω_a, ω_b, k_c, μ, ε, then R_a, R_b and v_ε.
+#[allow(clippy::too_many_arguments)]
+pub fn sphere_contact_wrench<T: DualNum<Primitive = f64> + Copy>(
+    ra: &[T; 3],
+    rb: &[T; 3],
+    va: &[T; 3],
+    vb: &[T; 3],
+    wa: &[T; 3],
+    wb: &[T; 3],
+    kc: T,
+    mu: T,
+    eps: T,
+    radius_a: f64,
+    radius_b: f64,
+    v_eps: f64,
+) -> [T; 9] {
+    let d = [ra[0] - rb[0], ra[1] - rb[1], ra[2] - rb[2]];
+    let l = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
+    let n = [d[0] / l, d[1] / l, d[2] / l];
+    let delta = -l + (radius_a + radius_b);
+    let fn_ = kc * eps * softplus(delta / eps);
+    let half = delta * 0.5;
+    let rho_a = n.map(|c| c * (half - radius_a));
+    let rho_b = n.map(|c| c * (-half + radius_b));
+    let (sa, sb) = (cross(wa, &rho_a), cross(wb, &rho_b));
+    let v: [T; 3] = std::array::from_fn(|k| va[k] + sa[k] - vb[k] - sb[k]);
+    let vn = v[0] * n[0] + v[1] * n[1] + v[2] * n[2];
+    let vt = [v[0] - vn * n[0], v[1] - vn * n[1], v[2] - vn * n[2]];
+    let s = (vt[0] * vt[0] + vt[1] * vt[1] + vt[2] * vt[2] + v_eps * v_eps).sqrt();
+    let c = -mu * fn_ / s;
+    let ft = vt.map(|x| c * x);
+    let (ta, tb) = (cross(&rho_a, &ft), cross(&ft, &rho_b));
+    [
+        fn_ * n[0] + ft[0],
+        fn_ * n[1] + ft[1],
+        fn_ * n[2] + ft[2],
+        ta[0],
+        ta[1],
+        ta[2],
+        tb[0],
+        tb[1],
+        tb[2],
+    ]
+}
+
+/// F_a of a sphere–sphere contact without spin (ω_a = ω_b = 0: friction on the centres'
+/// relative velocity v_a − v_b), generic over the scalar: the force of
+/// [`sphere_contact_wrench`], which only needs R_a + R_b then.
 /// Inputs: r_a, r_b, v_a, v_b, k_c, μ, ε, then R_a + R_b and v_ε.
 #[allow(clippy::too_many_arguments)]
 pub fn sphere_contact_force<T: DualNum<Primitive = f64> + Copy>(
@@ -561,21 +653,14 @@ pub fn sphere_contact_force<T: DualNum<Primitive = f64> + Copy>(
     radii: f64,
     v_eps: f64,
 ) -> [T; 3] {
-    let d = [ra[0] - rb[0], ra[1] - rb[1], ra[2] - rb[2]];
-    let l = (d[0] * d[0] + d[1] * d[1] + d[2] * d[2]).sqrt();
-    let n = [d[0] / l, d[1] / l, d[2] / l];
-    let fn_ = kc * eps * softplus((-l + radii) / eps);
-    let v = [va[0] - vb[0], va[1] - vb[1], va[2] - vb[2]];
-    let vn = v[0] * n[0] + v[1] * n[1] + v[2] * n[2];
-    let vt = [v[0] - vn * n[0], v[1] - vn * n[1], v[2] - vn * n[2]];
-    let s = (vt[0] * vt[0] + vt[1] * vt[1] + vt[2] * vt[2] + v_eps * v_eps).sqrt();
-    let ft = -mu * fn_ / s;
-    std::array::from_fn(|k| fn_ * n[k] + ft * vt[k])
+    let zero = [T::zero(); 3];
+    let w = sphere_contact_wrench(ra, rb, va, vb, &zero, &zero, kc, mu, eps, radii, 0.0, v_eps);
+    [w[0], w[1], w[2]]
 }
 
 impl SphereContact {
-    /// The pairs in contact range: (a, b, R_a + R_b).
-    fn active_pairs(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<(usize, usize, f64)> {
+    /// The pairs in contact range: (a, b, R_a, R_b).
+    fn active_pairs(&self, x: &[f64], ctx: &Ctx<'_>) -> Vec<(usize, usize, f64, f64)> {
         let l = ctx.layout;
         let eps = ctx.value(self.smoothing);
         let mut out = Vec::new();
@@ -584,33 +669,103 @@ impl SphereContact {
                 let (xa, xb) = (l.get3(x, l.r(a)), l.get3(x, l.r(b)));
                 let dist = (0..3).map(|k| (xa[k] - xb[k]).powi(2)).sum::<f64>().sqrt();
                 if ra + rb - dist >= -40.0 * eps {
-                    out.push((a, b, ra + rb));
+                    out.push((a, b, ra, rb));
                 }
             }
         }
         out
     }
-}
 
-impl ForceLaw for SphereContact {
-    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+    /// Calls `add(a, b, [F_a, τ_a, τ_b])` for every pair in contact range.
+    fn wrenches(&self, x: &[f64], ctx: &Ctx<'_>, mut add: impl FnMut(usize, usize, [f64; 9])) {
         let l = ctx.layout;
         let (kc, mu, eps) =
             (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
-        for (a, b, radii) in self.active_pairs(x, ctx) {
-            let f = sphere_contact_force(
+        for (a, b, ra, rb) in self.active_pairs(x, ctx) {
+            let wr = sphere_contact_wrench(
                 &l.get3(x, l.r(a)),
                 &l.get3(x, l.r(b)),
                 &l.get3(x, l.v(a)),
                 &l.get3(x, l.v(b)),
+                &l.get3(x, l.w(a)),
+                &l.get3(x, l.w(b)),
                 kc,
                 mu,
                 eps,
-                radii,
+                ra,
+                rb,
                 self.slip_velocity,
             );
-            pair_add(Anchor::Body(a), Anchor::Body(b), f, forces);
+            add(a, b, wr);
         }
+    }
+
+    /// Adds the VJP of every pair's wrench given its adjoint `bar(a, b)` =
+    /// `[F̄_a − F̄_b, τ̄_a, τ̄_b]` (pairs with a zero adjoint are skipped).
+    fn wrench_vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        bar: impl Fn(usize, usize) -> [f64; 9],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        let l = ctx.layout;
+        let (kc, mu, eps) =
+            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
+        for (a, b, ra, rb) in self.active_pairs(x, ctx) {
+            let y = bar(a, b);
+            if y.iter().all(|v| *v == 0.0) {
+                continue;
+            }
+            let offsets = [l.r(a), l.r(b), l.v(a), l.v(b), l.w(a), l.w(b)];
+            let mut inp = [0.0; 21];
+            for (s, &o) in offsets.iter().enumerate() {
+                inp[3 * s..3 * s + 3].copy_from_slice(&x[o..o + 3]);
+            }
+            inp[18] = kc;
+            inp[19] = mu;
+            inp[20] = eps;
+            let g = local_vjp(inp, &y, |z| {
+                sphere_contact_wrench(
+                    &[z[0], z[1], z[2]],
+                    &[z[3], z[4], z[5]],
+                    &[z[6], z[7], z[8]],
+                    &[z[9], z[10], z[11]],
+                    &[z[12], z[13], z[14]],
+                    &[z[15], z[16], z[17]],
+                    z[18],
+                    z[19],
+                    z[20],
+                    ra,
+                    rb,
+                    self.slip_velocity,
+                )
+            });
+            for (s, &o) in offsets.iter().enumerate() {
+                (0..3).for_each(|k| x_bar[o + k] += g[3 * s + k]);
+            }
+            ctx.add_bar(self.stiffness, p_bar, g[18]);
+            ctx.add_bar(self.friction, p_bar, g[19]);
+            ctx.add_bar(self.smoothing, p_bar, g[20]);
+        }
+    }
+}
+
+impl ForceLaw for SphereContact {
+    fn accumulate(&self, x: &[f64], ctx: &Ctx<'_>, forces: &mut [[f64; 3]]) {
+        self.wrenches(x, ctx, |a, b, wr| {
+            pair_add(Anchor::Body(a), Anchor::Body(b), [wr[0], wr[1], wr[2]], forces)
+        });
+    }
+
+    fn accumulate_torques(&self, x: &[f64], ctx: &Ctx<'_>, torques: &mut [[f64; 3]]) {
+        self.wrenches(x, ctx, |a, b, wr| {
+            (0..3).for_each(|d| {
+                torques[a][d] += wr[3 + d];
+                torques[b][d] += wr[6 + d];
+            })
+        });
     }
 
     fn vjp(
@@ -621,44 +776,36 @@ impl ForceLaw for SphereContact {
         x_bar: &mut [f64],
         p_bar: &mut [f64],
     ) {
-        let l = ctx.layout;
-        let (kc, mu, eps) =
-            (ctx.value(self.stiffness), ctx.value(self.friction), ctx.value(self.smoothing));
-        for (a, b, radii) in self.active_pairs(x, ctx) {
-            let y = pair_bar(Anchor::Body(a), Anchor::Body(b), f_bar);
-            let mut inp = [0.0; 15];
-            for k in 0..3 {
-                inp[k] = x[l.r(a) + k];
-                inp[3 + k] = x[l.r(b) + k];
-                inp[6 + k] = x[l.v(a) + k];
-                inp[9 + k] = x[l.v(b) + k];
-            }
-            inp[12] = kc;
-            inp[13] = mu;
-            inp[14] = eps;
-            let g = local_vjp(inp, &y, |z| {
-                sphere_contact_force(
-                    &[z[0], z[1], z[2]],
-                    &[z[3], z[4], z[5]],
-                    &[z[6], z[7], z[8]],
-                    &[z[9], z[10], z[11]],
-                    z[12],
-                    z[13],
-                    z[14],
-                    radii,
-                    self.slip_velocity,
-                )
-            });
-            for k in 0..3 {
-                x_bar[l.r(a) + k] += g[k];
-                x_bar[l.r(b) + k] += g[3 + k];
-                x_bar[l.v(a) + k] += g[6 + k];
-                x_bar[l.v(b) + k] += g[9 + k];
-            }
-            ctx.add_bar(self.stiffness, p_bar, g[12]);
-            ctx.add_bar(self.friction, p_bar, g[13]);
-            ctx.add_bar(self.smoothing, p_bar, g[14]);
-        }
+        self.wrench_vjp(
+            x,
+            ctx,
+            |a, b| {
+                let y = pair_bar(Anchor::Body(a), Anchor::Body(b), f_bar);
+                [y[0], y[1], y[2], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+            },
+            x_bar,
+            p_bar,
+        );
+    }
+
+    fn torque_vjp(
+        &self,
+        x: &[f64],
+        ctx: &Ctx<'_>,
+        tau_bar: &[[f64; 3]],
+        x_bar: &mut [f64],
+        p_bar: &mut [f64],
+    ) {
+        self.wrench_vjp(
+            x,
+            ctx,
+            |a, b| {
+                let (ta, tb) = (tau_bar[a], tau_bar[b]);
+                [0.0, 0.0, 0.0, ta[0], ta[1], ta[2], tb[0], tb[1], tb[2]]
+            },
+            x_bar,
+            p_bar,
+        );
     }
 }
 
@@ -856,6 +1003,113 @@ mod tests {
         for d in 0..3 {
             assert!((o[d] - s[d]).abs() < 1e-12 && (o[3 + d] - s[3 + d] - lever[d]).abs() < 1e-12);
         }
+    }
+
+    /// Spheres a (R_a = 0.15) and b (R_b = 0.1) overlapping by about 0.02, with spins.
+    fn spinning_pair() -> ([[f64; 3]; 6], f64, f64) {
+        let ra = [0.21, -0.04, 0.03];
+        let rb = [0.0, 0.02, -0.01];
+        let (va, vb) = ([-0.4, 0.3, 0.1], [0.2, -0.1, 0.5]);
+        let (wa, wb) = ([1.5, -2.0, 7.0], [-3.0, 0.5, 2.0]);
+        ([ra, rb, va, vb, wa, wb], 0.15, 0.1)
+    }
+
+    fn wrench(s: &[[f64; 3]; 6], mu: f64, radius_a: f64, radius_b: f64) -> [f64; 9] {
+        sphere_contact_wrench(
+            &s[0], &s[1], &s[2], &s[3], &s[4], &s[5], 2e3, mu, 1e-3, radius_a, radius_b, 0.05,
+        )
+    }
+
+    fn cross3(a: &[f64; 3], b: &[f64; 3]) -> [f64; 3] {
+        cross(a, b)
+    }
+
+    /// Without spin the force is friction on the centres' relative velocity (the particle law),
+    /// written out here independently.
+    #[test]
+    fn sphere_wrench_without_spin_is_the_centre_velocity_law() {
+        let (mut s, radius_a, radius_b) = spinning_pair();
+        s[4] = [0.0; 3];
+        s[5] = [0.0; 3];
+        let (kc, mu, eps, v_eps) = (2e3, 0.4, 1e-3, 0.05);
+        let w = wrench(&s, mu, radius_a, radius_b);
+        let d: [f64; 3] = std::array::from_fn(|k| s[0][k] - s[1][k]);
+        let l = d.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let n = d.map(|x| x / l);
+        let fn_ = kc * eps * (1.0 + ((radius_a + radius_b - l) / eps).exp()).ln();
+        let v: [f64; 3] = std::array::from_fn(|k| s[2][k] - s[3][k]);
+        let vn: f64 = (0..3).map(|k| v[k] * n[k]).sum();
+        let vt: [f64; 3] = std::array::from_fn(|k| v[k] - vn * n[k]);
+        let sl = (vt.iter().map(|x| x * x).sum::<f64>() + v_eps * v_eps).sqrt();
+        let f = sphere_contact_force(
+            &s[0],
+            &s[1],
+            &s[2],
+            &s[3],
+            kc,
+            mu,
+            eps,
+            radius_a + radius_b,
+            v_eps,
+        );
+        for k in 0..3 {
+            let expected = fn_ * n[k] - mu * fn_ * vt[k] / sl;
+            assert!((w[k] - expected).abs() < 1e-10 * fn_, "F_a[{k}] {} vs {expected}", w[k]);
+            assert!((f[k] - expected).abs() < 1e-10 * fn_, "F_a[{k}] {} vs {expected}", f[k]);
+        }
+        assert!(fn_ > 10.0, "the spheres should touch: F_n = {fn_}");
+        // Sliding centres still load rigid bodies with τ_a = ρ_a × F_t, ρ_a = −(R_a − δ/2) n
+        // (a particle ignores it).
+        let delta = radius_a + radius_b - l;
+        let rho_a = n.map(|c| -(radius_a - 0.5 * delta) * c);
+        let ft: [f64; 3] = std::array::from_fn(|k| -mu * fn_ * vt[k] / sl);
+        let ta = cross3(&rho_a, &ft);
+        for k in 0..3 {
+            assert!((w[3 + k] - ta[k]).abs() < 1e-10 * fn_, "τ_a[{k}] {} vs {}", w[3 + k], ta[k]);
+        }
+    }
+
+    /// Both forces act at one point: the moment of the pair about any point vanishes,
+    /// r_a × F_a + r_b × (−F_a) + τ_a + τ_b = 0, and friction only dissipates:
+    /// F_a · (v_a − v_b) + τ_a · ω_a + τ_b · ω_b ≤ F_n n · (v_a − v_b).
+    #[test]
+    fn sphere_wrench_has_no_net_moment_and_dissipates() {
+        let (s, radius_a, radius_b) = spinning_pair();
+        let w = wrench(&s, 0.4, radius_a, radius_b);
+        let f = [w[0], w[1], w[2]];
+        let (ma, mb) = (cross3(&s[0], &f), cross3(&s[1], &f));
+        let scale = f.iter().map(|x| x.abs()).sum::<f64>();
+        for k in 0..3 {
+            let m = ma[k] - mb[k] + w[3 + k] + w[6 + k];
+            assert!(m.abs() < 1e-14 * scale, "net moment {k}: {m:e} (|F| ~ {scale})");
+        }
+        let d: [f64; 3] = std::array::from_fn(|k| s[0][k] - s[1][k]);
+        let l = d.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let fn_: f64 = (0..3).map(|k| f[k] * d[k] / l).sum();
+        let dot = |a: &[f64], b: &[f64]| (0..3).map(|k| a[k] * b[k]).sum::<f64>();
+        let dv: [f64; 3] = std::array::from_fn(|k| s[2][k] - s[3][k]);
+        let friction_power =
+            dot(&f, &dv) + dot(&w[3..6], &s[4]) + dot(&w[6..9], &s[5]) - fn_ * dot(&d, &dv) / l;
+        assert!(friction_power < -1e-3 * fn_, "friction power {friction_power} (F_n {fn_})");
+        assert!(w[3..].iter().any(|t| t.abs() > 1e-2 * fn_), "spin should drive friction: {w:?}");
+    }
+
+    /// |F_t| ≤ μ F_n for spinning spheres, at slip speeds far above and below v_ε.
+    #[rstest]
+    #[case([0.0, 0.0, 0.0], [0.0, 0.0, 0.0])]
+    #[case([0.0, 0.0, 40.0], [0.0, 0.0, 0.0])]
+    #[case([1e-4, 0.0, 0.0], [0.0, 2e-4, 0.0])]
+    #[case([3.0, -5.0, 9.0], [-8.0, 1.0, 4.0])]
+    fn sphere_friction_bounded_by_coulomb(#[case] wa: [f64; 3], #[case] wb: [f64; 3]) {
+        let (mut s, radius_a, radius_b) = spinning_pair();
+        (s[4], s[5]) = (wa, wb);
+        let mu = 0.35;
+        let w = wrench(&s, mu, radius_a, radius_b);
+        let d: [f64; 3] = std::array::from_fn(|k| s[0][k] - s[1][k]);
+        let l = d.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let fn_: f64 = (0..3).map(|k| w[k] * d[k] / l).sum();
+        let ft: f64 = (0..3).map(|k| (w[k] - fn_ * d[k] / l).powi(2)).sum::<f64>().sqrt();
+        assert!(fn_ > 0.0 && ft <= mu * fn_ * (1.0 + 1e-14), "F_n {fn_}, |F_t| {ft}");
     }
 
     #[rstest]

@@ -20,9 +20,9 @@
 //! Each force law computes its force and the vector-Jacobian product (VJP) of that force. The
 //! built-in laws are written once, generic over a [`DualNum`] scalar, and their VJPs come from
 //! forward-mode dual numbers over the few inputs of one interaction ([`local_vjp`]: one
-//! `Dual64` pass per input, ≤ 9 inputs), so the VJP is exact to rounding and never drifts from
-//! the forward code. The rest of the chain (a = F/m, quaternion kinematics) is differentiated
-//! by hand.
+//! `Dual64` pass per input, at most 21 inputs), so the VJP is exact to rounding and never
+//! drifts from the forward code. The rest of the chain (a = F/m, quaternion kinematics) is
+//! differentiated by hand.
 
 use gradfem_solvers::params::{
     Gradient, ParamError, ParamId, ParamRegistry, ParamSpec, ParamVector,
@@ -488,7 +488,7 @@ pub fn local_vjp<const NI: usize, const NO: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forces::{Anchor, ContactPoint, Damper, GroundContact, Spring};
+    use crate::forces::{Anchor, ContactPoint, Damper, GroundContact, SphereContact, Spring};
 
     fn system() -> System {
         let mut sys = System::new();
@@ -520,6 +520,14 @@ mod tests {
         sys.add_force(
             GroundContact::ground(vec![(0, 0.1), (1, 0.2)], kc, mu, eps).with_points(pts),
         );
+        // The two bodies overlap by δ ≈ 0.04 (spins and torques enter the VJP).
+        sys.add_force(SphereContact {
+            spheres: vec![(0, 0.2), (1, 0.18)],
+            stiffness: kc,
+            friction: mu,
+            smoothing: eps,
+            slip_velocity: 0.1,
+        });
         sys
     }
 

@@ -9,9 +9,10 @@ use gradfem_solvers::params::ParamVector;
 use gradfem_solvers::taylor::{TaylorParams, random_direction, taylor_test};
 use rstest::rstest;
 
-fn check<I: StepVjp + Copy>(integ: I, dt: f64, n: usize) {
-    let mut sys = two_body_system(1e-2);
-    let x0 = two_body_x0();
+/// Adjoint gradient of `test_objective` with respect to every parameter and every initial-state
+/// component of `sys` from `x0` against fourth-order central differences (1e-7 relative) and a
+/// Taylor test (rate 2).
+fn check<I: StepVjp + Copy>(integ: I, dt: f64, n: usize, mut sys: System, x0: State) {
     let obj = test_objective(n);
     let res = Simulation::new(&sys, integ, dt, n).gradient(&x0, &obj, Memory::StoreAll).unwrap();
     let pv = ParamVector::all(&sys.registry);
@@ -80,15 +81,34 @@ fn check<I: StepVjp + Copy>(integ: I, dt: f64, n: usize) {
 
 #[rstest]
 fn explicit_euler_gradient() {
-    check(ExplicitEuler, 5e-4, 600);
+    check(ExplicitEuler, 5e-4, 600, two_body_system(1e-2), two_body_x0());
 }
 
 #[rstest]
 fn rk4_gradient() {
-    check(Rk4, 2e-3, 150);
+    check(Rk4, 2e-3, 150, two_body_system(1e-2), two_body_x0());
 }
 
 #[rstest]
 fn velocity_verlet_gradient() {
-    check(VelocityVerlet, 1e-3, 300);
+    check(VelocityVerlet, 1e-3, 300, two_body_system(1e-2), two_body_x0());
+}
+
+/// Spinning rigid spheres colliding: friction at the contact point couples the spins, so the
+/// gradient runs through the torques and the angular velocities of both bodies.
+#[rstest]
+#[case::explicit_euler(ExplicitEuler, 5e-4, 600)]
+#[case::rk4(Rk4, 2e-3, 150)]
+#[case::velocity_verlet(VelocityVerlet, 1e-3, 300)]
+fn spinning_sphere_contact_gradient<I: StepVjp + Copy>(
+    #[case] integ: I,
+    #[case] dt: f64,
+    #[case] n: usize,
+) {
+    let (sys, x0) = (spinning_spheres_system(1e-2), spinning_spheres_x0());
+    let end = Simulation::new(&sys, integ, dt, n).run(&x0).unwrap().pop().unwrap();
+    let dw: f64 =
+        (0..3).map(|k| (end.angular_velocity[1][k] - x0.angular_velocity[1][k]).abs()).sum();
+    assert!(dw > 0.5, "{}: the collision did not couple the spins (|Δω_1| = {dw})", integ.name());
+    check(integ, dt, n, sys, x0);
 }

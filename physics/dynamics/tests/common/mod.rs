@@ -85,3 +85,40 @@ pub fn j_of<I: StepVjp + Copy>(
     let x0 = State::from_flat(&m[np..]);
     Simulation::new(&*sys, integ, dt, n).objective(&x0, obj).unwrap()
 }
+
+/// Two rigid spheres (radii 0.1 and 0.12; body 0 with a registered moment of inertia and
+/// unequal moments, so its orientation matters; body 1 with a registered mass) and sphere
+/// contact with friction between them, no other force: the spinning sphere 0 strikes the
+/// spinning sphere 1 off-centre after about 0.03 s. `eps` is the contact smoothing length.
+pub fn spinning_spheres_system(eps: f64) -> System {
+    let mut sys = System::new();
+    let m1 = sys.param(ParamSpec::scalar("body.1.mass", 1.5).with_bounds(Some(0.0), None)).unwrap();
+    let i0 = sys.param(ParamSpec::scalar("body.0.inertia.x", 4e-3)).unwrap();
+    let kc = sys.param(ParamSpec::scalar("contact.stiffness", 1e3)).unwrap();
+    let mu = sys
+        .param(ParamSpec::scalar("contact.friction", 0.3).with_bounds(Some(0.0), Some(1.0)))
+        .unwrap();
+    let se = sys.param(ParamSpec::scalar("contact.smoothing", eps)).unwrap();
+    let b0 = sys.add_rigid_body(1.0, [i0, 5e-3.into(), 3.5e-3.into()]);
+    let b1 = sys.add_rigid_body(m1, [8.6e-3.into(); 3]);
+    sys.add_force(SphereContact {
+        spheres: vec![(b0, 0.1), (b1, 0.12)],
+        stiffness: kc,
+        friction: mu,
+        smoothing: se,
+        slip_velocity: 5e-2,
+    });
+    sys
+}
+
+/// Initial state of [`spinning_spheres_system`]: both spheres spin, sphere 0 moves towards 1.
+pub fn spinning_spheres_x0() -> State {
+    let mut x0 = State::at_rest(2);
+    x0.position = vec![[-0.25, 0.03, 0.01], [0.0, 0.0, 0.0]];
+    x0.velocity = vec![[1.0, 0.0, 0.1], [0.0, 0.05, 0.0]];
+    let q: [f64; 4] = [0.9, 0.1, -0.3, 0.2];
+    let nq = q.iter().map(|v| v * v).sum::<f64>().sqrt();
+    x0.orientation = vec![q.map(|v| v / nq), [1.0, 0.0, 0.0, 0.0]];
+    x0.angular_velocity = vec![[0.5, 4.0, -15.0], [2.0, 0.0, 1.0]];
+    x0
+}
