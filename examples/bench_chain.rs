@@ -182,7 +182,7 @@ fn main() {
     problem.solve().unwrap_or_else(|e| panic!("{e}"));
     let forward_s = t_fwd.elapsed().as_secs_f64();
     let t_grad = Instant::now();
-    let (j, grad, timings, _) = problem.gradient().unwrap_or_else(|e| panic!("{e}"));
+    let (j, grad, timings, blocks) = problem.gradient().unwrap_or_else(|e| panic!("{e}"));
     let gradient_s = t_grad.elapsed().as_secs_f64();
     let th = problem.thermal();
     let mech = problem.mechanical.as_ref();
@@ -202,6 +202,7 @@ fn main() {
         "coupled_forward": problem.electro_thermal().map(|p| p.last_solve.clone()),
         "mechanical_forward": mech.map(|m| m.last_solve.clone()),
         "gradient": timings,
+        "gradient_blocks": blocks,
         "mechanical_gradient": mech.map(|m| m.last_gradient.clone()),
         "peak_rss_mb": peak_rss_mb(),
         "J": j,
