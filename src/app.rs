@@ -1350,8 +1350,10 @@ pub fn write_gradients(path: &Path, report: &GradientReport) -> Result<(), AppEr
         .map_err(|e| AppError::Write { path: path.to_path_buf(), message: e.to_string() })
 }
 
-/// Displacement (nodes), stress and von Mises (cells: element means of the quadrature
-/// values; nodes: recovered) and per-element mechanical gradients, for the XDMF output.
+/// Displacement (nodes), stress tensor and von Mises (cells: element means of the quadrature
+/// values; nodes: recovered by volume-weighted averaging) and per-element mechanical
+/// gradients, for the XDMF output. Voigt components are split into a normal (xx, yy, zz) and
+/// a shear (yz, xz, xy) vector, which ParaView shows as two 3-component arrays.
 fn mechanical_fields(
     m: &MechanicalField,
     u: &[f64],
@@ -1370,6 +1372,16 @@ fn mechanical_fields(
         name: "von_mises_nodal".into(),
         centering: Centering::Node,
         values: FieldValues::Scalar(stress.nodal_von_mises.clone()),
+    });
+    fields.push(Field {
+        name: "stress_nodal_normal".into(),
+        centering: Centering::Node,
+        values: FieldValues::Vector(stress.nodal.iter().map(|v| [v[0], v[1], v[2]]).collect()),
+    });
+    fields.push(Field {
+        name: "stress_nodal_shear_yz_xz_xy".into(),
+        centering: Centering::Node,
+        values: FieldValues::Vector(stress.nodal.iter().map(|v| [v[3], v[4], v[5]]).collect()),
     });
     let cell_of = m.cell_output_index(mesh);
     let qo = m.model.qp_offsets();
