@@ -96,6 +96,9 @@ pub struct IdentifyReport {
     pub objective: f64,
     /// Starting points tried.
     pub starts: usize,
+    /// For an Ogden fit: the Neo-Hookean fit to the same data, for comparison.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub neo_hookean: Option<Box<IdentifyReport>>,
 }
 
 /// The fit of one experiment.
@@ -189,9 +192,27 @@ impl Identification {
         self.fit.starting_points(&self.sign_patterns()).len()
     }
 
-    /// Fit; `progress` sees each finished start. Returns the report and the fitted free
-    /// vector.
-    pub fn run(&self, mut progress: impl FnMut(usize)) -> (IdentifyReport, Vec<f64>) {
+    /// Fit; `progress` sees each finished start. Returns the report (with, for an Ogden
+    /// model, the Neo-Hookean fit to the same data for comparison) and the fitted free vector.
+    pub fn run(&self, progress: impl FnMut(usize)) -> (IdentifyReport, Vec<f64>) {
+        let (mut report, x) = self.fit_once(progress);
+        if self.spec.model.kind == "ogden" {
+            let nh = Identification {
+                path: self.path.clone(),
+                spec: IdentifySpec {
+                    title: self.spec.title.clone(),
+                    model: ModelSpec { kind: "neo_hookean".into(), terms: None },
+                    experiments: self.spec.experiments.clone(),
+                },
+                names: self.names.clone(),
+                fit: OgdenFit::neo_hookean(self.fit.experiments.clone()),
+            };
+            report.neo_hookean = Some(Box::new(nh.fit_once(|_| {}).0));
+        }
+        (report, x)
+    }
+
+    fn fit_once(&self, mut progress: impl FnMut(usize)) -> (IdentifyReport, Vec<f64>) {
         let params =
             LbfgsbParams { gtol: 1e-10, ftol: 1e-15, max_iterations: 5000, ..Default::default() };
         let starts = self.fit.starting_points(&self.sign_patterns());
@@ -242,6 +263,7 @@ impl Identification {
             sigma: s.sigma,
             objective: s.objective,
             starts: starts.len(),
+            neo_hookean: None,
         };
         (report, x)
     }

@@ -446,6 +446,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     );
                 }
                 println!("  initial shear modulus Σμ = {:.6e}", report.shear_modulus);
+                if let Some(nh) = &report.neo_hookean {
+                    let errs: Vec<String> = nh
+                        .experiments
+                        .iter()
+                        .map(|e| format!("{} {:.2} %", e.name, 100.0 * e.rms_relative_error))
+                        .collect();
+                    println!(
+                        "  compared with Neo-Hookean (μ = {:.6e}): rms relative error {}",
+                        nh.parameters.get("mu1").copied().unwrap_or(f64::NAN),
+                        errs.join(", ")
+                    );
+                }
                 match png {
                     Ok(p) => println!("  wrote {} and {}", json_path.display(), p.display()),
                     Err(e) => println!("  wrote {} (no plot: {e})", json_path.display()),
