@@ -17,6 +17,10 @@ pub use linear::{
     StressField, VjpRequest, von_mises,
 };
 
+pub use finite::{
+    FiniteParameterVjp, FiniteRegion, FiniteRegionSpec, FiniteStrainError, FiniteStrainModel,
+    FiniteVjpRequest, HyperelasticLaw,
+};
 pub use homogeneous::{
     Experiment, FitSummary, HomogeneousError, HomogeneousState, Mode, OgdenFit,
     compressible_nominal_stress, incompressible_nominal_stress,
