@@ -11,6 +11,7 @@ use crate::electrothermal::{
     CoupledGradientTimings, CoupledSolveTimings, CouplingParams, CouplingScheme,
     ElectroThermalProblem, TerminalReport, TerminalTerm,
 };
+use crate::hyperelastic_file::{HyperelasticReport, HyperelasticRun};
 use crate::mechanical::{ForceBalance, MechanicalField, MechanicalSolveTimings};
 use crate::problem::{ProblemError, ProblemFile, read_sensors};
 use crate::thermal::{GradientTimings, LinearChoice, RunError, SolveTimings, ThermalProblem};
@@ -54,6 +55,8 @@ pub struct Problem {
     /// Transient heat (`[transient]`): the thermal field is stepped in time instead of solved
     /// for its steady state.
     pub transient: Option<Box<TransientRun>>,
+    /// Finite-strain hyperelasticity (`[hyperelastic]`): load steps, their adjoint.
+    pub hyperelastic: Option<Box<HyperelasticRun>>,
 }
 
 /// The objective (or a constraint quantity) of a problem, per field.
@@ -71,6 +74,7 @@ impl From<Box<ThermalProblem>> for Problem {
             fields: Fields::Thermal(p),
             mechanical: None,
             transient: None,
+            hyperelastic: None,
         };
         p.coupling = p.physical_graph();
         p
@@ -84,6 +88,7 @@ impl From<Box<ElectroThermalProblem>> for Problem {
             fields: Fields::ElectroThermal(p),
             mechanical: None,
             transient: None,
+            hyperelastic: None,
         };
         p.coupling = p.physical_graph();
         p
@@ -165,6 +170,9 @@ impl Problem {
         if let Some(t) = &self.transient {
             names.extend(t.available_parameters(self.thermal()));
         }
+        if let Some(h) = &self.hyperelastic {
+            names.extend(h.available_parameters());
+        }
         names
     }
 
@@ -183,6 +191,15 @@ impl Problem {
             };
             return m.register(reg, name, bounds);
         }
+        if let Some(h) = &mut self.hyperelastic
+            && HyperelasticRun::owns(name)
+        {
+            let reg = match &mut self.fields {
+                Fields::Thermal(p) => &mut p.registry,
+                Fields::ElectroThermal(p) => &mut p.thermal.registry,
+            };
+            return h.register(reg, name, bounds);
+        }
         if let Some(t) = &mut self.transient
             && TransientRun::owns(name)
         {
@@ -196,7 +213,8 @@ impl Problem {
             Fields::Thermal(p) => p.register(name, bounds),
             Fields::ElectroThermal(p) => p.register(name, bounds),
         };
-        let more_fields = self.mechanical.is_some() || self.transient.is_some();
+        let more_fields =
+            self.mechanical.is_some() || self.transient.is_some() || self.hyperelastic.is_some();
         r.map_err(|e| match (e, more_fields) {
             (RunError::Setup(_), true) => RunError::Setup(format!(
                 "cannot register '{name}': this problem offers {}",
@@ -225,6 +243,13 @@ impl Problem {
                 Fields::ElectroThermal(p) => &p.thermal.registry,
             };
             tr.apply_parameters(reg);
+        }
+        if let Some(h) = &mut self.hyperelastic {
+            let t = match &self.fields {
+                Fields::Thermal(p) => &**p,
+                Fields::ElectroThermal(p) => &p.thermal,
+            };
+            h.apply_parameters(&t.registry, &t.shape)?;
         }
         Ok(())
     }
@@ -260,6 +285,13 @@ impl Problem {
             };
             return tr.solve(th);
         }
+        if let Some(h) = &mut self.hyperelastic {
+            // The placeholder thermal field (every node held) for summaries.
+            if let Fields::Thermal(p) = &mut self.fields {
+                p.solve()?;
+            }
+            return h.solve();
+        }
         // The stages of the coupling graph in order: the electrical and thermal fields (one
         // coupled stage when ρ depends on T, else electrical then thermal: the electro-thermal
         // problem solves both, in that order), then the mechanical field.
@@ -294,6 +326,9 @@ impl Problem {
         if let Some(tr) = &self.transient {
             return tr.is_solved();
         }
+        if let Some(h) = &self.hyperelastic {
+            return h.is_solved();
+        }
         let up = match &self.fields {
             Fields::Thermal(p) => p.temperature().is_some(),
             Fields::ElectroThermal(p) => p.temperature().is_some() && p.potential().is_some(),
@@ -310,6 +345,9 @@ impl Problem {
         if let Some(tr) = &self.transient {
             let j = tr.objective_value(self.thermal())?;
             return Ok((j, vec![j]));
+        }
+        if let Some(h) = &self.hyperelastic {
+            return h.objective_terms();
         }
         let (mut value, mut terms) = match &self.fields {
             Fields::Thermal(p) => {
@@ -342,6 +380,13 @@ impl Problem {
                 Fields::ElectroThermal(p) => &p.thermal,
             };
             let (j, g) = tr.gradient(th)?;
+            let timings =
+                GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
+            return Ok((j, g, timings, None));
+        }
+        if let Some(h) = &self.hyperelastic {
+            let th = self.thermal();
+            let (j, g) = h.gradient(&th.registry, &th.shape)?;
             let timings =
                 GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
             return Ok((j, g, timings, None));
@@ -384,7 +429,7 @@ impl Problem {
         params: &gradfem_solvers::taylor::TaylorParams,
         mut progress: impl FnMut(usize),
     ) -> Result<gradfem_solvers::taylor::TaylorResult, RunError> {
-        if self.mechanical.is_none() && self.transient.is_none() {
+        if self.mechanical.is_none() && self.transient.is_none() && self.hyperelastic.is_none() {
             return match &mut self.fields {
                 Fields::Thermal(p) => p.taylor_test(params, progress),
                 Fields::ElectroThermal(p) => p.taylor_test(params, progress),
@@ -577,6 +622,10 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         }
     };
     problem.mechanical = mechanical;
+    if let Some(hs) = &spec.hyperelastic {
+        let run = HyperelasticRun::new(file, &problem.thermal().mesh, hs)?;
+        problem.hyperelastic = Some(Box::new(run));
+    }
     if let Some(ts) = &spec.transient {
         if problem.electro_thermal().is_some() || problem.mechanical.is_some() {
             return Err(invalid(
@@ -952,13 +1001,46 @@ fn build_thermal(
             }
         }
         (None, None) => {
-            return Err(invalid(file, "a problem needs a [thermal] or a [mechanical] table"));
+            let Some(hyper) = &spec.hyperelastic else {
+                return Err(invalid(
+                    file,
+                    "a problem needs a [thermal], [mechanical] or [hyperelastic] table",
+                ));
+            };
+            // A hyperelastic problem: a thermal field held at one temperature everywhere
+            // carries the mesh, the registry and the shape parameters.
+            for m in &hyper.materials {
+                file.check_group(&mesh, &m.group, "[[hyperelastic.material]]")?;
+                regions.push(RegionSpec {
+                    group: m.group.get_ref().clone(),
+                    k0: 1.0,
+                    law: gradfem_thermal::ConductivityLaw::Constant,
+                    source: 0.0,
+                });
+                bcs.push(BcSpec {
+                    group: m.group.get_ref().clone(),
+                    kind: gradfem_thermal::BcKind::Temperature { value: 293.15 },
+                });
+            }
         }
     }
-    let parts = objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?;
+    if spec.hyperelastic.is_some() && (spec.thermal.is_some() || spec.mechanical.is_some()) {
+        return Err(invalid(
+            file,
+            "[hyperelastic] is a problem of its own: remove [thermal] and [mechanical] (finite-strain thermal coupling is not in problem files yet)",
+        ));
+    }
+    // A hyperelastic problem reads its objectives over the load path itself.
+    let parts = if spec.hyperelastic.is_some() {
+        ObjectiveParts::default()
+    } else {
+        objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?
+    };
     let no_terms = parts.is_empty();
     let ObjectiveParts { thermal: mut terms, terminal: terminal_terms, mut mechanical } = parts;
-    if no_terms && spec.thermal.is_none() {
+    if spec.hyperelastic.is_some() {
+        // No thermal terms.
+    } else if no_terms && spec.thermal.is_none() {
         mechanical.push(MechObjectiveTerm { weight: 1.0, kind: MechObjectiveKind::Compliance });
     } else if no_terms {
         terms.push(ObjectiveTerm {
@@ -1057,6 +1139,9 @@ pub struct Summary {
     /// keys above are those of the last state).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub transient: Option<TransientReport>,
+    /// Hyperelastic runs: load factors, Newton iterations, cut-backs, reactions at the last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperelastic: Option<HyperelasticReport>,
 }
 
 /// Summarize the solved problem.
@@ -1083,6 +1168,22 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         s.objective = j;
         s.objective_terms = vec![j];
         s.transient = Some(tr.report.clone());
+    }
+    if let Some(h) = &problem.hyperelastic {
+        let (j, terms) = h.objective_terms()?;
+        s.objective = j;
+        s.objective_terms = terms;
+        s.hyperelastic = Some(h.report.clone());
+        if let Some(tip) = &h.tip {
+            s.tip_displacement_m = h.mean_displacement(tip);
+        }
+        if let Some((_, u)) = h.states().last() {
+            s.max_displacement_m = Some(
+                u.chunks_exact(3)
+                    .map(|c| (c[0] * c[0] + c[1] * c[1] + c[2] * c[2]).sqrt())
+                    .fold(0.0, f64::max),
+            );
+        }
     }
     if let Some(m) = &problem.mechanical {
         let (value, terms) = m.objective_terms()?;
@@ -1141,6 +1242,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         force_balance: None,
         mechanical: None,
         transient: None,
+        hyperelastic: None,
     })
 }
 
@@ -1240,6 +1342,29 @@ pub fn write_results(
                 values: FieldValues::Scalar(values),
             });
         }
+    }
+    if let Some(h) = &whole.hyperelastic {
+        // One output step per load step: the displacement (time = load factor).
+        let states = h.states();
+        for (i, (load, u)) in states.iter().enumerate() {
+            let mut step_fields = vec![Field {
+                name: "displacement".into(),
+                centering: Centering::Node,
+                values: FieldValues::Vector(
+                    u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
+                ),
+            }];
+            if i + 1 == states.len() {
+                step_fields.append(&mut fields);
+                step_fields.retain(|f| {
+                    !matches!(f.name.as_str(), "temperature" | "heat_flux" | "conductivity")
+                });
+            }
+            results.add_step(Step { time: *load, fields: step_fields });
+        }
+        let path = dir.join("results.xdmf");
+        results.write(&path).map_err(|e| werr(&path, &e))?;
+        return Ok(path);
     }
     match &whole.transient {
         Some(tr) => {

@@ -8,6 +8,7 @@ pub mod ansys_import;
 pub mod app;
 pub mod electrothermal;
 pub mod finite_strain;
+pub mod hyperelastic_file;
 pub mod identify;
 pub mod mechanical;
 pub mod mesh_report;

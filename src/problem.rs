@@ -205,6 +205,9 @@ pub struct ObjectiveSpec {
     pub reference: Option<Spanned<String>>,
     /// Direction d of a `displacement` or `average_displacement` objective (d · u).
     pub direction: Option<[f64; 3]>,
+    /// Hyperelastic problems: a CSV of (load factor, measured value) rows; the term is then
+    /// the misfit Σ_k w (q_k − m_k)² over the load steps.
+    pub measured: Option<String>,
 }
 
 /// A material of the mechanical field on a volume group.
@@ -529,6 +532,7 @@ impl ConstraintSpec {
             drive: self.drive.clone(),
             reference: self.reference.clone(),
             direction: self.direction,
+            measured: None,
         }
     }
 
@@ -562,6 +566,9 @@ pub struct ProblemSpec {
     /// The mechanical field (thermal stress: the chain T → σ → u).
     #[serde(default)]
     pub mechanical: Option<MechanicalSpec>,
+    /// Finite-strain hyperelasticity (see [`crate::hyperelastic_file`]).
+    #[serde(default)]
+    pub hyperelastic: Option<crate::hyperelastic_file::HyperelasticSpec>,
     /// Transient heat (see [`crate::transient_file`]).
     #[serde(default)]
     pub transient: Option<crate::transient_file::TransientFileSpec>,

@@ -1,0 +1,517 @@
+//! Finite-strain hyperelasticity from a problem file: the `[hyperelastic]` table, its load
+//! path, objectives over the load steps, and the mapping of the load-stepping adjoint onto the
+//! registered parameters.
+//!
+//! ```toml
+//! [[hyperelastic.material]]
+//! group = "pad"
+//! law = "ogden"               # neo_hookean (mu), mooney_rivlin (c10, c01), svk (young, poisson)
+//! mu = [0.3e6]                # Ogden: μ_p (Pa), ψ = Σ 2μ_p/α_p² (λ̄₁^α_p + λ̄₂^α_p + λ̄₃^α_p − 3)
+//! alpha = [2.5]               # Ogden: α_p
+//! kappa = 5e7                 # bulk modulus, + κ U(J)
+//! volumetric = "quadratic"    # U = ½(J − 1)² (default), log_squared, simo_taylor
+//!
+//! [[hyperelastic.bc]]         # as [[mechanical.bc]]: fixed, roller, displacement, traction,
+//! group = "top"               # pressure; displacements and loads grow with the load factor
+//! kind = "displacement"
+//! value = [0.0, 0.0, -1.2e-3]
+//! components = ["z"]
+//!
+//! [hyperelastic]
+//! steps = 10                  # load factors 0.1, 0.2, …, 1 (or load_factors = [...])
+//! checkpoints = 0             # 0: keep every state; N > 0: at most N (binomial)
+//! tip = "top"                 # group whose mean displacement the summary reports
+//!
+//! [[objective]]
+//! kind = "reaction"           # of a fixed/roller/displacement condition, in a direction;
+//! group = "top"               # also displacement (point) and average_displacement (group)
+//! direction = [0.0, 0.0, 1.0]
+//! measured = "force.csv"      # optional: a misfit Σ_k w (q_k − m_k)² to (load factor, value)
+//!                             # rows; without it the term is Σ_k w q_k
+//! ```
+//!
+//! Parameters: `hyperelastic.<p>.<group>` for every law parameter (`mu1`, `alpha1`, …,
+//! `kappa`; `mu`; `c10`, `c01`; `young`, `poisson`), `hyperelastic.scale_elem.<group>`,
+//! `hyperelastic.body_force.<group>`, `bc.<group>.traction|pressure|displacement`, and the shape
+//! parameters (`mesh.coordinates`, morphs). Fitting material parameters to measured
+//! force–displacement curves of a full specimen is `gradfem optimize` with a misfit objective.
+
+use gradfem_mechanical::finite::{FiniteRegionSpec, FiniteStrainModel, HyperelasticLaw};
+use gradfem_mechanical::hyperelastic::{
+    MooneyRivlin, NeoHookean, Ogden, OgdenTerm, SaintVenantKirchhoff, Volumetric,
+};
+use gradfem_mechanical::{BcSpec, StrainEnergy};
+use gradfem_mesh::Mesh;
+use gradfem_solvers::checkpoint::Checkpointing;
+use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::finite_strain::{
+    FiniteStrainProblem, LoadPath, LoadPathObjective, LoadStepParams, PathTerm, Quantity,
+};
+use crate::problem::{MechanicalBcSpec, ObjectiveSpec, ProblemError, ProblemFile};
+use crate::shape::Shape;
+use crate::thermal::RunError;
+
+/// One material of the `[hyperelastic]` table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperMaterialSpec {
+    pub group: Spanned<String>,
+    /// ogden, neo_hookean, mooney_rivlin or svk.
+    pub law: String,
+    pub mu: Option<Vec<f64>>,
+    pub alpha: Option<Vec<f64>>,
+    pub kappa: Option<f64>,
+    pub c10: Option<f64>,
+    pub c01: Option<f64>,
+    pub young: Option<f64>,
+    pub poisson: Option<f64>,
+    /// quadratic (default), log_squared or simo_taylor.
+    pub volumetric: Option<String>,
+    /// Body force per reference volume (N/m³), scaled by the load factor.
+    #[serde(default)]
+    pub body_force: [f64; 3],
+}
+
+/// The `[hyperelastic]` table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperelasticSpec {
+    #[serde(rename = "material")]
+    pub materials: Vec<HyperMaterialSpec>,
+    #[serde(default, rename = "bc")]
+    pub bcs: Vec<MechanicalBcSpec>,
+    /// Equal load steps up to 1.
+    pub steps: Option<usize>,
+    /// Or the load factors themselves (increasing, in (0, 1]).
+    pub load_factors: Option<Vec<f64>>,
+    #[serde(default)]
+    pub checkpoints: usize,
+    pub tip: Option<Spanned<String>>,
+}
+
+/// What a run reports.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HyperelasticReport {
+    pub load_factors: Vec<f64>,
+    pub newton_iterations: usize,
+    pub cut_backs: usize,
+    /// Reactions (N) of each constraint condition at the last step.
+    pub reactions: Vec<(String, [f64; 3])>,
+    pub solve_s: f64,
+}
+
+/// A finite-strain run set up from a problem file.
+pub struct HyperelasticRun {
+    pub problem: FiniteStrainProblem,
+    pub loads: Vec<f64>,
+    objective: LoadPathObjective,
+    memory: Checkpointing,
+    path: Option<LoadPath>,
+    pub tip: Option<String>,
+    pub report: HyperelasticReport,
+}
+
+fn invalid(file: &ProblemFile, message: String) -> ProblemError {
+    ProblemError::Invalid { file: file.path.clone(), message }
+}
+
+fn volumetric(file: &ProblemFile, v: &Option<String>) -> Result<Volumetric, ProblemError> {
+    Ok(match v.as_deref() {
+        None | Some("quadratic") => Volumetric::Quadratic,
+        Some("log_squared") => Volumetric::LogSquared,
+        Some("simo_taylor") => Volumetric::SimoTaylor,
+        Some(other) => {
+            return Err(invalid(
+                file,
+                format!("volumetric '{other}': expected quadratic, log_squared or simo_taylor"),
+            ));
+        }
+    })
+}
+
+fn law(file: &ProblemFile, m: &HyperMaterialSpec) -> Result<HyperelasticLaw, ProblemError> {
+    let line = file.line_of(&m.group);
+    let need = |v: Option<f64>, key: &str| {
+        v.ok_or_else(|| invalid(file, format!("line {line}: a '{}' material needs `{key}`", m.law)))
+    };
+    let keys: [(&str, bool); 7] = [
+        ("mu", m.mu.is_some()),
+        ("alpha", m.alpha.is_some()),
+        ("kappa", m.kappa.is_some()),
+        ("c10", m.c10.is_some()),
+        ("c01", m.c01.is_some()),
+        ("young", m.young.is_some()),
+        ("poisson", m.poisson.is_some()),
+    ];
+    let allowed: &[&str] = match m.law.as_str() {
+        "ogden" => &["mu", "alpha", "kappa"],
+        "neo_hookean" => &["mu", "kappa"],
+        "mooney_rivlin" => &["c10", "c01", "kappa"],
+        "svk" => &["young", "poisson"],
+        other => {
+            return Err(invalid(
+                file,
+                format!(
+                    "line {line}: law '{other}': expected ogden, neo_hookean, mooney_rivlin or svk"
+                ),
+            ));
+        }
+    };
+    if let Some((k, _)) = keys.iter().find(|(k, given)| *given && !allowed.contains(k)) {
+        return Err(invalid(file, format!("line {line}: a '{}' material takes no `{k}`", m.law)));
+    }
+    let vol = volumetric(file, &m.volumetric)?;
+    Ok(match m.law.as_str() {
+        "ogden" => {
+            let mu = m.mu.clone().unwrap_or_default();
+            let alpha = m.alpha.clone().unwrap_or_default();
+            if mu.is_empty() || mu.len() != alpha.len() {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "line {line}: an Ogden material needs `mu` and `alpha` lists of the same length"
+                    ),
+                ));
+            }
+            if alpha.contains(&0.0) {
+                return Err(invalid(
+                    file,
+                    format!("line {line}: Ogden exponents must be non-zero"),
+                ));
+            }
+            HyperelasticLaw::Ogden(Ogden {
+                terms: mu.iter().zip(&alpha).map(|(&mu, &alpha)| OgdenTerm { mu, alpha }).collect(),
+                kappa: need(m.kappa, "kappa")?,
+                volumetric: vol,
+            })
+        }
+        "neo_hookean" => {
+            let mu = match m.mu.as_deref() {
+                Some([v]) => *v,
+                _ => {
+                    return Err(invalid(
+                        file,
+                        format!("line {line}: a neo_hookean material needs `mu = [value]`"),
+                    ));
+                }
+            };
+            HyperelasticLaw::NeoHookean(NeoHookean {
+                mu,
+                kappa: need(m.kappa, "kappa")?,
+                volumetric: vol,
+            })
+        }
+        "mooney_rivlin" => HyperelasticLaw::MooneyRivlin(MooneyRivlin {
+            c10: need(m.c10, "c10")?,
+            c01: need(m.c01, "c01")?,
+            kappa: need(m.kappa, "kappa")?,
+            volumetric: vol,
+        }),
+        _ => HyperelasticLaw::SaintVenantKirchhoff(SaintVenantKirchhoff {
+            young: need(m.young, "young")?,
+            poisson: need(m.poisson, "poisson")?,
+        }),
+    })
+}
+
+/// Read (load factor, value) rows of a measured curve.
+fn read_curve(file: &ProblemFile, path: &str, loads: &[f64]) -> Result<Vec<f64>, ProblemError> {
+    let p = file.resolve_path(path);
+    let text = std::fs::read_to_string(&p)
+        .map_err(|source| ProblemError::Io { file: p.clone(), source })?;
+    let mut rows = Vec::new();
+    let mut first = true;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let header = std::mem::replace(&mut first, false);
+        let cols: Vec<&str> = line.split(',').map(str::trim).collect();
+        let parsed: Option<Vec<f64>> = cols.iter().map(|c| c.parse().ok()).collect();
+        match parsed {
+            Some(v) if v.len() == 2 && v.iter().all(|x: &f64| x.is_finite()) => rows.push(v),
+            None if header => continue, // a header line
+            _ => {
+                return Err(ProblemError::Syntax {
+                    file: p.clone(),
+                    line: i + 1,
+                    column: 1,
+                    message: format!("expected two numbers: load factor, value; got '{line}'"),
+                });
+            }
+        }
+    }
+    if rows.len() != loads.len()
+        || rows.iter().zip(loads).any(|(r, s)| (r[0] - s).abs() > 1e-9 * s.abs().max(1.0))
+    {
+        return Err(ProblemError::Invalid {
+            file: p,
+            message: format!(
+                "the measured curve must give one value per load step, at the load factors {loads:?}; it has {} row(s) at {:?}",
+                rows.len(),
+                rows.iter().map(|r| r[0]).collect::<Vec<_>>()
+            ),
+        });
+    }
+    Ok(rows.into_iter().map(|r| r[1]).collect())
+}
+
+fn objective(
+    file: &ProblemFile,
+    specs: &[ObjectiveSpec],
+    loads: &[f64],
+) -> Result<LoadPathObjective, ProblemError> {
+    let mut terms = Vec::new();
+    for o in specs {
+        let direction = o.direction.ok_or_else(|| {
+            invalid(file, format!("a '{}' objective needs `direction = [dx, dy, dz]`", o.kind))
+        })?;
+        let group = || {
+            o.group
+                .as_ref()
+                .map(|g| g.get_ref().clone())
+                .ok_or_else(|| invalid(file, format!("a '{}' objective needs `group`", o.kind)))
+        };
+        let quantity = match o.kind.as_str() {
+            "reaction" => Quantity::Reaction { group: group()?, direction },
+            "average_displacement" => Quantity::GroupDisplacement { group: group()?, direction },
+            "displacement" => Quantity::PointDisplacement {
+                point: o.point.ok_or_else(|| {
+                    invalid(file, "a 'displacement' objective needs `point = [x, y, z]`".into())
+                })?,
+                direction,
+            },
+            other => {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "objective kind '{other}' is not one of a hyperelastic problem's: reaction, displacement, average_displacement"
+                    ),
+                ));
+            }
+        };
+        terms.push(match &o.measured {
+            Some(path) => PathTerm::Misfit {
+                quantity,
+                measured: read_curve(file, path, loads)?,
+                weight: o.weight,
+            },
+            None => PathTerm::Sum { quantity, weight: o.weight },
+        });
+    }
+    Ok(LoadPathObjective { terms })
+}
+
+impl HyperelasticRun {
+    /// Set up the run of a problem file on `mesh`.
+    pub fn new(
+        file: &ProblemFile,
+        mesh: &Mesh,
+        spec: &HyperelasticSpec,
+    ) -> Result<Self, ProblemError> {
+        let mut regions = Vec::new();
+        for m in &spec.materials {
+            file.check_group(mesh, &m.group, "[[hyperelastic.material]]")?;
+            regions.push(FiniteRegionSpec {
+                group: m.group.get_ref().clone(),
+                law: law(file, m)?,
+                alpha: 0.0,
+                t_ref: 0.0,
+                body_force: m.body_force,
+            });
+        }
+        let mut bcs = Vec::new();
+        for b in &spec.bcs {
+            file.check_group(mesh, &b.group, "[[hyperelastic.bc]]")?;
+            bcs.push(BcSpec {
+                group: b.group.get_ref().clone(),
+                kind: file.mechanical_bc_kind(b)?,
+            });
+        }
+        let loads = match (spec.steps, &spec.load_factors) {
+            (Some(n), None) if n > 0 => (1..=n).map(|k| k as f64 / n as f64).collect(),
+            (None, Some(l)) if !l.is_empty() => l.clone(),
+            _ => {
+                return Err(invalid(
+                    file,
+                    "[hyperelastic] needs `steps` (≥ 1) or `load_factors` (not both)".into(),
+                ));
+            }
+        };
+        if loads.windows(2).any(|w| w[1] <= w[0]) || loads.iter().any(|&s| s.is_nan() || s <= 0.0) {
+            return Err(invalid(
+                file,
+                format!("[hyperelastic] load factors must be positive and increasing: {loads:?}"),
+            ));
+        }
+        let model = FiniteStrainModel::new(mesh, &regions, &bcs)
+            .map_err(|e| invalid(file, e.to_string()))?;
+        let mut params = LoadStepParams::default();
+        params.newton.rel_tol = file.spec.solver.rel_tol;
+        params.newton.max_iterations = file.spec.solver.max_iterations;
+        let objective = objective(file, &file.spec.objectives, &loads)?;
+        let tip = match &spec.tip {
+            Some(t) => {
+                file.check_group(mesh, t, "[hyperelastic] tip")?;
+                Some(t.get_ref().clone())
+            }
+            None => None,
+        };
+        Ok(HyperelasticRun {
+            problem: FiniteStrainProblem::new(model, params),
+            loads,
+            objective,
+            memory: if spec.checkpoints == 0 {
+                Checkpointing::StoreAll
+            } else {
+                Checkpointing::Binomial { snapshots: spec.checkpoints }
+            },
+            path: None,
+            tip,
+            report: HyperelasticReport::default(),
+        })
+    }
+
+    /// True when `name` is a parameter of the finite-strain field.
+    pub fn owns(name: &str) -> bool {
+        name.starts_with("hyperelastic.")
+            || name.ends_with(".traction")
+            || name.ends_with(".pressure")
+            || name.ends_with(".displacement")
+    }
+
+    /// Register a parameter into the problem's registry.
+    pub fn register(
+        &mut self,
+        registry: &mut ParamRegistry,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<ParamId, RunError> {
+        self.problem.register(registry, name, bounds).map_err(|e| RunError::Setup(e.to_string()))
+    }
+
+    /// Names this field offers.
+    pub fn available_parameters(&self) -> Vec<String> {
+        self.problem.available_parameters()
+    }
+
+    /// Copy registry values (and the shape's coordinates) in; forgets the last run.
+    pub fn apply_parameters(&mut self, reg: &ParamRegistry, shape: &Shape) -> Result<(), RunError> {
+        self.problem.apply_parameters(reg).map_err(|e| RunError::Setup(e.to_string()))?;
+        if shape.is_active() {
+            self.problem.model.coords = shape.coordinates(reg);
+            self.problem.model.check_coordinates().map_err(|e| RunError::Setup(e.to_string()))?;
+        }
+        self.path = None;
+        Ok(())
+    }
+
+    /// True when the last run matches the parameters.
+    pub fn is_solved(&self) -> bool {
+        self.path.is_some()
+    }
+
+    /// Run the load steps.
+    pub fn solve(&mut self) -> Result<(), RunError> {
+        let t0 = std::time::Instant::now();
+        let path = self.problem.solve(&self.loads).map_err(|e| RunError::Setup(e.to_string()))?;
+        let last = path.reactions.last().cloned().unwrap_or_default();
+        let owner = self.problem.model.constraint_owner();
+        let reactions = self
+            .problem
+            .model
+            .boundaries()
+            .iter()
+            .enumerate()
+            .filter(|(b, _)| owner.contains(&Some(*b)))
+            .map(|(b, bc)| (bc.name.clone(), last[b]))
+            .collect();
+        self.report = HyperelasticReport {
+            load_factors: self.loads.clone(),
+            newton_iterations: path.steps.iter().map(|s| s.newton_iterations).sum(),
+            cut_backs: path.steps.iter().map(|s| s.cut_backs).sum(),
+            reactions,
+            solve_s: t0.elapsed().as_secs_f64(),
+        };
+        self.path = Some(path);
+        Ok(())
+    }
+
+    /// J of the last run and each term's value summed over the steps.
+    pub fn objective_terms(&self) -> Result<(f64, Vec<f64>), RunError> {
+        let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        if self.objective.terms.is_empty() {
+            return Ok((0.0, Vec::new()));
+        }
+        let (j, q) = self
+            .problem
+            .evaluate(path, &self.objective)
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        Ok((j, q.iter().map(|v| v.iter().sum()).collect()))
+    }
+
+    /// J and dJ/dp by the load-stepping adjoint, into a gradient shaped like `reg`.
+    pub fn gradient(
+        &self,
+        reg: &ParamRegistry,
+        shape: &Shape,
+    ) -> Result<(f64, Gradient), RunError> {
+        let mut grad = Gradient::zeros(reg);
+        if self.objective.terms.is_empty() {
+            return Ok((0.0, grad));
+        }
+        let mut want = self.problem.vjp_request();
+        want.coords = shape.is_active();
+        let g = self
+            .problem
+            .gradient(&self.loads, &self.objective, self.memory, want)
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        self.problem.gradient_to_registry(&g, &mut grad);
+        if shape.is_active() {
+            shape.add_partials(&mut grad, &g.coords, 1.0);
+        }
+        Ok((g.value, grad))
+    }
+
+    /// The states of the last run: (load factor, full displacement).
+    pub fn states(&self) -> Vec<(f64, &[f64])> {
+        self.path
+            .as_ref()
+            .map(|p| p.states.iter().map(|s| (s.load, s.u.as_slice())).collect())
+            .unwrap_or_default()
+    }
+
+    /// The mean displacement of a group's nodes at the last step.
+    pub fn mean_displacement(&self, group: &str) -> Option<[f64; 3]> {
+        let (_, u) = *self.states().last()?;
+        let nodes = self.problem.model.group_nodes(group).ok()?;
+        if nodes.is_empty() {
+            return None;
+        }
+        let mut m = [0.0; 3];
+        for &n in nodes {
+            for k in 0..3 {
+                m[k] += u[3 * n + k] / nodes.len() as f64;
+            }
+        }
+        Some(m)
+    }
+
+    /// Region parameters, for reports.
+    pub fn parameters(&self) -> Vec<(String, Vec<(String, f64)>)> {
+        self.problem
+            .model
+            .regions
+            .iter()
+            .map(|r| {
+                let names = r.law.parameter_names();
+                let values = r.law.parameters();
+                (r.name.clone(), names.into_iter().zip(values).collect())
+            })
+            .collect()
+    }
+}
