@@ -623,7 +623,24 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     };
     problem.mechanical = mechanical;
     if let Some(hs) = &spec.hyperelastic {
-        let run = HyperelasticRun::new(file, &problem.thermal().mesh, hs)?;
+        let mut run = HyperelasticRun::new(file, &problem.thermal().mesh, hs)?;
+        if let Some(init) = &spec.initial_state {
+            let path = file.resolve_path(&init.ansys);
+            let (u, info) =
+                crate::ansys_import::initial_displacement(&path, init.set, &problem.thermal().mesh)
+                    .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
+            run.set_initial_displacement(u);
+            problem.thermal_mut().initial_state = Some(format!(
+                "{} set {} ({}, {})",
+                info.file,
+                info.set,
+                info.dof,
+                match info.mapping {
+                    crate::ansys_import::MappingKind::ByNodeNumber => "by node number",
+                    crate::ansys_import::MappingKind::Interpolated => "interpolated",
+                }
+            ));
+        }
         problem.hyperelastic = Some(Box::new(run));
     }
     if let Some(ts) = &spec.transient {
@@ -1054,7 +1071,7 @@ fn build_thermal(
     problem.newton.abs_tol = spec.solver.abs_tol;
     problem.newton.max_iterations = spec.solver.max_iterations;
     problem.set_cg_tolerance(spec.solver.cg_rel_tol);
-    if let Some(init) = &spec.initial_state {
+    if let Some(init) = spec.initial_state.as_ref().filter(|_| spec.hyperelastic.is_none()) {
         let path = file.resolve_path(&init.ansys);
         let (t, info) = crate::ansys_import::initial_temperature(&path, init.set, &problem.mesh)
             .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;

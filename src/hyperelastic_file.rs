@@ -112,6 +112,9 @@ pub struct HyperelasticRun {
     path: Option<LoadPath>,
     pub tip: Option<String>,
     pub report: HyperelasticReport,
+    /// A starting displacement for the first increment's Newton iterations (e.g. an ANSYS
+    /// result): full vector, 3 per node.
+    initial: Option<Vec<f64>>,
 }
 
 fn invalid(file: &ProblemFile, message: String) -> ProblemError {
@@ -373,6 +376,7 @@ impl HyperelasticRun {
             path: None,
             tip,
             report: HyperelasticReport::default(),
+            initial: None,
         })
     }
 
@@ -410,6 +414,16 @@ impl HyperelasticRun {
         Ok(())
     }
 
+    /// Start the first increment's Newton iterations from `u` (3 per node) instead of zero:
+    /// a deformed state from another solver. Prescribed components take their values from the
+    /// conditions as usual; the converged states do not depend on the start, only the Newton
+    /// iterations do.
+    pub fn set_initial_displacement(&mut self, u: Vec<f64>) {
+        assert_eq!(u.len(), 3 * self.problem.model.n_nodes(), "3 values per node");
+        self.initial = Some(u);
+        self.path = None;
+    }
+
     /// True when the last run matches the parameters.
     pub fn is_solved(&self) -> bool {
         self.path.is_some()
@@ -418,7 +432,29 @@ impl HyperelasticRun {
     /// Run the load steps.
     pub fn solve(&mut self) -> Result<(), RunError> {
         let t0 = std::time::Instant::now();
-        let path = self.problem.solve(&self.loads).map_err(|e| RunError::Setup(e.to_string()))?;
+        let err = |e: crate::finite_strain::FiniteStrainSolveError| RunError::Setup(e.to_string());
+        let path = match &self.initial {
+            None => self.problem.solve(&self.loads).map_err(err)?,
+            Some(u0) => {
+                let mut state = self.problem.initial_state(&self.loads);
+                state.u.clone_from(u0);
+                let mut path =
+                    LoadPath { states: Vec::new(), steps: Vec::new(), reactions: Vec::new() };
+                for (k, &s) in self.loads.iter().enumerate() {
+                    let (next, info) = self.problem.advance(k, &state, s).map_err(err)?;
+                    path.reactions.push(
+                        self.problem
+                            .model
+                            .reactions(&next.u, s)
+                            .map_err(|e| RunError::Setup(e.to_string()))?,
+                    );
+                    path.steps.push(info);
+                    path.states.push(next.clone());
+                    state = next;
+                }
+                path
+            }
+        };
         let last = path.reactions.last().cloned().unwrap_or_default();
         let owner = self.problem.model.constraint_owner();
         let reactions = self

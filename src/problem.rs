@@ -596,7 +596,8 @@ pub struct ProblemSpec {
 /// `[initial_state] ansys = "file.rth", set = 1`: the `TEMP` field of that result set (path
 /// relative to the problem file) is the starting guess of the thermal Newton solve, copied by
 /// ANSYS node number when the mesh has the same nodes, interpolated otherwise (see
-/// [`crate::ansys_import`]).
+/// [`crate::ansys_import`]). In a `[hyperelastic]` problem the `UX`, `UY`, `UZ` field of a
+/// structural result (`.rst`) is where the first load increment's Newton iterations start.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InitialStateSpec {

@@ -79,3 +79,68 @@ fn bad_hyperelastic_input_is_a_named_error() {
         "c.csv",
     );
 }
+
+/// An ANSYS displacement field as the starting point of the finite-strain Newton solve, on the
+/// mesh read from the same result file: the converged state is the one reached from zero.
+#[test]
+fn an_ansys_displacement_starts_the_newton_solve() {
+    let rst = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/ansys/beam_static_bc.rst");
+    let text = |initial: bool| {
+        format!(
+            r#"
+[mesh]
+file = "{rst}"
+plane_group = [
+    {{ name = "root", axis = "z", value = 0.0 }},
+    {{ name = "end", axis = "z", value = 5.0 }},
+]
+
+[[hyperelastic.material]]
+group = "material_1"
+law = "neo_hookean"
+mu = [7.7e10]
+kappa = 1.7e11
+
+[[hyperelastic.bc]]
+group = "root"
+kind = "fixed"
+
+[[hyperelastic.bc]]
+group = "end"
+kind = "displacement"
+value = [0.01, 0.011, 0.012]
+
+[hyperelastic]
+load_factors = [1.0]
+tip = "end"
+{init}
+"#,
+            rst = rst.display(),
+            init = if initial {
+                format!("[initial_state]\nansys = \"{}\"\nset = 1\n", rst.display())
+            } else {
+                String::new()
+            }
+        )
+    };
+    let solve = |initial: bool| {
+        let pf = ProblemFile::parse(Path::new("beam.toml"), text(initial)).unwrap();
+        let mut p = app::build_problem(&pf).unwrap_or_else(|e| panic!("{e}"));
+        p.solve().unwrap();
+        let s = app::summary("beam", &p).unwrap();
+        let u = p.hyperelastic.as_ref().unwrap().states().last().unwrap().1.to_vec();
+        (s, u)
+    };
+    let (s0, u0) = solve(false);
+    let (s1, u1) = solve(true);
+    let init = s1.initial_state.as_deref().expect("reported");
+    assert!(init.contains("UX, UY, UZ") && init.contains("by node number"), "{init}");
+    let scale = u0.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+    let diff = u0.iter().zip(&u1).fold(0.0_f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff < 1e-8 * scale, "the start changed the solution by {diff:e} of {scale:e}");
+    let (n0, n1) = (
+        s0.hyperelastic.as_ref().unwrap().newton_iterations,
+        s1.hyperelastic.as_ref().unwrap().newton_iterations,
+    );
+    assert!(n0 > 0 && n1 > 0, "{n0} {n1}");
+}
