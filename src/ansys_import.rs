@@ -741,6 +741,53 @@ pub fn initial_temperature(
     ))
 }
 
+/// The displacement (UX, UY, UZ) of result set `set` of an ANSYS structural result on
+/// `target`: by node number on the same mesh, interpolated otherwise (as
+/// [`initial_temperature`]). Returns the full vector (3 per node) and where it came from.
+pub fn initial_displacement(
+    file: &Path,
+    set: usize,
+    target: &Mesh,
+) -> Result<(Vec<f64>, InitialStateInfo), ImportError> {
+    let src = AnsysFile::read(file)?;
+    let sol = src.nodal_solution(set)?.ok_or_else(|| ImportError::NoResults {
+        file: file.to_path_buf(),
+        what: "[initial_state]".into(),
+    })?;
+    let mut u = vec![0.0; 3 * target.n_nodes()];
+    let mut mapping = MappingKind::ByNodeNumber;
+    for (c, dof) in ["UX", "UY", "UZ"].into_iter().enumerate() {
+        let col = dof_column(&sol, dof).ok_or_else(|| ImportError::MissingDof {
+            file: file.to_path_buf(),
+            set,
+            dof: dof.into(),
+            available: sol.dof_names.clone(),
+        })?;
+        let (mapped, m) = map_nodal_field(file, src.mesh(), &col, target)?;
+        if let Some(i) = mapped.iter().position(|v| v.is_nan()) {
+            return Err(ImportError::MissingValue {
+                file: file.to_path_buf(),
+                set,
+                dof: dof.into(),
+                node: target.node_tags[i],
+            });
+        }
+        for (n, v) in mapped.into_iter().enumerate() {
+            u[3 * n + c] = v;
+        }
+        mapping = m;
+    }
+    Ok((
+        u,
+        InitialStateInfo {
+            file: file.display().to_string(),
+            set,
+            dof: "UX, UY, UZ".into(),
+            mapping,
+        },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -839,51 +886,4 @@ mod tests {
         assert!(lines[1].starts_with("10,"));
         assert!(lines[1].ends_with(&format!(",{}", (n - 1) as f64 + 0.1)));
     }
-}
-
-/// The displacement (UX, UY, UZ) of result set `set` of an ANSYS structural result on
-/// `target`: by node number on the same mesh, interpolated otherwise (as
-/// [`initial_temperature`]). Returns the full vector (3 per node) and where it came from.
-pub fn initial_displacement(
-    file: &Path,
-    set: usize,
-    target: &Mesh,
-) -> Result<(Vec<f64>, InitialStateInfo), ImportError> {
-    let src = AnsysFile::read(file)?;
-    let sol = src.nodal_solution(set)?.ok_or_else(|| ImportError::NoResults {
-        file: file.to_path_buf(),
-        what: "[initial_state]".into(),
-    })?;
-    let mut u = vec![0.0; 3 * target.n_nodes()];
-    let mut mapping = MappingKind::ByNodeNumber;
-    for (c, dof) in ["UX", "UY", "UZ"].into_iter().enumerate() {
-        let col = dof_column(&sol, dof).ok_or_else(|| ImportError::MissingDof {
-            file: file.to_path_buf(),
-            set,
-            dof: dof.into(),
-            available: sol.dof_names.clone(),
-        })?;
-        let (mapped, m) = map_nodal_field(file, src.mesh(), &col, target)?;
-        if let Some(i) = mapped.iter().position(|v| v.is_nan()) {
-            return Err(ImportError::MissingValue {
-                file: file.to_path_buf(),
-                set,
-                dof: dof.into(),
-                node: target.node_tags[i],
-            });
-        }
-        for (n, v) in mapped.into_iter().enumerate() {
-            u[3 * n + c] = v;
-        }
-        mapping = m;
-    }
-    Ok((
-        u,
-        InitialStateInfo {
-            file: file.display().to_string(),
-            set,
-            dof: "UX, UY, UZ".into(),
-            mapping,
-        },
-    ))
 }

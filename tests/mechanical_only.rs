@@ -180,7 +180,7 @@ fn temperature_sources_are_checked() {
     )
     .err()
     .unwrap();
-    assert!(e.contains("[thermal] or a [mechanical]"), "{e}");
+    assert!(e.contains("needs a [thermal], [mechanical] or [hyperelastic] table"), "{e}");
     let e = build(&plate(
         &format!("{{ ansys = \"{}\" }}", data("ansys/file.rth")),
         "\"mechanical.temperature.gain\"",

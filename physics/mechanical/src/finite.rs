@@ -83,7 +83,7 @@ use thiserror::Error;
 
 use crate::hyperelastic::{
     HyperelasticError, Mat3, MooneyRivlin, NeoHookean, Ogden, SaintVenantKirchhoff, StrainEnergy,
-    det, stress_and_tangent,
+    det, first_piola, right_cauchy_green, stress_and_tangent,
 };
 use crate::linear::{BcKind, BcSpec, Boundary, LinearElasticModel, MechanicalError, RegionSpec};
 
@@ -227,7 +227,9 @@ impl HyperelasticLaw {
     }
 
     /// The evaluator used at quadrature points: Ogden-type laws through the fast invariant path
-    /// ([`Ogden::stress_and_tangent_fast`]), SVK through the generic dual-number path.
+    /// (`ogden_stress_and_tangent`, the output of [`Ogden::stress_and_tangent_fast`] with half
+    /// the dual-number passes; `ogden_first_piola` when no tangent is needed), SVK through the
+    /// generic dual-number path.
     fn point_law(&self) -> PointLaw<'_> {
         match self {
             HyperelasticLaw::Ogden(m) => PointLaw::Ogden(m.clone()),
@@ -249,10 +251,265 @@ impl PointLaw<'_> {
         F: &Mat3<f64>,
     ) -> Result<(Mat3<f64>, [[f64; 9]; 9]), HyperelasticError> {
         match self {
-            PointLaw::Ogden(m) => m.stress_and_tangent_fast(F),
+            PointLaw::Ogden(m) => ogden_stress_and_tangent(m, F),
             PointLaw::Generic(m) => stress_and_tangent(*m, F),
         }
     }
+}
+
+impl PointLaw<'_> {
+    /// P alone (no tangent): [`ogden_first_piola`] for Ogden-type laws.
+    fn first_piola(&self, F: &Mat3<f64>) -> Result<Mat3<f64>, HyperelasticError> {
+        match self {
+            PointLaw::Ogden(m) => ogden_first_piola(m, F),
+            PointLaw::Generic(m) => first_piola(*m, F),
+        }
+    }
+}
+
+/// The invariants `x = (I₁, I₂, J)` of F (`I₁ = tr C`, `I₂ = ½(I₁² − tr C²)`, `J = det F`,
+/// `C = FᵀF`) and their gradients `g_a = ∂x_a/∂F`: `∂I₁/∂F = 2F`, `∂I₂/∂F = 2I₁F − 2FC`,
+/// `∂J/∂F = cof F`.
+fn invariants_and_gradients(F: &Mat3<f64>) -> ([f64; 3], [Mat3<f64>; 3]) {
+    let C = right_cauchy_green(F);
+    let i1 = C[0][0] + C[1][1] + C[2][2];
+    let trc2: f64 = C.iter().flatten().map(|c| c * c).sum();
+    let i2 = 0.5 * (i1 * i1 - trc2);
+    let mut g = [[[0.0; 3]; 3]; 3];
+    for i in 0..3 {
+        for j in 0..3 {
+            let fc: f64 = (0..3).map(|k| F[i][k] * C[k][j]).sum();
+            g[0][i][j] = 2.0 * F[i][j];
+            g[1][i][j] = 2.0 * i1 * F[i][j] - 2.0 * fc;
+            // cof F_ij = F_(i+1)(j+1) F_(i+2)(j+2) − F_(i+1)(j+2) F_(i+2)(j+1), indices mod 3.
+            let (i1_, i2_, j1, j2) = ((i + 1) % 3, (i + 2) % 3, (j + 1) % 3, (j + 2) % 3);
+            g[2][i][j] = F[i1_][j1] * F[i2_][j2] - F[i1_][j2] * F[i2_][j1];
+        }
+    }
+    ([i1, i2, det(F)], g)
+}
+
+/// Gradient `h_a` and Hessian `h_ab` of `ψ = h(I₁, I₂, J)` ([`Ogden::invariant_energy`]) at
+/// `x = (I₁, I₂, J)`, by the split `h = Φ(y₁, y₂) + κ U(J)` with the isochoric invariants
+/// `y₁ = Ī₁ = J^{-2/3} I₁`, `y₂ = Ī₂ = J^{-4/3} I₂`: Φ is `invariant_energy` at J = 1 (three
+/// [`HyperDual64`] passes in two variables instead of six in three), U' and U'' come from one
+/// pass of [`crate::hyperelastic::Volumetric::eval`], and
+/// `h_a = Σ_c Φ_c ∂y_c/∂x_a + κU' δ_aJ`,
+/// `h_ab = Σ_cd Φ_cd ∂y_c/∂x_a ∂y_d/∂x_b + Σ_c Φ_c ∂²y_c/∂x_a∂x_b + κU'' δ_aJ δ_bJ` with
+/// `∂y₁/∂I₁ = J^{-2/3}`, `∂y₁/∂J = −⅔ y₁/J`, `∂²y₁/∂I₁∂J = −⅔ J^{-5/3}`,
+/// `∂²y₁/∂J² = 10/9 y₁/J²`, `∂y₂/∂I₂ = J^{-4/3}`, `∂y₂/∂J = −4/3 y₂/J`,
+/// `∂²y₂/∂I₂∂J = −4/3 J^{-7/3}`, `∂²y₂/∂J² = 28/9 y₂/J²`.
+fn invariant_derivatives(m: &Ogden, x: [f64; 3]) -> ([f64; 3], [[f64; 3]; 3]) {
+    let [i1, i2, J] = x;
+    let jm23 = J.powf(-2.0 / 3.0);
+    let jm43 = jm23 * jm23;
+    let y = [i1 * jm23, i2 * jm43];
+    let values = m.parameters();
+    let kappa = values[values.len() - 1];
+    let p: Vec<HyperDual64> = values.into_iter().map(HyperDual64::from).collect();
+    let one = HyperDual64::from(1.0);
+    let mut phi = [0.0; 2];
+    let mut phi2 = [[0.0; 2]; 2];
+    for c in 0..2 {
+        for d in c..2 {
+            let mut yd = y.map(HyperDual64::from);
+            yd[c].eps1 = 1.0;
+            yd[d].eps2 += 1.0;
+            let v = m.invariant_energy(yd[0], yd[1], one, &p);
+            phi[c] = v.eps1;
+            phi2[c][d] = v.eps1eps2;
+            phi2[d][c] = v.eps1eps2;
+        }
+    }
+    let u = m.volumetric.eval(HyperDual64::new(J, 1.0, 1.0, 0.0));
+    // dy[c][a] = ∂y_c/∂x_a; d2y[c] = ∂²y_c/∂x∂x (symmetric, 3×3).
+    let dy = [[jm23, 0.0, -2.0 / 3.0 * y[0] / J], [0.0, jm43, -4.0 / 3.0 * y[1] / J]];
+    let mut d2y = [[[0.0; 3]; 3]; 2];
+    d2y[0][0][2] = -2.0 / 3.0 * jm23 / J;
+    d2y[0][2][0] = d2y[0][0][2];
+    d2y[0][2][2] = 10.0 / 9.0 * y[0] / (J * J);
+    d2y[1][1][2] = -4.0 / 3.0 * jm43 / J;
+    d2y[1][2][1] = d2y[1][1][2];
+    d2y[1][2][2] = 28.0 / 9.0 * y[1] / (J * J);
+    let mut h = [0.0; 3];
+    let mut hh = [[0.0; 3]; 3];
+    for a in 0..3 {
+        h[a] = phi[0] * dy[0][a] + phi[1] * dy[1][a];
+        for b in 0..3 {
+            let mut v = phi[0] * d2y[0][a][b] + phi[1] * d2y[1][a][b];
+            for c in 0..2 {
+                for d in 0..2 {
+                    v += phi2[c][d] * dy[c][a] * dy[d][b];
+                }
+            }
+            hh[a][b] = v;
+        }
+    }
+    h[2] += kappa * u.eps1;
+    hh[2][2] += kappa * u.eps1eps2;
+    (h, hh)
+}
+
+/// The gradient part of [`invariant_derivatives`]: two [`Dual64`] passes of Φ and U'(J).
+fn invariant_gradient(m: &Ogden, x: [f64; 3]) -> [f64; 3] {
+    let [i1, i2, J] = x;
+    let jm23 = J.powf(-2.0 / 3.0);
+    let jm43 = jm23 * jm23;
+    let y = [i1 * jm23, i2 * jm43];
+    let values = m.parameters();
+    let kappa = values[values.len() - 1];
+    let p: Vec<Dual64> = values.into_iter().map(Dual64::from).collect();
+    let phi: [f64; 2] = std::array::from_fn(|c| {
+        let mut yd = y.map(Dual64::from);
+        yd[c].eps = 1.0;
+        m.invariant_energy(yd[0], yd[1], Dual64::from(1.0), &p).eps
+    });
+    let du = m.volumetric.eval(Dual64::new(J, 1.0)).eps;
+    [
+        phi[0] * jm23,
+        phi[1] * jm43,
+        -2.0 / 3.0 * phi[0] * y[0] / J - 4.0 / 3.0 * phi[1] * y[1] / J + kappa * du,
+    ]
+}
+
+/// First Piola–Kirchhoff stress of an Ogden-type law through its invariant form
+/// `ψ = h(I₁, I₂, J)` ([`Ogden::invariant_energy`]): [`invariant_gradient`] gives `h_a` and
+/// `P = Σ_a h_a ∂x_a/∂F` ([`invariants_and_gradients`]). The stress of
+/// [`Ogden::stress_and_tangent_fast`] without its tangent, for residual-only evaluations.
+fn ogden_first_piola(m: &Ogden, F: &Mat3<f64>) -> Result<Mat3<f64>, HyperelasticError> {
+    let (x, g) = invariants_and_gradients(F);
+    if x[2].is_nan() || x[2] <= 0.0 {
+        return Err(HyperelasticError::NonPositiveJacobian { det: x[2], F: *F });
+    }
+    let h = invariant_gradient(m, x);
+    let mut P = [[0.0; 3]; 3];
+    for a in 0..3 {
+        for i in 0..3 {
+            for j in 0..3 {
+                P[i][j] += h[a] * g[a][i][j];
+            }
+        }
+    }
+    if P.iter().flatten().all(|v| v.is_finite()) {
+        Ok(P)
+    } else {
+        Err(HyperelasticError::NonFinite { what: "stress", F: *F })
+    }
+}
+
+/// Stress and tangent of an Ogden-type law (the output of [`Ogden::stress_and_tangent_fast`],
+/// equal to round-off): the gradient `h_a` and Hessian `h_ab` of `ψ = h(I₁, I₂, J)`
+/// ([`invariant_derivatives`]), then
+/// `P = Σ_a h_a ∂x_a/∂F` and
+/// `A = Σ_ab h_ab ∂x_a/∂F ⊗ ∂x_b/∂F + Σ_a h_a ∂²x_a/∂F∂F` with
+/// `∂²I₁/∂F_ij∂F_kl = 2δ_ik δ_jl`,
+/// `∂²I₂/∂F_ij∂F_kl = 4F_ij F_kl + 2I₁ δ_ik δ_jl − 2(δ_ik C_jl + F_il F_kj + B_ik δ_jl)`
+/// (`B = FFᵀ`) and `∂²J/∂F_ij∂F_kl = ε_ikm ε_jln F_mn`, each term added only where it is
+/// non-zero.
+fn ogden_stress_and_tangent(
+    m: &Ogden,
+    F: &Mat3<f64>,
+) -> Result<(Mat3<f64>, [[f64; 9]; 9]), HyperelasticError> {
+    let (x, g) = invariants_and_gradients(F);
+    if x[2].is_nan() || x[2] <= 0.0 {
+        return Err(HyperelasticError::NonPositiveJacobian { det: x[2], F: *F });
+    }
+    let (h, hh) = invariant_derivatives(m, x);
+    let gf: [[f64; 9]; 3] = std::array::from_fn(|a| std::array::from_fn(|r| g[a][r / 3][r % 3]));
+    let mut P = [[0.0; 3]; 3];
+    for (r, pr) in P.iter_mut().flatten().enumerate() {
+        *pr = h[0] * gf[0][r] + h[1] * gf[1][r] + h[2] * gf[2][r];
+    }
+    // t_b = Σ_a h_ab g_a.
+    let mut t = [[0.0; 9]; 3];
+    for b in 0..3 {
+        for r in 0..9 {
+            t[b][r] = hh[0][b] * gf[0][r] + hh[1][b] * gf[1][r] + hh[2][b] * gf[2][r];
+        }
+    }
+    let C = right_cauchy_green(F);
+    let mut A = [[0.0; 9]; 9];
+    for r in 0..9 {
+        let (i, j) = (r / 3, r % 3);
+        for c in 0..9 {
+            let (k, l) = (c / 3, c % 3);
+            A[r][c] = t[0][r] * gf[0][c]
+                + t[1][r] * gf[1][c]
+                + t[2][r] * gf[2][c]
+                + h[1] * (4.0 * F[i][j] * F[k][l] - 2.0 * F[i][l] * F[k][j]);
+        }
+    }
+    for i in 0..3 {
+        for j in 0..3 {
+            for l in 0..3 {
+                // δ_ik terms.
+                let diag = if j == l { 2.0 * h[0] + 2.0 * h[1] * x[0] } else { 0.0 };
+                A[3 * i + j][3 * i + l] += diag - 2.0 * h[1] * C[j][l];
+            }
+            for k in 0..3 {
+                // −2 B_ik δ_jl.
+                let bik = (0..3).map(|n| F[i][n] * F[k][n]).sum::<f64>();
+                A[3 * i + j][3 * k + j] -= 2.0 * h[1] * bik;
+            }
+        }
+    }
+    // ε_ikm ε_jln F_mn: i ≠ k, j ≠ l, m and n the remaining indices.
+    for i in 0..3 {
+        for k in (0..3).filter(|&k| k != i) {
+            let si = if k == (i + 1) % 3 { 1.0 } else { -1.0 };
+            for j in 0..3 {
+                for l in (0..3).filter(|&l| l != j) {
+                    let sj = if l == (j + 1) % 3 { 1.0 } else { -1.0 };
+                    A[3 * i + j][3 * k + l] += h[2] * si * sj * F[3 - i - k][3 - j - l];
+                }
+            }
+        }
+    }
+    if P.iter().flatten().chain(A.iter().flatten()).all(|v| v.is_finite()) {
+        Ok((P, A))
+    } else {
+        Err(HyperelasticError::NonFinite { what: "tangent", F: *F })
+    }
+}
+
+/// [`parameter_contraction`] of an Ogden law through its invariant form: with
+/// `P = Σ_a h_a ∂x_a/∂F`, `G : ∂P/∂p_k = Σ_a ∂²h/∂x_a∂p_k (G : ∂x_a/∂F)`. With the split of
+/// [`invariant_derivatives`], one [`HyperDual64`] pass of Φ per term parameter (y seeded along
+/// `(∂y/∂x)(G : ∂x/∂F)`, p_k in ε₂) and `U'(J) (G : cof F)` for κ (the last parameter).
+fn ogden_parameter_contraction(m: &Ogden, F: &Mat3<f64>, G: &Mat3<f64>) -> Vec<f64> {
+    let (x, g) = invariants_and_gradients(F);
+    let mut dx = [0.0; 3];
+    for a in 0..3 {
+        for i in 0..3 {
+            for j in 0..3 {
+                dx[a] += G[i][j] * g[a][i][j];
+            }
+        }
+    }
+    // Along dx: dy = (∂y/∂x) dx for the isochoric part Φ(y) (see invariant_derivatives);
+    // κ U(J) contributes U'(J) dJ to the κ entry only.
+    let [i1, i2, J] = x;
+    let jm23 = J.powf(-2.0 / 3.0);
+    let jm43 = jm23 * jm23;
+    let y = [i1 * jm23, i2 * jm43];
+    let dy =
+        [jm23 * dx[0] - 2.0 / 3.0 * y[0] / J * dx[2], jm43 * dx[1] - 4.0 / 3.0 * y[1] / J * dx[2]];
+    let yd = [HyperDual64::new(y[0], dy[0], 0.0, 0.0), HyperDual64::new(y[1], dy[1], 0.0, 0.0)];
+    let one = HyperDual64::from(1.0);
+    let values = m.parameters();
+    let n = values.len();
+    let mut out: Vec<f64> = (0..n - 1)
+        .map(|k| {
+            let p: Vec<HyperDual64> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| HyperDual64::new(v, 0.0, if i == k { 1.0 } else { 0.0 }, 0.0))
+                .collect();
+            m.invariant_energy(yd[0], yd[1], one, &p).eps1eps2
+        })
+        .collect();
+    out.push(m.volumetric.eval(Dual64::new(J, 1.0)).eps * dx[2]);
+    out
 }
 
 /// `Σ_ij G_ij ∂²ψ/∂F_ij∂p_k` for every parameter k (one hyper-dual pass each: F seeded along G
@@ -965,14 +1222,21 @@ impl FiniteStrainModel {
                 return Err(self.inverted(e, J));
             }
             let (theta, _) = self.theta(e, q, load);
-            let (P, A) = self.stress_at(&point, &F, theta, e)?;
             let shape = tab.shape(q);
+            // Residual-only evaluations skip the tangent.
+            let (P, A) = match ke {
+                Some(_) => {
+                    let (P, A) = self.stress_at(&point, &F, theta, e)?;
+                    (P, Some(A))
+                }
+                None => (self.stress_only_at(&point, &F, theta, e)?, None),
+            };
             for a in 0..nn {
                 for i in 0..3 {
                     fe[3 * a + i] += w * (dot3(P[i], g[a]) - load * shape[a] * r.body_force[i]);
                 }
             }
-            if let Some(ke) = ke.as_deref_mut() {
+            if let (Some(ke), Some(A)) = (ke.as_deref_mut(), A) {
                 for b in 0..nn {
                     // AG[iJ][k] = Σ_L A_iJkL g_bL
                     let mut ag = [[0.0; 3]; 9];
@@ -998,6 +1262,34 @@ impl FiniteStrainModel {
             }
         }
         Ok(())
+    }
+
+    /// P alone at F with thermal factor θ: `P = P_m(F/θ)/θ`.
+    fn stress_only_at(
+        &self,
+        point: &PointLaw,
+        F: &Mat3<f64>,
+        theta: f64,
+        e: usize,
+    ) -> Result<Mat3<f64>, FiniteStrainError> {
+        let material = |source| FiniteStrainError::Material {
+            region: self.regions[self.element_region(e)].name.clone(),
+            cell_tag: self.element_cell_tag(e),
+            source,
+        };
+        if theta == 1.0 {
+            return point.first_piola(F).map_err(material);
+        }
+        if theta.is_nan() || theta <= 0.0 {
+            return Err(FiniteStrainError::InvalidValue {
+                what: format!("thermal stretch θ in cell {}", self.element_cell_tag(e)),
+                requirement: "positive",
+                value: theta,
+            });
+        }
+        let Fm = F.map(|r| r.map(|v| v / theta));
+        let Pm = point.first_piola(&Fm).map_err(material)?;
+        Ok(Pm.map(|r| r.map(|v| v / theta)))
     }
 
     /// P and A at F with thermal factor θ: `P = P_m(F/θ)/θ`, `A = A_m(F/θ)/θ²`.
@@ -1169,15 +1461,16 @@ impl FiniteStrainModel {
         let thermal = want.thermal && self.temperature.is_some();
         let mut temperature = thermal.then(|| vec![0.0; self.n_nodes()]);
         let mut coords = want.coords.then(|| vec![[0.0; 3]; self.n_nodes()]);
+        let scaled: Vec<Vec<bool>> =
+            self.regions.iter().map(|r| r.law.scaled_parameters()).collect();
         for (e, ev) in per_elem.iter().enumerate() {
             let nodes = self.element_nodes(e);
             if e < self.n_volume {
                 let r = self.element_region(e);
                 if want.material {
-                    let scaled = self.regions[r].law.scaled_parameters();
                     for (k, d) in ev.material.iter().enumerate() {
                         vjp.material[r][k] +=
-                            if scaled[k] { self.element_scale[e] * d } else { *d };
+                            if scaled[r][k] { self.element_scale[e] * d } else { *d };
                     }
                     vjp.element_scale[e] = ev.scale;
                 }
@@ -1309,7 +1602,10 @@ impl FiniteStrainModel {
             if want.material {
                 let Fm = F.map(|row| row.map(|v| v / theta));
                 let Gm = G.map(|row| row.map(|v| v / theta));
-                let d = parameter_contraction(&law, &Fm, &Gm);
+                let d = match &law {
+                    HyperelasticLaw::Ogden(o) => ogden_parameter_contraction(o, &Fm, &Gm),
+                    _ => parameter_contraction(&law, &Fm, &Gm),
+                };
                 for k in 0..n_par {
                     out.material[k] += w * d[k];
                 }
@@ -1527,6 +1823,52 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.law.parameters(), [1.0, 5.0]);
+    }
+
+    /// Deformation gradients that reach every branch of the invariant spectrum: identity-like
+    /// (three close stretches), axisymmetric (a close pair), general, and compressed.
+    fn sample_deformations() -> Vec<Mat3<f64>> {
+        vec![
+            [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+            [[1.0 + 1e-7, 2e-8, 0.0], [0.0, 1.0, -1e-8], [3e-8, 0.0, 1.0 - 1e-7]],
+            [[1.3, 0.0, 0.0], [0.0, 0.9, 0.0], [0.0, 0.0, 0.9]],
+            [[1.2, 0.1, 0.0], [0.05, 0.9, 0.1], [0.0, -0.1, 1.05]],
+            [[0.7, 0.2, -0.1], [0.1, 1.1, 0.3], [-0.2, 0.05, 0.95]],
+        ]
+    }
+
+    #[test]
+    fn point_evaluations_match_the_reference_ogden_paths() {
+        let m = Ogden::new(&[(0.63, 1.3), (0.0012, 5.0), (-0.01, -2.0)], 10.0);
+        let G = [[0.3, -0.2, 0.1], [0.4, 0.5, -0.6], [0.7, 0.2, -0.1]];
+        for F in sample_deformations() {
+            let (P0, A0) = m.stress_and_tangent_fast(&F).unwrap();
+            let (P, A) = ogden_stress_and_tangent(&m, &F).unwrap();
+            let P1 = ogden_first_piola(&m, &F).unwrap();
+            let scale = A0.iter().flatten().fold(0.0f64, |s, v| s.max(v.abs()));
+            for r in 0..9 {
+                let (i, j) = (r / 3, r % 3);
+                assert!((P[i][j] - P0[i][j]).abs() <= 1e-12 * scale, "P {F:?}");
+                assert!((P1[i][j] - P0[i][j]).abs() <= 1e-12 * scale, "P only {F:?}");
+                for c in 0..9 {
+                    assert!((A[r][c] - A0[r][c]).abs() <= 1e-11 * scale, "A[{r}][{c}] {F:?}");
+                }
+            }
+            let fast = ogden_parameter_contraction(&m, &F, &G);
+            let generic = parameter_contraction(&m, &F, &G);
+            for (a, b) in fast.iter().zip(&generic) {
+                assert!((a - b).abs() <= 1e-10 * (1.0 + b.abs()), "{a} vs {b} at {F:?}");
+            }
+        }
+        let inverted = [[-1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+        assert!(matches!(
+            ogden_stress_and_tangent(&m, &inverted),
+            Err(HyperelasticError::NonPositiveJacobian { .. })
+        ));
+        assert!(matches!(
+            ogden_first_piola(&m, &inverted),
+            Err(HyperelasticError::NonPositiveJacobian { .. })
+        ));
     }
 
     #[test]
