@@ -95,6 +95,25 @@ impl From<Box<ElectroThermalProblem>> for Problem {
     }
 }
 
+impl Fields {
+    /// The thermal field (alone or inside the coupled problem). A method of the fields rather
+    /// than of [`Problem`], so that it borrows them apart from the other members.
+    pub fn thermal(&self) -> &ThermalProblem {
+        match self {
+            Fields::Thermal(p) => p,
+            Fields::ElectroThermal(p) => &p.thermal,
+        }
+    }
+
+    /// The thermal field, mutably.
+    pub fn thermal_mut(&mut self) -> &mut ThermalProblem {
+        match self {
+            Fields::Thermal(p) => p,
+            Fields::ElectroThermal(p) => &mut p.thermal,
+        }
+    }
+}
+
 impl Problem {
     /// The coupling graph of the fields present: `electrical -> thermal` (Joule heat),
     /// `thermal -> electrical` (a temperature-dependent resistivity), `thermal -> mechanical`
@@ -126,17 +145,11 @@ impl Problem {
 
     /// The thermal field (alone or inside the coupled problem).
     pub fn thermal(&self) -> &ThermalProblem {
-        match &self.fields {
-            Fields::Thermal(p) => p,
-            Fields::ElectroThermal(p) => &p.thermal,
-        }
+        self.fields.thermal()
     }
 
     fn thermal_mut(&mut self) -> &mut ThermalProblem {
-        match &mut self.fields {
-            Fields::Thermal(p) => p,
-            Fields::ElectroThermal(p) => &mut p.thermal,
-        }
+        self.fields.thermal_mut()
     }
 
     /// The electro-thermal problem, when there is an electrical field.
@@ -185,28 +198,19 @@ impl Problem {
         if let Some(m) = &mut self.mechanical
             && MechanicalField::owns(name)
         {
-            let reg = match &mut self.fields {
-                Fields::Thermal(p) => &mut p.registry,
-                Fields::ElectroThermal(p) => &mut p.thermal.registry,
-            };
+            let reg = &mut self.fields.thermal_mut().registry;
             return m.register(reg, name, bounds);
         }
         if let Some(h) = &mut self.hyperelastic
             && HyperelasticRun::owns(name)
         {
-            let reg = match &mut self.fields {
-                Fields::Thermal(p) => &mut p.registry,
-                Fields::ElectroThermal(p) => &mut p.thermal.registry,
-            };
+            let reg = &mut self.fields.thermal_mut().registry;
             return h.register(reg, name, bounds);
         }
         if let Some(t) = &mut self.transient
             && TransientRun::owns(name)
         {
-            let th = match &mut self.fields {
-                Fields::Thermal(p) => &mut **p,
-                Fields::ElectroThermal(p) => &mut p.thermal,
-            };
+            let th = self.fields.thermal_mut();
             return t.register(th, name, bounds);
         }
         let r = match &mut self.fields {
@@ -231,24 +235,15 @@ impl Problem {
             Fields::ElectroThermal(p) => p.apply_parameters()?,
         }
         if let Some(m) = &mut self.mechanical {
-            let t = match &self.fields {
-                Fields::Thermal(p) => &**p,
-                Fields::ElectroThermal(p) => &p.thermal,
-            };
+            let t = self.fields.thermal();
             m.apply_parameters(&t.registry, &t.shape)?;
         }
         if let Some(tr) = &mut self.transient {
-            let reg = match &self.fields {
-                Fields::Thermal(p) => &p.registry,
-                Fields::ElectroThermal(p) => &p.thermal.registry,
-            };
+            let reg = &self.fields.thermal().registry;
             tr.apply_parameters(reg);
         }
         if let Some(h) = &mut self.hyperelastic {
-            let t = match &self.fields {
-                Fields::Thermal(p) => &**p,
-                Fields::ElectroThermal(p) => &p.thermal,
-            };
+            let t = self.fields.thermal();
             h.apply_parameters(&t.registry, &t.shape)?;
         }
         Ok(())
@@ -279,10 +274,7 @@ impl Problem {
     /// temperature.
     pub fn solve(&mut self) -> Result<(), RunError> {
         if let Some(tr) = &mut self.transient {
-            let th = match &mut self.fields {
-                Fields::Thermal(p) => &mut **p,
-                Fields::ElectroThermal(p) => &mut p.thermal,
-            };
+            let th = self.fields.thermal_mut();
             return tr.solve(th);
         }
         if let Some(h) = &mut self.hyperelastic {
@@ -375,10 +367,7 @@ impl Problem {
         }
         let t0 = std::time::Instant::now();
         if let Some(tr) = &mut self.transient {
-            let th = match &self.fields {
-                Fields::Thermal(p) => &**p,
-                Fields::ElectroThermal(p) => &p.thermal,
-            };
+            let th = self.fields.thermal();
             let (j, g) = tr.gradient(th)?;
             let timings =
                 GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
@@ -393,10 +382,7 @@ impl Problem {
         }
         let mut mech_part = None;
         if let Some(m) = &mut self.mechanical {
-            let t = match &self.fields {
-                Fields::Thermal(p) => &**p,
-                Fields::ElectroThermal(p) => &p.thermal,
-            };
+            let t = self.fields.thermal();
             let mut g = Gradient::zeros(&t.registry);
             let mut timings = crate::mechanical::MechanicalGradientTimings::default();
             let (j, t_bar) = m.adjoint(&t.shape, &mut g, &mut timings)?;
