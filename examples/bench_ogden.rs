@@ -10,7 +10,8 @@
 //! step, and the gradient dL/d(μ, α, κ) comes from the adjoint through the load steps.
 //!
 //! Run: `cargo run --release --example bench_ogden -- --n 14` (`--solver direct|amg|auto`:
-//! the linear solver, default `auto`: Cholesky below 60,000 unknowns, AMG-CG above).
+//! the linear solver, default `auto`: Cholesky below 60,000 unknowns, AMG-CG above;
+//! `--rel-tol T`: Newton's relative residual tolerance, default 1e-10).
 //! Prints one JSON line: `n`, `tets`, `unknowns`, `newton_iterations`, `forward_s` (the load
 //! stepping), `gradient_s` (the reverse sweep: transpose solves and parameter products),
 //! `forward_gradient_s` (the gradient call, which runs the forward pass again, so it is the
@@ -58,12 +59,16 @@ fn parse_solver(name: &str) -> anyhow::Result<FiniteLinearSolver> {
 fn main() -> anyhow::Result<()> {
     let mut n = 14;
     let mut solver = FiniteLinearSolver::default();
+    let mut rel_tol = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--n" => n = args.next().and_then(|v| v.parse().ok()).context("--n takes N ≥ 1")?,
             "--solver" => solver = parse_solver(&args.next().context("--solver takes a name")?)?,
-            other => bail!("unknown argument {other} (expected --n N, --solver S)"),
+            "--rel-tol" => {
+                rel_tol = Some(args.next().and_then(|v| v.parse().ok()).context("--rel-tol T")?)
+            }
+            other => bail!("unknown argument {other} (expected --n N, --solver S, --rel-tol T)"),
         }
     }
     if n == 0 {
@@ -83,7 +88,10 @@ fn main() -> anyhow::Result<()> {
         BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.5, 0.0, 0.0] } },
     ];
     let model = FiniteStrainModel::new(&mesh, &[region], &bcs).context("cube model")?;
-    let params = LoadStepParams { linear_solver: solver, ..LoadStepParams::default() };
+    let mut params = LoadStepParams { linear_solver: solver, ..LoadStepParams::default() };
+    if let Some(t) = rel_tol {
+        params.newton.rel_tol = t;
+    }
     let problem = FiniteStrainProblem::new(model, params);
     let setup_s = t_setup.elapsed().as_secs_f64();
 

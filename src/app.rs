@@ -117,7 +117,8 @@ impl Fields {
 impl Problem {
     /// The coupling graph of the fields present: `electrical -> thermal` (Joule heat),
     /// `thermal -> electrical` (a temperature-dependent resistivity), `thermal -> mechanical`
-    /// (thermal strain).
+    /// (thermal strain), `thermal -> hyperelastic` (finite-strain thermal expansion
+    /// F_θ = (1 + α (T − T_ref)) I, when the finite-strain field takes the temperature).
     pub fn physical_graph(&self) -> CouplingGraph {
         let mut g = CouplingGraph::new();
         let add = |g: &mut CouplingGraph, f: &str| {
@@ -139,6 +140,12 @@ impl Problem {
         if self.mechanical.is_some() {
             add(&mut g, "mechanical");
             link(&mut g, "thermal_strain", "thermal", "mechanical");
+        }
+        // A finite-strain field driven by the temperature; one without a temperature is
+        // solved on its own after the stages.
+        if self.hyperelastic.as_ref().is_some_and(|h| h.takes_temperature()) {
+            add(&mut g, "hyperelastic");
+            link(&mut g, "thermal_expansion", "thermal", "hyperelastic");
         }
         g
     }
@@ -270,26 +277,28 @@ impl Problem {
         }
     }
 
-    /// Solve the forward problem: the upstream fields, then the mechanical field with their
-    /// temperature.
+    /// Solve the forward problem: the upstream fields, then the mechanical or finite-strain
+    /// field with their temperature.
     pub fn solve(&mut self) -> Result<(), RunError> {
         if let Some(tr) = &mut self.transient {
             let th = self.fields.thermal_mut();
             return tr.solve(th);
         }
-        if let Some(h) = &mut self.hyperelastic {
-            // The placeholder thermal field (every node held) for summaries.
-            if let Fields::Thermal(p) = &mut self.fields {
-                p.solve()?;
-            }
-            return h.solve();
-        }
         // The stages of the coupling graph in order: the electrical and thermal fields (one
         // coupled stage when ρ depends on T, else electrical then thermal: the electro-thermal
-        // problem solves both, in that order), then the mechanical field.
+        // problem solves both, in that order), then the mechanical or finite-strain field.
         let mut upstream_done = false;
+        let mut hyperelastic_done = false;
         for stage in self.coupling.schedule_names() {
-            if stage.iter().any(|f| f == "mechanical") {
+            if stage.iter().any(|f| f == "hyperelastic") {
+                let h = self.hyperelastic.as_mut().expect("the graph names it");
+                let t = self.fields.thermal().temperature().ok_or_else(|| {
+                    RunError::Setup("hyperelastic: the thermal field is not solved".into())
+                })?;
+                h.set_temperature(t)?;
+                h.solve()?;
+                hyperelastic_done = true;
+            } else if stage.iter().any(|f| f == "mechanical") {
                 let m = self.mechanical.as_mut().expect("the graph names it");
                 let t = match &self.fields {
                     Fields::Thermal(p) => p.temperature(),
@@ -310,6 +319,11 @@ impl Problem {
                 upstream_done = true;
             }
         }
+        // A finite-strain field without a temperature (the thermal field is then a placeholder
+        // held at fixed values, solved above for summaries).
+        if let Some(h) = self.hyperelastic.as_mut().filter(|_| !hyperelastic_done) {
+            h.solve()?;
+        }
         Ok(())
     }
 
@@ -318,13 +332,13 @@ impl Problem {
         if let Some(tr) = &self.transient {
             return tr.is_solved();
         }
-        if let Some(h) = &self.hyperelastic {
-            return h.is_solved();
-        }
         let up = match &self.fields {
             Fields::Thermal(p) => p.temperature().is_some(),
             Fields::ElectroThermal(p) => p.temperature().is_some() && p.potential().is_some(),
         };
+        if let Some(h) = &self.hyperelastic {
+            return up && h.is_solved();
+        }
         up && self.mechanical.as_ref().is_none_or(|m| m.displacement().is_some())
     }
 
@@ -374,11 +388,31 @@ impl Problem {
             return Ok((j, g, timings, None));
         }
         if let Some(h) = &self.hyperelastic {
-            let th = self.thermal();
-            let (j, g) = h.gradient(&th.registry, &th.shape)?;
-            let timings =
-                GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
-            return Ok((j, g, timings, None));
+            let th = self.fields.thermal();
+            let (mut j, mut g, t_bar) = h.gradient_and_temperature_seed(&th.registry, &th.shape)?;
+            // The T → u transfer: T̄ = dJ/dT seeds the upstream fields' adjoint, whose
+            // parameters (conductivity, convection, sources, voltages, …) get their share.
+            let mut blocks = None;
+            let mut timings = GradientTimings::default();
+            if let Some(t_bar) = t_bar.filter(|_| h.takes_temperature()) {
+                let (ju, gu) = match &mut self.fields {
+                    Fields::Thermal(p) => {
+                        let (ju, gu, tu) = p.gradient_seeded(Some(&t_bar))?;
+                        timings = tu;
+                        (ju, gu)
+                    }
+                    Fields::ElectroThermal(p) => {
+                        let (ju, gu, tu) = p.gradient_seeded(Some(&t_bar))?;
+                        timings = tu.totals();
+                        blocks = Some(tu);
+                        (ju, gu)
+                    }
+                };
+                j += ju;
+                g.add_scaled(1.0, &gu);
+            }
+            timings.gradient_s = t0.elapsed().as_secs_f64();
+            return Ok((j, g, timings, blocks));
         }
         let mut mech_part = None;
         if let Some(m) = &mut self.mechanical {
@@ -630,10 +664,13 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         problem.hyperelastic = Some(Box::new(run));
     }
     if let Some(ts) = &spec.transient {
-        if problem.electro_thermal().is_some() || problem.mechanical.is_some() {
+        if problem.electro_thermal().is_some()
+            || problem.mechanical.is_some()
+            || problem.hyperelastic.is_some()
+        {
             return Err(invalid(
                 file,
-                "[transient] steps the thermal field alone; remove [electrical] and [mechanical]",
+                "[transient] steps the thermal field alone; remove [electrical], [mechanical] and [hyperelastic]",
             ));
         }
         let th = problem.thermal();
@@ -689,6 +726,9 @@ fn check_declared_graph(
         ("electrical", "thermal") => "Joule heat",
         ("thermal", "electrical") => "a resistivity that depends on temperature (alpha_r or law)",
         ("thermal", "mechanical") => "thermal strain",
+        ("thermal", "hyperelastic") => {
+            "finite-strain thermal expansion (a [thermal] table or [hyperelastic] temperature)"
+        }
         _ => "no transfer gradfem knows",
     };
     let mut seen = Vec::new();
@@ -1010,8 +1050,11 @@ fn build_thermal(
                     "a problem needs a [thermal], [mechanical] or [hyperelastic] table",
                 ));
             };
-            // A hyperelastic problem: a thermal field held at one temperature everywhere
-            // carries the mesh, the registry and the shape parameters.
+            // A hyperelastic problem without [thermal]: a thermal field held at fixed values
+            // everywhere carries the mesh, the registry and the shape parameters; with
+            // `[hyperelastic] temperature = { uniform }` it is the field's temperature (each
+            // material's group's value registrable as `bc.<group>.temperature`).
+            let uniform = hyper.temperature.as_ref().map(|t| t.uniform);
             for m in &hyper.materials {
                 file.check_group(&mesh, &m.group, "[[hyperelastic.material]]")?;
                 regions.push(RegionSpec {
@@ -1022,16 +1065,26 @@ fn build_thermal(
                 });
                 bcs.push(BcSpec {
                     group: m.group.get_ref().clone(),
-                    kind: gradfem_thermal::BcKind::Temperature { value: 293.15 },
+                    kind: gradfem_thermal::BcKind::Temperature {
+                        value: uniform.unwrap_or(m.t_ref.unwrap_or(293.15)),
+                    },
                 });
             }
         }
     }
-    if spec.hyperelastic.is_some() && (spec.thermal.is_some() || spec.mechanical.is_some()) {
-        return Err(invalid(
-            file,
-            "[hyperelastic] is a problem of its own: remove [thermal] and [mechanical] (finite-strain thermal coupling is not in problem files yet)",
-        ));
+    if let Some(hyper) = &spec.hyperelastic {
+        if spec.mechanical.is_some() {
+            return Err(invalid(
+                file,
+                "[hyperelastic] and [mechanical] are two models of the same solid: give one of them",
+            ));
+        }
+        if spec.thermal.is_some() && hyper.temperature.is_some() {
+            return Err(invalid(
+                file,
+                "[hyperelastic] temperature prescribes the temperature, and [thermal] solves for it: give one of them",
+            ));
+        }
     }
     // A hyperelastic problem reads its objectives over the load path itself.
     let parts = if spec.hyperelastic.is_some() {

@@ -108,6 +108,11 @@ pub struct LoadStepParams {
     /// Smallest increment before giving up.
     pub min_increment: f64,
     /// Largest increment.
+    ///
+    /// Newton converging is no proof of the right equilibrium: one solve from rest to a large
+    /// stretch can land on a spurious folded state of the discrete body (J > 0 at every Gauss
+    /// point; a 2×2×2 Hex8 block pulled from λ = 1 to 7 in one increment did), so bound the
+    /// increment where the loads are large.
     pub max_increment: f64,
     /// Factor applied to the increment after a failure (in (0, 1)).
     pub cut_factor: f64,
@@ -1199,14 +1204,30 @@ impl FiniteStrainProblem {
         want: FiniteVjpRequest,
         g: &mut FiniteStrainGradient,
     ) -> Result<(), FiniteStrainSolveError> {
-        let m = &self.model;
         let (value, q, dq) = self.step_terms(objective, resolved, k, st)?;
         g.value += value;
         for (t, qk) in q.into_iter().enumerate() {
             g.quantities[t][k] = qk;
         }
+        self.seeded_adjoint_step(objective, resolved, k, st, &dq, want, g)
+    }
+
+    /// The adjoint of step k for the seed Σ_t dq_t ∂q_t/∂u (plus the squared-displacement
+    /// terms' own seeds): one transposed solve with K(u_k), then −μᵀ ∂R/∂p added into `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn seeded_adjoint_step(
+        &self,
+        objective: &LoadPathObjective,
+        resolved: &[Resolved],
+        k: usize,
+        st: &EquilibriumState,
+        dq: &[f64],
+        want: FiniteVjpRequest,
+        g: &mut FiniteStrainGradient,
+    ) -> Result<(), FiniteStrainSolveError> {
+        let m = &self.model;
         if want.coords {
-            for (res, w) in resolved.iter().zip(&dq) {
+            for (res, w) in resolved.iter().zip(dq) {
                 if let Some(probe) = &res.probe {
                     probe.add_coordinate_derivative(&st.u, *w, &mut g.coords);
                 }
@@ -1215,7 +1236,7 @@ impl FiniteStrainProblem {
         let nf = 3 * m.n_nodes();
         let mut a = vec![0.0; nf];
         let mut c = vec![0.0; nf];
-        for (res, w) in resolved.iter().zip(&dq) {
+        for (res, w) in resolved.iter().zip(dq) {
             for &(d, v) in &res.a {
                 a[d] += w * v;
             }
@@ -1305,6 +1326,81 @@ impl FiniteStrainProblem {
             }
         }
         Ok(())
+    }
+}
+
+/// The quantities q_{t,k} (per term t, per step k) and their derivatives dq_{t,k}/dp.
+pub type QuantityGradients = (Vec<Vec<f64>>, Vec<Vec<FiniteStrainGradient>>);
+
+/// Derivatives of every quantity at every step, for least-squares fits.
+impl FiniteStrainProblem {
+    /// The quantities q_{t,k} of every term t at every step k of a solved `path` and their
+    /// derivatives dq_{t,k}/dp (for a squared-displacement term q = ‖u_k‖²), one
+    /// [`FiniteStrainGradient`] per term and step (its `value` and `quantities` left empty).
+    ///
+    /// With dead loads each equilibrium R(u_k; s_k, p) = 0 ties u_k to p alone, not to the
+    /// earlier states, so the adjoint of q_{t,k} lives at step k only: every row costs one
+    /// transposed solve with the tangent K(u_k) (stored, or assembled at u_k) and one
+    /// parameter product −μᵀ ∂R/∂p, on the states the forward run already holds — for one
+    /// term the work of one [`FiniteStrainProblem::gradient`] reverse sweep. Forward
+    /// sensitivities would take one solve per parameter and step, and a Jacobian-vector
+    /// product of ∂R/∂p that the model does not offer.
+    pub fn quantity_gradients(
+        &self,
+        path: &LoadPath,
+        objective: &LoadPathObjective,
+        want: FiniteVjpRequest,
+    ) -> Result<QuantityGradients, FiniteStrainSolveError> {
+        let n = path.states.len();
+        let resolved = self.resolve(objective, n)?;
+        let m = &self.model;
+        let nb = m.boundaries().len();
+        let zero = FiniteStrainGradient {
+            value: 0.0,
+            quantities: Vec::new(),
+            material: m.regions.iter().map(|r| vec![0.0; r.law.parameters().len()]).collect(),
+            element_scale: vec![0.0; m.n_volume_elements()],
+            coords: vec![[0.0; 3]; m.n_nodes()],
+            body_force: vec![[0.0; 3]; m.regions.len()],
+            traction: vec![[0.0; 3]; nb],
+            pressure: vec![0.0; nb],
+            displacement: vec![[0.0; 3]; nb],
+            alpha: vec![0.0; m.regions.len()],
+            t_ref: vec![0.0; m.regions.len()],
+            temperature: m.temperature().map(|_| vec![0.0; m.n_nodes()]),
+            stats: SweepStats::default(),
+            time_forward_s: 0.0,
+            time_adjoint_s: 0.0,
+        };
+        let nt = objective.terms.len();
+        let mut values = vec![vec![0.0; n]; nt];
+        let mut grads = vec![vec![zero; n]; nt];
+        for (k, st) in path.states.iter().enumerate() {
+            let (_, q, _) = self.step_terms(objective, &resolved, k, st)?;
+            for (t, term) in objective.terms.iter().enumerate() {
+                values[t][k] = q[t];
+                // A one-term objective whose seed at step k is ∂q_{t,k}/∂u.
+                let (single, dq) = match term {
+                    PathTerm::SquaredDisplacement { .. } => {
+                        let mut weights = vec![0.0; n];
+                        weights[k] = 1.0;
+                        (PathTerm::SquaredDisplacement { weights }, 0.0)
+                    }
+                    other => (other.clone(), 1.0),
+                };
+                let single = LoadPathObjective { terms: vec![single] };
+                self.seeded_adjoint_step(
+                    &single,
+                    &resolved[t..=t],
+                    k,
+                    st,
+                    &[dq],
+                    want,
+                    &mut grads[t][k],
+                )?;
+            }
+        }
+        Ok((values, grads))
     }
 }
 

@@ -10,6 +10,8 @@
 //! alpha = [2.5]               # Ogden: α_p
 //! kappa = 5e7                 # bulk modulus, + κ U(J)
 //! volumetric = "quadratic"    # U = ½(J − 1)² (default), log_squared, simo_taylor
+//! thermal_expansion = 2e-4    # optional: α (1/K) of F = F_m F_θ, F_θ = (1 + α s (T − T_ref)) I
+//! t_ref = 293.15              # stress-free temperature T_ref (K, default 293.15)
 //!
 //! [[hyperelastic.bc]]         # as [[mechanical.bc]]: fixed, roller, displacement, traction,
 //! group = "top"               # pressure; displacements and loads grow with the load factor
@@ -21,6 +23,7 @@
 //! steps = 10                  # load factors 0.1, 0.2, …, 1 (or load_factors = [...])
 //! checkpoints = 0             # 0: keep every state; N > 0: at most N (binomial)
 //! tip = "top"                 # group whose mean displacement the summary reports
+//! temperature = { uniform = 350.0 }  # optional, without [thermal]: a prescribed temperature
 //!
 //! [[objective]]
 //! kind = "reaction"           # of a fixed/roller/displacement condition, in a direction;
@@ -30,9 +33,29 @@
 //!                             # rows; without it the term is Σ_k w q_k
 //! ```
 //!
+//! # Temperature
+//!
+//! With a `[thermal]` table (and optionally `[electrical]`) in the same file, the temperature
+//! of the thermal (or electro-thermal) solve drives the finite-strain field: the coupling
+//! graph has the transfer `thermal -> hyperelastic` (summaries print `thermal → hyperelastic`,
+//! `[electrical ⇄ thermal] → hyperelastic`). Forward: the upstream fields are solved, their
+//! nodal temperature T is handed to the finite-strain model, then the load steps run. The
+//! thermal strain is a load like the others: at load factor s the expansion is
+//! `θ = 1 + α s (T − T_ref)`, so the temperature change ramps with the load factor and is
+//! fully applied at s = 1 (gradfem_mechanical::finite). Reverse: the load-stepping adjoint gives
+//! T̄ = dJ/dT per node (Σ_k −λ_kᵀ ∂R/∂T, the reactions' explicit dependence included), handed
+//! to the upstream adjoint as its temperature seed, so thermal parameters (`thermal.k.<g>`,
+//! `thermal.q.<g>`, `bc.<g>.h`, `bc.<g>.temperature`, …) and electrical ones get their
+//! gradients through the chain. Without `[thermal]`, `temperature = { uniform = T }` holds
+//! every node of the hyperelastic materials at T (registrable as `bc.<group>.temperature`
+//! of each material's group); with neither, the field has no temperature (θ = 1).
+//! The objectives are those of the finite-strain field over the load path.
+//!
 //! Parameters: `hyperelastic.<p>.<group>` for every law parameter (`mu1`, `alpha1`, …,
 //! `kappa`; `mu`; `c10`, `c01`; `young`, `poisson`), `hyperelastic.scale_elem.<group>`,
-//! `hyperelastic.body_force.<group>`, `bc.<group>.traction|pressure|displacement`, and the shape
+//! `hyperelastic.body_force.<group>`, `hyperelastic.alpha.<group>` (the thermal expansion
+//! coefficient), `hyperelastic.t_ref.<group>`, `bc.<group>.traction|pressure|displacement`,
+//! the upstream fields' parameters when the temperature is coupled, and the shape
 //! parameters (`mesh.coordinates`, morphs). Fitting material parameters to measured
 //! force–displacement curves of a full specimen is `gradfem optimize` with a misfit objective.
 
@@ -73,6 +96,19 @@ pub struct HyperMaterialSpec {
     /// Body force per reference volume (N/m³), scaled by the load factor.
     #[serde(default)]
     pub body_force: [f64; 3],
+    /// Thermal expansion coefficient α (1/K) of `F_θ = (1 + α (T − T_ref)) I` (default 0).
+    pub thermal_expansion: Option<f64>,
+    /// Stress-free temperature T_ref (K, default 293.15).
+    pub t_ref: Option<f64>,
+}
+
+/// A prescribed temperature of the finite-strain field, for problems without `[thermal]`:
+/// `temperature = { uniform = 350.0 }`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperTemperatureSpec {
+    /// The temperature (K) of every node of the hyperelastic materials.
+    pub uniform: f64,
 }
 
 /// The `[hyperelastic]` table.
@@ -90,6 +126,8 @@ pub struct HyperelasticSpec {
     #[serde(default)]
     pub checkpoints: usize,
     pub tip: Option<Spanned<String>>,
+    /// A prescribed temperature (without a `[thermal]` table).
+    pub temperature: Option<HyperTemperatureSpec>,
 }
 
 /// What a run reports.
@@ -115,6 +153,9 @@ pub struct HyperelasticRun {
     /// A starting displacement for the first increment's Newton iterations (e.g. an ANSYS
     /// result): full vector, 3 per node.
     initial: Option<Vec<f64>>,
+    /// Whether the temperature of the thermal field drives this field (a `[thermal]` table
+    /// or a prescribed `temperature`): the `thermal -> hyperelastic` transfer.
+    takes_temperature: bool,
 }
 
 fn invalid(file: &ProblemFile, message: String) -> ProblemError {
@@ -319,11 +360,22 @@ impl HyperelasticRun {
         let mut regions = Vec::new();
         for m in &spec.materials {
             file.check_group(mesh, &m.group, "[[hyperelastic.material]]")?;
+            let alpha = m.thermal_expansion.unwrap_or(0.0);
+            let t_ref = m.t_ref.unwrap_or(293.15);
+            if !(alpha.is_finite() && t_ref.is_finite() && t_ref > 0.0) {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "line {}: `thermal_expansion` must be finite and `t_ref` a positive temperature (K); got {alpha} and {t_ref}",
+                        file.line_of(&m.group)
+                    ),
+                ));
+            }
             regions.push(FiniteRegionSpec {
                 group: m.group.get_ref().clone(),
                 law: law(file, m)?,
-                alpha: 0.0,
-                t_ref: 0.0,
+                alpha,
+                t_ref,
                 body_force: m.body_force,
             });
         }
@@ -377,7 +429,43 @@ impl HyperelasticRun {
             tip,
             report: HyperelasticReport::default(),
             initial: None,
+            takes_temperature: file.spec.thermal.is_some() || spec.temperature.is_some(),
         })
+    }
+
+    /// Whether the temperature of the thermal field drives this field (the problem file has a
+    /// `[thermal]` table or `[hyperelastic] temperature`).
+    pub fn takes_temperature(&self) -> bool {
+        self.takes_temperature
+    }
+
+    /// Hand the nodal temperature `t` (K, one value per mesh node) to the model. Every node of
+    /// a hyperelastic element needs a finite temperature; the others are not read (set to 0).
+    /// The last run is forgotten when the temperature changed.
+    pub fn set_temperature(&mut self, t: &[f64]) -> Result<(), RunError> {
+        let m = &self.problem.model;
+        assert_eq!(t.len(), m.n_nodes(), "set_temperature: one value per node");
+        let mut used = vec![false; m.n_nodes()];
+        for e in 0..m.n_volume_elements() {
+            for &n in m.element_nodes(e) {
+                used[n] = true;
+            }
+        }
+        if let Some(n) = (0..t.len()).find(|&n| used[n] && !t[n].is_finite()) {
+            return Err(RunError::Setup(format!(
+                "hyperelastic: node {n} (at {:?}) has no temperature: every hyperelastic material needs a thermal material",
+                m.coords[n]
+            )));
+        }
+        let t: Vec<f64> = t.iter().zip(&used).map(|(&v, &u)| if u { v } else { 0.0 }).collect();
+        if m.temperature() != Some(t.as_slice()) {
+            self.problem
+                .model
+                .set_temperature(Some(t))
+                .map_err(|e| RunError::Setup(e.to_string()))?;
+            self.path = None;
+        }
+        Ok(())
     }
 
     /// True when `name` is a parameter of the finite-strain field.
@@ -496,12 +584,24 @@ impl HyperelasticRun {
         reg: &ParamRegistry,
         shape: &Shape,
     ) -> Result<(f64, Gradient), RunError> {
+        self.gradient_and_temperature_seed(reg, shape).map(|(j, g, _)| (j, g))
+    }
+
+    /// J, dJ/dp into a gradient shaped like `reg`, and, when the model has a temperature
+    /// field, the temperature seed T̄ = dJ/dT per node (Σ_k −λ_kᵀ ∂R/∂T over the load steps
+    /// plus the reactions' explicit dependence) for the upstream fields' adjoint.
+    pub fn gradient_and_temperature_seed(
+        &self,
+        reg: &ParamRegistry,
+        shape: &Shape,
+    ) -> Result<(f64, Gradient, Option<Vec<f64>>), RunError> {
         let mut grad = Gradient::zeros(reg);
         if self.objective.terms.is_empty() {
-            return Ok((0.0, grad));
+            return Ok((0.0, grad, None));
         }
         let mut want = self.problem.vjp_request();
         want.coords = shape.is_active();
+        want.thermal |= self.problem.model.temperature().is_some();
         let g = self
             .problem
             .gradient(&self.loads, &self.objective, self.memory, want)
@@ -510,7 +610,7 @@ impl HyperelasticRun {
         if shape.is_active() {
             shape.add_partials(&mut grad, &g.coords, 1.0);
         }
-        Ok((g.value, grad))
+        Ok((g.value, grad, g.temperature))
     }
 
     /// The states of the last run: (load factor, full displacement).
@@ -549,5 +649,64 @@ impl HyperelasticRun {
                 (r.name.clone(), names.into_iter().zip(values).collect())
             })
             .collect()
+    }
+}
+
+/// Per-step misfits and their derivatives, for least-squares identification
+/// ([`crate::identify_fem`]).
+impl HyperelasticRun {
+    /// The misfit terms Σ_k w (q_k − m_k)² of the objective: (index of the term among the
+    /// objective's terms, measured m_k per load step, weight w).
+    pub fn misfit_terms(&self) -> Vec<(usize, &[f64], f64)> {
+        self.objective
+            .terms
+            .iter()
+            .enumerate()
+            .filter_map(|(t, term)| match term {
+                PathTerm::Misfit { measured, weight, .. } => {
+                    Some((t, measured.as_slice(), *weight))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The quantity q_{t,k} of every objective term t at every load step k of the last run.
+    pub fn step_quantities(&self) -> Result<Vec<Vec<f64>>, RunError> {
+        let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        self.problem
+            .evaluate(path, &self.objective)
+            .map(|(_, q)| q)
+            .map_err(|e| RunError::Setup(e.to_string()))
+    }
+
+    /// The quantities of the last run and their derivatives dq_{t,k}/dp with respect to the
+    /// registered parameters of `reg`, one gradient per term and step, by one transposed
+    /// solve per term and step ([`FiniteStrainProblem::quantity_gradients`]). Shape
+    /// parameters are not covered: their rows are left zero.
+    #[allow(clippy::type_complexity)]
+    pub fn quantity_jacobian(
+        &self,
+        reg: &ParamRegistry,
+    ) -> Result<(Vec<Vec<f64>>, Vec<Vec<Gradient>>), RunError> {
+        let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        let (q, dq) = self
+            .problem
+            .quantity_gradients(path, &self.objective, self.problem.vjp_request())
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        let rows = dq
+            .iter()
+            .map(|per_step| {
+                per_step
+                    .iter()
+                    .map(|g| {
+                        let mut out = Gradient::zeros(reg);
+                        self.problem.gradient_to_registry(g, &mut out);
+                        out
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok((q, rows))
     }
 }

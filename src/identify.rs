@@ -20,6 +20,14 @@
 //! mode = "uniaxial"       # equibiaxial, pure_shear
 //! file = "uniaxial.csv"   # stretch, nominal stress (header line first), relative to this file
 //! ```
+//!
+//! The finite-element level: `[[experiment]] mode = "fem"` names a `[hyperelastic]` problem
+//! file whose objective holds measured misfits, and `[[parameter]]` tables name the shared
+//! parameters to fit (see [`crate::identify_fem`]). Homogeneous and FEM experiments are not
+//! mixed in one file: the homogeneous fit is of an incompressible law given by `[model]`, with
+//! a relative misfit, the FEM fit of the registered parameters of compressible problems, with
+//! the problem files' weighted misfits; one objective over both would weigh two unrelated
+//! scales against each other, and the names do not correspond.
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +36,8 @@ use gradfem_mechanical::homogeneous::{
 };
 use gradfem_solvers::optimize::{Control, LbfgsbParams, minimize_lbfgsb};
 use serde::{Deserialize, Serialize};
+
+use crate::identify_fem::{FemFitInfo, FemIdentification, FemParameterSpec, FitSpec};
 
 /// Errors of an identification run.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +52,17 @@ pub enum IdentifyError {
     Data(#[from] gradfem_mechanical::HomogeneousError),
     #[error("{path}: cannot write: {message}")]
     Write { path: PathBuf, message: String },
+    /// A problem file of a FEM experiment cannot be read or set up.
+    #[error("{file}: experiment {experiment}: {source}")]
+    Problem {
+        file: PathBuf,
+        experiment: String,
+        #[source]
+        source: Box<crate::problem::ProblemError>,
+    },
+    /// A FEM experiment failed to solve or to give its derivatives.
+    #[error("{file}: experiment {experiment}: {message}")]
+    Solve { file: PathBuf, experiment: String, message: String },
 }
 
 /// The material model to fit.
@@ -54,15 +75,18 @@ pub struct ModelSpec {
     pub terms: Option<usize>,
 }
 
-/// One measured curve.
+/// One measured curve, or (`mode = "fem"`) one specimen's problem file.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExperimentSpec {
-    /// `uniaxial`, `equibiaxial` or `pure_shear`.
+    /// `uniaxial`, `equibiaxial`, `pure_shear` or `fem`.
     pub mode: String,
-    /// CSV of stretch and nominal stress, relative to the problem file.
-    pub file: String,
-    /// A name for tables and plots (default: the mode).
+    /// Homogeneous modes: CSV of stretch and nominal stress, relative to the identification
+    /// file.
+    pub file: Option<String>,
+    /// `fem`: the `[hyperelastic]` problem file, relative to the identification file.
+    pub problem: Option<String>,
+    /// A name for tables and plots (default: the mode, or the problem file's stem).
     pub name: Option<String>,
 }
 
@@ -72,8 +96,14 @@ pub struct ExperimentSpec {
 pub struct IdentifySpec {
     #[serde(default)]
     pub title: String,
-    pub model: ModelSpec,
-    #[serde(rename = "experiment")]
+    /// The law of homogeneous experiments.
+    pub model: Option<ModelSpec>,
+    /// FEM experiments: the fitted parameters.
+    #[serde(default, rename = "parameter")]
+    pub parameters: Vec<FemParameterSpec>,
+    /// FEM experiments: iteration settings.
+    pub fit: Option<FitSpec>,
+    #[serde(default, rename = "experiment")]
     pub experiments: Vec<ExperimentSpec>,
 }
 
@@ -89,31 +119,72 @@ pub struct IdentifyReport {
     pub std_errors: std::collections::BTreeMap<String, f64>,
     /// Per experiment: name, mode, points and rms relative error.
     pub experiments: Vec<ExperimentFit>,
-    /// Initial shear modulus Σ μ_p.
-    pub shear_modulus: f64,
-    /// Residual standard deviation σ of the relative misfit.
+    /// Initial shear modulus Σ μ_p (homogeneous fits).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shear_modulus: Option<f64>,
+    /// Residual standard deviation σ of the misfit: relative for homogeneous fits, of the
+    /// weighted residuals √w (q − m) for FEM fits.
     pub sigma: f64,
+    /// Homogeneous: ½ Σ (P_model/P − 1)²; FEM: Σ w (q − m)², the sum of the problem files'
+    /// misfit objectives.
     pub objective: f64,
     /// Starting points tried.
     pub starts: usize,
     /// For an Ogden fit: the Neo-Hookean fit to the same data, for comparison.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub neo_hookean: Option<Box<IdentifyReport>>,
+    /// For a FEM fit: iterations, solves and the objective reached from each start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fem: Option<FemFitInfo>,
 }
 
 /// The fit of one experiment.
 #[derive(Clone, Debug, Serialize)]
 pub struct ExperimentFit {
     pub name: String,
-    pub mode: Mode,
+    /// As in the identification file: `uniaxial`, `equibiaxial`, `pure_shear` or `fem`.
+    pub mode: String,
     pub points: usize,
+    /// √(mean ((model − measured)/measured)²), over the points with a non-zero measured value.
     pub rms_relative_error: f64,
+    /// FEM: √(mean (q − m)²) over the points, in the quantity's unit (N for reactions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rms_error: Option<f64>,
+    /// FEM: the problem file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// What a running fit reports to its caller.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Starting points finished.
+    pub starts_done: usize,
+    /// Starting points in all.
+    pub starts: usize,
+    /// Accepted steps of the current start (0 when a start has just finished).
+    pub iteration: usize,
+    /// The objective at the current point.
+    pub objective: f64,
 }
 
 /// A parsed identification file with its data.
 pub struct Identification {
     pub path: PathBuf,
     pub spec: IdentifySpec,
+    kind: Kind,
+}
+
+/// The two levels of identification.
+enum Kind {
+    Homogeneous(Homogeneous),
+    Fem(Box<FemIdentification>),
+}
+
+/// Homogeneous experiments and their closed-form fit.
+struct Homogeneous {
+    title: String,
+    model: ModelSpec,
     names: Vec<String>,
     fit: OgdenFit,
 }
@@ -123,7 +194,8 @@ fn mode_of(s: &str) -> Option<Mode> {
 }
 
 impl Identification {
-    /// Read the file and its experiments.
+    /// Read the file and its experiments (FEM experiments: their problem files, set up for
+    /// the fitted parameters).
     pub fn read(path: &Path) -> Result<Self, IdentifyError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| IdentifyError::Io { file: path.into(), message: e.to_string() })?;
@@ -141,29 +213,127 @@ impl Identification {
         if spec.experiments.is_empty() {
             return Err(invalid("no [[experiment]]".into()));
         }
+        let fem: Vec<bool> = spec.experiments.iter().map(|e| e.mode == "fem").collect();
+        let kind = if fem.iter().all(|f| *f) {
+            Kind::Fem(Box::new(FemIdentification::new(path, &text, &spec)?))
+        } else if let Some(k) = fem.iter().position(|f| *f) {
+            return Err(invalid(format!(
+                "experiment {} is mode = \"fem\" and experiment {} is mode = \"{}\": \
+                 homogeneous and FEM experiments cannot be mixed (the homogeneous fit is of an \
+                 incompressible [model] with a relative misfit, the FEM fit of the problem \
+                 files' registered parameters with their weighted misfits); identify them in \
+                 separate files",
+                k + 1,
+                fem.iter().position(|f| !*f).expect("a homogeneous experiment") + 1,
+                spec.experiments[fem.iter().position(|f| !*f).expect("one")].mode
+            )));
+        } else {
+            Kind::Homogeneous(Homogeneous::read(path, &spec)?)
+        };
+        Ok(Identification { path: path.into(), spec, kind })
+    }
+
+    /// Number of starting points [`run`](Self::run) tries.
+    pub fn starts(&self) -> usize {
+        match &self.kind {
+            Kind::Homogeneous(h) => h.fit.starting_points(&h.sign_patterns()).len(),
+            Kind::Fem(f) => f.starts(),
+        }
+    }
+
+    /// Whether the experiments are finite-element problems.
+    pub fn is_fem(&self) -> bool {
+        matches!(self.kind, Kind::Fem(_))
+    }
+
+    /// The FEM identification, when the experiments are finite-element problems.
+    pub fn fem_mut(&mut self) -> Option<&mut FemIdentification> {
+        match &mut self.kind {
+            Kind::Fem(f) => Some(f),
+            Kind::Homogeneous(_) => None,
+        }
+    }
+
+    /// Fit; `progress` sees each finished start (and, for FEM experiments, each accepted
+    /// step). Returns the report (for a homogeneous Ogden model with the Neo-Hookean fit to the
+    /// same data for comparison) and the fitted free vector.
+    pub fn run(
+        &mut self,
+        mut progress: impl FnMut(&Progress),
+    ) -> Result<(IdentifyReport, Vec<f64>), IdentifyError> {
+        match &mut self.kind {
+            Kind::Homogeneous(h) => {
+                let starts = h.fit.starting_points(&h.sign_patterns()).len();
+                Ok(h.run(|i| {
+                    progress(&Progress {
+                        starts_done: i,
+                        starts,
+                        iteration: 0,
+                        objective: f64::NAN,
+                    })
+                }))
+            }
+            Kind::Fem(f) => f.run(progress),
+        }
+    }
+
+    /// Write `identify.json` and `fit.png` (data against fitted curves) into `dir`; returns
+    /// their paths. The PNG is skipped, with the reason, when no font is available.
+    pub fn write(
+        &mut self,
+        dir: &Path,
+        report: &IdentifyReport,
+        x: &[f64],
+    ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
+        match &mut self.kind {
+            Kind::Homogeneous(h) => h.write(dir, report, x),
+            Kind::Fem(f) => f.write(dir, report, x),
+        }
+    }
+}
+
+impl Homogeneous {
+    fn read(path: &Path, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
+        let invalid = |m: String| IdentifyError::Invalid { file: path.into(), message: m };
+        let Some(model) = spec.model.clone() else {
+            return Err(invalid("homogeneous experiments need a [model] table".into()));
+        };
+        if !spec.parameters.is_empty() || spec.fit.is_some() {
+            return Err(invalid(
+                "[[parameter]] and [fit] belong to FEM experiments (mode = \"fem\"); a \
+                 homogeneous fit takes its parameters from [model]"
+                    .into(),
+            ));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let mut experiments: Vec<Experiment> = Vec::new();
         let mut names = Vec::new();
         for e in &spec.experiments {
             let mode = mode_of(&e.mode).ok_or_else(|| {
                 invalid(format!(
-                    "experiment mode '{}': expected uniaxial, equibiaxial or pure_shear",
+                    "experiment mode '{}': expected uniaxial, equibiaxial, pure_shear or fem",
                     e.mode
                 ))
             })?;
-            experiments.push(read_experiment_csv(&base.join(&e.file), mode)?);
+            let (Some(file), None) = (&e.file, &e.problem) else {
+                return Err(invalid(format!(
+                    "a '{}' experiment needs `file = \"curve.csv\"` and takes no `problem`",
+                    e.mode
+                )));
+            };
+            experiments.push(read_experiment_csv(&base.join(file), mode)?);
             names.push(e.name.clone().unwrap_or_else(|| mode.name().to_string()));
         }
-        let fit = match spec.model.kind.as_str() {
+        let fit = match model.kind.as_str() {
             "ogden" => {
-                let n = spec.model.terms.unwrap_or(2);
+                let n = model.terms.unwrap_or(2);
                 if !(1..=6).contains(&n) {
                     return Err(invalid(format!("model.terms = {n}: expected 1 to 6")));
                 }
                 OgdenFit::ogden(experiments, n)
             }
             "neo_hookean" => {
-                if spec.model.terms.is_some() {
+                if model.terms.is_some() {
                     return Err(invalid("a neo_hookean model takes no `terms`".into()));
                 }
                 OgdenFit::neo_hookean(experiments)
@@ -174,7 +344,7 @@ impl Identification {
                 )));
             }
         };
-        Ok(Identification { path: path.into(), spec, names, fit })
+        Ok(Homogeneous { title: spec.title.clone(), model, names, fit })
     }
 
     /// The sign patterns of the free exponents: the first positive, the others ±.
@@ -187,23 +357,12 @@ impl Identification {
             .collect()
     }
 
-    /// Number of starting points [`run`](Self::run) tries.
-    pub fn starts(&self) -> usize {
-        self.fit.starting_points(&self.sign_patterns()).len()
-    }
-
-    /// Fit; `progress` sees each finished start. Returns the report (with, for an Ogden
-    /// model, the Neo-Hookean fit to the same data for comparison) and the fitted free vector.
-    pub fn run(&self, progress: impl FnMut(usize)) -> (IdentifyReport, Vec<f64>) {
+    fn run(&self, progress: impl FnMut(usize)) -> (IdentifyReport, Vec<f64>) {
         let (mut report, x) = self.fit_once(progress);
-        if self.spec.model.kind == "ogden" {
-            let nh = Identification {
-                path: self.path.clone(),
-                spec: IdentifySpec {
-                    title: self.spec.title.clone(),
-                    model: ModelSpec { kind: "neo_hookean".into(), terms: None },
-                    experiments: self.spec.experiments.clone(),
-                },
+        if self.model.kind == "ogden" {
+            let nh = Homogeneous {
+                title: self.title.clone(),
+                model: ModelSpec { kind: "neo_hookean".into(), terms: None },
                 names: self.names.clone(),
                 fit: OgdenFit::neo_hookean(self.fit.experiments.clone()),
             };
@@ -237,12 +396,12 @@ impl Identification {
         }
         let x = best.expect("at least one starting point").0;
         let s: FitSummary = self.fit.summary(&x);
-        let model = match self.spec.model.kind.as_str() {
+        let model = match self.model.kind.as_str() {
             "ogden" => format!("ogden{}", self.fit.fixed_alpha.len()),
             other => other.to_string(),
         };
         let report = IdentifyReport {
-            title: self.spec.title.clone(),
+            title: self.title.clone(),
             model,
             parameters: s.parameters.iter().cloned().collect(),
             std_errors: s.std_errors.iter().cloned().collect(),
@@ -254,23 +413,24 @@ impl Identification {
                 .zip(&s.rms_relative_error)
                 .map(|((e, n), (_, err))| ExperimentFit {
                     name: n.clone(),
-                    mode: e.mode,
+                    mode: e.mode.name().to_string(),
                     points: e.stretch.len(),
                     rms_relative_error: *err,
+                    rms_error: None,
+                    problem: None,
                 })
                 .collect(),
-            shear_modulus: s.shear_modulus,
+            shear_modulus: Some(s.shear_modulus),
             sigma: s.sigma,
             objective: s.objective,
             starts: starts.len(),
             neo_hookean: None,
+            fem: None,
         };
         (report, x)
     }
 
-    /// Write `identify.json` and `fit.png` (data against fitted curves) into `dir`; returns
-    /// their paths. The PNG is skipped, with the reason, when no font is available.
-    pub fn write(
+    fn write(
         &self,
         dir: &Path,
         report: &IdentifyReport,
@@ -303,7 +463,7 @@ impl Identification {
         let pmax = exps.iter().flat_map(|e| e.nominal_stress.iter().copied()).fold(0.0, f64::max);
         let root = BitMapBackend::new(file, (900, 600)).into_drawing_area();
         root.fill(&WHITE).map_err(|x| e(&x))?;
-        let title = if self.spec.title.is_empty() { "identification" } else { &self.spec.title };
+        let title = if self.title.is_empty() { "identification" } else { &self.title };
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 22))
             .margin(15)

@@ -10,6 +10,7 @@ pub mod electrothermal;
 pub mod finite_strain;
 pub mod hyperelastic_file;
 pub mod identify;
+pub mod identify_fem;
 pub mod mechanical;
 pub mod mesh_report;
 pub mod optimize;

@@ -102,11 +102,13 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
-    /// Fit hyperelastic material parameters (Ogden, Neo-Hookean) to measured curves
-    /// (uniaxial, equibiaxial, pure shear): parameters with standard errors, the misfit of
-    /// each experiment, identify.json and fit.png (data against fitted curves).
+    /// Fit hyperelastic material parameters to measured curves: homogeneous tests (uniaxial,
+    /// equibiaxial, pure shear; Ogden, Neo-Hookean) or full specimens (mode = "fem":
+    /// [hyperelastic] problem files with measured misfits, sharing the fitted parameters):
+    /// parameters with standard errors, the misfit of each experiment, identify.json and
+    /// fit.png (data against fitted curves).
     Identify {
-        /// Identification file (.toml: [model] and [[experiment]] tables).
+        /// Identification file (.toml: [[experiment]] tables, with [model] or [[parameter]]).
         file: PathBuf,
         /// Print the report as one JSON object.
         #[arg(long)]
@@ -405,7 +407,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Identify { file, json, output }) => {
-            let id = gradfem::identify::Identification::read(&file)?;
+            let mut id = gradfem::identify::Identification::read(&file)?;
+            let fem = id.is_fem();
             let pb = if quiet || json {
                 ProgressBar::hidden()
             } else {
@@ -413,11 +416,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             pb.set_style(
                 ProgressStyle::with_template(
-                    "fitting {bar:30} {pos}/{len} starting points [{elapsed}]",
+                    "fitting {bar:30} {pos}/{len} starting points [{elapsed}] {msg}",
                 )
                 .expect("valid template"),
             );
-            let (report, x) = id.run(|i| pb.set_position(i as u64));
+            let (report, x) = id.run(|p| {
+                pb.set_position(p.starts_done as u64);
+                if fem && p.iteration > 0 {
+                    pb.set_message(format!(
+                        "start {}: step {}, Σ w (q − m)² = {:.4e}",
+                        p.starts_done + 1,
+                        p.iteration,
+                        p.objective
+                    ));
+                }
+            })?;
             pb.finish_and_clear();
             let dir = output.unwrap_or_else(|| PathBuf::from("results"));
             let (json_path, png) = id.write(&dir, &report, &x)?;
@@ -438,14 +451,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     }
                 }
                 for e in &report.experiments {
+                    let abs = e.rms_error.map_or(String::new(), |a| format!(", rms error {a:.4e}"));
                     println!(
-                        "  {:<16} {:>3} points, rms relative error {:6.2} %",
+                        "  {:<16} {:>3} points, rms relative error {:6.2} %{abs}",
                         e.name,
                         e.points,
                         100.0 * e.rms_relative_error
                     );
                 }
-                println!("  initial shear modulus Σμ = {:.6e}", report.shear_modulus);
+                if let Some(g) = report.shear_modulus {
+                    println!("  initial shear modulus Σμ = {g:.6e}");
+                }
+                if let Some(f) = &report.fem {
+                    println!(
+                        "  Σ w (q − m)² = {:.6e}, σ = {:.4e}; {} step(s){}, {} forward run(s), \
+                         {} Jacobian(s), {:.2} s",
+                        report.objective,
+                        report.sigma,
+                        f.iterations,
+                        if f.converged { "" } else { " (iteration limit)" },
+                        f.forward_runs,
+                        f.jacobians,
+                        f.time_s
+                    );
+                }
                 if let Some(nh) = &report.neo_hookean {
                     let errs: Vec<String> = nh
                         .experiments

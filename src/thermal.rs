@@ -576,7 +576,7 @@ impl ThermalProblem {
         t_bar: &[f64],
         grad: &mut Gradient,
     ) -> Result<(), RunError> {
-        let t = self.temperature.clone().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        let t = self.temperature.as_deref().ok_or_else(|| RunError::Setup("solve first".into()))?;
         let has = |f: fn(&Binding) -> bool| self.bindings.iter().any(|(_, b)| f(b));
         let want = gradfem_thermal::VjpRequest {
             conductivity: has(|b| matches!(b, Binding::RegionK(_) | Binding::ElementK(_))),
@@ -587,7 +587,7 @@ impl ThermalProblem {
             temperature: has(|b| matches!(b, Binding::BcTemperature(_))),
             coords: self.shape.is_active(),
         };
-        let vjp = self.model.parameter_vjp(&t, lambda, want);
+        let vjp = self.model.parameter_vjp(t, lambda, want);
         let owner = self.model.fixed_owner();
         for (id, binding) in &self.bindings {
             let g = grad.get_mut(*id);

@@ -67,9 +67,9 @@ fn bad_hyperelastic_input_is_a_named_error() {
     fails(
         base.replace(
             "[hyperelastic]\n",
-            "[[thermal.material]]\ngroup = \"domain\"\nk = 1.0\n\n[hyperelastic]\n",
+            "[[mechanical.material]]\ngroup = \"domain\"\nyoung = 1e6\npoisson = 0.3\n\n[hyperelastic]\n",
         ),
-        "a problem of its own",
+        "two models of the same solid",
     );
     let dir = tempfile::tempdir().unwrap();
     let curve = dir.path().join("c.csv");

@@ -95,3 +95,61 @@ fn bad_identification_files_are_named_errors() {
     let p = write("d.toml", "[model]\nkind = \"ogden\"\ncolour = 1\n");
     fails(&p, "d.toml:3");
 }
+
+#[test]
+fn fem_identification_of_the_pad_example_from_the_cli() {
+    // examples/pad_identify.toml: μ₁ and α₁ from a pad in compression and a block in shear,
+    // synthetic forces at μ₁ = 0.3 MPa, α₁ = 2.5 with 0.05 N noise, the fit starting 30 % off.
+    let dir = tempfile::tempdir().unwrap();
+    let file = root().join("examples/pad_identify.toml");
+    let t0 = std::time::Instant::now();
+    let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap(), "--json"]);
+    let seconds = t0.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(seconds < 30.0, "the example takes {seconds} s");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["model"], "fem");
+    for (name, truth) in [("mu1", 0.3e6), ("alpha1", 2.5)] {
+        let key = format!("hyperelastic.{name}.domain");
+        let v = r["parameters"][&key].as_f64().unwrap();
+        let se = r["std_errors"][&key].as_f64().unwrap();
+        assert!(se > 0.0 && se < 0.02 * truth, "{name}: ± {se}");
+        assert!((v - truth).abs() < 3.0 * se, "{name}: {v} ± {se} against {truth}");
+    }
+    let exps = r["experiments"].as_array().unwrap();
+    assert_eq!(exps.len(), 2);
+    for (e, points) in exps.iter().zip([5, 4]) {
+        assert_eq!(e["mode"], "fem");
+        assert_eq!(e["points"], points);
+        let rel = e["rms_relative_error"].as_f64().unwrap();
+        let abs = e["rms_error"].as_f64().unwrap();
+        // The noise is 0.05 N on forces of 6 to 63 N.
+        assert!(rel > 0.0 && rel < 0.02, "{e}");
+        assert!(abs > 0.01 && abs < 0.15, "{e}");
+    }
+    assert_eq!(r["fem"]["converged"], true);
+    assert!(dir.path().join("results/identify.json").exists());
+    assert!(dir.path().join("results/fit.png").metadata().unwrap().len() > 1000);
+    // The table names the parameters with their standard errors.
+    let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("hyperelastic.mu1.domain =") && text.contains(" ± "), "{text}");
+    assert!(text.contains("compression") && text.contains("shear"), "{text}");
+}
+
+#[test]
+fn fem_identification_errors_name_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("fem.toml");
+    std::fs::write(
+        &p,
+        "[[parameter]]\nname = \"hyperelastic.mu1.domain\"\nbounds = [1e4, 1e7]\n\
+         [[experiment]]\nmode = \"fem\"\nproblem = \"nowhere.toml\"\n",
+    )
+    .unwrap();
+    let out = gradfem_in(dir.path(), &["identify", p.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fem.toml") && err.contains("nowhere.toml"), "{err}");
+}

@@ -6,11 +6,17 @@
 //!
 //! Prints e.g. `{"n": 60, "tets": 1296000, ..., "assembly_tets_per_s_1_thread": 7.1e6, ...}`:
 //! pattern build time, assembly throughput with 1 thread and with all threads (synthetic P1
-//! Laplacian kernel computed from the coordinates), and factor/solve times with sequential and
-//! rayon-parallel numeric factorization.
+//! Laplacian kernel computed from the coordinates), factor/solve times with sequential and
+//! rayon-parallel numeric factorization, and for each Cholesky fill-reducing ordering the
+//! entries of `L`, the first factorization (symbolic analysis included) and the best of three
+//! refactorizations, on the Laplacian and on the 3-unknowns-per-node system `kron(A, B)` with a
+//! dense SPD 3 × 3 `B` (the pattern of a 3D elasticity tangent).
 
+use gradfem_solvers::CsrMatrix;
 use gradfem_solvers::assembly::{AssemblyPattern, CONSTRAINED};
-use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver, residual_norm};
+use gradfem_solvers::linear::{
+    CholeskyOrdering, CholeskySolver, LinearSolver, LuSolver, residual_norm,
+};
 use std::time::Instant;
 
 fn kuhn_box(n: usize) -> (Vec<[f64; 3]>, Vec<[usize; 4]>) {
@@ -100,6 +106,25 @@ fn dirichlet(x: &[[f64; 3]], tets: &[[usize; 4]]) -> (usize, Vec<usize>, Vec<usi
     (nu, offsets, dofs)
 }
 
+/// `kron(A, B)` with the 3 unknowns of each node interleaved: the pattern of a 3D vector
+/// (elasticity-like) system on the same mesh, symmetric positive definite when `A` and `B` are.
+fn kron_3x3(a: &CsrMatrix, block: [[f64; 3]; 3]) -> CsrMatrix {
+    let mut row_ptr = vec![0];
+    let (mut col_idx, mut values) = (Vec::new(), Vec::new());
+    for i in 0..a.n_rows {
+        for brow in &block {
+            for k in a.row_ptr[i]..a.row_ptr[i + 1] {
+                for (c, b) in brow.iter().enumerate() {
+                    col_idx.push(3 * a.col_idx[k] + c);
+                    values.push(a.values[k] * b);
+                }
+            }
+            row_ptr.push(col_idx.len());
+        }
+    }
+    CsrMatrix { n_rows: 3 * a.n_rows, n_cols: 3 * a.n_cols, row_ptr, col_idx, values }
+}
+
 fn time_assembly(p: &AssemblyPattern, x: &[[f64; 3]], tets: &[[usize; 4]], threads: usize) -> f64 {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
     pool.install(|| {
@@ -154,6 +179,32 @@ fn main() {
         let mut b = vec![0.0; nu];
         p.assemble_into(&mut a, &mut b, |e, ke, fe| p1_laplacian(&tets[e].map(|v| x[v]), ke, fe));
         out.push(format!("\"factor_unknowns\": {nu}"));
+        let a3 = kron_3x3(&a, [[4.0, 1.0, 0.5], [1.0, 3.0, 0.2], [0.5, 0.2, 2.0]]);
+        out.push(format!("\"factor_unknowns_3_dof\": {}", a3.n_rows));
+        for (system, matrix) in [("cholesky", &a), ("cholesky_3_dof", &a3)] {
+            for (name, ordering) in [
+                ("amd", CholeskyOrdering::Amd),
+                ("nd", CholeskyOrdering::NestedDissection),
+                ("auto", CholeskyOrdering::Auto),
+            ] {
+                let mut s = CholeskySolver::new("bench").with_ordering(ordering);
+                let t = Instant::now();
+                s.factor(matrix).unwrap();
+                let first = t.elapsed().as_secs_f64();
+                let mut refactor = f64::INFINITY;
+                for _ in 0..3 {
+                    let t = Instant::now();
+                    s.factor(matrix).unwrap();
+                    refactor = refactor.min(t.elapsed().as_secs_f64());
+                }
+                out.push(format!(
+                    "\"{system}_order_{name}\": {{\"nnz_l\": {}, \"flops\": {:.4e}, \"first_factor_s\": {first:.4}, \"refactor_s\": {refactor:.4}, \"used\": \"{:?}\"}}",
+                    s.factor_nnz(),
+                    s.factor_flops(),
+                    s.ordering_used().expect("factored")
+                ));
+            }
+        }
         for (name, parallel) in [("seq", false), ("rayon", true)] {
             let solvers: [(&str, Box<dyn LinearSolver>); 2] = [
                 (

@@ -184,7 +184,132 @@ pub fn pcg(
     params: &CgParams,
 ) -> CgInfo {
     assert_eq!(a.n_rows, a.n_cols, "CG needs a square matrix, got {}×{}", a.n_rows, a.n_cols);
-    pcg_with(&|v: &[f64], y: &mut [f64]| par_spmv(a, v, y), None, b, x, m, params)
+    pcg_with(&|v: &[f64], y: &mut [f64]| par_spmv(a, v, y), None, b, x, m, params, None)
+}
+
+/// Search directions kept from one CG solve, to start later solves with the same matrix.
+///
+/// CG's search directions p₀, p₁, … are A-conjugate (pᵢᵀ A pⱼ = 0 for i ≠ j), so for a new
+/// right-hand side b the A-norm best approximation of A⁻¹ b in their span is
+///
+/// ```text
+/// x₀ = Σₖ pₖ (pₖ · b) / (pₖᵀ A pₖ)
+/// ```
+///
+/// (the Galerkin projection; no matrix product and no small system to solve). The adjoint of a
+/// linear field solves with the matrix of its forward solve, and its right-hand side (∂J/∂T) is
+/// built from the forward solution, whose smooth components the forward Krylov space has already
+/// resolved; starting there saves CG iterations. Conjugacy holds to round-off over the few tens
+/// of iterations an AMG-preconditioned CG takes; where it is lost, x₀ is merely a worse guess and
+/// the CG that follows still converges to its tolerance on the true residual.
+///
+/// This is the "initial guess" flavour of Krylov-subspace recycling (no deflation of later
+/// iterations), written here because it needs the directions from inside [`pcg`]'s loop.
+#[derive(Clone, Debug, Default)]
+pub struct ConjugateDirections {
+    /// Keep at most this many directions.
+    capacity: usize,
+    /// The first `len` entries are the kept pₖ (buffers beyond are reused allocations).
+    directions: Vec<Vec<f64>>,
+    /// pₖᵀ A pₖ.
+    curvatures: Vec<f64>,
+    len: usize,
+}
+
+impl ConjugateDirections {
+    /// An empty set that will keep up to `capacity` directions.
+    pub fn new(capacity: usize) -> Self {
+        ConjugateDirections { capacity, ..Default::default() }
+    }
+
+    /// The number of kept directions.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no direction is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The most directions kept.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forget the directions (the matrix changed); the buffers are kept for reuse.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.curvatures.clear();
+    }
+
+    /// Free the buffers too.
+    pub fn release(&mut self) {
+        self.clear();
+        self.directions = Vec::new();
+    }
+
+    /// Keep `p` with curvature `pap` = pᵀ A p, unless full.
+    fn push(&mut self, p: &[f64], pap: f64) {
+        if self.len >= self.capacity {
+            return;
+        }
+        if self.directions.len() == self.len {
+            self.directions.push(p.to_vec());
+        } else {
+            let d = &mut self.directions[self.len];
+            d.clear();
+            d.extend_from_slice(p);
+        }
+        self.curvatures.push(pap);
+        self.len += 1;
+    }
+
+    /// x = Σₖ pₖ (pₖ · b) / (pₖᵀ A pₖ) (x is overwritten). Deterministic: the dot products are
+    /// summed over fixed chunks in chunk order, whatever the number of threads.
+    pub fn initial_guess(&self, b: &[f64], x: &mut [f64]) {
+        let m = self.len;
+        let dirs = &self.directions[..m];
+        for d in dirs {
+            assert_eq!(d.len(), b.len(), "direction of {} entries for {}", d.len(), b.len());
+        }
+        assert_eq!(x.len(), b.len(), "x has {} entries for {}", x.len(), b.len());
+        // All m dot products in one pass over b, chunk by chunk.
+        let chunk_dots = |c: usize, bc: &[f64]| -> Vec<f64> {
+            let start = c * CHUNK;
+            dirs.iter()
+                .map(|d| d[start..start + bc.len()].iter().zip(bc).map(|(p, q)| p * q).sum())
+                .collect()
+        };
+        let partial: Vec<Vec<f64>> = if b.len() < PAR_MIN {
+            b.chunks(CHUNK).enumerate().map(|(c, bc)| chunk_dots(c, bc)).collect()
+        } else {
+            b.par_chunks(CHUNK).enumerate().map(|(c, bc)| chunk_dots(c, bc)).collect()
+        };
+        let mut coef = vec![0.0; m];
+        for part in &partial {
+            for (ck, pk) in coef.iter_mut().zip(part) {
+                *ck += pk;
+            }
+        }
+        for (ck, &dk) in coef.iter_mut().zip(&self.curvatures) {
+            *ck /= dk;
+        }
+        let combine = |c: usize, xc: &mut [f64]| {
+            let range = c * CHUNK..c * CHUNK + xc.len();
+            xc.fill(0.0);
+            for (d, &ck) in dirs.iter().zip(&coef) {
+                for (xi, pi) in xc.iter_mut().zip(&d[range.clone()]) {
+                    *xi += ck * pi;
+                }
+            }
+        };
+        if x.len() < PAR_MIN {
+            x.chunks_mut(CHUNK).enumerate().for_each(|(c, xc)| combine(c, xc));
+        } else {
+            x.par_chunks_mut(CHUNK).enumerate().for_each(|(c, xc)| combine(c, xc));
+        }
+    }
 }
 
 /// A matrix-vector product y = A v.
@@ -203,6 +328,7 @@ pub(crate) fn pcg_with(
     x: &mut [f64],
     m: &dyn Preconditioner,
     params: &CgParams,
+    mut record: Option<&mut ConjugateDirections>,
 ) -> CgInfo {
     let n = b.len();
     assert_eq!(x.len(), n, "x has {} entries for a right-hand side of {n}", x.len());
@@ -268,6 +394,9 @@ pub(crate) fn pcg_with(
                 info.stop = CgStop::IndefiniteOperator;
                 return info;
             }
+            if let Some(rec) = record.as_deref_mut() {
+                rec.push(&p, pq);
+            }
             let alpha = rz / pq;
             axpy2(x, &mut r, &p, &q, alpha);
             rnorm = par_dot(&r, &r).sqrt();
@@ -300,6 +429,8 @@ pub(crate) fn pcg_with(
                     "CG residual drifted; restarting from the current iterate"
                 );
                 op = check;
+                // Directions after a restart are not conjugate to those before it.
+                record = None;
                 continue 'restart;
             }
             m.apply(&r, &mut z);
@@ -421,6 +552,45 @@ mod tests {
         let info = pcg(&a, &b, &mut x, &IdentityPreconditioner, &CgParams::default());
         assert!(!info.converged);
         assert_eq!(info.stop, CgStop::IndefiniteOperator);
+    }
+
+    #[test]
+    fn kept_directions_reproduce_the_solution_and_project_other_right_hand_sides() {
+        let n = 60;
+        let a = laplace_1d(n);
+        let b1: Vec<f64> = (0..n).map(|i| 1.0 + (i as f64 * 0.3).sin()).collect();
+        let mut x1 = vec![0.0; n];
+        let jacobi = JacobiPreconditioner::new(&a);
+        let op = |v: &[f64], y: &mut [f64]| par_spmv(&a, v, y);
+        let mut kept = ConjugateDirections::new(100);
+        let info =
+            pcg_with(&op, None, &b1, &mut x1, &jacobi, &CgParams::default(), Some(&mut kept));
+        assert!(info.converged);
+        assert_eq!(kept.len(), info.iterations);
+        // CG's iterate is Σ αₖ pₖ with αₖ = pₖ·b / pₖᵀApₖ: the projection gives it back
+        let mut x0 = vec![1.0; n];
+        kept.initial_guess(&b1, &mut x0);
+        let err = x0.iter().zip(&x1).map(|(p, q)| (p - q).abs()).fold(0.0, f64::max);
+        let scale = x1.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+        assert!(err < 1e-8 * scale, "{err} vs {scale}");
+        // another right-hand side: the residual of the projection is orthogonal to the kept
+        // directions (Galerkin condition)
+        let b2: Vec<f64> = (0..n).map(|i| (i as f64 * 0.11).cos()).collect();
+        kept.initial_guess(&b2, &mut x0);
+        let mut ax = vec![0.0; n];
+        a.mul_vec_into(&x0, &mut ax);
+        let r: Vec<f64> = b2.iter().zip(&ax).map(|(p, q)| p - q).collect();
+        for d in &kept.directions[..kept.len()] {
+            let dn = par_dot(d, d).sqrt();
+            assert!(par_dot(d, &r).abs() < 1e-8 * dn * par_dot(&b2, &b2).sqrt());
+        }
+        // capacity and clearing
+        let mut small = ConjugateDirections::new(3);
+        let mut x = vec![0.0; n];
+        pcg_with(&op, None, &b1, &mut x, &jacobi, &CgParams::default(), Some(&mut small));
+        assert_eq!(small.len(), 3);
+        small.clear();
+        assert!(small.is_empty() && small.capacity() == 3);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod graph;
 pub mod linear;
 pub mod newton;
 pub mod optimize;
+pub mod ordering;
 pub mod params;
 pub mod sparse;
 pub mod tape;

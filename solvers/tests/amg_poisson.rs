@@ -74,10 +74,66 @@ fn amg_cg_on_poisson_n20_converges_fast_and_matches_cholesky() {
         h.levels(),
         h.operator_complexity()
     );
-    // adjoint solve: same matrix, same answer
+    // adjoint solve: same matrix, same answer; the recycled directions of the forward solve
+    // span its solution, so the adjoint starts (nearly) converged
+    assert_eq!(solver.recycled_directions(), info.iterations);
     let mut y = p.b.clone();
     solver.solve_transpose_in_place(&mut y).unwrap();
-    assert!(rel_diff(&y, &x) < 1e-12);
+    assert!(rel_diff(&y, &exact) < 1e-8, "{}", rel_diff(&y, &exact));
+    assert!(solver.last_info().unwrap().iterations <= 1, "{:?}", solver.last_info());
+}
+
+/// The adjoint of J = Σ xᵢ² (right-hand side 2x) started from the forward solve's recycled
+/// directions: the same solution as a solve from zero, in fewer iterations; the adjoint
+/// tolerance is the documented default, and a tighter one can be asked for.
+#[test]
+fn recycled_adjoint_solve_matches_a_solve_from_zero() {
+    let p = KuhnPoisson::new(16);
+    let forward = |recycle: usize, adjoint_tol: Option<f64>| {
+        // the forward tolerance bounds the adjoint one from below
+        let cg = CgParams { rel_tol: adjoint_tol.unwrap_or(1e-10), ..Default::default() };
+        let mut s = AmgCgSolver::new("thermal", AmgParams::default(), cg).with_recycling(recycle);
+        if let Some(t) = adjoint_tol {
+            s = s.with_adjoint_tolerance(t);
+        }
+        s.factor(&p.a).unwrap();
+        let mut x = p.b.clone();
+        s.solve_in_place(&mut x).unwrap();
+        (s, x)
+    };
+    let (mut plain, x) = forward(0, Some(1e-12));
+    assert_eq!(plain.recycled_directions(), 0);
+    let rhs: Vec<f64> = x.iter().map(|v| 2.0 * v).collect();
+    let exact = cholesky_solve(&p.a, &rhs);
+    let mut y0 = rhs.clone();
+    plain.solve_transpose_in_place(&mut y0).unwrap();
+    let from_zero = plain.last_info().unwrap().clone();
+    assert!(from_zero.relative_residual() <= 1e-12, "{from_zero:?}");
+
+    let (mut recycled, _) = forward(32, Some(1e-12));
+    assert!(recycled.recycled_directions() > 5);
+    let mut y1 = rhs.clone();
+    recycled.solve_transpose_in_place(&mut y1).unwrap();
+    let info = recycled.last_info().unwrap();
+    assert!(info.relative_residual() <= 1e-12, "{info:?}");
+    assert!(
+        info.iterations < from_zero.iterations,
+        "{} vs {}",
+        info.iterations,
+        from_zero.iterations
+    );
+    assert!(rel_diff(&y1, &exact) < 1e-10, "{}", rel_diff(&y1, &exact));
+
+    // the default adjoint tolerance
+    let (mut default, _) = forward(32, None);
+    let mut y2 = rhs.clone();
+    default.solve_transpose_in_place(&mut y2).unwrap();
+    let r = default.last_info().unwrap().relative_residual();
+    assert!(r <= gradfem_solvers::amg::DEFAULT_ADJOINT_REL_TOL && r > 1e-12, "{r}");
+    assert!(rel_diff(&y2, &exact) < 1e-6, "{}", rel_diff(&y2, &exact));
+    // a refactorization forgets the directions (they belong to the old matrix)
+    default.factor(&p.a).unwrap();
+    assert_eq!(default.recycled_directions(), 0);
 }
 
 #[rstest]

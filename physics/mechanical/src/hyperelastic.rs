@@ -31,16 +31,25 @@
 //!   `Σ_i f(m + d_i) = Σ_k f⁽ᵏ⁾(m)/k! tr(Dᵏ)`, `tr Dᵏ = J₂ tr Dᵏ⁻² + J₃ tr Dᵏ⁻³`
 //!   (Cayley–Hamilton), summed to 8 orders beyond `ρᵏ < 1e-17`, `ρ = √(tr D²)/m` (at most
 //!   k = 24), so that the truncation stays below round-off also in second derivatives;
-//! - otherwise the eigenvalue `d₁` of `D` farthest from 0 is **simple** and separated from the
-//!   other two by at least `|d₁|`; it is found in f64 (trigonometric solution) and refined by
-//!   three Newton steps on `d³ − J₂ d − J₃ = 0` in dual arithmetic (each step makes one more
-//!   derivative order exact: implicit-function theorem); the other two then have mean
-//!   `m − d₁/2` and squared half-difference `δ² = J₂ − ¾ d₁²` (exact polynomials), and
-//!   `f(m̃ + δ) + f(m̃ − δ)` is summed as the even series `2 Σ_j f⁽²ʲ⁾(m̃) δ²ʲ/(2j)!` when
-//!   `δ²/m̃² < 0.0025` (two close eigenvalues), directly otherwise.
+//! - otherwise the eigenvalue `c₁ = m + d₁`, `d₁` the eigenvalue of `D` farthest from 0, is
+//!   **simple** and separated from the other two by at least `|d₁|`; it is found in f64
+//!   (trigonometric solution of `d³ − J₂ d − J₃ = 0`), polished by Newton steps in f64 on the
+//!   characteristic polynomial `p(c) = c³ − I₁c² + I₂c − I₃` of `C` itself and refined by
+//!   three Newton steps on `p` in dual arithmetic (each step makes one more derivative order
+//!   exact: implicit-function theorem); the other two are the roots of `x² − s x + q` with
+//!   product `q = I₃/c₁` and sum `s = I₁ − c₁` when `c₁` is the smallest eigenvalue,
+//!   `s = (I₂ − q)/c₁` when it is the largest, so their mean `m̃ = s/2` and squared
+//!   half-difference `δ² = m̃² − q` follow, and `f(m̃ + δ) + f(m̃ − δ)` is summed as the even
+//!   series `2 Σ_j f⁽²ʲ⁾(m̃) δ²ʲ/(2j)!` when `δ²/m̃² < 0.0025` (two close eigenvalues), directly
+//!   otherwise, the smaller root as `q/(m̃ + δ)`.
 //!
 //! No quantity is ever divided by an eigenvalue difference smaller than `0.04 m`, so stress and
 //! tangent are finite and accurate at `F = I`, at two or three equal stretches and near them.
+//! No eigenvalue is obtained as a difference of larger numbers either: at extreme stretch
+//! ratios (equibiaxial λ = 7 has `λ₃² ≈ 4·10⁻⁴`, so the eigenvalues of `C̄` span 10⁷) the
+//! small eigenvalues keep their relative accuracy, which `m + d₁` or `m̃ − δ` would lose to
+//! cancellation (a relative error of `ε m / c_min`, 10⁻¹¹ in the value and far more in the
+//! second derivatives, enough to stall Newton).
 //!
 //! # Derivatives (how)
 //!
@@ -421,7 +430,8 @@ pub enum Spectrum<D> {
         /// Number of terms used.
         n: usize,
     },
-    /// One simple eigenvalue `c₁` and a pair with mean `m̃` and squared half-difference `δ²`.
+    /// One simple eigenvalue `c₁` and a pair with mean `m̃`, squared half-difference `δ²` and
+    /// product `q = m̃² − δ²`.
     Split {
         /// The simple eigenvalue.
         c1: D,
@@ -429,6 +439,8 @@ pub enum Spectrum<D> {
         pair_mean: D,
         /// Squared half-difference of the other two.
         half_diff_sq: D,
+        /// Product of the other two (`I₃/c₁`).
+        pair_product: D,
     },
 }
 
@@ -447,11 +459,33 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
             + (d[0][1] * d[0][1] + d[0][2] * d[0][2] + d[1][2] * d[1][2]) * 2.0;
         let j2 = trd2 * 0.5;
         let j3 = det(&d);
-        Self::from_invariants(m, j2, j3)
+        // I₂ as the sum of the principal 2×2 minors, I₃ = det C: no cancellation of large
+        // terms where the eigenvalues are far apart.
+        let i2 = c[0][0] * c[1][1] - c[0][1] * c[0][1] + c[0][0] * c[2][2] - c[0][2] * c[0][2]
+            + c[1][1] * c[2][2]
+            - c[1][2] * c[1][2];
+        let i3 = det(&[
+            [c[0][0], c[0][1], c[0][2]],
+            [c[0][1], c[1][1], c[1][2]],
+            [c[0][2], c[1][2], c[2][2]],
+        ]);
+        Self::from_all_invariants(m, j2, j3, i2, i3)
     }
 
-    /// From the mean `m = tr C/3` and the deviatoric invariants `J₂ = ½ tr D²`, `J₃ = det D`.
+    /// From the mean `m = tr C/3` and the deviatoric invariants `J₂ = ½ tr D²`, `J₃ = det D`
+    /// alone (`I₂ = 3m² − J₂`, `I₃ = m³ − m J₂ + J₃`). Prefer
+    /// [`Spectrum::from_all_invariants`] when `I₂` and `I₃` are known directly: these
+    /// differences lose the relative accuracy of small eigenvalues at extreme stretch ratios.
     pub fn from_invariants(m: D, j2: D, j3: D) -> Self {
+        let i2 = m * m * 3.0 - j2;
+        let i3 = m * m * m - m * j2 + j3;
+        Self::from_all_invariants(m, j2, j3, i2, i3)
+    }
+
+    /// From `m = I₁/3`, the deviatoric invariants `J₂ = ½ tr D²`, `J₃ = det D` (which choose
+    /// the branch and give the f64 starting value) and the principal invariants `I₂`, `I₃` of
+    /// `C` (from which the eigenvalues are computed in the split branch; module docs).
+    pub fn from_all_invariants(m: D, j2: D, j3: D, i2: D, i3: D) -> Self {
         let trd2 = j2 * 2.0;
         let mr = m.re();
         if trd2.re() < (CLUSTER3 * mr).powi(2) {
@@ -483,13 +517,39 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
             let dg = 3.0 * d1r * d1r - j2r;
             d1r -= g / dg;
         }
-        let mut d1 = D::from(d1r);
-        for _ in 0..3 {
-            let g = d1 * d1 * d1 - j2 * d1 - j3;
-            let dg = d1 * d1 * 3.0 - j2;
-            d1 -= g / dg;
+        // Polish c₁ on p(c) = c³ − I₁c² + I₂c − I₃, whose coefficients carry no cancellation:
+        // a small c₁ keeps its relative accuracy (m + d₁ would not).
+        let i1 = m * 3.0;
+        let (i1r, i2r, i3r) = (i1.re(), i2.re(), i3.re());
+        let poly = |c: f64| ((c - i1r) * c + i2r) * c - i3r;
+        let slope = |c: f64| (3.0 * c - 2.0 * i1r) * c + i2r;
+        let mut c1r = mr + d1r;
+        if d1r < 0.0 {
+            // The smallest root lies above I₃/I₂ (p is increasing and concave below it).
+            c1r = c1r.max(i3r / i2r);
         }
-        Spectrum::Split { c1: m + d1, pair_mean: m - d1 * 0.5, half_diff_sq: j2 - d1 * d1 * 0.75 }
+        for _ in 0..6 {
+            let dg = slope(c1r);
+            if dg == 0.0 || !dg.is_finite() {
+                break;
+            }
+            let next = c1r - poly(c1r) / dg;
+            if next.is_nan() || next <= 0.0 || next == c1r {
+                break;
+            }
+            c1r = next;
+        }
+        let mut c1 = D::from(c1r);
+        for _ in 0..3 {
+            let g = ((c1 - i1) * c1 + i2) * c1 - i3;
+            let dg = (c1 * 3.0 - i1 * 2.0) * c1 + i2;
+            c1 -= g / dg;
+        }
+        let pair_product = i3 / c1;
+        let pair_sum = if d1r < 0.0 { i1 - c1 } else { (i2 - pair_product) / c1 };
+        let pair_mean = pair_sum * 0.5;
+        let half_diff_sq = pair_mean * pair_mean - pair_product;
+        Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product }
     }
 
     /// `Σ_i c_i^a` (exponent `a` may carry dual parts).
@@ -506,7 +566,7 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
                 }
                 m.powd(a) * sum
             }
-            Spectrum::Split { c1, pair_mean, half_diff_sq } => {
+            Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product } => {
                 let first = c1.powd(a);
                 if half_diff_sq.re() < CLUSTER2 * pair_mean.re().powi(2) {
                     // 2 Σ_j binom(a, 2j) m̃^{a−2j} δ^{2j}.
@@ -529,8 +589,8 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
                     }
                     first + pair_mean.powd(a) * sum * 2.0
                 } else {
-                    let delta = half_diff_sq.sqrt();
-                    first + (*pair_mean + delta).powd(a) + (*pair_mean - delta).powd(a)
+                    let larger = *pair_mean + half_diff_sq.sqrt();
+                    first + larger.powd(a) + (*pair_product / larger).powd(a)
                 }
             }
         }
@@ -653,7 +713,7 @@ impl Ogden {
         let m = ib1 * (1.0 / 3.0);
         let j2 = ib1 * ib1 * (1.0 / 3.0) - ib2;
         let j3 = -m * ib2 + m * m * m * 2.0 + 1.0;
-        let spectrum = Spectrum::from_invariants(m, j2, j3);
+        let spectrum = Spectrum::from_all_invariants(m, j2, j3, ib2, D::from(1.0));
         let mut psi = self.volumetric.eval(J) * p[2 * n];
         for k in 0..n {
             let (mu, alpha) = (p[2 * k], p[2 * k + 1]);
@@ -1136,5 +1196,57 @@ mod tests {
             let e: f64 = c.iter().map(|x| x.powf(a)).sum();
             assert!((s - e).abs() < 1e-13 * e.abs(), "{s} vs {e} for {c:?}");
         }
+    }
+
+    /// Extreme stretch ratios (equibiaxial and pure shear at λ = 7, uniaxial compression to
+    /// 1/7): the small eigenvalues of C̄ keep their relative accuracy, so the stress of both
+    /// paths equals the principal-stretch formula
+    /// `P_i = (Σ_p 2μ_p/α_p (λ̄_i^α_p − ⅓ Σ_j λ̄_j^α_p) + κ U'(J) J)/λ_i` to 1e-12 of the size
+    /// of its terms (an eigenvalue found as `m + d₁` lost 1e-8 at λ₃ = 0.02).
+    #[rstest]
+    #[case::equibiaxial(diag(7.0, 7.0, 0.021))]
+    #[case::equibiaxial_thinner(diag(7.0, 7.0, 0.004))]
+    #[case::pure_shear(diag(7.0, 1.0, 0.15))]
+    #[case::uniaxial_compression(diag(1.0 / 7.0, 2.5, 2.5))]
+    fn extreme_stretch_ratios_keep_relative_accuracy(#[case] F: Mat3<f64>) {
+        let m = Ogden::new(&[(0.4095, 1.3), (0.003, 5.0), (0.01, -2.0)], 1e3);
+        let l = [F[0][0], F[1][1], F[2][2]];
+        let J = l[0] * l[1] * l[2];
+        let jm = J.powf(-1.0 / 3.0);
+        let mut tau = [0.0; 3];
+        let mut size = [m.kappa * ((J - 1.0) * J).abs(); 3];
+        for t in &m.terms {
+            let b: Vec<f64> = l.iter().map(|x| (x * jm).powf(t.alpha)).collect();
+            let sum: f64 = b.iter().sum();
+            for i in 0..3 {
+                tau[i] += 2.0 * t.mu / t.alpha * (b[i] - sum / 3.0);
+                size[i] += (2.0 * t.mu / t.alpha).abs() * sum;
+            }
+        }
+        let exact: Vec<f64> = (0..3).map(|i| (tau[i] + m.kappa * (J - 1.0) * J) / l[i]).collect();
+        let (P, A) = stress_and_tangent(&m, &F).unwrap();
+        let (Pf, Af) = m.stress_and_tangent_fast(&F).unwrap();
+        for i in 0..3 {
+            let tol = 1e-12 * size[i] / l[i];
+            assert!(
+                (P[i][i] - exact[i]).abs() < tol,
+                "generic P{i}{i} {} vs {}",
+                P[i][i],
+                exact[i]
+            );
+            assert!((Pf[i][i] - exact[i]).abs() < tol, "fast P{i}{i} {} vs {}", Pf[i][i], exact[i]);
+        }
+        let ascale = max_abs(A.iter().flatten());
+        for (a, b) in A.iter().flatten().zip(Af.iter().flatten()) {
+            assert!((a - b).abs() < 1e-10 * ascale, "tangent {a} vs {b}");
+        }
+        // The thickness entry of the tangent against central differences of the stress.
+        let h = 1e-6 * l[2];
+        let (mut Fp, mut Fm) = (F, F);
+        Fp[2][2] += h;
+        Fm[2][2] -= h;
+        let fd =
+            (first_piola(&m, &Fp).unwrap()[2][2] - first_piola(&m, &Fm).unwrap()[2][2]) / (2.0 * h);
+        assert!((A[8][8] - fd).abs() < 1e-6 * A[8][8].abs(), "A33 {} vs {fd}", A[8][8]);
     }
 }

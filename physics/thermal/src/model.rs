@@ -1141,55 +1141,71 @@ impl ThermalModel {
         // Per-element derivative of λ·r with respect to the element's parameters: the residual is
         // linear in each, so ∂(λ·r)/∂p = λ·r(p = 1, others = 0) (minus the p-free part, which is
         // zero for every parameter here except T∞, handled through h).
-        let wanted = |e: usize| {
-            if e < self.n_volume { want.conductivity || want.source } else { want.boundary }
-        };
-        let per_elem: Vec<[f64; 4]> = (0..n_el)
-            .into_par_iter()
-            .map(|e| {
-                if !wanted(e) {
-                    return [0.0; 4];
+        // Volume elements write λ·∂r/∂k₀ and λ·∂r/∂Q straight into per-element vectors (no
+        // intermediate per-element records: on 10⁶-element meshes the allocation and the
+        // extra pass cost as much as the arithmetic).
+        let n_vol = self.n_volume;
+        let mut k_elem = vec![0.0; if want.conductivity || want.source { n_vol } else { 0 }];
+        let mut q_elem = vec![0.0; if want.source { n_vol } else { 0 }];
+        let volume = |e: usize, k_out: &mut f64, q_out: Option<&mut f64>| {
+            let mut fe = [0.0; MAX_NODES];
+            let nn = self.element_nodes(e).len();
+            if self.element_cell_type(e) == CellType::Tet4
+                && self.regions[self.elem_tag[e] as usize].law.is_constant()
+            {
+                // Affine Tet4, constant law: λ·∂r/∂k₀ = V ∇λ·∇T and λ·∂r/∂Q = −V/4 Σ λ_a,
+                // written out (the hot path of per-element gradients on large meshes).
+                let nodes = self.element_nodes(e);
+                // only the four vertices (not the MAX_NODES-wide buffer of element_coords)
+                let x = [0, 1, 2, 3].map(|a| self.coords[nodes[a]]);
+                let (g, vol) = tet4_gradients(&x);
+                let (mut gl, mut gt) = ([0.0; 3], [0.0; 3]);
+                let mut lsum = 0.0;
+                for a in 0..4 {
+                    let (la, ta) = (lambda[nodes[a]], t[nodes[a]]);
+                    lsum += la;
+                    for k in 0..3 {
+                        gl[k] += la * g[a][k];
+                        gt[k] += ta * g[a][k];
+                    }
                 }
-                let mut fe = [0.0; MAX_NODES];
-                let nn = self.element_nodes(e).len();
-                let mut out = [0.0; 4];
-                if e < self.n_volume
-                    && self.element_cell_type(e) == CellType::Tet4
-                    && self.regions[self.elem_tag[e] as usize].law.is_constant()
-                {
-                    // Affine Tet4, constant law: λ·∂r/∂k₀ = V ∇λ·∇T and λ·∂r/∂Q = −V/4 Σ λ_a,
-                    // written out (the hot path of per-element gradients on large meshes).
-                    let nodes = self.element_nodes(e);
-                    let (g, vol) = tet4_gradients(&self.element_coords(e));
-                    let (mut gl, mut gt) = ([0.0; 3], [0.0; 3]);
-                    let mut lsum = 0.0;
-                    for a in 0..4 {
-                        let (la, ta) = (lambda[nodes[a]], t[nodes[a]]);
-                        lsum += la;
-                        for k in 0..3 {
-                            gl[k] += la * g[a][k];
-                            gt[k] += ta * g[a][k];
-                        }
-                    }
-                    out[0] = vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
-                    out[1] = -0.25 * vol * lsum;
-                } else if e < self.n_volume {
-                    if want.conductivity {
-                        self.kernel(e, t, KernelParams { k0: 1.0, ..zero }, None, &mut fe[..nn]);
-                        out[0] = dot_local(e, &fe[..nn]);
-                    }
-                    if want.source {
-                        fe[..nn].fill(0.0);
-                        self.kernel(
-                            e,
-                            t,
-                            KernelParams { source: 1.0, ..zero },
-                            None,
-                            &mut fe[..nn],
-                        );
-                        out[1] = dot_local(e, &fe[..nn]);
-                    }
-                } else {
+                *k_out = vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
+                if let Some(q) = q_out {
+                    *q = -0.25 * vol * lsum;
+                }
+            } else {
+                if want.conductivity {
+                    self.kernel(e, t, KernelParams { k0: 1.0, ..zero }, None, &mut fe[..nn]);
+                    *k_out = dot_local(e, &fe[..nn]);
+                }
+                if let Some(q) = q_out {
+                    fe[..nn].fill(0.0);
+                    self.kernel(e, t, KernelParams { source: 1.0, ..zero }, None, &mut fe[..nn]);
+                    *q = dot_local(e, &fe[..nn]);
+                }
+            }
+        };
+        if want.source {
+            k_elem
+                .par_iter_mut()
+                .zip(q_elem.par_iter_mut())
+                .enumerate()
+                .with_min_len(1024)
+                .for_each(|(e, (k, q))| volume(e, k, Some(q)));
+        } else if want.conductivity {
+            k_elem
+                .par_iter_mut()
+                .enumerate()
+                .with_min_len(1024)
+                .for_each(|(e, k)| volume(e, k, None));
+        }
+        // Boundary elements: λ·∂r/∂h, λ·∂r/∂T∞, λ·∂r/∂q_in.
+        let boundary: Vec<[f64; 3]> = if want.boundary {
+            (n_vol..n_el)
+                .into_par_iter()
+                .map(|e| {
+                    let mut fe = [0.0; MAX_NODES];
+                    let nn = self.element_nodes(e).len();
                     let p = self.params_of(e);
                     // ∂/∂h: (T − T∞) N
                     self.kernel(
@@ -1199,20 +1215,20 @@ impl ThermalModel {
                         None,
                         &mut fe[..nn],
                     );
-                    out[0] = dot_local(e, &fe[..nn]);
-                    // ∂/∂T∞: −h N  (kernel with t = 0 field and t_inf = 1 gives −h N)
+                    let dh = dot_local(e, &fe[..nn]);
+                    // ∂/∂T∞: −h N; ∂/∂q_in: −N
                     let mut tmp = [0.0; MAX_NODES];
                     self.facet_shape_integral(e, &mut tmp[..nn]);
-                    out[1] = -p.h * dot_local(e, &tmp[..nn]);
-                    // ∂/∂q_in: −N
-                    out[2] = -dot_local(e, &tmp[..nn]);
-                }
-                out
-            })
-            .collect();
+                    let n_lambda = dot_local(e, &tmp[..nn]);
+                    [dh, -p.h * n_lambda, -n_lambda]
+                })
+                .collect()
+        } else {
+            vec![[0.0; 3]; n_el - n_vol]
+        };
 
         let mut vjp = ParameterVjp {
-            k_elem: per_elem[..self.n_volume].iter().map(|v| v[0]).collect(),
+            k_elem: if want.conductivity { k_elem } else { vec![0.0; n_vol] },
             source: vec![0.0; self.regions.len()],
             h: vec![0.0; self.boundaries.len()],
             t_inf: vec![0.0; self.boundaries.len()],
@@ -1220,17 +1236,20 @@ impl ThermalModel {
             temperature: vec![0.0; self.boundaries.len()],
             coords: None,
         };
-        for (r, region) in self.regions.iter().enumerate() {
-            vjp.source[r] = region.elements.iter().map(|&e| per_elem[e][1]).sum();
+        if want.source {
+            for (r, region) in self.regions.iter().enumerate() {
+                vjp.source[r] = region.elements.iter().map(|&e| q_elem[e]).sum();
+            }
         }
+        let bnd = |e: usize| &boundary[e - n_vol];
         for (b, bc) in self.boundaries.iter().enumerate() {
             match bc.kind {
                 BcKind::Convection { .. } => {
-                    vjp.h[b] = bc.elements.iter().map(|&e| per_elem[e][0]).sum();
-                    vjp.t_inf[b] = bc.elements.iter().map(|&e| per_elem[e][1]).sum();
+                    vjp.h[b] = bc.elements.iter().map(|&e| bnd(e)[0]).sum();
+                    vjp.t_inf[b] = bc.elements.iter().map(|&e| bnd(e)[1]).sum();
                 }
                 BcKind::HeatFlux { .. } => {
-                    vjp.q_in[b] = bc.elements.iter().map(|&e| per_elem[e][2]).sum();
+                    vjp.q_in[b] = bc.elements.iter().map(|&e| bnd(e)[2]).sum();
                 }
                 BcKind::Temperature { .. } => {}
             }
@@ -1482,7 +1501,7 @@ fn tet4_det(x: &[[f64; 3]; MAX_NODES]) -> f64 {
 
 /// Barycentric gradients g_a (constant on the cell) and the volume of an affine tetrahedron.
 #[inline]
-fn tet4_gradients(x: &[[f64; 3]; MAX_NODES]) -> ([[f64; 3]; 4], f64) {
+fn tet4_gradients(x: &[[f64; 3]]) -> ([[f64; 3]; 4], f64) {
     let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
     let cross = |a: [f64; 3], b: [f64; 3]| {
         [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]

@@ -1,0 +1,1018 @@
+//! `gradfem identify` at the finite-element level: material parameters shared by several
+//! specimens, each a `[hyperelastic]` problem file whose objective holds measured misfits.
+//!
+//! Each experiment is a problem file like `examples/rubber_pad.toml`: a mesh, a load path and
+//! `[[objective]]` terms with `measured = "curve.csv"`, i.e. Σ_k w (q_k − m_k)² over the load
+//! steps. The fit stacks, over every experiment, misfit term and load step, the residuals
+//!
+//! r = √w (q_k(p) − m_k)
+//!
+//! (q a reaction or displacement of the model, m the measured value, w the term's weight) and
+//! minimizes Σ r², the sum of the problem files' misfit objectives, over the parameters p the
+//! identification file lists, by a projected Levenberg–Marquardt method in variables scaled by
+//! their starting magnitudes. Objective terms without `measured` do not take part.
+//!
+//! ```toml
+//! title = "pad and block"
+//!
+//! [[parameter]]
+//! name = "hyperelastic.mu1.domain"   # as registered in the problem files (every experiment
+//! start = 0.2e6                      # must offer it); start: a value or a list (starting
+//! bounds = [1e4, 5e6]                # points are all combinations); default: the value in
+//!                                    # the first problem file
+//! [[parameter]]
+//! name = "hyperelastic.alpha1.domain"
+//! start = [1.5, 4.0]
+//! bounds = [0.5, 10.0]               # Ogden μ_p and α_p need bounds of one sign: μ_p α_p > 0
+//!
+//! [[experiment]]
+//! mode = "fem"
+//! problem = "pad.toml"               # relative to this file
+//! name = "compression"               # default: the problem file's stem
+//!
+//! [fit]                              # optional
+//! max_iterations = 50
+//! step_tol = 1e-10                   # stop when a step moves no scaled variable more
+//! ```
+//!
+//! # Jacobian
+//!
+//! Gauss–Newton needs dr/dp, one row per residual. With dead loads each load step's
+//! equilibrium R(u_k; s_k, p) = 0 ties u_k to p alone, so the adjoint of q_k lives at step k
+//! only: a row costs one transposed solve with the tangent at u_k and one parameter product
+//! −μᵀ ∂R/∂p ([`crate::finite_strain::FiniteStrainProblem::quantity_gradients`]); all rows of
+//! an experiment cost what one adjoint gradient costs, per misfit term. It is exact (to the
+//! Newton tolerance of the forward states). Forward sensitivities would take one solve per
+//! parameter and step and a Jacobian-vector product of ∂R/∂p that the model does not offer;
+//! finite differences one forward sweep per parameter and a step-size choice.
+//!
+//! # Uncertainties
+//!
+//! At the optimum, with m residuals and n parameters, σ² = Σ r² / (m − n) and the covariance
+//! is σ² (JᵀJ)⁻¹; the standard errors are the square roots of its diagonal (NaN, written as
+//! `null`, when the data do not determine a parameter or m ≤ n).
+//!
+//! # Stability
+//!
+//! An Ogden term is stable when μ_p α_p > 0. Fitted μ_p and α_p must have bounds of one sign
+//! (both bounds non-zero), the same sign as the partner's bounds when the partner is fitted, or
+//! as its value in every problem file when it is not; the box then holds only stable laws.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use gradfem_solvers::params::{ParamId, ParamRegistry};
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::hyperelastic_file::HyperelasticRun;
+use crate::identify::{ExperimentFit, IdentifyError, IdentifyReport, IdentifySpec, Progress};
+use crate::problem::ProblemFile;
+use crate::shape::Shape;
+
+/// One fitted parameter of an identification file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FemParameterSpec {
+    /// Registry name in the problem files, e.g. `hyperelastic.mu1.domain`.
+    pub name: Spanned<String>,
+    /// Starting value(s); default: the value in the first problem file.
+    pub start: Option<StartValues>,
+    /// [lower, upper]; default: the registry's bounds of the parameter (if any).
+    pub bounds: Option<[f64; 2]>,
+}
+
+/// One starting value or several.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum StartValues {
+    /// `start = 0.2e6`
+    One(f64),
+    /// `start = [0.2e6, 0.5e6]`
+    Many(Vec<f64>),
+}
+
+/// The `[fit]` table: settings of the Levenberg–Marquardt iterations.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FitSpec {
+    /// Accepted steps per starting point (default 50).
+    #[serde(default = "default_iterations")]
+    pub max_iterations: usize,
+    /// Stop when a step changes no scaled variable x_i / |x_i,0| by more than this
+    /// (relative to the largest scaled variable; default 1e-10).
+    #[serde(default = "default_step_tol")]
+    pub step_tol: f64,
+    /// Stop when an accepted step lowers Σ r² by less than this fraction (default 1e-14).
+    #[serde(default = "default_cost_tol")]
+    pub cost_tol: f64,
+}
+
+fn default_iterations() -> usize {
+    50
+}
+fn default_step_tol() -> f64 {
+    1e-10
+}
+fn default_cost_tol() -> f64 {
+    1e-14
+}
+
+impl Default for FitSpec {
+    fn default() -> Self {
+        FitSpec {
+            max_iterations: default_iterations(),
+            step_tol: default_step_tol(),
+            cost_tol: default_cost_tol(),
+        }
+    }
+}
+
+/// A fitted parameter with its bounds and starting values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FittedParameter {
+    /// Registry name.
+    pub name: String,
+    /// Lower bound (−∞ when none).
+    pub lower: f64,
+    /// Upper bound (+∞ when none).
+    pub upper: f64,
+    /// Starting values.
+    pub starts: Vec<f64>,
+}
+
+/// A misfit term of a problem: which objective term, measured values, weight.
+#[derive(Clone, Debug)]
+struct Misfit {
+    term: usize,
+    measured: Vec<f64>,
+    weight: f64,
+}
+
+/// One specimen: its problem file set up for the fitted parameters.
+struct FemExperiment {
+    name: String,
+    problem: PathBuf,
+    run: HyperelasticRun,
+    registry: ParamRegistry,
+    ids: Vec<ParamId>,
+    misfits: Vec<Misfit>,
+}
+
+/// Measured and model values of one misfit term of one experiment, over its load steps.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FemCurve {
+    /// Experiment name.
+    pub experiment: String,
+    /// Index of the term among the problem's objective terms.
+    pub term: usize,
+    /// Load factors of the steps.
+    pub load_factors: Vec<f64>,
+    /// m_k.
+    pub measured: Vec<f64>,
+    /// q_k(p).
+    pub model: Vec<f64>,
+    /// w.
+    pub weight: f64,
+}
+
+/// How a fit went.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FemFitInfo {
+    /// Accepted Levenberg–Marquardt steps of the best start.
+    pub iterations: usize,
+    /// Whether the best start met a stopping test (else it ran out of iterations).
+    pub converged: bool,
+    /// Forward runs of all experiments, over all starts.
+    pub forward_runs: usize,
+    /// Jacobian evaluations, over all starts.
+    pub jacobians: usize,
+    /// Σ r² at the end of each start (NaN for a start that failed).
+    pub start_objectives: Vec<f64>,
+    /// Residuals m and parameters n.
+    pub residuals: usize,
+    /// Wall time (s).
+    pub time_s: f64,
+}
+
+/// The outcome of one start.
+#[derive(Clone, Debug)]
+struct StartOutcome {
+    x: Vec<f64>,
+    r: Vec<f64>,
+    jac: Vec<Vec<f64>>,
+    iterations: usize,
+    converged: bool,
+}
+
+/// An identification over finite-element experiments.
+pub struct FemIdentification {
+    /// The identification file.
+    pub path: PathBuf,
+    /// Its title.
+    pub title: String,
+    /// The fitted parameters.
+    pub parameters: Vec<FittedParameter>,
+    /// Iteration settings.
+    pub fit: FitSpec,
+    experiments: Vec<FemExperiment>,
+    forward_runs: usize,
+    jacobians: usize,
+}
+
+fn invalid(path: &Path, message: String) -> IdentifyError {
+    IdentifyError::Invalid { file: path.into(), message }
+}
+
+/// `mu<p>` or `alpha<p>` of an Ogden region: (is μ, term p, group).
+fn ogden_part(name: &str) -> Option<(bool, &str, &str)> {
+    let rest = name.strip_prefix("hyperelastic.")?;
+    let (what, group) = rest.split_once('.')?;
+    let (is_mu, p) = match what.strip_prefix("mu") {
+        Some(p) => (true, p),
+        None => (false, what.strip_prefix("alpha")?),
+    };
+    (!p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())).then_some((is_mu, p, group))
+}
+
+impl FemIdentification {
+    /// Set up the experiments of a parsed identification file (`path` anchors the problem
+    /// files and names errors).
+    pub fn new(path: &Path, source: &str, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
+        let line = |s: &Spanned<String>| crate::problem::line_col(source, s.span().start).0;
+        if spec.model.is_some() {
+            return Err(invalid(
+                path,
+                "a [model] table belongs to homogeneous experiments; FEM experiments take the \
+                 law from their problem files and the fitted names from [[parameter]]"
+                    .into(),
+            ));
+        }
+        if spec.parameters.is_empty() {
+            return Err(invalid(
+                path,
+                "FEM experiments need [[parameter]] tables (name, start, bounds) naming what \
+                 to fit"
+                    .into(),
+            ));
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let mut experiments = Vec::new();
+        for (i, e) in spec.experiments.iter().enumerate() {
+            let label = e.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+            let Some(problem) = &e.problem else {
+                return Err(invalid(
+                    path,
+                    format!("experiment {label}: mode = \"fem\" needs `problem = \"file.toml\"`"),
+                ));
+            };
+            if e.file.is_some() {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "experiment {label}: a FEM experiment reads its measured curves from \
+                         the problem's objective; remove `file`"
+                    ),
+                ));
+            }
+            let problem = base.join(problem);
+            let name = e.name.clone().unwrap_or_else(|| {
+                problem.file_stem().map_or(label.clone(), |s| s.to_string_lossy().into_owned())
+            });
+            let in_problem = |source: crate::problem::ProblemError| IdentifyError::Problem {
+                file: path.into(),
+                experiment: name.clone(),
+                source: Box::new(source),
+            };
+            let pf = ProblemFile::read(&problem).map_err(in_problem)?;
+            let Some(hs) = &pf.spec.hyperelastic else {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "experiment {name}: {} has no [hyperelastic] table; FEM identification \
+                         fits finite-strain problems",
+                        problem.display()
+                    ),
+                ));
+            };
+            let mesh = pf.build_mesh().map_err(in_problem)?;
+            let run = HyperelasticRun::new(&pf, &mesh, hs).map_err(in_problem)?;
+            let misfits: Vec<Misfit> = run
+                .misfit_terms()
+                .into_iter()
+                .map(|(term, m, weight)| Misfit { term, measured: m.to_vec(), weight })
+                .collect();
+            if misfits.is_empty() {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "experiment {name}: {} has no [[objective]] with `measured = \"….csv\"`: \
+                         nothing to fit",
+                        problem.display()
+                    ),
+                ));
+            }
+            if let Some(m) = misfits.iter().find(|m| !(m.weight >= 0.0 && m.weight.is_finite())) {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "experiment {name}: {}: objective term {} has weight {}; a least-squares \
+                         misfit needs a weight ≥ 0",
+                        problem.display(),
+                        m.term + 1,
+                        m.weight
+                    ),
+                ));
+            }
+            experiments.push(FemExperiment {
+                name,
+                problem,
+                run,
+                registry: ParamRegistry::new(),
+                ids: Vec::new(),
+                misfits,
+            });
+        }
+        let mut parameters = Vec::new();
+        for p in &spec.parameters {
+            let name = p.name.get_ref().clone();
+            let at = format!("parameter '{name}' (line {})", line(&p.name));
+            if parameters.iter().any(|q: &FittedParameter| q.name == name) {
+                return Err(invalid(path, format!("{at}: listed twice")));
+            }
+            let mut first_value = None;
+            let mut registry_bounds = (None, None);
+            for e in &mut experiments {
+                let id = e.run.register(&mut e.registry, &name, None).map_err(|_| {
+                    invalid(
+                        path,
+                        format!(
+                            "{at}: experiment {} ({}) has no such parameter; it offers {}",
+                            e.name,
+                            e.problem.display(),
+                            e.run.available_parameters().join(", ")
+                        ),
+                    )
+                })?;
+                let values = e.registry.values(id);
+                if values.len() != 1 {
+                    return Err(invalid(
+                        path,
+                        format!(
+                            "{at}: has {} entries; only scalar parameters are fitted",
+                            values.len()
+                        ),
+                    ));
+                }
+                first_value.get_or_insert(values[0]);
+                let s = e.registry.get(id);
+                registry_bounds = (s.lower, s.upper);
+                e.ids.push(id);
+            }
+            let [lower, upper] = p.bounds.unwrap_or([
+                registry_bounds.0.unwrap_or(f64::NEG_INFINITY),
+                registry_bounds.1.unwrap_or(f64::INFINITY),
+            ]);
+            if lower.is_nan() || upper.is_nan() || lower >= upper {
+                return Err(invalid(
+                    path,
+                    format!("{at}: bounds [{lower}, {upper}] must be increasing"),
+                ));
+            }
+            let starts = match &p.start {
+                None => vec![first_value.expect("at least one experiment")],
+                Some(StartValues::One(v)) => vec![*v],
+                Some(StartValues::Many(v)) if !v.is_empty() => v.clone(),
+                Some(StartValues::Many(_)) => {
+                    return Err(invalid(path, format!("{at}: `start = []` holds no value")));
+                }
+            };
+            if let Some(s) = starts.iter().find(|s| !(lower..=upper).contains(*s)) {
+                return Err(invalid(
+                    path,
+                    format!("{at}: start {s} is outside its bounds [{lower}, {upper}]"),
+                ));
+            }
+            parameters.push(FittedParameter { name, lower, upper, starts });
+        }
+        let me = FemIdentification {
+            path: path.into(),
+            title: spec.title.clone(),
+            parameters,
+            fit: spec.fit.clone().unwrap_or_default(),
+            experiments,
+            forward_runs: 0,
+            jacobians: 0,
+        };
+        me.check_stability(source, spec)?;
+        Ok(me)
+    }
+
+    /// μ_p α_p > 0 over the whole box (module docs).
+    fn check_stability(&self, source: &str, spec: &IdentifySpec) -> Result<(), IdentifyError> {
+        for (p, ps) in self.parameters.iter().zip(&spec.parameters) {
+            let Some((is_mu, term, group)) = ogden_part(&p.name) else { continue };
+            let at = format!(
+                "parameter '{}' (line {})",
+                p.name,
+                crate::problem::line_col(source, ps.name.span().start).0
+            );
+            let partner =
+                format!("hyperelastic.{}{term}.{group}", if is_mu { "alpha" } else { "mu" });
+            let need = "an Ogden term is stable only where μ_p α_p > 0";
+            if !(p.lower.is_finite() || p.upper.is_finite()) && ps.bounds.is_none() {
+                return Err(invalid(
+                    self.path.as_path(),
+                    format!("{at}: {need}: give `bounds = [lower, upper]` of one sign"),
+                ));
+            }
+            if (p.lower * p.upper).partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+                return Err(invalid(
+                    self.path.as_path(),
+                    format!(
+                        "{at}: bounds [{}, {}]: {need}, so both bounds must be non-zero and of \
+                         one sign",
+                        p.lower, p.upper
+                    ),
+                ));
+            }
+            let sign = p.lower.signum();
+            let partner_signs: Vec<(String, f64)> =
+                match self.parameters.iter().find(|q| q.name == partner) {
+                    Some(q) => vec![(format!("its bounds [{}, {}]", q.lower, q.upper), q.lower)],
+                    None => self
+                        .experiments
+                        .iter()
+                        .filter_map(|e| {
+                            let (what, _) = partner
+                                .strip_prefix("hyperelastic.")
+                                .and_then(|r| r.split_once('.'))?;
+                            let v = e
+                                .run
+                                .parameters()
+                                .into_iter()
+                                .find(|(r, _)| r == group)?
+                                .1
+                                .into_iter()
+                                .find(|(n, _)| n == what)?
+                                .1;
+                            Some((format!("{} in {}", v, e.problem.display()), v))
+                        })
+                        .collect(),
+                };
+            if let Some((what, _)) = partner_signs.iter().find(|(_, v)| v.signum() != sign) {
+                return Err(invalid(
+                    self.path.as_path(),
+                    format!(
+                        "{at}: bounds [{}, {}] and {partner} = {what}: {need}; give both the \
+                         same sign",
+                        p.lower, p.upper
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of starting points: every combination of the parameters' starting values.
+    pub fn starts(&self) -> usize {
+        self.parameters.iter().map(|p| p.starts.len()).product()
+    }
+
+    /// The starting points, the first parameter's values varying slowest.
+    pub fn starting_points(&self) -> Vec<Vec<f64>> {
+        let mut points = vec![Vec::new()];
+        for p in &self.parameters {
+            points = points
+                .into_iter()
+                .flat_map(|x: Vec<f64>| {
+                    p.starts.iter().map(move |&s| {
+                        let mut y = x.clone();
+                        y.push(s);
+                        y
+                    })
+                })
+                .collect();
+        }
+        points
+    }
+
+    /// Number of residuals: Σ over experiments and misfit terms of the load steps.
+    pub fn residual_count(&self) -> usize {
+        self.experiments.iter().map(|e| e.misfits.len() * e.run.loads.len()).sum()
+    }
+
+    /// Experiment names, in file order.
+    pub fn experiment_names(&self) -> Vec<&str> {
+        self.experiments.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    fn solve_at(&mut self, x: &[f64]) -> Result<(), IdentifyError> {
+        assert_eq!(x.len(), self.parameters.len(), "one value per fitted parameter");
+        let shape = Shape::new(Vec::new());
+        let file = self.path.clone();
+        for e in &mut self.experiments {
+            let err = |m: String| IdentifyError::Solve {
+                file: file.clone(),
+                experiment: e.name.clone(),
+                message: m,
+            };
+            for (&id, &v) in e.ids.iter().zip(x) {
+                e.registry.set_values(id, &[v]).map_err(|m| err(m.to_string()))?;
+            }
+            e.run.apply_parameters(&e.registry, &shape).map_err(|m| err(m.to_string()))?;
+            e.run.solve().map_err(|m| err(format!("at {x:?}: {m}")))?;
+        }
+        self.forward_runs += 1;
+        Ok(())
+    }
+
+    /// Residuals of the solved runs, experiment by experiment, term by term, step by step.
+    fn current_residuals(&self) -> Result<Vec<f64>, IdentifyError> {
+        let mut r = Vec::with_capacity(self.residual_count());
+        for e in &self.experiments {
+            let q = e.run.step_quantities().map_err(|m| IdentifyError::Solve {
+                file: self.path.clone(),
+                experiment: e.name.clone(),
+                message: m.to_string(),
+            })?;
+            for m in &e.misfits {
+                let s = m.weight.sqrt();
+                r.extend(q[m.term].iter().zip(&m.measured).map(|(q, m)| s * (q - m)));
+            }
+        }
+        Ok(r)
+    }
+
+    /// r(x): one forward run of every experiment.
+    pub fn residuals(&mut self, x: &[f64]) -> Result<Vec<f64>, IdentifyError> {
+        self.solve_at(x)?;
+        self.current_residuals()
+    }
+
+    /// r(x) and the Jacobian dr/dx (one row per residual, one column per parameter) by the
+    /// per-step adjoint (module docs).
+    pub fn residuals_and_jacobian(
+        &mut self,
+        x: &[f64],
+    ) -> Result<(Vec<f64>, Vec<Vec<f64>>), IdentifyError> {
+        self.solve_at(x)?;
+        let r = self.current_residuals()?;
+        Ok((r, self.current_jacobian()?))
+    }
+
+    fn current_jacobian(&mut self) -> Result<Vec<Vec<f64>>, IdentifyError> {
+        let mut jac = Vec::with_capacity(self.residual_count());
+        for e in &self.experiments {
+            let (_, rows) =
+                e.run.quantity_jacobian(&e.registry).map_err(|m| IdentifyError::Solve {
+                    file: self.path.clone(),
+                    experiment: e.name.clone(),
+                    message: m.to_string(),
+                })?;
+            for m in &e.misfits {
+                let s = m.weight.sqrt();
+                for g in &rows[m.term] {
+                    jac.push(e.ids.iter().map(|&id| s * g.get(id)[0]).collect());
+                }
+            }
+        }
+        self.jacobians += 1;
+        Ok(jac)
+    }
+
+    /// Measured against model curves at x.
+    pub fn curves(&mut self, x: &[f64]) -> Result<Vec<FemCurve>, IdentifyError> {
+        self.solve_at(x)?;
+        let mut out = Vec::new();
+        for e in &self.experiments {
+            let q = e.run.step_quantities().map_err(|m| IdentifyError::Solve {
+                file: self.path.clone(),
+                experiment: e.name.clone(),
+                message: m.to_string(),
+            })?;
+            for m in &e.misfits {
+                out.push(FemCurve {
+                    experiment: e.name.clone(),
+                    term: m.term,
+                    load_factors: e.run.loads.clone(),
+                    measured: m.measured.clone(),
+                    model: q[m.term].clone(),
+                    weight: m.weight,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Projected Levenberg–Marquardt from `x0` (module docs); `progress` sees each accepted
+    /// step (iteration, Σ r²).
+    fn fit_from(
+        &mut self,
+        x0: &[f64],
+        mut progress: impl FnMut(usize, f64),
+    ) -> Result<StartOutcome, IdentifyError> {
+        let n = x0.len();
+        let (lo, hi): (Vec<f64>, Vec<f64>) =
+            self.parameters.iter().map(|p| (p.lower, p.upper)).unzip();
+        // Scales: the starting magnitudes (or the bounds' where a start is zero).
+        let scale: Vec<f64> = (0..n)
+            .map(|i| {
+                let s = x0[i].abs();
+                if s > 0.0 {
+                    s
+                } else {
+                    let m = [lo[i].abs(), hi[i].abs()]
+                        .into_iter()
+                        .filter(|v| v.is_finite())
+                        .fold(0.0, f64::max);
+                    if m > 0.0 { m } else { 1.0 }
+                }
+            })
+            .collect();
+        let clamp = |x: &[f64]| -> Vec<f64> {
+            x.iter().enumerate().map(|(i, v)| v.clamp(lo[i], hi[i])).collect()
+        };
+        let mut x = clamp(x0);
+        let (mut r, mut jac) = self.residuals_and_jacobian(&x)?;
+        let mut cost = dot(&r, &r);
+        let mut lambda: Option<f64> = None;
+        let mut iterations = 0;
+        let mut converged = false;
+        'outer: while iterations < self.fit.max_iterations {
+            if cost == 0.0 {
+                converged = true;
+                break;
+            }
+            // Scaled Jacobian J_s = J diag(s): A = J_sᵀ J_s, g = J_sᵀ r.
+            let (a, g) = normal_equations(&jac, &r, &scale);
+            let dmax = (0..n).map(|i| a[i][i]).fold(0.0, f64::max);
+            if dmax == 0.0 {
+                converged = true;
+                break;
+            }
+            let lam = lambda.get_or_insert(1e-3);
+            let zmax = (0..n).map(|i| (x[i] / scale[i]).abs()).fold(1e-300, f64::max);
+            for _ in 0..40 {
+                let mut m = a.clone();
+                for i in 0..n {
+                    m[i][i] += *lam * a[i][i].max(1e-12 * dmax);
+                }
+                let Some(delta) = cholesky_solve(&m, &g.iter().map(|v| -v).collect::<Vec<_>>())
+                else {
+                    *lam *= 10.0;
+                    continue;
+                };
+                let trial = clamp(&(0..n).map(|i| x[i] + scale[i] * delta[i]).collect::<Vec<_>>());
+                let d: Vec<f64> = (0..n).map(|i| (trial[i] - x[i]) / scale[i]).collect();
+                if d.iter().all(|v| v.abs() <= self.fit.step_tol * zmax) {
+                    converged = true;
+                    break 'outer;
+                }
+                let r_new = match self.residuals(&trial) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::debug!(%e, "identify: trial point failed, shorter step");
+                        *lam *= 10.0;
+                        continue;
+                    }
+                };
+                let cost_new = dot(&r_new, &r_new);
+                if cost_new < cost {
+                    // Predicted decrease of ½ Σ r² by the linear model, for the damping update.
+                    let ad: Vec<f64> = (0..n).map(|i| dot(&a[i], &d)).collect();
+                    let pred = -(dot(&g, &d) + 0.5 * dot(&d, &ad));
+                    let rho = 0.5 * (cost - cost_new) / pred.max(f64::MIN_POSITIVE);
+                    *lam *= (1.0 - (2.0 * rho - 1.0).powi(3)).max(1.0 / 3.0);
+                    let small = cost - cost_new <= self.fit.cost_tol * cost;
+                    x = trial;
+                    r = r_new;
+                    cost = cost_new;
+                    jac = self.current_jacobian()?;
+                    iterations += 1;
+                    progress(iterations, cost);
+                    if small {
+                        converged = true;
+                        break 'outer;
+                    }
+                    continue 'outer;
+                }
+                *lam *= 4.0;
+            }
+            // No decrease along any damped step: a minimum to the accuracy of the model.
+            converged = true;
+            break;
+        }
+        Ok(StartOutcome { x, r, jac, iterations, converged })
+    }
+
+    /// Fit from every starting point; `progress` sees each accepted step. Returns the report of
+    /// the best start and its parameter vector.
+    pub fn run(
+        &mut self,
+        mut progress: impl FnMut(&Progress),
+    ) -> Result<(IdentifyReport, Vec<f64>), IdentifyError> {
+        let t0 = Instant::now();
+        self.forward_runs = 0;
+        self.jacobians = 0;
+        let starts = self.starting_points();
+        let mut best: Option<StartOutcome> = None;
+        let mut start_objectives = Vec::new();
+        let mut failures = Vec::new();
+        for (i, x0) in starts.iter().enumerate() {
+            let outcome = self.fit_from(x0, |iteration, objective| {
+                progress(&Progress { starts_done: i, starts: starts.len(), iteration, objective })
+            });
+            match outcome {
+                Ok(o) => {
+                    let c = dot(&o.r, &o.r);
+                    start_objectives.push(c);
+                    if best.as_ref().is_none_or(|b| c < dot(&b.r, &b.r)) {
+                        best = Some(o);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(start = ?x0, %e, "identify: a starting point failed");
+                    start_objectives.push(f64::NAN);
+                    failures.push(format!("start {x0:?}: {e}"));
+                }
+            }
+            progress(&Progress {
+                starts_done: i + 1,
+                starts: starts.len(),
+                iteration: 0,
+                objective: start_objectives[i],
+            });
+        }
+        let Some(best) = best else {
+            return Err(IdentifyError::Solve {
+                file: self.path.clone(),
+                experiment: "every".into(),
+                message: format!("no starting point could be solved: {}", failures.join("; ")),
+            });
+        };
+        let report = self.report(&best, start_objectives, t0.elapsed().as_secs_f64());
+        Ok((report, best.x))
+    }
+
+    fn report(&self, o: &StartOutcome, start_objectives: Vec<f64>, time_s: f64) -> IdentifyReport {
+        let m = o.r.len();
+        let n = o.x.len();
+        let objective = dot(&o.r, &o.r);
+        let sigma = if m > n { (objective / (m - n) as f64).sqrt() } else { f64::NAN };
+        let se = standard_errors(&o.jac, sigma, n);
+        let mut experiments = Vec::new();
+        let mut offset = 0;
+        for e in &self.experiments {
+            let (mut abs2, mut rel2, mut n_rel, mut points) = (0.0, 0.0, 0, 0);
+            let scale = e
+                .misfits
+                .iter()
+                .flat_map(|m| m.measured.iter())
+                .fold(0.0, |a: f64, v| a.max(v.abs()));
+            for mf in &e.misfits {
+                let s = mf.weight.sqrt();
+                for (k, meas) in mf.measured.iter().enumerate() {
+                    let r = o.r[offset + k];
+                    // q − m from the weighted residual (a zero weight leaves the point out).
+                    if s > 0.0 {
+                        let d = r / s;
+                        abs2 += d * d;
+                        points += 1;
+                        if meas.abs() > 1e-12 * scale {
+                            rel2 += (d / meas).powi(2);
+                            n_rel += 1;
+                        }
+                    }
+                }
+                offset += mf.measured.len();
+            }
+            experiments.push(ExperimentFit {
+                name: e.name.clone(),
+                mode: "fem".into(),
+                points,
+                rms_relative_error: if n_rel > 0 { (rel2 / n_rel as f64).sqrt() } else { f64::NAN },
+                rms_error: Some(if points > 0 { (abs2 / points as f64).sqrt() } else { f64::NAN }),
+                problem: Some(e.problem.display().to_string()),
+            });
+        }
+        IdentifyReport {
+            title: self.title.clone(),
+            model: "fem".into(),
+            parameters: self
+                .parameters
+                .iter()
+                .map(|p| p.name.clone())
+                .zip(o.x.iter().copied())
+                .collect(),
+            std_errors: self.parameters.iter().map(|p| p.name.clone()).zip(se).collect(),
+            experiments,
+            shear_modulus: None,
+            sigma,
+            objective,
+            starts: start_objectives.len(),
+            neo_hookean: None,
+            fem: Some(FemFitInfo {
+                iterations: o.iterations,
+                converged: o.converged,
+                forward_runs: self.forward_runs,
+                jacobians: self.jacobians,
+                start_objectives,
+                residuals: m,
+                time_s,
+            }),
+        }
+    }
+
+    /// Write `identify.json` and `fit.png` (measured against fitted curves per experiment,
+    /// over the load factor) into `dir`; returns their paths. The PNG is skipped, with the
+    /// reason, when it cannot be drawn (e.g. no font).
+    pub fn write(
+        &mut self,
+        dir: &Path,
+        report: &IdentifyReport,
+        x: &[f64],
+    ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
+        let curves = self.curves(x)?;
+        let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
+        std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
+        let json = dir.join("identify.json");
+        let text = serde_json::to_string_pretty(report).expect("serializable");
+        gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
+            .map_err(|e| werr(&json, e.to_string()))?;
+        let png = dir.join("fit.png");
+        let tmp = dir.join(".fit.tmp.png");
+        let plotted = match plot(&tmp, &self.title, &self.experiment_names(), &curves) {
+            Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        };
+        Ok((json, plotted))
+    }
+}
+
+fn dot(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A = J_sᵀ J_s and g = J_sᵀ r with J_s = J diag(scale).
+fn normal_equations(jac: &[Vec<f64>], r: &[f64], scale: &[f64]) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let n = scale.len();
+    let mut a = vec![vec![0.0; n]; n];
+    let mut g = vec![0.0; n];
+    for (row, ri) in jac.iter().zip(r) {
+        for i in 0..n {
+            let ji = row[i] * scale[i];
+            g[i] += ji * ri;
+            for j in 0..n {
+                a[i][j] += ji * row[j] * scale[j];
+            }
+        }
+    }
+    (a, g)
+}
+
+/// Solve A x = b for a small symmetric positive definite A; `None` when it is not.
+fn cholesky_solve(a: &[Vec<f64>], b: &[f64]) -> Option<Vec<f64>> {
+    let n = b.len();
+    let mut l = vec![vec![0.0; n]; n];
+    for i in 0..n {
+        for j in 0..=i {
+            let s = a[i][j] - (0..j).map(|k| l[i][k] * l[j][k]).sum::<f64>();
+            if i == j {
+                // A relative pivot test: a numerically singular A is not positive definite.
+                if s.partial_cmp(&(1e-13 * a[i][i])) != Some(std::cmp::Ordering::Greater) {
+                    return None;
+                }
+                l[i][i] = s.sqrt();
+            } else {
+                l[i][j] = s / l[j][j];
+            }
+        }
+    }
+    let mut y = vec![0.0; n];
+    for i in 0..n {
+        y[i] = (b[i] - (0..i).map(|k| l[i][k] * y[k]).sum::<f64>()) / l[i][i];
+    }
+    let mut x = vec![0.0; n];
+    for i in (0..n).rev() {
+        x[i] = (y[i] - (i + 1..n).map(|k| l[k][i] * x[k]).sum::<f64>()) / l[i][i];
+    }
+    Some(x)
+}
+
+/// √diag(σ² (JᵀJ)⁻¹), computed in variables scaled by the columns' norms; NaN where JᵀJ is
+/// singular.
+fn standard_errors(jac: &[Vec<f64>], sigma: f64, n: usize) -> Vec<f64> {
+    let norms: Vec<f64> =
+        (0..n).map(|j| jac.iter().map(|row| row[j] * row[j]).sum::<f64>().sqrt()).collect();
+    if norms.iter().any(|v| v.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
+        return vec![f64::NAN; n];
+    }
+    let scale: Vec<f64> = norms.iter().map(|v| 1.0 / v).collect();
+    let zero = vec![0.0; jac.len()];
+    let (a, _) = normal_equations(jac, &zero, &scale);
+    (0..n)
+        .map(|i| {
+            let mut e = vec![0.0; n];
+            e[i] = 1.0;
+            cholesky_solve(&a, &e).map_or(f64::NAN, |c| sigma * c[i].sqrt() * scale[i])
+        })
+        .collect()
+}
+
+/// One panel per experiment: measured points and the fitted curve (through the origin, where
+/// every quantity of a dead-load path vanishes) against the load factor.
+fn plot(file: &Path, title: &str, names: &[&str], curves: &[FemCurve]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let root =
+        BitMapBackend::new(file, (500 * names.len().clamp(1, 3) as u32, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let title = if title.is_empty() { "identification" } else { title };
+    let root = root.titled(title, ("sans-serif", 22)).map_err(|x| e(&x))?;
+    let panels = root.split_evenly((1, names.len().max(1)));
+    for (panel, name) in panels.iter().zip(names) {
+        let mine: Vec<&FemCurve> = curves.iter().filter(|c| c.experiment == *name).collect();
+        let values = mine.iter().flat_map(|c| c.measured.iter().chain(&c.model).copied());
+        let (ymin, ymax) = values.fold((0.0f64, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+        let pad = 0.08 * (ymax - ymin).max(f64::MIN_POSITIVE);
+        let smax = mine.iter().flat_map(|c| c.load_factors.iter().copied()).fold(0.0, f64::max);
+        let mut chart = ChartBuilder::on(panel)
+            .caption(*name, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..smax * 1.02, (ymin - pad)..(ymax + pad))
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_desc("load factor")
+            .y_desc("quantity (reaction in N)")
+            .draw()
+            .map_err(|x| e(&x))?;
+        for (k, c) in mine.iter().enumerate() {
+            let colour = Palette99::pick(k).to_rgba();
+            chart
+                .draw_series(
+                    c.load_factors
+                        .iter()
+                        .zip(&c.measured)
+                        .map(|(&s, &m)| Circle::new((s, m), 4, colour.filled())),
+                )
+                .map_err(|x| e(&x))?
+                .label(format!("term {} measured", c.term + 1))
+                .legend(move |(x, y)| Circle::new((x, y), 4, colour.filled()));
+            let line: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
+                .chain(c.load_factors.iter().copied().zip(c.model.iter().copied()))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(line, colour.stroke_width(2)))
+                .map_err(|x| e(&x))?
+                .label(format!("term {} fitted", c.term + 1))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ogden_names_are_recognized() {
+        assert_eq!(ogden_part("hyperelastic.mu1.pad"), Some((true, "1", "pad")));
+        assert_eq!(ogden_part("hyperelastic.alpha12.a.b"), Some((false, "12", "a.b")));
+        assert_eq!(ogden_part("hyperelastic.mu.pad"), None);
+        assert_eq!(ogden_part("hyperelastic.kappa.pad"), None);
+        assert_eq!(ogden_part("bc.top.displacement"), None);
+    }
+
+    #[test]
+    fn small_dense_solves_match() {
+        let a = vec![vec![4.0, 1.0, 0.5], vec![1.0, 3.0, 0.2], vec![0.5, 0.2, 2.0]];
+        let b = [1.0, -2.0, 0.5];
+        let x = cholesky_solve(&a, &b).unwrap();
+        for i in 0..3 {
+            assert!((dot(&a[i], &x) - b[i]).abs() < 1e-14);
+        }
+        assert!(cholesky_solve(&[vec![1.0, 2.0], vec![2.0, 1.0]], &[1.0, 1.0]).is_none());
+        // One parameter: σ² / Σ J² .
+        let jac = vec![vec![2.0], vec![1.0]];
+        let se = standard_errors(&jac, 0.5, 1);
+        assert!((se[0] - 0.5 / 5f64.sqrt()).abs() < 1e-15);
+        // Dependent columns: not determined.
+        let jac = vec![vec![1.0, 2.0], vec![2.0, 4.0]];
+        assert!(standard_errors(&jac, 1.0, 2).iter().all(|v| v.is_nan()));
+    }
+}
