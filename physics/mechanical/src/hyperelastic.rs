@@ -35,8 +35,9 @@
 //!   **simple** and separated from the other two by at least `|d₁|`; it is found in f64
 //!   (trigonometric solution of `d³ − J₂ d − J₃ = 0`), polished by Newton steps in f64 on the
 //!   characteristic polynomial `p(c) = c³ − I₁c² + I₂c − I₃` of `C` itself and refined by
-//!   three Newton steps on `p` in dual arithmetic (each step makes one more derivative order
-//!   exact: implicit-function theorem); the other two are the roots of `x² − s x + q` with
+//!   Newton steps on `p` in dual arithmetic (implicit-function theorem: from a value exact to
+//!   round-off each step doubles the number of exact derivative orders, so one step serves
+//!   first derivatives and two serve second ones); the other two are the roots of `x² − s x + q` with
 //!   product `q = I₃/c₁` and sum `s = I₁ − c₁` when `c₁` is the smallest eigenvalue,
 //!   `s = (I₂ − q)/c₁` when it is the largest, so their mean `m̃ = s/2` and squared
 //!   half-difference `δ² = m̃² − q` follow, and `f(m̃ + δ) + f(m̃ − δ)` is summed as the even
@@ -528,19 +529,30 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
             // The smallest root lies above I₃/I₂ (p is increasing and concave below it).
             c1r = c1r.max(i3r / i2r);
         }
+        let mut polished = false;
         for _ in 0..6 {
             let dg = slope(c1r);
             if dg == 0.0 || !dg.is_finite() {
                 break;
             }
             let next = c1r - poly(c1r) / dg;
-            if next.is_nan() || next <= 0.0 || next == c1r {
+            if next.is_nan() || next <= 0.0 {
                 break;
             }
+            let settled = (next - c1r).abs() <= 4.0 * f64::EPSILON * c1r;
             c1r = next;
+            if settled {
+                polished = true;
+                break;
+            }
         }
+        // From a value exact to round-off, each Newton step in truncated Taylor arithmetic
+        // doubles the number of exact derivative orders (0 → 1 → 3 → 7): ⌈log₂(n + 1)⌉ steps
+        // make all n orders the type carries exact (Dual64: one, HyperDual64: two); one more
+        // when the polish did not settle.
+        let steps = (usize::BITS - D::NDERIV.leading_zeros()) as usize + usize::from(!polished);
         let mut c1 = D::from(c1r);
-        for _ in 0..3 {
+        for _ in 0..steps {
             let g = ((c1 - i1) * c1 + i2) * c1 - i3;
             let dg = (c1 * 3.0 - i1 * 2.0) * c1 + i2;
             c1 -= g / dg;
