@@ -589,6 +589,26 @@ pub struct FiniteStrainGradient {
     pub time_adjoint_s: f64,
 }
 
+impl FiniteStrainGradient {
+    /// All derivatives zero, shaped after `m` (no quantities recorded).
+    pub fn zeros(m: &FiniteStrainModel) -> Self {
+        let (nr, nb) = (m.regions.len(), m.boundaries().len());
+        FiniteStrainGradient {
+            material: m.regions.iter().map(|r| vec![0.0; r.law.parameters().len()]).collect(),
+            element_scale: vec![0.0; m.n_volume_elements()],
+            coords: vec![[0.0; 3]; m.n_nodes()],
+            body_force: vec![[0.0; 3]; nr],
+            traction: vec![[0.0; 3]; nb],
+            pressure: vec![0.0; nb],
+            displacement: vec![[0.0; 3]; nb],
+            alpha: vec![0.0; nr],
+            t_ref: vec![0.0; nr],
+            temperature: m.temperature().map(|_| vec![0.0; m.n_nodes()]),
+            ..Default::default()
+        }
+    }
+}
+
 impl From<ParamError> for FiniteStrainSolveError {
     fn from(e: ParamError) -> Self {
         FiniteStrainSolveError::Registry(e.to_string())
@@ -1144,23 +1164,9 @@ impl FiniteStrainProblem {
         self.check_loads(loads)?;
         let resolved = self.resolve(objective, loads.len())?;
         let m = &self.model;
-        let nb = m.boundaries().len();
         let out = RefCell::new(FiniteStrainGradient {
-            value: 0.0,
             quantities: vec![vec![0.0; loads.len()]; resolved.len()],
-            material: m.regions.iter().map(|r| vec![0.0; r.law.parameters().len()]).collect(),
-            element_scale: vec![0.0; m.n_volume_elements()],
-            coords: vec![[0.0; 3]; m.n_nodes()],
-            body_force: vec![[0.0; 3]; m.regions.len()],
-            traction: vec![[0.0; 3]; nb],
-            pressure: vec![0.0; nb],
-            displacement: vec![[0.0; 3]; nb],
-            alpha: vec![0.0; m.regions.len()],
-            t_ref: vec![0.0; m.regions.len()],
-            temperature: m.temperature().map(|_| vec![0.0; m.n_nodes()]),
-            stats: SweepStats::default(),
-            time_forward_s: 0.0,
-            time_adjoint_s: 0.0,
+            ..FiniteStrainGradient::zeros(m)
         });
         let x0 = self.initial_state(loads);
         let (t_forward, t_adjoint) = (Cell::new(0.0), Cell::new(0.0));
@@ -1354,24 +1360,7 @@ impl FiniteStrainProblem {
         let n = path.states.len();
         let resolved = self.resolve(objective, n)?;
         let m = &self.model;
-        let nb = m.boundaries().len();
-        let zero = FiniteStrainGradient {
-            value: 0.0,
-            quantities: Vec::new(),
-            material: m.regions.iter().map(|r| vec![0.0; r.law.parameters().len()]).collect(),
-            element_scale: vec![0.0; m.n_volume_elements()],
-            coords: vec![[0.0; 3]; m.n_nodes()],
-            body_force: vec![[0.0; 3]; m.regions.len()],
-            traction: vec![[0.0; 3]; nb],
-            pressure: vec![0.0; nb],
-            displacement: vec![[0.0; 3]; nb],
-            alpha: vec![0.0; m.regions.len()],
-            t_ref: vec![0.0; m.regions.len()],
-            temperature: m.temperature().map(|_| vec![0.0; m.n_nodes()]),
-            stats: SweepStats::default(),
-            time_forward_s: 0.0,
-            time_adjoint_s: 0.0,
-        };
+        let zero = FiniteStrainGradient::zeros(m);
         let nt = objective.terms.len();
         let mut values = vec![vec![0.0; n]; nt];
         let mut grads = vec![vec![zero; n]; nt];
