@@ -494,20 +494,8 @@ fn ogden_parameter_contraction(m: &Ogden, F: &Mat3<f64>, G: &Mat3<f64>) -> Vec<f
     let y = [i1 * jm23, i2 * jm43];
     let dy =
         [jm23 * dx[0] - 2.0 / 3.0 * y[0] / J * dx[2], jm43 * dx[1] - 4.0 / 3.0 * y[1] / J * dx[2]];
-    let yd = [HyperDual64::new(y[0], dy[0], 0.0, 0.0), HyperDual64::new(y[1], dy[1], 0.0, 0.0)];
-    let one = HyperDual64::from(1.0);
-    let values = m.parameters();
-    let n = values.len();
-    let mut out: Vec<f64> = (0..n - 1)
-        .map(|k| {
-            let p: Vec<HyperDual64> = values
-                .iter()
-                .enumerate()
-                .map(|(i, &v)| HyperDual64::new(v, 0.0, if i == k { 1.0 } else { 0.0 }, 0.0))
-                .collect();
-            m.invariant_energy(yd[0], yd[1], one, &p).eps1eps2
-        })
-        .collect();
+    // One spectrum for every (μ_p, α_p): Ogden::isochoric_parameter_directional.
+    let mut out = m.isochoric_parameter_directional(y, dy);
     out.push(m.volumetric.eval(Dual64::new(J, 1.0)).eps * dx[2]);
     out
 }

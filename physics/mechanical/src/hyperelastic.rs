@@ -734,6 +734,32 @@ impl Ogden {
         psi
     }
 
+    /// Directional derivatives of the isochoric parameter derivatives: for the isochoric
+    /// invariants `y = (Ī₁, Ī₂)` moving along `dy`, `d/dε ∂ψ_iso/∂p_k (y + ε dy)` for the `2n`
+    /// parameters `p = (μ₁, α₁, …, μₙ, αₙ)` (κ is not among them: `ψ_iso` does not depend on it).
+    ///
+    /// The same numbers as `n` hyper-dual passes of [`Ogden::invariant_energy`] (ε₁ along `dy`,
+    /// ε₂ on `p_k`), but the spectrum of `C̄` is evaluated once instead of once per parameter:
+    /// with `T_k = 2μ_k/α_k² (S(α_k/2) − 3)`, `S(a) = Σ_i c_iᵃ`, one hyper-dual evaluation of
+    /// `S` with `α_k` seeded in ε₂ gives `∂²T_k/∂ε∂α_k`, and `∂T_k/∂μ_k = T_k/μ_k` is linear
+    /// in `μ_k`, so its ε-derivative comes from the same evaluation.
+    pub fn isochoric_parameter_directional(&self, y: [f64; 2], dy: [f64; 2]) -> Vec<f64> {
+        let y1 = HyperDual64::new(y[0], dy[0], 0.0, 0.0);
+        let y2 = HyperDual64::new(y[1], dy[1], 0.0, 0.0);
+        let m = y1 * (1.0 / 3.0);
+        let j2 = y1 * y1 * (1.0 / 3.0) - y2;
+        let j3 = -m * y2 + m * m * m * 2.0 + 1.0;
+        let spectrum = Spectrum::from_all_invariants(m, j2, j3, y2, HyperDual64::from(1.0));
+        let mut out = Vec::with_capacity(2 * self.terms.len());
+        for t in &self.terms {
+            let alpha = HyperDual64::new(t.alpha, 0.0, 1.0, 0.0);
+            let per_mu = (spectrum.sum_powers(alpha * 0.5) - 3.0) * 2.0 / (alpha * alpha);
+            out.push(per_mu.eps1);
+            out.push((per_mu * t.mu).eps1eps2);
+        }
+        out
+    }
+
     /// Fast stress and tangent (same output as [`stress_and_tangent`], about 5–10× faster):
     /// `ψ = h(I₁, I₂, J)` ([`Ogden::invariant_energy`]); the gradient `h_a` and Hessian `h_ab`
     /// of the scalar function `h` come from 6 [`HyperDual64`] passes, the rest by hand:
@@ -1260,5 +1286,32 @@ mod tests {
         let fd =
             (first_piola(&m, &Fp).unwrap()[2][2] - first_piola(&m, &Fm).unwrap()[2][2]) / (2.0 * h);
         assert!((A[8][8] - fd).abs() < 1e-6 * A[8][8].abs(), "A33 {} vs {fd}", A[8][8]);
+    }
+
+    /// One spectrum for all parameters gives what one hyper-dual pass per parameter gives,
+    /// at F = I (all stretches equal), two equal stretches, nearly equal and extreme ones.
+    #[rstest]
+    #[case::identity([3.0, 3.0], [0.2, -0.1])]
+    #[case::two_equal([3.0 + 1e-9, 3.0 + 2e-9], [0.1, 0.3])]
+    #[case::general([3.4, 3.9], [-0.3, 0.5])]
+    #[case::extreme([49.0 + 49.0 + 1.0 / 2401.0, 2401.0 + 2.0 / 49.0], [1.0, -2.0])]
+    fn isochoric_parameter_directional_matches_per_parameter_passes(
+        #[case] y: [f64; 2],
+        #[case] dy: [f64; 2],
+    ) {
+        let m = Ogden::new(&[(0.4095, 1.3), (0.003, 5.0), (0.01, -2.0)], 10.0);
+        let got = m.isochoric_parameter_directional(y, dy);
+        let values = m.parameters();
+        let yd = [HyperDual64::new(y[0], dy[0], 0.0, 0.0), HyperDual64::new(y[1], dy[1], 0.0, 0.0)];
+        assert_eq!(got.len(), values.len() - 1);
+        for (k, g) in got.iter().enumerate() {
+            let p: Vec<HyperDual64> = values
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| HyperDual64::new(v, 0.0, if i == k { 1.0 } else { 0.0 }, 0.0))
+                .collect();
+            let want = m.invariant_energy(yd[0], yd[1], HyperDual64::from(1.0), &p).eps1eps2;
+            assert!((g - want).abs() <= 1e-12 * want.abs().max(1e-12), "p{k}: {g} vs {want}");
+        }
     }
 }
