@@ -195,10 +195,16 @@ fn output_dir(file: &ProblemFile, output: Option<PathBuf>) -> PathBuf {
 
 fn print_summary(s: &app::Summary) {
     println!("{}", if s.title.is_empty() { "gradfem run" } else { &s.title });
-    println!("  nodes {}, elements {}, unknowns {}", s.nodes, s.elements, s.unknowns);
+    // Without thermal unknowns the temperature is prescribed (a mechanical or finite-strain
+    // problem without [thermal]): no heat balance and no thermal solver line then.
+    let thermal_solved = s.unknowns > 0;
+    println!("  nodes {}, elements {}, thermal unknowns {}", s.nodes, s.elements, s.unknowns);
     println!(
-        "  temperature: min {:.4} K, mean {:.4} K, max {:.4} K",
-        s.min_temperature_k, s.mean_temperature_k, s.max_temperature_k
+        "  temperature{}: min {:.4} K, mean {:.4} K, max {:.4} K",
+        if thermal_solved { "" } else { " (prescribed)" },
+        s.min_temperature_k,
+        s.mean_temperature_k,
+        s.max_temperature_k
     );
     if let (Some(i), Some(v), Some(r), Some(p)) =
         (s.current_a, s.voltage_v, s.resistance_ohm, s.joule_power_w)
@@ -217,14 +223,16 @@ fn print_summary(s: &app::Summary) {
         );
     }
     let hb = &s.heat_balance;
-    println!(
-        "  heat balance: generated {:.6e} W + flux in {:.6e} W = convection {:.6e} W + fixed {:.6e} W (imbalance {:.1e})",
-        hb.generated_w,
-        hb.flux_in_w,
-        hb.convection_out_w,
-        hb.fixed_out_w,
-        hb.relative_imbalance()
-    );
+    if thermal_solved {
+        println!(
+            "  heat balance: generated {:.6e} W + flux in {:.6e} W = convection {:.6e} W + fixed {:.6e} W (imbalance {:.1e})",
+            hb.generated_w,
+            hb.flux_in_w,
+            hb.convection_out_w,
+            hb.fixed_out_w,
+            hb.relative_imbalance()
+        );
+    }
     if let Some(init) = &s.initial_state {
         println!("  initial state: {init}");
     }
@@ -250,15 +258,34 @@ fn print_summary(s: &app::Summary) {
             fb.external[0], fb.external[1], fb.external[2], fb.relative_imbalance
         );
     }
+    if let Some(h) = &s.hyperelastic {
+        let factors: Vec<String> = h.load_factors.iter().map(|f| format!("{f:.4}")).collect();
+        println!(
+            "  finite strain: {} load step(s) [{}], {} Newton iteration(s), {} cut-back(s), {:.3} s",
+            h.load_factors.len(),
+            factors.join(", "),
+            h.newton_iterations,
+            h.cut_backs,
+            h.solve_s
+        );
+        for (group, f) in &h.reactions {
+            println!(
+                "    reaction on {group} at the last step: ({:+.6e}, {:+.6e}, {:+.6e}) N",
+                f[0], f[1], f[2]
+            );
+        }
+    }
     println!("  objective J = {:.10e}", s.objective);
-    println!(
-        "  {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",
-        s.timings.linear_solver,
-        s.timings.newton_iterations,
-        s.timings.assembly_s,
-        s.timings.factor_s,
-        s.timings.solve_s
-    );
+    if thermal_solved {
+        println!(
+            "  thermal: {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",
+            s.timings.linear_solver,
+            s.timings.newton_iterations,
+            s.timings.assembly_s,
+            s.timings.factor_s,
+            s.timings.solve_s
+        );
+    }
 }
 
 fn print_gradients(report: &app::GradientReport) {
