@@ -22,16 +22,9 @@ use std::time::Instant;
 use gradfem::app;
 use gradfem::problem::ProblemFile;
 
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mb;
 
 fn box_problem(n: usize) -> String {
     format!(

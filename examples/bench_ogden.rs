@@ -30,31 +30,17 @@ use gradfem_mechanical::hyperelastic::Ogden;
 use gradfem_mechanical::linear::{BcKind, BcSpec};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
-use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::checkpoint::Checkpointing;
 
-/// Peak resident set (VmHWM) in MB.
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
+/// `--solver`: `direct`, `amg` or `auto` (the default: AMG-CG from 60,000 unknowns on).
+fn solver_named(name: &str) -> anyhow::Result<FiniteLinearSolver> {
+    FiniteLinearSolver::from_name(name)
+        .with_context(|| format!("--solver must be direct, amg or auto, got {name}"))
 }
 
-/// `direct`, `amg` or `auto` (the default: AMG-CG from 60,000 unknowns on).
-fn parse_solver(name: &str) -> anyhow::Result<FiniteLinearSolver> {
-    let cg = CgParams { rel_tol: 1e-12, ..CgParams::default() };
-    Ok(match name {
-        "direct" => FiniteLinearSolver::Direct,
-        "amg" => FiniteLinearSolver::AmgCg { cg },
-        "auto" => FiniteLinearSolver::default(),
-        other => bail!("--solver must be direct, amg or auto, got {other}"),
-    })
-}
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mb;
 
 fn main() -> anyhow::Result<()> {
     let mut n = 14;
@@ -64,7 +50,7 @@ fn main() -> anyhow::Result<()> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--n" => n = args.next().and_then(|v| v.parse().ok()).context("--n takes N ≥ 1")?,
-            "--solver" => solver = parse_solver(&args.next().context("--solver takes a name")?)?,
+            "--solver" => solver = solver_named(&args.next().context("--solver takes a name")?)?,
             "--rel-tol" => {
                 rel_tol = Some(args.next().and_then(|v| v.parse().ok()).context("--rel-tol T")?)
             }

@@ -30,20 +30,17 @@ use gradfem_mechanical::hyperelastic::Ogden;
 use gradfem_mechanical::linear::{BcKind, BcSpec};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
-use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::checkpoint::Checkpointing;
 
-/// Peak resident set (VmHWM) in MB.
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
+/// `--solver`: `direct`, `amg` or `auto` (the default: AMG-CG from 60,000 unknowns on).
+fn solver_named(name: &str) -> anyhow::Result<FiniteLinearSolver> {
+    FiniteLinearSolver::from_name(name)
+        .with_context(|| format!("--solver must be direct, amg or auto, got {name}"))
 }
+
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mb;
 
 /// The pad with Ogden (μ₁, α₁) and bulk modulus κ (MPa).
 fn pad(
@@ -78,17 +75,6 @@ fn pad(
     Ok(FiniteStrainProblem::new(model, params))
 }
 
-/// `direct`, `amg` or `auto` (the default: AMG-CG from 60,000 unknowns on).
-fn parse_solver(name: &str) -> anyhow::Result<FiniteLinearSolver> {
-    let cg = CgParams { rel_tol: 1e-12, ..CgParams::default() };
-    Ok(match name {
-        "direct" => FiniteLinearSolver::Direct,
-        "amg" => FiniteLinearSolver::AmgCg { cg },
-        "auto" => FiniteLinearSolver::default(),
-        other => bail!("--solver must be direct, amg or auto, got {other}"),
-    })
-}
-
 fn main() -> anyhow::Result<()> {
     let mut order = 1;
     let mut solver = FiniteLinearSolver::default();
@@ -98,7 +84,7 @@ fn main() -> anyhow::Result<()> {
             "--order" => {
                 order = args.next().and_then(|v| v.parse().ok()).context("--order takes 1 or 2")?
             }
-            "--solver" => solver = parse_solver(&args.next().context("--solver takes a name")?)?,
+            "--solver" => solver = solver_named(&args.next().context("--solver takes a name")?)?,
             other => bail!("unknown argument {other} (expected --order 1|2, --solver S)"),
         }
     }

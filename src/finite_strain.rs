@@ -140,8 +140,9 @@ pub struct LoadStepParams {
 /// The linear solver of the Newton and adjoint systems (the tangent is symmetric).
 #[derive(Clone, Debug, PartialEq)]
 pub enum FiniteLinearSolver {
-    /// Sparse Cholesky with AMD ordering, LU when Cholesky fails: exact, but its fill and
-    /// work grow fast on 3D meshes (about 7 s per factorization at 10⁵ Tet4 unknowns).
+    /// Sparse Cholesky (AMD, or nested dissection once a large pattern is refactored), LU
+    /// when Cholesky fails: exact, but its fill and work grow fast on 3D meshes (about 7 s per
+    /// factorization at 10⁵ Tet4 unknowns with AMD).
     Direct,
     /// Conjugate gradients preconditioned by smoothed-aggregation AMG (3 unknowns per node),
     /// to the relative tolerance of `cg`; the direct solver takes over when the set-up or a
@@ -157,6 +158,21 @@ pub enum FiniteLinearSolver {
         /// CG tolerance and iteration limit.
         cg: CgParams,
     },
+}
+
+impl FiniteLinearSolver {
+    /// By name: `direct`, `amg` (CG to a relative residual of 1e-12) or `auto` (the default);
+    /// `None` for any other name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "direct" => Some(FiniteLinearSolver::Direct),
+            "amg" => Some(FiniteLinearSolver::AmgCg {
+                cg: CgParams { rel_tol: 1e-12, ..CgParams::default() },
+            }),
+            "auto" => Some(FiniteLinearSolver::default()),
+            _ => None,
+        }
+    }
 }
 
 impl Default for FiniteLinearSolver {
