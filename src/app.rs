@@ -112,6 +112,25 @@ impl Fields {
             Fields::ElectroThermal(p) => &mut p.thermal,
         }
     }
+
+    /// J and dJ/dp of the thermal (or electro-thermal) fields with the extra temperature seed
+    /// `t_bar` (dJ/dT per node from a downstream field) added to their adjoint; the total
+    /// timings and, for the coupled problem, per block.
+    fn gradient_seeded(
+        &mut self,
+        t_bar: Option<&[f64]>,
+    ) -> Result<(f64, Gradient, GradientTimings, Option<CoupledGradientTimings>), RunError> {
+        Ok(match self {
+            Fields::Thermal(p) => {
+                let (j, g, t) = p.gradient_seeded(t_bar)?;
+                (j, g, t, None)
+            }
+            Fields::ElectroThermal(p) => {
+                let (j, g, t) = p.gradient_seeded(t_bar)?;
+                (j, g, t.totals(), Some(t))
+            }
+        })
+    }
 }
 
 impl Problem {
@@ -395,21 +414,10 @@ impl Problem {
             let mut blocks = None;
             let mut timings = GradientTimings::default();
             if let Some(t_bar) = t_bar.filter(|_| h.takes_temperature()) {
-                let (ju, gu) = match &mut self.fields {
-                    Fields::Thermal(p) => {
-                        let (ju, gu, tu) = p.gradient_seeded(Some(&t_bar))?;
-                        timings = tu;
-                        (ju, gu)
-                    }
-                    Fields::ElectroThermal(p) => {
-                        let (ju, gu, tu) = p.gradient_seeded(Some(&t_bar))?;
-                        timings = tu.totals();
-                        blocks = Some(tu);
-                        (ju, gu)
-                    }
-                };
+                let (ju, gu, tu, bu) = self.fields.gradient_seeded(Some(&t_bar))?;
                 j += ju;
                 g.add_scaled(1.0, &gu);
+                (timings, blocks) = (tu, bu);
             }
             timings.gradient_s = t0.elapsed().as_secs_f64();
             return Ok((j, g, timings, blocks));
@@ -423,13 +431,7 @@ impl Problem {
             mech_part = Some((j, g, t_bar, timings));
         }
         let extra = mech_part.as_ref().map(|(_, _, t, _)| t.as_slice());
-        let (mut j, mut g, mut t, blocks) = match &mut self.fields {
-            Fields::Thermal(p) => p.gradient_seeded(extra).map(|(j, g, t)| (j, g, t, None))?,
-            Fields::ElectroThermal(p) => {
-                let (j, g, t) = p.gradient_seeded(extra)?;
-                (j, g, t.totals(), Some(t))
-            }
-        };
+        let (mut j, mut g, mut t, blocks) = self.fields.gradient_seeded(extra)?;
         if let Some((jm, gm, _, mt)) = mech_part {
             j += jm;
             g.add_scaled(1.0, &gm);

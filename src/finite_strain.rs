@@ -1217,6 +1217,32 @@ impl FiniteStrainProblem {
         Ok(g)
     }
 
+    /// The gradient of [`FiniteStrainProblem::gradient`] from a path that [`solve`] returned
+    /// for the same loads and parameters: the reverse sweep over its stored states (and
+    /// tangents), without running the forward steps again.
+    ///
+    /// [`solve`]: FiniteStrainProblem::solve
+    pub fn gradient_from_path(
+        &self,
+        path: &LoadPath,
+        objective: &LoadPathObjective,
+        want: FiniteVjpRequest,
+    ) -> Result<FiniteStrainGradient, FiniteStrainSolveError> {
+        let n = path.states.len();
+        let resolved = self.resolve(objective, n)?;
+        let mut g = FiniteStrainGradient {
+            quantities: vec![vec![0.0; n]; resolved.len()],
+            ..FiniteStrainGradient::zeros(&self.model)
+        };
+        let t = Instant::now();
+        for k in (0..n).rev() {
+            self.adjoint_step(objective, &resolved, k, &path.states[k], want, &mut g)?;
+        }
+        g.stats = SweepStats { forward_steps: 0, adjoint_steps: n, max_stored_states: n };
+        g.time_adjoint_s = t.elapsed().as_secs_f64();
+        Ok(g)
+    }
+
     fn adjoint_step(
         &self,
         objective: &LoadPathObjective,
@@ -1231,11 +1257,31 @@ impl FiniteStrainProblem {
         for (t, qk) in q.into_iter().enumerate() {
             g.quantities[t][k] = qk;
         }
-        self.seeded_adjoint_step(objective, resolved, k, st, &dq, want, g)
+        self.seeded_adjoint_step(objective, resolved, k, st, &dq, want, g, false)
+    }
+
+    /// Load K(u_k) (stored or re-assembled) into the workspace and factor it.
+    fn factor_tangent_at(
+        &self,
+        k: usize,
+        st: &EquilibriumState,
+    ) -> Result<(), FiniteStrainSolveError> {
+        let mut work = self.work.borrow_mut();
+        match &st.tangent {
+            Some(values) => work.k.values.copy_from_slice(values),
+            None => {
+                let mut r = vec![0.0; self.model.n_unknowns()];
+                self.assemble(&mut work, &st.u, st.load, &mut r, true)?;
+            }
+        }
+        work.factor(&self.params.linear_solver)
+            .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })
     }
 
     /// The adjoint of step k for the seed Σ_t dq_t ∂q_t/∂u (plus the squared-displacement
     /// terms' own seeds): one transposed solve with K(u_k), then −μᵀ ∂R/∂p added into `g`.
+    /// With `factored`, the workspace already holds the factorization of K(u_k)
+    /// ([`Self::factor_tangent_at`]); otherwise it is factored here, only when there is a seed.
     #[allow(clippy::too_many_arguments)]
     fn seeded_adjoint_step(
         &self,
@@ -1246,6 +1292,7 @@ impl FiniteStrainProblem {
         dq: &[f64],
         want: FiniteVjpRequest,
         g: &mut FiniteStrainGradient,
+        factored: bool,
     ) -> Result<(), FiniteStrainSolveError> {
         let m = &self.model;
         if want.coords {
@@ -1285,18 +1332,13 @@ impl FiniteStrainProblem {
             rhs_full.iter_mut().zip(&kc).for_each(|(r, v)| *r += v);
         }
         let mut lambda = m.dofs().gather(&rhs_full);
-        {
-            let mut work = self.work.borrow_mut();
-            let mut r = vec![0.0; m.n_unknowns()];
-            match &st.tangent {
-                Some(values) => work.k.values.copy_from_slice(values),
-                None => self.assemble(&mut work, &st.u, st.load, &mut r, true)?,
-            }
-            work.factor(&self.params.linear_solver)
-                .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
-            work.solve(&mut lambda, true)
-                .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
+        if !factored {
+            self.factor_tangent_at(k, st)?;
         }
+        self.work
+            .borrow_mut()
+            .solve(&mut lambda, true)
+            .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
         // μ = c − λ (λ zero at constrained dofs).
         let mut lam_full = vec![0.0; nf];
         m.dofs().scatter(&lambda, &mut lam_full);
@@ -1380,8 +1422,15 @@ impl FiniteStrainProblem {
         let nt = objective.terms.len();
         let mut values = vec![vec![0.0; n]; nt];
         let mut grads = vec![vec![zero; n]; nt];
+        // Terms other than Σ|u|² carry their seed in `dq`: an objective without terms then
+        // adds nothing of its own.
+        let no_terms = LoadPathObjective { terms: Vec::new() };
         for (k, st) in path.states.iter().enumerate() {
             let (_, q, _) = self.step_terms(objective, &resolved, k, st)?;
+            // One factorization of K(u_k) serves every term's transposed solve.
+            if nt > 0 {
+                self.factor_tangent_at(k, st)?;
+            }
             for (t, term) in objective.terms.iter().enumerate() {
                 values[t][k] = q[t];
                 // A one-term objective whose seed at step k is ∂q_{t,k}/∂u.
@@ -1389,11 +1438,15 @@ impl FiniteStrainProblem {
                     PathTerm::SquaredDisplacement { .. } => {
                         let mut weights = vec![0.0; n];
                         weights[k] = 1.0;
-                        (PathTerm::SquaredDisplacement { weights }, 0.0)
+                        (
+                            LoadPathObjective {
+                                terms: vec![PathTerm::SquaredDisplacement { weights }],
+                            },
+                            0.0,
+                        )
                     }
-                    other => (other.clone(), 1.0),
+                    _ => (no_terms.clone(), 1.0),
                 };
-                let single = LoadPathObjective { terms: vec![single] };
                 self.seeded_adjoint_step(
                     &single,
                     &resolved[t..=t],
@@ -1402,6 +1455,7 @@ impl FiniteStrainProblem {
                     &[dq],
                     want,
                     &mut grads[t][k],
+                    true,
                 )?;
             }
         }
@@ -1736,5 +1790,32 @@ mod tests {
         assert!((r + 0.3).abs() < 1e-9, "{r}");
         // Easy increments: the last step (0.7 of load) starts from a grown increment.
         assert!(path.steps[3].increments <= 3 && path.steps[3].cut_backs == 0, "{:?}", path.steps);
+    }
+
+    #[test]
+    fn gradient_from_a_solved_path_equals_the_recomputing_sweep() {
+        let p = problem();
+        let loads = [0.25, 0.5, 1.0];
+        let objective = LoadPathObjective {
+            terms: vec![PathTerm::Misfit {
+                quantity: Quantity::GroupDisplacement {
+                    group: "xmax".into(),
+                    direction: [1.0, 0.0, 0.0],
+                },
+                measured: vec![0.01, 0.02, 0.05],
+                weight: 1.0,
+            }],
+        };
+        let swept = p.gradient(&loads, &objective, Checkpointing::StoreAll, FiniteVjpRequest::ALL);
+        let path = p.solve(&loads).unwrap();
+        let stored = p.gradient_from_path(&path, &objective, FiniteVjpRequest::ALL).unwrap();
+        let swept = swept.unwrap();
+        assert!(stored.value > 0.0);
+        assert_eq!(stored.value, swept.value);
+        assert_eq!(stored.quantities, swept.quantities);
+        assert_eq!(stored.material, swept.material);
+        assert_eq!(stored.coords, swept.coords);
+        assert_eq!(stored.traction, swept.traction);
+        assert_eq!(stored.stats.forward_steps, 0);
     }
 }

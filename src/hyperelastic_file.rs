@@ -602,10 +602,15 @@ impl HyperelasticRun {
         let mut want = self.problem.vjp_request();
         want.coords = shape.is_active();
         want.thermal |= self.problem.model.temperature().is_some();
-        let g = self
-            .problem
-            .gradient(&self.loads, &self.objective, self.memory, want)
-            .map_err(|e| RunError::Setup(e.to_string()))?;
+        // With every state kept, the reverse sweep runs over the solved path; with
+        // checkpoints it recomputes the forward steps it needs.
+        let g = match (&self.path, self.memory) {
+            (Some(path), Checkpointing::StoreAll) => {
+                self.problem.gradient_from_path(path, &self.objective, want)
+            }
+            _ => self.problem.gradient(&self.loads, &self.objective, self.memory, want),
+        }
+        .map_err(|e| RunError::Setup(e.to_string()))?;
         self.problem.gradient_to_registry(&g, &mut grad);
         if shape.is_active() {
             shape.add_partials(&mut grad, &g.coords, 1.0);
