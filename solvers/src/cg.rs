@@ -243,12 +243,6 @@ impl ConjugateDirections {
         self.curvatures.clear();
     }
 
-    /// Free the buffers too.
-    pub fn release(&mut self) {
-        self.clear();
-        self.directions = Vec::new();
-    }
-
     /// Keep `p` with curvature `pap` = pᵀ A p, unless full.
     fn push(&mut self, p: &[f64], pap: f64) {
         if self.len >= self.capacity {
@@ -274,27 +268,9 @@ impl ConjugateDirections {
             assert_eq!(d.len(), b.len(), "direction of {} entries for {}", d.len(), b.len());
         }
         assert_eq!(x.len(), b.len(), "x has {} entries for {}", x.len(), b.len());
-        // All m dot products in one pass over b, chunk by chunk.
-        let chunk_dots = |c: usize, bc: &[f64]| -> Vec<f64> {
-            let start = c * CHUNK;
-            dirs.iter()
-                .map(|d| d[start..start + bc.len()].iter().zip(bc).map(|(p, q)| p * q).sum())
-                .collect()
-        };
-        let partial: Vec<Vec<f64>> = if b.len() < PAR_MIN {
-            b.chunks(CHUNK).enumerate().map(|(c, bc)| chunk_dots(c, bc)).collect()
-        } else {
-            b.par_chunks(CHUNK).enumerate().map(|(c, bc)| chunk_dots(c, bc)).collect()
-        };
-        let mut coef = vec![0.0; m];
-        for part in &partial {
-            for (ck, pk) in coef.iter_mut().zip(part) {
-                *ck += pk;
-            }
-        }
-        for (ck, &dk) in coef.iter_mut().zip(&self.curvatures) {
-            *ck /= dk;
-        }
+        // pₖ · b / pₖᵀApₖ, each dot product deterministic (par_dot).
+        let coef: Vec<f64> =
+            dirs.iter().zip(&self.curvatures).map(|(d, &c)| par_dot(d, b) / c).collect();
         let combine = |c: usize, xc: &mut [f64]| {
             let range = c * CHUNK..c * CHUNK + xc.len();
             xc.fill(0.0);

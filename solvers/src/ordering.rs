@@ -308,7 +308,7 @@ mod tests {
     use rstest::rstest;
 
     /// CSR matrix with the given full (both triangles) pattern per row and unit values.
-    pub(crate) fn pattern(rows: Vec<Vec<usize>>) -> CsrMatrix {
+    fn pattern(rows: Vec<Vec<usize>>) -> CsrMatrix {
         let n = rows.len();
         let mut row_ptr = vec![0];
         let mut col_idx = Vec::new();

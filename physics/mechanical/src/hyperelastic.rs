@@ -473,14 +473,13 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
         Self::from_all_invariants(m, j2, j3, i2, i3)
     }
 
-    /// From the mean `m = tr C/3` and the deviatoric invariants `J₂ = ½ tr D²`, `J₃ = det D`
-    /// alone (`I₂ = 3m² − J₂`, `I₃ = m³ − m J₂ + J₃`). Prefer
-    /// [`Spectrum::from_all_invariants`] when `I₂` and `I₃` are known directly: these
-    /// differences lose the relative accuracy of small eigenvalues at extreme stretch ratios.
-    pub fn from_invariants(m: D, j2: D, j3: D) -> Self {
-        let i2 = m * m * 3.0 - j2;
-        let i3 = m * m * m - m * j2 + j3;
-        Self::from_all_invariants(m, j2, j3, i2, i3)
+    /// The spectrum of the isochoric `C̄` (det C̄ = 1) from its invariants `Ī₁`, `Ī₂`: `m = Ī₁/3`,
+    /// `J₂ = Ī₁²/3 − Ī₂`, `J₃ = 1 − m Ī₂ + 2m³` (from `det(C̄ − mI)`), `I₂ = Ī₂`, `I₃ = 1`.
+    pub fn isochoric(ib1: D, ib2: D) -> Self {
+        let m = ib1 * (1.0 / 3.0);
+        let j2 = ib1 * ib1 * (1.0 / 3.0) - ib2;
+        let j3 = -m * ib2 + m * m * m * 2.0 + 1.0;
+        Self::from_all_invariants(m, j2, j3, ib2, D::from(1.0))
     }
 
     /// From `m = I₁/3`, the deviatoric invariants `J₂ = ½ tr D²`, `J₃ = det D` (which choose
@@ -720,12 +719,7 @@ impl Ogden {
     ) -> D {
         let n = self.terms.len();
         let jm23 = J.powf(-2.0 / 3.0);
-        let ib1 = i1 * jm23;
-        let ib2 = i2 * jm23 * jm23;
-        let m = ib1 * (1.0 / 3.0);
-        let j2 = ib1 * ib1 * (1.0 / 3.0) - ib2;
-        let j3 = -m * ib2 + m * m * m * 2.0 + 1.0;
-        let spectrum = Spectrum::from_all_invariants(m, j2, j3, ib2, D::from(1.0));
+        let spectrum = Spectrum::isochoric(i1 * jm23, i2 * jm23 * jm23);
         let mut psi = self.volumetric.eval(J) * p[2 * n];
         for k in 0..n {
             let (mu, alpha) = (p[2 * k], p[2 * k + 1]);
@@ -744,12 +738,10 @@ impl Ogden {
     /// `S` with `α_k` seeded in ε₂ gives `∂²T_k/∂ε∂α_k`, and `∂T_k/∂μ_k = T_k/μ_k` is linear
     /// in `μ_k`, so its ε-derivative comes from the same evaluation.
     pub fn isochoric_parameter_directional(&self, y: [f64; 2], dy: [f64; 2]) -> Vec<f64> {
-        let y1 = HyperDual64::new(y[0], dy[0], 0.0, 0.0);
-        let y2 = HyperDual64::new(y[1], dy[1], 0.0, 0.0);
-        let m = y1 * (1.0 / 3.0);
-        let j2 = y1 * y1 * (1.0 / 3.0) - y2;
-        let j3 = -m * y2 + m * m * m * 2.0 + 1.0;
-        let spectrum = Spectrum::from_all_invariants(m, j2, j3, y2, HyperDual64::from(1.0));
+        let spectrum = Spectrum::isochoric(
+            HyperDual64::new(y[0], dy[0], 0.0, 0.0),
+            HyperDual64::new(y[1], dy[1], 0.0, 0.0),
+        );
         let mut out = Vec::with_capacity(2 * self.terms.len());
         for t in &self.terms {
             let alpha = HyperDual64::new(t.alpha, 0.0, 1.0, 0.0);

@@ -1145,7 +1145,7 @@ impl ThermalModel {
         // intermediate per-element records: on 10⁶-element meshes the allocation and the
         // extra pass cost as much as the arithmetic).
         let n_vol = self.n_volume;
-        let mut k_elem = vec![0.0; if want.conductivity || want.source { n_vol } else { 0 }];
+        let mut k_elem = vec![0.0; n_vol];
         let mut q_elem = vec![0.0; if want.source { n_vol } else { 0 }];
         let volume = |e: usize, k_out: &mut f64, q_out: Option<&mut f64>| {
             let mut fe = [0.0; MAX_NODES];
@@ -1169,7 +1169,9 @@ impl ThermalModel {
                         gt[k] += ta * g[a][k];
                     }
                 }
-                *k_out = vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
+                if want.conductivity {
+                    *k_out = vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
+                }
                 if let Some(q) = q_out {
                     *q = -0.25 * vol * lsum;
                 }
@@ -1224,11 +1226,11 @@ impl ThermalModel {
                 })
                 .collect()
         } else {
-            vec![[0.0; 3]; n_el - n_vol]
+            Vec::new()
         };
 
         let mut vjp = ParameterVjp {
-            k_elem: if want.conductivity { k_elem } else { vec![0.0; n_vol] },
+            k_elem,
             source: vec![0.0; self.regions.len()],
             h: vec![0.0; self.boundaries.len()],
             t_inf: vec![0.0; self.boundaries.len()],
@@ -1242,7 +1244,7 @@ impl ThermalModel {
             }
         }
         let bnd = |e: usize| &boundary[e - n_vol];
-        for (b, bc) in self.boundaries.iter().enumerate() {
+        for (b, bc) in self.boundaries.iter().enumerate().filter(|_| want.boundary) {
             match bc.kind {
                 BcKind::Convection { .. } => {
                     vjp.h[b] = bc.elements.iter().map(|&e| bnd(e)[0]).sum();
