@@ -217,6 +217,7 @@ impl Identification {
         let kind = if fem.iter().all(|f| *f) {
             Kind::Fem(Box::new(FemIdentification::new(path, &text, &spec)?))
         } else if let Some(k) = fem.iter().position(|f| *f) {
+            let homogeneous = fem.iter().position(|f| !*f).expect("not all are FEM");
             return Err(invalid(format!(
                 "experiment {} is mode = \"fem\" and experiment {} is mode = \"{}\": \
                  homogeneous and FEM experiments cannot be mixed (the homogeneous fit is of an \
@@ -224,8 +225,8 @@ impl Identification {
                  files' registered parameters with their weighted misfits); identify them in \
                  separate files",
                 k + 1,
-                fem.iter().position(|f| !*f).expect("a homogeneous experiment") + 1,
-                spec.experiments[fem.iter().position(|f| !*f).expect("one")].mode
+                homogeneous + 1,
+                spec.experiments[homogeneous].mode
             )));
         } else {
             Kind::Homogeneous(Homogeneous::read(path, &spec)?)
@@ -239,11 +240,6 @@ impl Identification {
             Kind::Homogeneous(h) => h.fit.starting_points(&h.sign_patterns()).len(),
             Kind::Fem(f) => f.starts(),
         }
-    }
-
-    /// Whether the experiments are finite-element problems.
-    pub fn is_fem(&self) -> bool {
-        matches!(self.kind, Kind::Fem(_))
     }
 
     /// The FEM identification, when the experiments are finite-element problems.

@@ -159,6 +159,17 @@ struct FemExperiment {
     misfits: Vec<Misfit>,
 }
 
+impl FemExperiment {
+    /// A failed solve or product of this experiment of the identification file `file`.
+    fn failed(&self, file: &Path, message: impl std::fmt::Display) -> IdentifyError {
+        IdentifyError::Solve {
+            file: file.to_path_buf(),
+            experiment: self.name.clone(),
+            message: message.to_string(),
+        }
+    }
+}
+
 /// Measured and model values of one misfit term of one experiment, over its load steps.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct FemCurve {
@@ -217,6 +228,8 @@ pub struct FemIdentification {
     pub fit: FitSpec,
     experiments: Vec<FemExperiment>,
     forward_runs: usize,
+    /// The parameter vector the experiments' runs were last solved at (None after a failure).
+    solved_at: Option<Vec<f64>>,
     jacobians: usize,
 }
 
@@ -402,6 +415,7 @@ impl FemIdentification {
             fit: spec.fit.clone().unwrap_or_default(),
             experiments,
             forward_runs: 0,
+            solved_at: None,
             jacobians: 0,
         };
         me.check_stability(source, spec)?;
@@ -509,21 +523,20 @@ impl FemIdentification {
 
     fn solve_at(&mut self, x: &[f64]) -> Result<(), IdentifyError> {
         assert_eq!(x.len(), self.parameters.len(), "one value per fitted parameter");
+        if self.solved_at.as_deref() == Some(x) {
+            return Ok(());
+        }
+        self.solved_at = None;
         let shape = Shape::new(Vec::new());
-        let file = self.path.clone();
         for e in &mut self.experiments {
-            let err = |m: String| IdentifyError::Solve {
-                file: file.clone(),
-                experiment: e.name.clone(),
-                message: m,
-            };
             for (&id, &v) in e.ids.iter().zip(x) {
-                e.registry.set_values(id, &[v]).map_err(|m| err(m.to_string()))?;
+                e.registry.set_values(id, &[v]).map_err(|m| e.failed(&self.path, m))?;
             }
-            e.run.apply_parameters(&e.registry, &shape).map_err(|m| err(m.to_string()))?;
-            e.run.solve().map_err(|m| err(format!("at {x:?}: {m}")))?;
+            e.run.apply_parameters(&e.registry, &shape).map_err(|m| e.failed(&self.path, m))?;
+            e.run.solve().map_err(|m| e.failed(&self.path, format!("at {x:?}: {m}")))?;
         }
         self.forward_runs += 1;
+        self.solved_at = Some(x.to_vec());
         Ok(())
     }
 
@@ -531,11 +544,7 @@ impl FemIdentification {
     fn current_residuals(&self) -> Result<Vec<f64>, IdentifyError> {
         let mut r = Vec::with_capacity(self.residual_count());
         for e in &self.experiments {
-            let q = e.run.step_quantities().map_err(|m| IdentifyError::Solve {
-                file: self.path.clone(),
-                experiment: e.name.clone(),
-                message: m.to_string(),
-            })?;
+            let q = e.run.step_quantities().map_err(|m| e.failed(&self.path, m))?;
             for m in &e.misfits {
                 let s = m.weight.sqrt();
                 r.extend(q[m.term].iter().zip(&m.measured).map(|(q, m)| s * (q - m)));
@@ -565,11 +574,7 @@ impl FemIdentification {
         let mut jac = Vec::with_capacity(self.residual_count());
         for e in &self.experiments {
             let (_, rows) =
-                e.run.quantity_jacobian(&e.registry).map_err(|m| IdentifyError::Solve {
-                    file: self.path.clone(),
-                    experiment: e.name.clone(),
-                    message: m.to_string(),
-                })?;
+                e.run.quantity_jacobian(&e.registry).map_err(|m| e.failed(&self.path, m))?;
             for m in &e.misfits {
                 let s = m.weight.sqrt();
                 for g in &rows[m.term] {
@@ -586,11 +591,7 @@ impl FemIdentification {
         self.solve_at(x)?;
         let mut out = Vec::new();
         for e in &self.experiments {
-            let q = e.run.step_quantities().map_err(|m| IdentifyError::Solve {
-                file: self.path.clone(),
-                experiment: e.name.clone(),
-                message: m.to_string(),
-            })?;
+            let q = e.run.step_quantities().map_err(|m| e.failed(&self.path, m))?;
             for m in &e.misfits {
                 out.push(FemCurve {
                     experiment: e.name.clone(),
@@ -636,7 +637,7 @@ impl FemIdentification {
         let mut x = clamp(x0);
         let (mut r, mut jac) = self.residuals_and_jacobian(&x)?;
         let mut cost = dot(&r, &r);
-        let mut lambda: Option<f64> = None;
+        let mut lam = 1e-3;
         let mut iterations = 0;
         let mut converged = false;
         'outer: while iterations < self.fit.max_iterations {
@@ -651,16 +652,15 @@ impl FemIdentification {
                 converged = true;
                 break;
             }
-            let lam = lambda.get_or_insert(1e-3);
             let zmax = (0..n).map(|i| (x[i] / scale[i]).abs()).fold(1e-300, f64::max);
             for _ in 0..40 {
                 let mut m = a.clone();
                 for i in 0..n {
-                    m[i][i] += *lam * a[i][i].max(1e-12 * dmax);
+                    m[i][i] += lam * a[i][i].max(1e-12 * dmax);
                 }
                 let Some(delta) = cholesky_solve(&m, &g.iter().map(|v| -v).collect::<Vec<_>>())
                 else {
-                    *lam *= 10.0;
+                    lam *= 10.0;
                     continue;
                 };
                 let trial = clamp(&(0..n).map(|i| x[i] + scale[i] * delta[i]).collect::<Vec<_>>());
@@ -673,7 +673,7 @@ impl FemIdentification {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::debug!(%e, "identify: trial point failed, shorter step");
-                        *lam *= 10.0;
+                        lam *= 10.0;
                         continue;
                     }
                 };
@@ -683,7 +683,7 @@ impl FemIdentification {
                     let ad: Vec<f64> = (0..n).map(|i| dot(&a[i], &d)).collect();
                     let pred = -(dot(&g, &d) + 0.5 * dot(&d, &ad));
                     let rho = 0.5 * (cost - cost_new) / pred.max(f64::MIN_POSITIVE);
-                    *lam *= (1.0 - (2.0 * rho - 1.0).powi(3)).max(1.0 / 3.0);
+                    lam *= (1.0 - (2.0 * rho - 1.0).powi(3)).max(1.0 / 3.0);
                     let small = cost - cost_new <= self.fit.cost_tol * cost;
                     x = trial;
                     r = r_new;
@@ -697,7 +697,7 @@ impl FemIdentification {
                     }
                     continue 'outer;
                 }
-                *lam *= 4.0;
+                lam *= 4.0;
             }
             // No decrease along any damped step: a minimum to the accuracy of the model.
             converged = true;

@@ -435,7 +435,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Identify { file, json, output }) => {
             let mut id = gradfem::identify::Identification::read(&file)?;
-            let fem = id.is_fem();
             let pb = if quiet || json {
                 ProgressBar::hidden()
             } else {
@@ -449,7 +448,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             let (report, x) = id.run(|p| {
                 pb.set_position(p.starts_done as u64);
-                if fem && p.iteration > 0 {
+                // Homogeneous fits report no iterations.
+                if p.iteration > 0 {
                     pb.set_message(format!(
                         "start {}: step {}, Σ w (q − m)² = {:.4e}",
                         p.starts_done + 1,
