@@ -49,7 +49,8 @@ use faer::linalg::solvers::Solve;
 use rayon::prelude::*;
 
 use crate::cg::{
-    CHUNK, CgInfo, CgParams, CgStop, ConjugateDirections, PAR_MIN, Preconditioner, pcg_with,
+    CHUNK, CgHooks, CgInfo, CgParams, CgStop, ConjugateDirections, PAR_MIN, Preconditioner,
+    pcg_with,
 };
 use crate::error::SolverError;
 use crate::linear::LinearSolver;
@@ -1233,7 +1234,7 @@ impl AmgCgSolver {
         } else {
             self.recycled.initial_guess(&rhs, b);
         }
-        let record = if record { Some(&mut self.recycled) } else { None };
+        let hooks = CgHooks { record: record.then_some(&mut self.recycled), give_up: None };
         // CG iterates with the hierarchy's finest operator (A without its numerically zero
         // entries) when that is smaller, and confirms convergence with the exact A.
         let exact = |v: &[f64], y: &mut [f64]| a.spmv(v, y);
@@ -1246,10 +1247,10 @@ impl AmgCgSolver {
                 b,
                 h,
                 &cg,
-                record,
+                hooks,
             )
         } else {
-            pcg_with(&exact, None, &rhs, b, h, &cg, record)
+            pcg_with(&exact, None, &rhs, b, h, &cg, hooks)
         };
         let result = match info.stop {
             CgStop::Converged => Ok(()),
@@ -1264,11 +1265,13 @@ impl AmgCgSolver {
                     ),
                 })
             }
-            CgStop::MaxIterations | CgStop::NonFinite => Err(SolverError::IterativeNoConvergence {
-                field: self.field.clone(),
-                iterations: info.iterations,
-                residual: info.relative_residual(),
-            }),
+            CgStop::MaxIterations | CgStop::NonFinite | CgStop::Abandoned => {
+                Err(SolverError::IterativeNoConvergence {
+                    field: self.field.clone(),
+                    iterations: info.iterations,
+                    residual: info.relative_residual(),
+                })
+            }
         };
         tracing::debug!(field = %self.field, iterations = info.iterations, residual = info.relative_residual(), "AMG-CG solve");
         self.last_info = Some(info);

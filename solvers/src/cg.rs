@@ -63,6 +63,8 @@ pub enum CgStop {
     IndefinitePreconditioner,
     /// A NaN or infinity appeared in a residual or inner product.
     NonFinite,
+    /// The caller's `give_up` test of [`pcg_until`] stopped the iteration.
+    Abandoned,
 }
 
 /// What [`pcg`] did.
@@ -183,8 +185,36 @@ pub fn pcg(
     m: &dyn Preconditioner,
     params: &CgParams,
 ) -> CgInfo {
+    pcg_until(a, b, x, m, params, &|_| false)
+}
+
+/// [`pcg`] that also stops, with [`CgStop::Abandoned`], as soon as `give_up` returns true.
+/// `give_up` is asked after every iteration with the residual history ‖r₀‖, …, ‖rₖ‖ (as in
+/// [`CgInfo::residual_history`]); a caller with a cheaper alternative (a fresh factorization)
+/// uses it to stop an iteration that converges too slowly to be worth finishing.
+pub fn pcg_until(
+    a: &CsrMatrix,
+    b: &[f64],
+    x: &mut [f64],
+    m: &dyn Preconditioner,
+    params: &CgParams,
+    give_up: &dyn Fn(&[f64]) -> bool,
+) -> CgInfo {
     assert_eq!(a.n_rows, a.n_cols, "CG needs a square matrix, got {}×{}", a.n_rows, a.n_cols);
-    pcg_with(&|v: &[f64], y: &mut [f64]| par_spmv(a, v, y), None, b, x, m, params, None)
+    let hooks = CgHooks { record: None, give_up: Some(give_up) };
+    pcg_with(&|v: &[f64], y: &mut [f64]| par_spmv(a, v, y), None, b, x, m, params, hooks)
+}
+
+/// A test on the residual history ‖r₀‖, …, ‖rₖ‖ that stops CG when it returns true.
+pub(crate) type GiveUp<'a> = &'a dyn Fn(&[f64]) -> bool;
+
+/// Optional observers of [`pcg_with`]'s iteration.
+#[derive(Default)]
+pub(crate) struct CgHooks<'a> {
+    /// Keep the search directions (see [`ConjugateDirections`]).
+    pub(crate) record: Option<&'a mut ConjugateDirections>,
+    /// Stop with [`CgStop::Abandoned`] when this returns true (see [`pcg_until`]).
+    pub(crate) give_up: Option<GiveUp<'a>>,
 }
 
 /// Search directions kept from one CG solve, to start later solves with the same matrix.
@@ -304,8 +334,9 @@ pub(crate) fn pcg_with(
     x: &mut [f64],
     m: &dyn Preconditioner,
     params: &CgParams,
-    mut record: Option<&mut ConjugateDirections>,
+    hooks: CgHooks<'_>,
 ) -> CgInfo {
+    let CgHooks { mut record, give_up } = hooks;
     let n = b.len();
     assert_eq!(x.len(), n, "x has {} entries for a right-hand side of {n}", x.len());
     let rhs_norm = par_dot(b, b).sqrt();
@@ -409,6 +440,10 @@ pub(crate) fn pcg_with(
                 record = None;
                 continue 'restart;
             }
+            if give_up.is_some_and(|g| g(&info.residual_history)) {
+                info.stop = CgStop::Abandoned;
+                return info;
+            }
             m.apply(&r, &mut z);
             let rz_new = par_dot(&r, &z);
             let beta = rz_new / rz;
@@ -471,6 +506,10 @@ fn axpy2(x: &mut [f64], r: &mut [f64], p: &[f64], q: &[f64], alpha: f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn recording(kept: &mut ConjugateDirections) -> CgHooks<'_> {
+        CgHooks { record: Some(kept), give_up: None }
+    }
 
     /// 1D Laplacian tridiag(−1, 2, −1) of size n.
     fn laplace_1d(n: usize) -> CsrMatrix {
@@ -540,7 +579,7 @@ mod tests {
         let op = |v: &[f64], y: &mut [f64]| par_spmv(&a, v, y);
         let mut kept = ConjugateDirections::new(100);
         let info =
-            pcg_with(&op, None, &b1, &mut x1, &jacobi, &CgParams::default(), Some(&mut kept));
+            pcg_with(&op, None, &b1, &mut x1, &jacobi, &CgParams::default(), recording(&mut kept));
         assert!(info.converged);
         assert_eq!(kept.len(), info.iterations);
         // CG's iterate is Σ αₖ pₖ with αₖ = pₖ·b / pₖᵀApₖ: the projection gives it back
@@ -563,7 +602,7 @@ mod tests {
         // capacity and clearing
         let mut small = ConjugateDirections::new(3);
         let mut x = vec![0.0; n];
-        pcg_with(&op, None, &b1, &mut x, &jacobi, &CgParams::default(), Some(&mut small));
+        pcg_with(&op, None, &b1, &mut x, &jacobi, &CgParams::default(), recording(&mut small));
         assert_eq!(small.len(), 3);
         small.clear();
         assert!(small.is_empty() && small.capacity() == 3);

@@ -15,9 +15,12 @@ pub mod newton;
 pub mod optimize;
 pub mod ordering;
 pub mod params;
+pub mod reuse;
 pub mod sparse;
 pub mod tape;
 pub mod taylor;
+#[cfg(test)]
+pub(crate) mod test_matrices;
 pub mod watch;
 
 pub use assembly::{AssemblyPattern, CONSTRAINED};

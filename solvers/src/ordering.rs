@@ -305,6 +305,7 @@ pub fn nested_dissection(a: &CsrMatrix) -> Result<Permutation, OrderingError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_matrices::grid_system;
     use rstest::rstest;
 
     /// CSR matrix with the given full (both triangles) pattern per row and unit values.
@@ -325,39 +326,9 @@ mod tests {
     /// Pattern of the 7-point stencil on an m × m × m grid with `b` interleaved unknowns per
     /// grid point (full b × b coupling blocks).
     fn grid_pattern(m: usize, b: usize) -> CsrMatrix {
-        let id = |x: usize, y: usize, z: usize| x + m * (y + m * z);
-        let mut rows = Vec::with_capacity(m * m * m * b);
-        for z in 0..m {
-            for y in 0..m {
-                for x in 0..m {
-                    let mut nb = vec![id(x, y, z)];
-                    if x > 0 {
-                        nb.push(id(x - 1, y, z));
-                    }
-                    if x + 1 < m {
-                        nb.push(id(x + 1, y, z));
-                    }
-                    if y > 0 {
-                        nb.push(id(x, y - 1, z));
-                    }
-                    if y + 1 < m {
-                        nb.push(id(x, y + 1, z));
-                    }
-                    if z > 0 {
-                        nb.push(id(x, y, z - 1));
-                    }
-                    if z + 1 < m {
-                        nb.push(id(x, y, z + 1));
-                    }
-                    let cols: Vec<usize> =
-                        nb.iter().flat_map(|&p| (0..b).map(move |c| p * b + c)).collect();
-                    for _ in 0..b {
-                        rows.push(cols.clone());
-                    }
-                }
-            }
-        }
-        pattern(rows)
+        let ones = vec![1.0; b];
+        let block: Vec<&[f64]> = (0..b).map(|_| &ones[..]).collect();
+        grid_system(m, &block, 0.0)
     }
 
     fn assert_valid(p: &Permutation, n: usize) {
