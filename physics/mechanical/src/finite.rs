@@ -82,8 +82,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::hyperelastic::{
-    HyperelasticError, Mat3, MooneyRivlin, NeoHookean, Ogden, SaintVenantKirchhoff, StrainEnergy,
-    det, first_piola, right_cauchy_green, stress_and_tangent,
+    HyperelasticError, Mat3, MooneyRivlin, NeoHookean, Ogden, SaintVenantKirchhoff, Spectrum,
+    SpectrumSeed, StrainEnergy, det, first_piola, right_cauchy_green, stress_and_tangent,
 };
 use crate::linear::{BcKind, BcSpec, Boundary, LinearElasticModel, MechanicalError, RegionSpec};
 
@@ -304,10 +304,8 @@ fn invariant_derivatives(m: &Ogden, x: [f64; 3]) -> ([f64; 3], [[f64; 3]; 3]) {
     let jm23 = J.powf(-2.0 / 3.0);
     let jm43 = jm23 * jm23;
     let y = [i1 * jm23, i2 * jm43];
-    let values = m.parameters();
-    let kappa = values[values.len() - 1];
-    let p: Vec<HyperDual64> = values.into_iter().map(HyperDual64::from).collect();
-    let one = HyperDual64::from(1.0);
+    let kappa = m.kappa;
+    let seed = SpectrumSeed::isochoric(y[0], y[1]);
     let mut phi = [0.0; 2];
     let mut phi2 = [[0.0; 2]; 2];
     for c in 0..2 {
@@ -315,7 +313,7 @@ fn invariant_derivatives(m: &Ogden, x: [f64; 3]) -> ([f64; 3], [[f64; 3]; 3]) {
             let mut yd = y.map(HyperDual64::from);
             yd[c].eps1 = 1.0;
             yd[d].eps2 += 1.0;
-            let v = m.invariant_energy(yd[0], yd[1], one, &p);
+            let v = m.isochoric_energy(&Spectrum::isochoric_seeded(yd[0], yd[1], seed));
             phi[c] = v.eps1;
             phi2[c][d] = v.eps1eps2;
             phi2[d][c] = v.eps1eps2;
@@ -356,13 +354,12 @@ fn invariant_gradient(m: &Ogden, x: [f64; 3]) -> [f64; 3] {
     let jm23 = J.powf(-2.0 / 3.0);
     let jm43 = jm23 * jm23;
     let y = [i1 * jm23, i2 * jm43];
-    let values = m.parameters();
-    let kappa = values[values.len() - 1];
-    let p: Vec<Dual64> = values.into_iter().map(Dual64::from).collect();
+    let kappa = m.kappa;
+    let seed = SpectrumSeed::isochoric(y[0], y[1]);
     let phi: [f64; 2] = std::array::from_fn(|c| {
         let mut yd = y.map(Dual64::from);
         yd[c].eps = 1.0;
-        m.invariant_energy(yd[0], yd[1], Dual64::from(1.0), &p).eps
+        m.isochoric_energy(&Spectrum::isochoric_seeded(yd[0], yd[1], seed)).eps
     });
     let du = m.volumetric.eval(Dual64::new(J, 1.0)).eps;
     [

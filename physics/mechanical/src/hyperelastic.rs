@@ -415,6 +415,17 @@ const CLUSTER2: f64 = 0.0025;
 /// Most terms of the three-eigenvalue series (`tr D^0 … tr D^K`); fewer are used when the
 /// deviator is small (8 orders beyond where `ρᵏ < 1e-17`, so second derivatives stay exact).
 const SERIES3: usize = 24;
+const _: () = assert!(2 * SERIES2 <= SERIES3 + 1, "binomial tables cover both series");
+/// `1/k` for the binomial coefficients of the series (index 0 unused).
+const INVERSE_INTEGERS: [f64; SERIES3 + 2] = {
+    let mut t = [0.0; SERIES3 + 2];
+    let mut k = 1;
+    while k < SERIES3 + 2 {
+        t[k] = 1.0 / k as f64;
+        k += 1;
+    }
+    t
+};
 /// Most terms of the pair series (`δ^0, δ^2, …, δ^{2K}`); 4 beyond `(δ²/m̃²)ʲ < 1e-17`.
 const SERIES2: usize = 12;
 
@@ -476,9 +487,7 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
     /// The spectrum of the isochoric `C̄` (det C̄ = 1) from its invariants `Ī₁`, `Ī₂`: `m = Ī₁/3`,
     /// `J₂ = Ī₁²/3 − Ī₂`, `J₃ = 1 − m Ī₂ + 2m³` (from `det(C̄ − mI)`), `I₂ = Ī₂`, `I₃ = 1`.
     pub fn isochoric(ib1: D, ib2: D) -> Self {
-        let m = ib1 * (1.0 / 3.0);
-        let j2 = ib1 * ib1 * (1.0 / 3.0) - ib2;
-        let j3 = -m * ib2 + m * m * m * 2.0 + 1.0;
+        let (m, j2, j3) = isochoric_deviator(ib1, ib2);
         Self::from_all_invariants(m, j2, j3, ib2, D::from(1.0))
     }
 
@@ -486,26 +495,184 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
     /// the branch and give the f64 starting value) and the principal invariants `I₂`, `I₃` of
     /// `C` (from which the eigenvalues are computed in the split branch; module docs).
     pub fn from_all_invariants(m: D, j2: D, j3: D, i2: D, i3: D) -> Self {
-        let trd2 = j2 * 2.0;
-        let mr = m.re();
-        if trd2.re() < (CLUSTER3 * mr).powi(2) {
+        let seed = SpectrumSeed::new(m.re(), j2.re(), j3.re(), i2.re(), i3.re());
+        Self::from_seed(m, j2, j3, i2, i3, seed)
+    }
+
+    /// [`Spectrum::isochoric`] with its real part already analysed
+    /// ([`SpectrumSeed::isochoric`] of the real parts of `ib1`, `ib2`): several dual passes at
+    /// one point share the trigonometric start and the polish of the simple eigenvalue.
+    pub fn isochoric_seeded(ib1: D, ib2: D, seed: SpectrumSeed) -> Self {
+        let (m, j2, j3) = isochoric_deviator(ib1, ib2);
+        Self::from_seed(m, j2, j3, ib2, D::from(1.0), seed)
+    }
+
+    /// The dual part of [`Spectrum::from_all_invariants`] on the branch and real root of
+    /// `seed` (which must come from the real parts of the same invariants).
+    fn from_seed(m: D, j2: D, j3: D, i2: D, i3: D, seed: SpectrumSeed) -> Self {
+        match seed {
+            SpectrumSeed::Cluster3 { n } => {
+                let mut traces = [D::from(0.0); SERIES3 + 1];
+                traces[0] = D::from(3.0);
+                traces[2] = j2 * 2.0;
+                for k in 3..=n {
+                    traces[k] = j2 * traces[k - 2] + j3 * traces[k - 3];
+                }
+                Spectrum::Cluster3 { m, traces, n: n + 1 }
+            }
+            SpectrumSeed::Split { c1: c1r, below_mean, polished } => {
+                // From a value exact to round-off, each Newton step in truncated Taylor
+                // arithmetic doubles the number of exact derivative orders (0 → 1 → 3 → 7):
+                // ⌈log₂(n + 1)⌉ steps make all n orders the type carries exact (Dual64: one,
+                // HyperDual64: two); one more when the polish did not settle.
+                let steps =
+                    (usize::BITS - D::NDERIV.leading_zeros()) as usize + usize::from(!polished);
+                let i1 = m * 3.0;
+                let mut c1 = D::from(c1r);
+                for _ in 0..steps {
+                    let g = ((c1 - i1) * c1 + i2) * c1 - i3;
+                    let dg = (c1 * 3.0 - i1 * 2.0) * c1 + i2;
+                    c1 -= g / dg;
+                }
+                let pair_product = i3 / c1;
+                let pair_sum = if below_mean { i1 - c1 } else { (i2 - pair_product) / c1 };
+                let pair_mean = pair_sum * 0.5;
+                let half_diff_sq = pair_mean * pair_mean - pair_product;
+                Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product }
+            }
+        }
+    }
+
+    /// `Σ_i c_i^a` (exponent `a` may carry dual parts).
+    pub fn sum_powers(&self, a: D) -> D {
+        match self {
+            Spectrum::Cluster3 { m, traces, n } => {
+                // Σ_k binom(a, k) m^{a−k} tr Dᵏ.
+                let mut coef = D::from(1.0);
+                let mut sum = traces[0];
+                let minv = m.recip();
+                for k in 1..*n {
+                    coef = coef * (a - (k - 1) as f64) * minv * (1.0 / k as f64);
+                    sum += coef * traces[k];
+                }
+                m.powd(a) * sum
+            }
+            Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product } => {
+                let first = c1.powd(a);
+                if half_diff_sq.re() < CLUSTER2 * pair_mean.re().powi(2) {
+                    // 2 Σ_j binom(a, 2j) m̃^{a−2j} δ^{2j}.
+                    let minv = pair_mean.recip();
+                    let n = pair_series_terms(half_diff_sq.re(), pair_mean.re());
+                    let mut coef = D::from(1.0);
+                    let mut dpow = D::from(1.0);
+                    let mut sum = D::from(1.0);
+                    for k in 1..=2 * n {
+                        coef = coef * (a - (k - 1) as f64) * minv * (1.0 / k as f64);
+                        if k % 2 == 0 {
+                            dpow *= *half_diff_sq;
+                            sum += coef * dpow;
+                        }
+                    }
+                    first + pair_mean.powd(a) * sum * 2.0
+                } else {
+                    let larger = *pair_mean + half_diff_sq.sqrt();
+                    first + larger.powd(a) + (*pair_product / larger).powd(a)
+                }
+            }
+        }
+    }
+
+    /// `Σ_i c_i^a` for a constant exponent: the same branches and series as
+    /// [`Spectrum::sum_powers`], with the binomial coefficients `binom(a, k)` as plain numbers
+    /// (the series summed by Horner's rule in `1/m` or `δ²/m̃²`) and `powf` (one real power and
+    /// the chain rule) where `powd` needs a logarithm and an exponential in dual arithmetic.
+    pub fn sum_powers_real(&self, a: f64) -> D {
+        // binom(a, k) for k = 0 ..= n (n ≤ SERIES3 + 1 and n ≤ 2 SERIES2).
+        let binomials = |n: usize| {
+            let mut b = [1.0; SERIES3 + 2];
+            for k in 1..=n {
+                b[k] = b[k - 1] * (a - (k - 1) as f64) * INVERSE_INTEGERS[k];
+            }
+            b
+        };
+        match self {
+            Spectrum::Cluster3 { m, traces, n } => {
+                // m^a Σ_{k<n} binom(a, k) tr Dᵏ m^{−k}.
+                let b = binomials(*n);
+                let minv = m.recip();
+                let mut acc = traces[*n - 1] * b[*n - 1];
+                for k in (0..*n - 1).rev() {
+                    acc = acc * minv + traces[k] * b[k];
+                }
+                m.powf(a) * acc
+            }
+            Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product } => {
+                let first = c1.powf(a);
+                if half_diff_sq.re() < CLUSTER2 * pair_mean.re().powi(2) {
+                    // 2 m̃^a Σ_{j≤n} binom(a, 2j) t^j with t = δ²/m̃².
+                    let n = pair_series_terms(half_diff_sq.re(), pair_mean.re());
+                    let b = binomials(2 * n);
+                    let minv = pair_mean.recip();
+                    let t = *half_diff_sq * minv * minv;
+                    let mut acc = D::from(b[2 * n]);
+                    for j in (0..n).rev() {
+                        acc = acc * t + b[2 * j];
+                    }
+                    first + pair_mean.powf(a) * acc * 2.0
+                } else {
+                    let larger = *pair_mean + half_diff_sq.sqrt();
+                    first + larger.powf(a) + (*pair_product / larger).powf(a)
+                }
+            }
+        }
+    }
+}
+
+/// `(m, J₂, J₃)` of the isochoric `C̄` from `Ī₁`, `Ī₂` (see [`Spectrum::isochoric`]).
+fn isochoric_deviator<D: DualNum<Primitive = f64> + Copy>(ib1: D, ib2: D) -> (D, D, D) {
+    let m = ib1 * (1.0 / 3.0);
+    let j2 = ib1 * ib1 * (1.0 / 3.0) - ib2;
+    let j3 = -m * ib2 + m * m * m * 2.0 + 1.0;
+    (m, j2, j3)
+}
+
+/// The real-valued analysis behind a [`Spectrum`]: the branch, and in the split branch the
+/// simple eigenvalue to round-off (trigonometric start, Newton polish on the characteristic
+/// polynomial). Dual passes at the same point share it ([`Spectrum::isochoric_seeded`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SpectrumSeed {
+    /// Three close eigenvalues: the series has `tr Dᵏ` up to `k = n`.
+    Cluster3 {
+        /// Highest power of the deviator kept.
+        n: usize,
+    },
+    /// The simple eigenvalue `c1` (the one farthest from the mean); `below_mean` when it lies
+    /// below the mean; `polished` when its Newton polish settled to round-off.
+    Split {
+        /// The simple eigenvalue.
+        c1: f64,
+        /// `c1` lies below the mean `m`.
+        below_mean: bool,
+        /// The polish settled.
+        polished: bool,
+    },
+}
+
+impl SpectrumSeed {
+    /// From `m = I₁/3`, `J₂`, `J₃`, `I₂`, `I₃` (as in [`Spectrum::from_all_invariants`]).
+    pub fn new(mr: f64, j2r: f64, j3r: f64, i2r: f64, i3r: f64) -> Self {
+        let trd2 = 2.0 * j2r;
+        if trd2 < (CLUSTER3 * mr).powi(2) {
             // tr Dᵏ ~ ρᵏ and its r-th derivatives ~ ρ^{k−r}: keep 8 orders beyond 1e-17.
-            let rho = trd2.re().max(0.0).sqrt() / mr;
+            let rho = trd2.max(0.0).sqrt() / mr;
             let n = if rho > 1e-300 {
                 (8 + (-39.2 / rho.ln()).ceil() as usize).min(SERIES3)
             } else {
                 8
             };
-            let mut traces = [D::from(0.0); SERIES3 + 1];
-            traces[0] = D::from(3.0);
-            traces[2] = trd2;
-            for k in 3..=n {
-                traces[k] = j2 * traces[k - 2] + j3 * traces[k - 3];
-            }
-            return Spectrum::Cluster3 { m, traces, n: n + 1 };
+            return SpectrumSeed::Cluster3 { n };
         }
         // Trigonometric eigenvalues of the real deviator; pick the one farthest from 0.
-        let (j2r, j3r) = (j2.re(), j3.re());
         let p = (j2r / 3.0).sqrt();
         let r = (j3r / (2.0 * p * p * p)).clamp(-1.0, 1.0);
         let phi = r.acos() / 3.0;
@@ -519,8 +686,7 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
         }
         // Polish c₁ on p(c) = c³ − I₁c² + I₂c − I₃, whose coefficients carry no cancellation:
         // a small c₁ keeps its relative accuracy (m + d₁ would not).
-        let i1 = m * 3.0;
-        let (i1r, i2r, i3r) = (i1.re(), i2.re(), i3.re());
+        let i1r = 3.0 * mr;
         let poly = |c: f64| ((c - i1r) * c + i2r) * c - i3r;
         let slope = |c: f64| (3.0 * c - 2.0 * i1r) * c + i2r;
         let mut c1r = mr + d1r;
@@ -545,67 +711,20 @@ impl<D: DualNum<Primitive = f64> + Copy> Spectrum<D> {
                 break;
             }
         }
-        // From a value exact to round-off, each Newton step in truncated Taylor arithmetic
-        // doubles the number of exact derivative orders (0 → 1 → 3 → 7): ⌈log₂(n + 1)⌉ steps
-        // make all n orders the type carries exact (Dual64: one, HyperDual64: two); one more
-        // when the polish did not settle.
-        let steps = (usize::BITS - D::NDERIV.leading_zeros()) as usize + usize::from(!polished);
-        let mut c1 = D::from(c1r);
-        for _ in 0..steps {
-            let g = ((c1 - i1) * c1 + i2) * c1 - i3;
-            let dg = (c1 * 3.0 - i1 * 2.0) * c1 + i2;
-            c1 -= g / dg;
-        }
-        let pair_product = i3 / c1;
-        let pair_sum = if d1r < 0.0 { i1 - c1 } else { (i2 - pair_product) / c1 };
-        let pair_mean = pair_sum * 0.5;
-        let half_diff_sq = pair_mean * pair_mean - pair_product;
-        Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product }
+        SpectrumSeed::Split { c1: c1r, below_mean: d1r < 0.0, polished }
     }
 
-    /// `Σ_i c_i^a` (exponent `a` may carry dual parts).
-    pub fn sum_powers(&self, a: D) -> D {
-        match self {
-            Spectrum::Cluster3 { m, traces, n } => {
-                // Σ_k binom(a, k) m^{a−k} tr Dᵏ.
-                let mut coef = D::from(1.0);
-                let mut sum = traces[0];
-                let minv = m.recip();
-                for k in 1..*n {
-                    coef = coef * (a - (k - 1) as f64) * minv * (1.0 / k as f64);
-                    sum += coef * traces[k];
-                }
-                m.powd(a) * sum
-            }
-            Spectrum::Split { c1, pair_mean, half_diff_sq, pair_product } => {
-                let first = c1.powd(a);
-                if half_diff_sq.re() < CLUSTER2 * pair_mean.re().powi(2) {
-                    // 2 Σ_j binom(a, 2j) m̃^{a−2j} δ^{2j}.
-                    let minv = pair_mean.recip();
-                    let r = half_diff_sq.re().abs() / pair_mean.re().powi(2);
-                    let n = if r > 1e-300 {
-                        (4 + (-39.2 / r.ln()).ceil() as usize).min(SERIES2)
-                    } else {
-                        4
-                    };
-                    let mut coef = D::from(1.0);
-                    let mut dpow = D::from(1.0);
-                    let mut sum = D::from(1.0);
-                    for k in 1..=2 * n {
-                        coef = coef * (a - (k - 1) as f64) * minv * (1.0 / k as f64);
-                        if k % 2 == 0 {
-                            dpow *= *half_diff_sq;
-                            sum += coef * dpow;
-                        }
-                    }
-                    first + pair_mean.powd(a) * sum * 2.0
-                } else {
-                    let larger = *pair_mean + half_diff_sq.sqrt();
-                    first + larger.powd(a) + (*pair_product / larger).powd(a)
-                }
-            }
-        }
+    /// The seed of [`Spectrum::isochoric`] at `Ī₁`, `Ī₂`.
+    pub fn isochoric(ib1: f64, ib2: f64) -> Self {
+        let (m, j2, j3) = isochoric_deviator(ib1, ib2);
+        SpectrumSeed::new(m, j2, j3, ib2, 1.0)
     }
+}
+
+/// Terms `j = 1 ..= n` of the pair series in `t = δ²/m̃²`: 4 beyond `tʲ < 1e-17`.
+fn pair_series_terms(half_diff_sq: f64, pair_mean: f64) -> usize {
+    let r = half_diff_sq.abs() / (pair_mean * pair_mean);
+    if r > 1e-300 { (4 + (-39.2 / r.ln()).ceil() as usize).min(SERIES2) } else { 4 }
 }
 
 fn check_det(F: &Mat3<f64>) -> Result<(), HyperelasticError> {
@@ -726,6 +845,22 @@ impl Ogden {
             psi += mu * 2.0 / (alpha * alpha) * (spectrum.sum_powers(alpha * 0.5) - 3.0);
         }
         psi
+    }
+
+    /// The isochoric energy `Φ(Ī₁, Ī₂) = Σ_p 2μ_p/α_p² (Σ_i λ̄_i^{α_p} − 3)` on the spectrum of
+    /// `C̄` ([`Spectrum::isochoric`] of `Ī₁`, `Ī₂`) with the stored parameters: the value of
+    /// [`Ogden::invariant_energy`] at `J = 1` without its volumetric term, with constant
+    /// exponents ([`Spectrum::sum_powers_real`]).
+    pub fn isochoric_energy<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        spectrum: &Spectrum<D>,
+    ) -> D {
+        let mut phi = D::from(0.0);
+        for t in &self.terms {
+            let s = spectrum.sum_powers_real(t.alpha * 0.5) - 3.0;
+            phi += s * (2.0 * t.mu / (t.alpha * t.alpha));
+        }
+        phi
     }
 
     /// Directional derivatives of the isochoric parameter derivatives: for the isochoric
@@ -1225,6 +1360,36 @@ mod tests {
             let s = Spectrum::new(&m).sum_powers(a);
             let e: f64 = c.iter().map(|x| x.powf(a)).sum();
             assert!((s - e).abs() < 1e-13 * e.abs(), "{s} vs {e} for {c:?}");
+        }
+    }
+
+    /// The constant-exponent power sum equals the general one with every derivative order a
+    /// hyper-dual number carries, in each branch (three-cluster series, pair series, closed
+    /// form), with the matrix moving along a symmetric direction.
+    #[rstest]
+    #[case::cluster3([1.0, 1.0 + 1e-3, 1.0 - 2e-3], 2.7)]
+    #[case::pair_series([4.0, 0.5, 0.5 + 1e-4], -1.3)]
+    #[case::pair_series_wide([2.0, 0.7, 0.7 * 1.09], 1.5)]
+    #[case::closed_form([49.0, 1.0 / 7.0, 0.3], 5.0)]
+    fn real_exponent_power_sum_matches_the_general_one(#[case] c: [f64; 3], #[case] a: f64) {
+        let dir = [[0.3, 0.1, -0.2], [0.1, -0.4, 0.05], [-0.2, 0.05, 0.25]];
+        let dir2 = [[0.1, -0.3, 0.0], [-0.3, 0.2, 0.1], [0.0, 0.1, -0.15]];
+        let m: Mat3<HyperDual64> = std::array::from_fn(|i| {
+            std::array::from_fn(|j| {
+                let d = if i == j { c[i] } else { 0.0 };
+                HyperDual64::new(d, dir[i][j], dir2[i][j], 0.0)
+            })
+        });
+        let spectrum = Spectrum::new(&m);
+        let general = spectrum.sum_powers(HyperDual64::from(a));
+        let real = spectrum.sum_powers_real(a);
+        for (g, r) in [
+            (general.re, real.re),
+            (general.eps1, real.eps1),
+            (general.eps2, real.eps2),
+            (general.eps1eps2, real.eps1eps2),
+        ] {
+            assert!((g - r).abs() <= 1e-12 * (1.0 + g.abs()), "{r} vs {g} for {c:?}, a = {a}");
         }
     }
 
