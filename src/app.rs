@@ -1486,6 +1486,9 @@ pub struct GradientReportTimings {
     /// The mechanical field's share of the gradient (its adjoint solve and accumulation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mechanical_gradient: Option<crate::mechanical::MechanicalGradientTimings>,
+    /// The finite-strain field's load stepping (s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hyperelastic_forward_s: Option<f64>,
 }
 
 /// Collect the gradient of every registered parameter for `gradients.json`.
@@ -1522,6 +1525,7 @@ pub fn gradient_report(
             blocks,
             mechanical_forward: whole.mechanical.as_ref().map(|m| m.last_solve.clone()),
             mechanical_gradient: whole.mechanical.as_ref().map(|m| m.last_gradient.clone()),
+            hyperelastic_forward_s: whole.hyperelastic.as_ref().map(|h| h.report.solve_s),
         },
     }
 }

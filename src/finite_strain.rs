@@ -11,6 +11,14 @@
 //! - each increment starts from the last converged state, extrapolated linearly along the
 //!   last increment (a secant predictor), and runs Newton with a backtracking line search
 //!   (Armijo on ‖R‖₂; a trial that inverts an element counts as a rejected step length);
+//! - the Newton corrections are inexact to the forcing term η = min(10⁻², 0.1‖R‖/‖R₀‖), floored
+//!   at a tenth of the tolerance over ‖R‖ (so the last correction is as good as a direct
+//!   solve): with the direct solvers the increment's first tangent is factored and CG
+//!   preconditioned with that factorization solves the later tangents of the increment
+//!   ([`ReusedCholesky`]: a fresh factorization when CG would need more work than one). Each
+//!   increment starts without a factorization, so its result depends on its start alone; a
+//!   tangent that Cholesky finds indefinite (a far predictor) sends the rest of its increment
+//!   to LU, and the next increment tries Cholesky again;
 //! - convergence: ‖R‖₂ ≤ max(abs_tol, rel_tol · max(‖R(u_pred)‖₂, ‖R_full(u_pred)‖₂)), the
 //!   second reference being the force level (reactions and loads) of the increment; two
 //!   round-off stops cover tolerances below the round-off level of the assembled residual
@@ -78,9 +86,14 @@
 //! plus nnz(K) f64 per state with `store_tangents`.
 //! [`Checkpointing::Binomial`] keeps at most `snapshots` of them and re-solves the steps in
 //! between from the nearest checkpoint (gradfem_solvers::checkpoint); the re-solved states are
-//! bit for bit those of the first pass, so both give the same gradient.
+//! bit for bit those of the first pass. An adjoint step that directly follows the increment
+//! which converged to its state (the last step after the forward pass; with checkpoints, every
+//! re-solved step) solves with CG preconditioned by the factorization that increment left
+//! (to a relative residual of 1e-11) instead of a new factorization, so stored and checkpointed
+//! sweeps agree to about that relative accuracy rather than bit for bit.
 
 use std::cell::{Cell, RefCell};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use gradfem_mechanical::finite::{FiniteStrainError, FiniteStrainModel, FiniteVjpRequest};
@@ -92,9 +105,10 @@ use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::checkpoint::{Checkpointing, SweepStats, reverse_sweep};
 use gradfem_solvers::error::SolverError;
-use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
+use gradfem_solvers::linear::{LinearSolver, LuSolver};
 use gradfem_solvers::newton::{ARMIJO_C, NewtonParams};
 use gradfem_solvers::params::{Gradient, ParamError, ParamId, ParamKind, ParamRegistry, ParamSpec};
+use gradfem_solvers::reuse::{ReuseRoute, ReusedCholesky};
 use gradfem_solvers::sparse::CsrMatrix;
 use thiserror::Error;
 
@@ -662,32 +676,77 @@ pub enum FiniteBinding {
 /// the fallback when its set-up or a solve fails (an indefinite tangent, no convergence).
 struct Workspace {
     k: CsrMatrix,
-    cholesky: CholeskySolver,
+    cholesky: ReusedCholesky,
     lu: LuSolver,
+    /// Cholesky met an indefinite matrix in this increment (or adjoint step): LU until the
+    /// next one.
     use_lu: bool,
     amg: Option<AmgCgSolver>,
     /// Whether the last `factor` set up AMG-CG (else the direct solvers are factorized).
     amg_active: bool,
+    /// The converged state whose increment left the held Cholesky factorization (its
+    /// [`StateKey`]), while nothing has replaced that factorization since.
+    held_for: Option<StateKey>,
+    /// The adjoint step's matrix is in `k` unfactored: its solve runs CG preconditioned with
+    /// the held factorization (see [`FiniteStrainProblem::factor_tangent_at`]).
+    adjoint_preconditioned: bool,
+}
+
+/// Relative residual of an adjoint solve by CG preconditioned with the factorization of a
+/// nearby tangent: the gradient's relative error is of that order (a direct solve reaches
+/// ~1e-14; the Taylor tests need far less).
+const PRECONDITIONED_ADJOINT_REL_TOL: f64 = 1e-11;
+
+/// Identifies a converged state bit for bit (its load factor and an FNV-1a hash of its
+/// displacement), to recognize the state whose increment left the held factorization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StateKey {
+    load: u64,
+    hash: u64,
+}
+
+impl StateKey {
+    fn of(u: &[f64], load: f64) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for v in u {
+            h = (h ^ v.to_bits()).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        StateKey { load: load.to_bits(), hash: h }
+    }
 }
 
 impl Workspace {
-    fn factor(&mut self, choice: &FiniteLinearSolver) -> Result<(), SolverError> {
-        self.amg_active = false;
+    /// The CG settings when `choice` selects AMG-CG for this system's size.
+    fn amg_settings<'c>(&self, choice: &'c FiniteLinearSolver) -> Option<&'c CgParams> {
         let n = self.k.n_rows;
-        let cg = match choice {
+        match choice {
             FiniteLinearSolver::Direct => None,
             FiniteLinearSolver::AmgCg { cg } => Some(cg),
             FiniteLinearSolver::Auto { min_unknowns, cg } => (n >= *min_unknowns).then_some(cg),
-        };
-        if let Some(cg) = cg {
+        }
+    }
+
+    fn uses_amg(&self, choice: &FiniteLinearSolver) -> bool {
+        self.amg_settings(choice).is_some()
+    }
+
+    fn factor(&mut self, choice: &FiniteLinearSolver) -> Result<(), SolverError> {
+        self.amg_active = false;
+        self.adjoint_preconditioned = false;
+        self.held_for = None;
+        let n = self.k.n_rows;
+        if let Some(cg) = self.amg_settings(choice) {
             let amg = self.amg.get_or_insert_with(|| {
                 // Three unknowns per node when the count allows (aggregation on nodes).
                 let block_size = if n.is_multiple_of(3) { 3 } else { 1 };
+                // Every tangent (a Newton iteration's, an adjoint step's) is solved once after
+                // its set-up: no later solve would start from recycled directions.
                 AmgCgSolver::new(
                     "finite strain",
                     AmgParams { block_size, ..AmgParams::default() },
                     cg.clone(),
                 )
+                .with_recycling(0)
             });
             match amg.factor(&self.k) {
                 Ok(()) => {
@@ -705,6 +764,7 @@ impl Workspace {
 
     fn factor_direct(&mut self) -> Result<(), SolverError> {
         self.amg_active = false;
+        self.held_for = None;
         if !self.use_lu {
             match self.cholesky.factor(&self.k) {
                 Ok(()) => return Ok(()),
@@ -718,6 +778,27 @@ impl Workspace {
     }
 
     fn solve(&mut self, b: &mut [f64], transpose: bool) -> Result<(), SolverError> {
+        if self.adjoint_preconditioned {
+            // K is symmetric: the transpose solve is the same solve. Every solve with this K
+            // runs CG until one of them factors K itself (then the later ones are direct).
+            let route = self.cholesky.solve(&self.k, b, PRECONDITIONED_ADJOINT_REL_TOL);
+            match route {
+                Ok(ReuseRoute::Preconditioned { .. }) => return Ok(()),
+                Ok(ReuseRoute::Factored) => {
+                    self.adjoint_preconditioned = false;
+                    self.held_for = None;
+                    return Ok(());
+                }
+                Err(SolverError::NotPositiveDefinite { .. })
+                | Err(SolverError::Singular { .. }) => {
+                    self.adjoint_preconditioned = false;
+                    self.held_for = None;
+                    self.use_lu = true;
+                    self.lu.factor(&self.k)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
         if let (true, Some(amg)) = (self.amg_active, self.amg.as_mut()) {
             let rhs = b.to_vec();
             // The tangent is symmetric: the transpose solve is the same solve.
@@ -730,8 +811,42 @@ impl Workspace {
                 }
             }
         }
-        let s: &mut dyn LinearSolver = if self.use_lu { &mut self.lu } else { &mut self.cholesky };
-        if transpose { s.solve_transpose_in_place(b) } else { s.solve_in_place(b) }
+        if !self.use_lu {
+            // Symmetric: the transpose solve is the same solve.
+            return self.cholesky.solve_factored(b);
+        }
+        if transpose { self.lu.solve_transpose_in_place(b) } else { self.lu.solve_in_place(b) }
+    }
+
+    /// The Newton correction: overwrite `b` with K⁻¹ b for the assembled tangent K, to the
+    /// relative residual `rel_tol` (the forcing term of the inexact Newton method).
+    ///
+    /// With the direct solvers, the Cholesky factorization of an earlier tangent of the same
+    /// increment preconditions CG on K while that converges quickly (see
+    /// [`ReusedCholesky`]); K is factored when it does not, and by LU for the rest of the
+    /// increment once Cholesky has met an indefinite tangent. AMG-CG sets up its hierarchy for
+    /// K and solves to its own tolerance.
+    fn newton_solve(
+        &mut self,
+        choice: &FiniteLinearSolver,
+        b: &mut [f64],
+        rel_tol: f64,
+    ) -> Result<(), SolverError> {
+        self.held_for = None;
+        self.adjoint_preconditioned = false;
+        if self.uses_amg(choice) || self.use_lu {
+            self.factor(choice)?;
+            return self.solve(b, false);
+        }
+        self.amg_active = false;
+        match self.cholesky.solve(&self.k, b, rel_tol) {
+            Ok(_) => return Ok(()),
+            Err(SolverError::NotPositiveDefinite { .. }) | Err(SolverError::Singular { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.use_lu = true;
+        self.lu.factor(&self.k)?;
+        self.lu.solve_in_place(b)
     }
 }
 
@@ -742,7 +857,7 @@ pub struct FiniteStrainProblem {
     /// Driver settings.
     pub params: LoadStepParams,
     pattern: AssemblyPattern,
-    work: RefCell<Workspace>,
+    work: Mutex<Workspace>,
     bindings: Vec<(ParamId, FiniteBinding)>,
 }
 
@@ -757,19 +872,21 @@ impl FiniteStrainProblem {
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
         let work = Workspace {
             k: pattern.new_matrix(),
-            cholesky: CholeskySolver::new("finite strain"),
+            cholesky: ReusedCholesky::new("finite strain"),
             lu: LuSolver::new("finite strain"),
             use_lu: false,
             amg: None,
             amg_active: false,
+            held_for: None,
+            adjoint_preconditioned: false,
         };
-        FiniteStrainProblem {
-            model,
-            params,
-            pattern,
-            work: RefCell::new(work),
-            bindings: Vec::new(),
-        }
+        FiniteStrainProblem { model, params, pattern, work: Mutex::new(work), bindings: Vec::new() }
+    }
+
+    /// The linear-algebra workspace (a panic elsewhere cannot leave it half-updated in a way
+    /// that matters: every use starts by loading or assembling the matrix it needs).
+    fn workspace(&self) -> std::sync::MutexGuard<'_, Workspace> {
+        self.work.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn check_loads(&self, loads: &[f64]) -> Result<(), FiniteStrainSolveError> {
@@ -832,14 +949,31 @@ impl FiniteStrainProblem {
 
     /// Solve at every requested load factor (increasing, in (0, ∞); usually ending at 1).
     pub fn solve(&self, loads: &[f64]) -> Result<LoadPath, FiniteStrainSolveError> {
+        self.solve_from(self.initial_state(loads), loads, true)
+    }
+
+    /// [`Self::solve`] from `start` (e.g. [`Self::initial_state`] with a displacement from
+    /// another solver as the first Newton start). Without `keep_tangents` the path's states
+    /// drop their stored tangents as they are recorded (a reverse sweep that recomputes from
+    /// checkpoints does not read them), so the path holds only displacements.
+    pub fn solve_from(
+        &self,
+        start: EquilibriumState,
+        loads: &[f64],
+        keep_tangents: bool,
+    ) -> Result<LoadPath, FiniteStrainSolveError> {
         self.check_loads(loads)?;
-        let mut state = self.initial_state(loads);
+        let mut state = start;
         let mut path = LoadPath { states: Vec::new(), steps: Vec::new(), reactions: Vec::new() };
         for (k, &s) in loads.iter().enumerate() {
             let (next, info) = self.advance(k, &state, s)?;
             path.reactions.push(self.model.reactions(&next.u, s)?);
             path.steps.push(info);
-            path.states.push(next.clone());
+            let mut kept = next.clone();
+            if !keep_tangents {
+                kept.tangent = None;
+            }
+            path.states.push(kept);
             state = next;
         }
         Ok(path)
@@ -878,6 +1012,10 @@ impl FiniteStrainProblem {
             }
             match self.newton_increment(&mut u, s) {
                 Ok((iterations, tangent)) => {
+                    let mut work = self.workspace();
+                    let direct = !work.use_lu && !work.amg_active;
+                    work.held_for = direct.then(|| StateKey::of(&u, s));
+                    drop(work);
                     info.increments += 1;
                     info.newton_iterations += iterations;
                     let slope = u.iter().zip(&state.u).map(|(a, b)| (a - b) / ds).collect();
@@ -962,7 +1100,14 @@ impl FiniteStrainProblem {
         let np = &self.params.newton;
         let m = &self.model;
         let n = m.n_unknowns();
-        let mut work = self.work.borrow_mut();
+        let mut work = self.workspace();
+        // The increment's result depends on its start alone, not on the factorizations
+        // earlier increments left behind (checkpointed recomputation repeats it bit for bit).
+        // Cholesky first again: an indefinite tangent (a far predictor) sends only the rest of
+        // its increment to LU.
+        work.cholesky.forget();
+        work.held_for = None;
+        work.use_lu = false;
         let mut x = m.dofs().gather(u);
         *u = m.nodal_displacement(&x, s);
         let element = |iteration| {
@@ -990,12 +1135,14 @@ impl FiniteStrainProblem {
             if !have_tangent {
                 self.assemble(&mut work, u, s, &mut r, true).map_err(element(iteration))?;
             }
-            work.factor(&self.params.linear_solver)
-                .map_err(|source| IncrementFailure::Linear { iteration, source })?;
             for (d, ri) in du.iter_mut().zip(&r) {
                 *d = -ri;
             }
-            work.solve(&mut du, false)
+            // Forcing term: a linear residual far below the quadratic convergence's next
+            // residual (0.1 ‖R‖/‖R₀‖, at most 10⁻²), and never needlessly below a tenth of the
+            // Newton tolerance.
+            let eta = (0.1 * tol / norm).max((0.1 * norm / norm0.max(force)).min(1e-2));
+            work.newton_solve(&self.params.linear_solver, &mut du, eta)
                 .map_err(|source| IncrementFailure::Linear { iteration, source })?;
             iteration += 1;
             let du_max = du.iter().fold(0.0f64, |m, v| m.max(v.abs()));
@@ -1266,7 +1413,9 @@ impl FiniteStrainProblem {
         k: usize,
         st: &EquilibriumState,
     ) -> Result<(), FiniteStrainSolveError> {
-        let mut work = self.work.borrow_mut();
+        let mut work = self.workspace();
+        // A converged state's tangent is tried with Cholesky whatever the last increment used.
+        work.use_lu = false;
         match &st.tangent {
             Some(values) => work.k.values.copy_from_slice(values),
             None => {
@@ -1274,6 +1423,14 @@ impl FiniteStrainProblem {
                 self.assemble(&mut work, &st.u, st.load, &mut r, true)?;
             }
         }
+        // Right after the increment that converged to this state (the last step of a sweep),
+        // the factorization it left preconditions CG on K(u_k) instead of a new one.
+        let direct = !work.uses_amg(&self.params.linear_solver);
+        if direct && work.held_for == Some(StateKey::of(&st.u, st.load)) {
+            work.adjoint_preconditioned = true;
+            return Ok(());
+        }
+        work.adjoint_preconditioned = false;
         work.factor(&self.params.linear_solver)
             .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })
     }
@@ -1326,17 +1483,22 @@ impl FiniteStrainProblem {
             // every product vanishes, so the tangent is neither factorized nor solved.
             return Ok(());
         }
-        let mut rhs_full = a.clone();
-        if c.iter().any(|v| *v != 0.0) {
-            let kc = m.tangent_transpose_product(&st.u, st.load, &c)?;
-            rhs_full.iter_mut().zip(&kc).for_each(|(r, v)| *r += v);
-        }
-        let mut lambda = m.dofs().gather(&rhs_full);
-        if !factored {
-            self.factor_tangent_at(k, st)?;
-        }
-        self.work
-            .borrow_mut()
+        // The factorization (sequential) runs beside the reaction rows Kᵀc (parallel).
+        let right_hand_side = || -> Result<Vec<f64>, FiniteStrainSolveError> {
+            let mut rhs_full = a.clone();
+            if c.iter().any(|v| *v != 0.0) {
+                let kc = m.tangent_transpose_product(&st.u, st.load, &c)?;
+                rhs_full.iter_mut().zip(&kc).for_each(|(r, v)| *r += v);
+            }
+            Ok(m.dofs().gather(&rhs_full))
+        };
+        let (factoring, rhs) = rayon::join(
+            || if factored { Ok(()) } else { self.factor_tangent_at(k, st) },
+            right_hand_side,
+        );
+        factoring?;
+        let mut lambda = rhs?;
+        self.workspace()
             .solve(&mut lambda, true)
             .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
         // μ = c − λ (λ zero at constrained dofs).

@@ -521,28 +521,14 @@ impl HyperelasticRun {
     pub fn solve(&mut self) -> Result<(), RunError> {
         let t0 = std::time::Instant::now();
         let err = |e: crate::finite_strain::FiniteStrainSolveError| RunError::Setup(e.to_string());
-        let path = match &self.initial {
-            None => self.problem.solve(&self.loads).map_err(err)?,
-            Some(u0) => {
-                let mut state = self.problem.initial_state(&self.loads);
-                state.u.clone_from(u0);
-                let mut path =
-                    LoadPath { states: Vec::new(), steps: Vec::new(), reactions: Vec::new() };
-                for (k, &s) in self.loads.iter().enumerate() {
-                    let (next, info) = self.problem.advance(k, &state, s).map_err(err)?;
-                    path.reactions.push(
-                        self.problem
-                            .model
-                            .reactions(&next.u, s)
-                            .map_err(|e| RunError::Setup(e.to_string()))?,
-                    );
-                    path.steps.push(info);
-                    path.states.push(next.clone());
-                    state = next;
-                }
-                path
-            }
-        };
+        let mut start = self.problem.initial_state(&self.loads);
+        if let Some(u0) = &self.initial {
+            start.u.clone_from(u0);
+        }
+        // With checkpoints the gradient recomputes what it needs; the path keeps displacements
+        // (for the objective) but not the tangents.
+        let keep_tangents = matches!(self.memory, Checkpointing::StoreAll);
+        let path = self.problem.solve_from(start, &self.loads, keep_tangents).map_err(err)?;
         let last = path.reactions.last().cloned().unwrap_or_default();
         let owner = self.problem.model.constraint_owner();
         let reactions = self

@@ -303,7 +303,8 @@ fn print_gradients(report: &app::GradientReport) {
         "  forward {:.3} s, gradient {:.3} s (adjoint solve {:.3} s)",
         report.timings.forward.assembly_s
             + report.timings.forward.factor_s
-            + report.timings.forward.solve_s,
+            + report.timings.forward.solve_s
+            + report.timings.hyperelastic_forward_s.unwrap_or(0.0),
         report.timings.gradient.gradient_s,
         report.timings.gradient.adjoint_solve_s
     );

@@ -362,7 +362,8 @@ fn misfit_over_load_steps_passes_taylor_tests() {
     assert!(g.value > 0.0 && g.quantities[0].iter().all(|q| *q < 0.0), "{:?}", g.quantities);
     let direct = problem.objective(&loads, &objective).unwrap();
     assert!((direct - g.value).abs() <= 1e-12 * direct, "{direct} vs {}", g.value);
-    // Binomial checkpointing re-solves steps and gives the same gradient bit for bit.
+    // Binomial checkpointing re-solves steps and gives the same gradient (to the 1e-11
+    // tolerance of the adjoint solves that reuse a re-solved step's factorization).
     let gb = problem
         .gradient(
             &loads,
@@ -371,8 +372,15 @@ fn misfit_over_load_steps_passes_taylor_tests() {
             FiniteVjpRequest::ALL,
         )
         .unwrap();
-    assert_eq!(gb.material, g.material);
-    assert_eq!(gb.coords, g.coords);
+    let close = |a: &[f64], b: &[f64]| {
+        let scale = b.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-9 * scale)
+    };
+    for (a, b) in gb.material.iter().zip(&g.material) {
+        assert!(close(a, b), "{a:?} vs {b:?}");
+    }
+    let flat = |c: &[[f64; 3]]| c.iter().flatten().copied().collect::<Vec<f64>>();
+    assert!(close(&flat(&gb.coords), &flat(&g.coords)));
     assert!(gb.stats.forward_steps > g.stats.forward_steps);
     assert!(gb.stats.max_stored_states <= 2 && g.stats.max_stored_states == loads.len() + 1);
     // Tangents kept from the forward pass or re-assembled: the same gradient.
