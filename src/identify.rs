@@ -288,6 +288,32 @@ impl Identification {
     }
 }
 
+/// Write `identify.json` (atomically) and `fit.png` into `dir`, the PNG drawn by `plot` into a
+/// temporary file and renamed into place; returns both paths, the PNG's as the reason it was
+/// skipped when drawing failed (e.g. no font).
+pub(crate) fn write_outputs(
+    dir: &Path,
+    report: &IdentifyReport,
+    plot: impl FnOnce(&Path) -> Result<(), String>,
+) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
+    let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
+    std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
+    let json = dir.join("identify.json");
+    let text = serde_json::to_string_pretty(report).expect("serializable");
+    gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
+        .map_err(|e| werr(&json, e.to_string()))?;
+    let png = dir.join("fit.png");
+    let tmp = dir.join(".fit.tmp.png");
+    let plotted = match plot(&tmp) {
+        Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    };
+    Ok((json, plotted))
+}
+
 impl Homogeneous {
     fn read(path: &Path, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
         let invalid = |m: String| IdentifyError::Invalid { file: path.into(), message: m };
@@ -432,22 +458,7 @@ impl Homogeneous {
         report: &IdentifyReport,
         x: &[f64],
     ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
-        let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
-        std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
-        let json = dir.join("identify.json");
-        let text = serde_json::to_string_pretty(report).expect("serializable");
-        gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
-            .map_err(|e| werr(&json, e.to_string()))?;
-        let png = dir.join("fit.png");
-        let tmp = dir.join(".fit.tmp.png");
-        let plotted = match self.plot(&tmp, x) {
-            Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        };
-        Ok((json, plotted))
+        write_outputs(dir, report, |png| self.plot(png, x))
     }
 
     fn plot(&self, file: &Path, x: &[f64]) -> Result<(), String> {

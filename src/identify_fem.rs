@@ -337,6 +337,14 @@ impl FemIdentification {
                     ),
                 ));
             }
+            if experiments.iter().any(|x: &FemExperiment| x.name == name) {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "experiment {label}: the name '{name}' is taken by another experiment;                          give each a distinct `name` (it labels the residuals and the plot)"
+                    ),
+                ));
+            }
             experiments.push(FemExperiment {
                 name,
                 problem,
@@ -354,7 +362,8 @@ impl FemIdentification {
                 return Err(invalid(path, format!("{at}: listed twice")));
             }
             let mut first_value = None;
-            let mut registry_bounds = (None, None);
+            // The registry bounds of every experiment hold together: their intersection.
+            let (mut reg_lower, mut reg_upper) = (f64::NEG_INFINITY, f64::INFINITY);
             for e in &mut experiments {
                 let id = e.run.register(&mut e.registry, &name, None).map_err(|_| {
                     invalid(
@@ -379,13 +388,11 @@ impl FemIdentification {
                 }
                 first_value.get_or_insert(values[0]);
                 let s = e.registry.get(id);
-                registry_bounds = (s.lower, s.upper);
+                reg_lower = reg_lower.max(s.lower.unwrap_or(f64::NEG_INFINITY));
+                reg_upper = reg_upper.min(s.upper.unwrap_or(f64::INFINITY));
                 e.ids.push(id);
             }
-            let [lower, upper] = p.bounds.unwrap_or([
-                registry_bounds.0.unwrap_or(f64::NEG_INFINITY),
-                registry_bounds.1.unwrap_or(f64::INFINITY),
-            ]);
+            let [lower, upper] = p.bounds.unwrap_or([reg_lower, reg_upper]);
             if lower.is_nan() || upper.is_nan() || lower >= upper {
                 return Err(invalid(
                     path,
@@ -834,22 +841,9 @@ impl FemIdentification {
         x: &[f64],
     ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
         let curves = self.curves(x)?;
-        let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
-        std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
-        let json = dir.join("identify.json");
-        let text = serde_json::to_string_pretty(report).expect("serializable");
-        gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
-            .map_err(|e| werr(&json, e.to_string()))?;
-        let png = dir.join("fit.png");
-        let tmp = dir.join(".fit.tmp.png");
-        let plotted = match plot(&tmp, &self.title, &self.experiment_names(), &curves) {
-            Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        };
-        Ok((json, plotted))
+        crate::identify::write_outputs(dir, report, |png| {
+            plot(png, &self.title, &self.experiment_names(), &curves)
+        })
     }
 }
 

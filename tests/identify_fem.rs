@@ -370,6 +370,12 @@ fn regenerate_the_example_data() {
      [[experiment]]\nmode = \"uniaxial\"\nfile = \"u.csv\"\n",
     &["cannot be mixed"]
 )]
+#[case::duplicate_experiment_names(
+    "[[parameter]]\nname = \"hyperelastic.mu1.domain\"\nbounds = [1e4, 1e7]\n\
+     [[experiment]]\nname = \"pad\"\nmode = \"fem\"\nproblem = \"compression.toml\"\n\
+     [[experiment]]\nname = \"pad\"\nmode = \"fem\"\nproblem = \"compression.toml\"\n",
+    &["'pad'", "distinct"]
+)]
 #[case::problem_without_hyperelastic(
     "[[parameter]]\nname = \"hyperelastic.mu1.domain\"\nbounds = [1e4, 1e7]\n\
      [[experiment]]\nmode = \"fem\"\nproblem = \"thermal.toml\"\n",
