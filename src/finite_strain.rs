@@ -1980,4 +1980,45 @@ mod tests {
         assert_eq!(stored.traction, swept.traction);
         assert_eq!(stored.stats.forward_steps, 0);
     }
+
+    /// The last step's adjoint right after the forward pass solves by CG with the factorization
+    /// its increment left; the gradient equals the one from a new factorization of K(u_n).
+    #[test]
+    fn last_step_adjoint_reuses_the_increments_factorization() {
+        let p = problem();
+        let loads = [0.5, 1.0];
+        let objective = LoadPathObjective {
+            terms: vec![PathTerm::Misfit {
+                quantity: Quantity::GroupDisplacement {
+                    group: "xmax".into(),
+                    direction: [1.0, 0.0, 0.0],
+                },
+                measured: vec![0.02, 0.05],
+                weight: 1.0,
+            }],
+        };
+        let path = p.solve(&loads).unwrap();
+        let stats = |p: &FiniteStrainProblem| p.workspace().cholesky.stats();
+        let before = stats(&p);
+        let reused = p.gradient_from_path(&path, &objective, FiniteVjpRequest::ALL).unwrap();
+        let after = stats(&p);
+        // Step 2 by CG (no factorization), step 1 by a new factorization.
+        assert_eq!(after.preconditioned_solves, before.preconditioned_solves + 1);
+        assert_eq!(after.factorizations, before.factorizations + 1);
+        // Again, with nothing held for the last state: two new factorizations.
+        p.workspace().held_for = None;
+        let fresh = p.gradient_from_path(&path, &objective, FiniteVjpRequest::ALL).unwrap();
+        assert_eq!(stats(&p).factorizations, after.factorizations + 2);
+        assert_eq!(reused.value, fresh.value);
+        let close = |a: &[f64], b: &[f64]| {
+            let scale = b.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+            assert!(scale > 0.0);
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-9 * scale, "{x} vs {y} (scale {scale})");
+            }
+        };
+        close(&reused.material[0], &fresh.material[0]);
+        let flat = |t: &[[f64; 3]]| t.iter().flatten().copied().collect::<Vec<f64>>();
+        close(&flat(&reused.traction), &flat(&fresh.traction));
+    }
 }
