@@ -16,9 +16,11 @@
 //!   solve): with the direct solvers the increment's first tangent is factored and CG
 //!   preconditioned with that factorization solves the later tangents of the increment
 //!   ([`ReusedCholesky`]: a fresh factorization when CG would need more work than one). Each
-//!   increment starts without a factorization, so its result depends on its start alone; a
-//!   tangent that Cholesky finds indefinite (a far predictor) sends the rest of its increment
-//!   to LU, and the next increment tries Cholesky again;
+//!   increment starts without a factorization, so its result depends on its start alone;
+//! - a tangent that Cholesky finds indefinite cuts the increment back (for a stable material
+//!   that means a predictor too far out); after 3 such cut-backs in one step, or at the
+//!   smallest increment (a genuinely unstable state), LU solves that increment, and the next
+//!   increment tries Cholesky again;
 //! - convergence: ‖R‖₂ ≤ max(abs_tol, rel_tol · max(‖R(u_pred)‖₂, ‖R_full(u_pred)‖₂)), the
 //!   second reference being the force level (reactions and loads) of the increment; two
 //!   round-off stops cover tolerances below the round-off level of the assembled residual
@@ -276,6 +278,14 @@ impl IncrementFailure {
                 (*iteration, *residual)
             }
         }
+    }
+
+    /// Cholesky found the tangent indefinite (and LU was not allowed to take over).
+    fn is_indefinite_tangent(&self) -> bool {
+        matches!(
+            self,
+            IncrementFailure::Linear { source: SolverError::NotPositiveDefinite { .. }, .. }
+        )
     }
 }
 
@@ -671,6 +681,9 @@ pub enum FiniteBinding {
     Displacement(usize, Vec<usize>),
 }
 
+/// Cut-backs for an indefinite tangent in one load step before LU may take an increment on.
+const INDEFINITE_CUTS: usize = 3;
+
 /// Linear algebra for the driver: Cholesky first, LU when Cholesky fails; AMG-preconditioned
 /// CG instead when [`LoadStepParams::linear_solver`] asks for it, with the direct solvers as
 /// the fallback when its set-up or a solve fails (an indefinite tangent, no convergence).
@@ -823,14 +836,15 @@ impl Workspace {
     ///
     /// With the direct solvers, the Cholesky factorization of an earlier tangent of the same
     /// increment preconditions CG on K while that converges quickly (see
-    /// [`ReusedCholesky`]); K is factored when it does not, and by LU for the rest of the
-    /// increment once Cholesky has met an indefinite tangent. AMG-CG sets up its hierarchy for
-    /// K and solves to its own tolerance.
+    /// [`ReusedCholesky`]); K is factored when it does not. An indefinite K is an error unless
+    /// `allow_lu`, with which LU solves it and the rest of the increment. AMG-CG sets up its
+    /// hierarchy for K and solves to its own tolerance.
     fn newton_solve(
         &mut self,
         choice: &FiniteLinearSolver,
         b: &mut [f64],
         rel_tol: f64,
+        allow_lu: bool,
     ) -> Result<(), SolverError> {
         self.held_for = None;
         self.adjoint_preconditioned = false;
@@ -841,6 +855,7 @@ impl Workspace {
         self.amg_active = false;
         match self.cholesky.solve(&self.k, b, rel_tol) {
             Ok(_) => return Ok(()),
+            Err(e @ SolverError::NotPositiveDefinite { .. }) if !allow_lu => return Err(e),
             Err(SolverError::NotPositiveDefinite { .. }) | Err(SolverError::Singular { .. }) => {}
             Err(e) => return Err(e),
         }
@@ -997,6 +1012,8 @@ impl FiniteStrainProblem {
         };
         let mut info = StepInfo { load: target, ..StepInfo::default() };
         let mut inc = from.next_increment.min(p.max_increment);
+        // Increments cut back because Cholesky found the tangent indefinite.
+        let mut indefinite = 0;
         while state.load < target {
             let mut ds = inc.min(target - state.load);
             // Avoid a sliver at the end of the step.
@@ -1010,7 +1027,12 @@ impl FiniteStrainProblem {
                     *ui += ds * vi;
                 }
             }
-            match self.newton_increment(&mut u, s) {
+            // An indefinite tangent usually means an increment too large for a stable material
+            // (a far predictor): cut back. LU takes it on only after `INDEFINITE_CUTS` such
+            // cuts in this step, or when the increment cannot be cut any more (a genuinely
+            // unstable state: buckling, snap-through).
+            let allow_lu = indefinite >= INDEFINITE_CUTS || ds * p.cut_factor < p.min_increment;
+            match self.newton_increment(&mut u, s, allow_lu) {
                 Ok((iterations, tangent)) => {
                     let mut work = self.workspace();
                     let direct = !work.use_lu && !work.amg_active;
@@ -1033,6 +1055,9 @@ impl FiniteStrainProblem {
                 }
                 Err(failure) => {
                     info.cut_backs += 1;
+                    if failure.is_indefinite_tangent() {
+                        indefinite += 1;
+                    }
                     tracing::debug!(step = k + 1, load = s, %failure, "finite strain cut-back");
                     inc = ds * p.cut_factor;
                     if inc < p.min_increment {
@@ -1096,6 +1121,7 @@ impl FiniteStrainProblem {
         &self,
         u: &mut Vec<f64>,
         s: f64,
+        allow_lu: bool,
     ) -> Result<(usize, Option<Vec<f64>>), IncrementFailure> {
         let np = &self.params.newton;
         let m = &self.model;
@@ -1142,7 +1168,7 @@ impl FiniteStrainProblem {
             // residual (0.1 ‖R‖/‖R₀‖, at most 10⁻²), and never needlessly below a tenth of the
             // Newton tolerance.
             let eta = (0.1 * tol / norm).max((0.1 * norm / norm0.max(force)).min(1e-2));
-            work.newton_solve(&self.params.linear_solver, &mut du, eta)
+            work.newton_solve(&self.params.linear_solver, &mut du, eta, allow_lu)
                 .map_err(|source| IncrementFailure::Linear { iteration, source })?;
             iteration += 1;
             let du_max = du.iter().fold(0.0f64, |m, v| m.max(v.abs()));
