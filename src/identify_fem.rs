@@ -292,6 +292,15 @@ impl FemIdentification {
             let name = e.name.clone().unwrap_or_else(|| {
                 problem.file_stem().map_or(label.clone(), |s| s.to_string_lossy().into_owned())
             });
+            if experiments.iter().any(|x: &FemExperiment| x.name == name) {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "experiment {label}: the name '{name}' is taken by another experiment; \
+                         give each a distinct `name` (it labels the residuals and the plot)"
+                    ),
+                ));
+            }
             let in_problem = |source: crate::problem::ProblemError| IdentifyError::Problem {
                 file: path.into(),
                 experiment: name.clone(),
@@ -334,14 +343,6 @@ impl FemIdentification {
                         problem.display(),
                         m.term + 1,
                         m.weight
-                    ),
-                ));
-            }
-            if experiments.iter().any(|x: &FemExperiment| x.name == name) {
-                return Err(invalid(
-                    path,
-                    format!(
-                        "experiment {label}: the name '{name}' is taken by another experiment;                          give each a distinct `name` (it labels the residuals and the plot)"
                     ),
                 ));
             }

@@ -23,7 +23,8 @@ pub(crate) fn csr(rows: Vec<Vec<(usize, f64)>>) -> CsrMatrix {
 
 /// `kron(L + shift·I, B)` for the 7-point Laplacian `L` of an m × m × m grid and a dense
 /// SPD `B` (b × b): a 3D Laplacian for `b = 1`, an elasticity-like interleaved system with
-/// full coupling blocks for `b = 3`. Symmetric positive definite for `shift > 0`.
+/// full coupling blocks for `b = 3`. Symmetric positive definite for `shift ≥ 0` (the stencil's
+/// diagonal 6 dominates).
 pub(crate) fn grid_system(m: usize, block: &[&[f64]], shift: f64) -> CsrMatrix {
     let b = block.len();
     let id = |x: usize, y: usize, z: usize| x + m * (y + m * z);

@@ -291,8 +291,9 @@ fn invariants_and_gradients(F: &Mat3<f64>) -> ([f64; 3], [Mat3<f64>; 3]) {
 
 /// Gradient `h_a` and Hessian `h_ab` of `ψ = h(I₁, I₂, J)` ([`Ogden::invariant_energy`]) at
 /// `x = (I₁, I₂, J)`, by the split `h = Φ(y₁, y₂) + κ U(J)` with the isochoric invariants
-/// `y₁ = Ī₁ = J^{-2/3} I₁`, `y₂ = Ī₂ = J^{-4/3} I₂`: Φ is `invariant_energy` at J = 1 (three
-/// [`HyperDual64`] passes in two variables instead of six in three), U' and U'' come from one
+/// `y₁ = Ī₁ = J^{-2/3} I₁`, `y₂ = Ī₂ = J^{-4/3} I₂`: Φ is [`Ogden::isochoric_energy`] (three
+/// [`HyperDual64`] passes in two variables instead of six in three, sharing one
+/// [`SpectrumSeed`]), U' and U'' come from one
 /// pass of [`crate::hyperelastic::Volumetric::eval`], and
 /// `h_a = Σ_c Φ_c ∂y_c/∂x_a + κU' δ_aJ`,
 /// `h_ab = Σ_cd Φ_cd ∂y_c/∂x_a ∂y_d/∂x_b + Σ_c Φ_c ∂²y_c/∂x_a∂x_b + κU'' δ_aJ δ_bJ` with

@@ -1367,11 +1367,15 @@ mod tests {
     /// hyper-dual number carries, in each branch (three-cluster series, pair series, closed
     /// form), with the matrix moving along a symmetric direction.
     #[rstest]
-    #[case::cluster3([1.0, 1.0 + 1e-3, 1.0 - 2e-3], 2.7)]
-    #[case::pair_series([4.0, 0.5, 0.5 + 1e-4], -1.3)]
-    #[case::pair_series_wide([2.0, 0.7, 0.7 * 1.09], 1.5)]
-    #[case::closed_form([49.0, 1.0 / 7.0, 0.3], 5.0)]
-    fn real_exponent_power_sum_matches_the_general_one(#[case] c: [f64; 3], #[case] a: f64) {
+    #[case::cluster3([1.0, 1.0 + 1e-3, 1.0 - 2e-3], 2.7, 0)]
+    #[case::pair_series([4.0, 0.5, 0.5 + 1e-4], -1.3, 1)]
+    #[case::pair_series_wide([2.0, 0.7, 0.7 * 1.09], 1.5, 1)]
+    #[case::closed_form([49.0, 1.0 / 7.0, 0.3], 5.0, 2)]
+    fn real_exponent_power_sum_matches_the_general_one(
+        #[case] c: [f64; 3],
+        #[case] a: f64,
+        #[case] branch: usize,
+    ) {
         let dir = [[0.3, 0.1, -0.2], [0.1, -0.4, 0.05], [-0.2, 0.05, 0.25]];
         let dir2 = [[0.1, -0.3, 0.0], [-0.3, 0.2, 0.1], [0.0, 0.1, -0.15]];
         let m: Mat3<HyperDual64> = std::array::from_fn(|i| {
@@ -1381,6 +1385,13 @@ mod tests {
             })
         });
         let spectrum = Spectrum::new(&m);
+        let taken = match &spectrum {
+            Spectrum::Cluster3 { .. } => 0,
+            Spectrum::Split { pair_mean, half_diff_sq, .. } => {
+                if half_diff_sq.re < CLUSTER2 * pair_mean.re * pair_mean.re { 1 } else { 2 }
+            }
+        };
+        assert_eq!(taken, branch, "{c:?} takes another branch");
         let general = spectrum.sum_powers(HyperDual64::from(a));
         let real = spectrum.sum_powers_real(a);
         for (g, r) in [
@@ -1391,6 +1402,23 @@ mod tests {
         ] {
             assert!((g - r).abs() <= 1e-12 * (1.0 + g.abs()), "{r} vs {g} for {c:?}, a = {a}");
         }
+    }
+
+    /// A seeded spectrum (the real analysis done once) equals the unseeded one in value and
+    /// every derivative, in each branch.
+    #[rstest]
+    #[case::cluster3(3.000003005011021, 3.000003007017031)]
+    #[case::pair(5.0000495049504945, 4.25019801980198)]
+    #[case::split(6.125, 8.75)]
+    fn seeded_isochoric_spectrum_equals_the_unseeded_one(#[case] ib1: f64, #[case] ib2: f64) {
+        let y = [HyperDual64::new(ib1, 0.3, -0.2, 0.05), HyperDual64::new(ib2, -0.1, 0.4, 0.02)];
+        let seed = SpectrumSeed::isochoric(ib1, ib2);
+        let plain = Spectrum::isochoric(y[0], y[1]).sum_powers_real(1.7);
+        let seeded = Spectrum::isochoric_seeded(y[0], y[1], seed).sum_powers_real(1.7);
+        assert_eq!(
+            (plain.re, plain.eps1, plain.eps2, plain.eps1eps2),
+            (seeded.re, seeded.eps1, seeded.eps2, seeded.eps1eps2)
+        );
     }
 
     /// Extreme stretch ratios (equibiaxial and pure shear at λ = 7, uniaxial compression to
