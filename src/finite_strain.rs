@@ -1358,6 +1358,18 @@ impl FiniteStrainProblem {
         memory: Checkpointing,
         want: FiniteVjpRequest,
     ) -> Result<FiniteStrainGradient, FiniteStrainSolveError> {
+        self.gradient_from(self.initial_state(loads), loads, objective, memory, want)
+    }
+
+    /// [`Self::gradient`] with the forward steps started from `start` (as [`Self::solve_from`]).
+    pub fn gradient_from(
+        &self,
+        start: EquilibriumState,
+        loads: &[f64],
+        objective: &LoadPathObjective,
+        memory: Checkpointing,
+        want: FiniteVjpRequest,
+    ) -> Result<FiniteStrainGradient, FiniteStrainSolveError> {
         self.check_loads(loads)?;
         let resolved = self.resolve(objective, loads.len())?;
         let m = &self.model;
@@ -1365,7 +1377,7 @@ impl FiniteStrainProblem {
             quantities: vec![vec![0.0; loads.len()]; resolved.len()],
             ..FiniteStrainGradient::zeros(m)
         });
-        let x0 = self.initial_state(loads);
+        let x0 = start;
         let (t_forward, t_adjoint) = (Cell::new(0.0), Cell::new(0.0));
         let stats = reverse_sweep(
             loads.len(),

@@ -71,7 +71,8 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::finite_strain::{
-    FiniteStrainProblem, LoadPath, LoadPathObjective, LoadStepParams, PathTerm, Quantity,
+    EquilibriumState, FiniteStrainProblem, LoadPath, LoadPathObjective, LoadStepParams, PathTerm,
+    Quantity,
 };
 use crate::problem::{MechanicalBcSpec, ObjectiveSpec, ProblemError, ProblemFile};
 use crate::shape::Shape;
@@ -512,6 +513,16 @@ impl HyperelasticRun {
         self.path = None;
     }
 
+    /// The state the first increment starts from: rest, or the displacement of
+    /// [`Self::set_initial_displacement`].
+    fn start(&self) -> EquilibriumState {
+        let mut start = self.problem.initial_state(&self.loads);
+        if let Some(u0) = &self.initial {
+            start.u.clone_from(u0);
+        }
+        start
+    }
+
     /// True when the last run matches the parameters.
     pub fn is_solved(&self) -> bool {
         self.path.is_some()
@@ -521,10 +532,7 @@ impl HyperelasticRun {
     pub fn solve(&mut self) -> Result<(), RunError> {
         let t0 = std::time::Instant::now();
         let err = |e: crate::finite_strain::FiniteStrainSolveError| RunError::Setup(e.to_string());
-        let mut start = self.problem.initial_state(&self.loads);
-        if let Some(u0) = &self.initial {
-            start.u.clone_from(u0);
-        }
+        let start = self.start();
         // With checkpoints the gradient recomputes what it needs; the path keeps displacements
         // (for the objective) but not the tangents.
         let keep_tangents = matches!(self.memory, Checkpointing::StoreAll);
@@ -594,7 +602,13 @@ impl HyperelasticRun {
             (Some(path), Checkpointing::StoreAll) => {
                 self.problem.gradient_from_path(path, &self.objective, want)
             }
-            _ => self.problem.gradient(&self.loads, &self.objective, self.memory, want),
+            _ => self.problem.gradient_from(
+                self.start(),
+                &self.loads,
+                &self.objective,
+                self.memory,
+                want,
+            ),
         }
         .map_err(|e| RunError::Setup(e.to_string()))?;
         self.problem.gradient_to_registry(&g, &mut grad);
