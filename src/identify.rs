@@ -288,6 +288,52 @@ impl Identification {
     }
 }
 
+/// The chart of a fit PNG: a bitmap with f64 axes.
+pub(crate) type FitChart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::prelude::BitMapBackend<'b>,
+    plotters::prelude::Cartesian2d<
+        plotters::coord::types::RangedCoordf64,
+        plotters::coord::types::RangedCoordf64,
+    >,
+>;
+
+/// Measured points (circles of `radius`) and a fitted curve in one colour, with their legend
+/// entries `labels` = [data, fit].
+pub(crate) fn draw_data_and_fit(
+    chart: &mut FitChart<'_, '_>,
+    colour: plotters::style::RGBAColor,
+    (points, radius): (impl IntoIterator<Item = (f64, f64)>, i32),
+    curve: Vec<(f64, f64)>,
+    labels: [String; 2],
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let [data, fit] = labels;
+    chart
+        .draw_series(points.into_iter().map(|p| Circle::new(p, radius, colour.filled())))
+        .map_err(|x| x.to_string())?
+        .label(data)
+        .legend(move |(x, y)| Circle::new((x, y), radius, colour.filled()));
+    chart
+        .draw_series(LineSeries::new(curve, colour.stroke_width(2)))
+        .map_err(|x| x.to_string())?
+        .label(fit)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+    Ok(())
+}
+
+/// The legend of a fit PNG, in the upper left.
+pub(crate) fn draw_legend<'a, 'b: 'a>(chart: &mut FitChart<'a, 'b>) -> Result<(), String> {
+    use plotters::prelude::*;
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|x| x.to_string())
+}
+
 /// Write `identify.json` (atomically) and `fit.png` into `dir`, the PNG drawn by `plot` into a
 /// temporary file and renamed into place; returns both paths, the PNG's as the reason it was
 /// skipped when drawing failed (e.g. no font).
@@ -485,35 +531,20 @@ impl Homogeneous {
             .draw()
             .map_err(|x| e(&x))?;
         for (k, (ex, name)) in exps.iter().zip(&self.names).enumerate() {
-            let colour = Palette99::pick(k).to_rgba();
-            chart
-                .draw_series(
-                    ex.stretch
-                        .iter()
-                        .zip(&ex.nominal_stress)
-                        .map(|(&l, &p)| Circle::new((l, p), 3, colour.filled())),
-                )
-                .map_err(|x| e(&x))?
-                .label(format!("{name} (data)"))
-                .legend(move |(x, y)| Circle::new((x, y), 3, colour.filled()));
             let l1 = ex.stretch.iter().copied().fold(1.0, f64::max);
             let curve: Vec<(f64, f64)> = (0..=200)
                 .map(|i| 1.0 + (l1 - 1.0) * f64::from(i) / 200.0)
                 .map(|l| (l, incompressible_nominal_stress(ex.mode, l, &terms)))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(curve, colour.stroke_width(2)))
-                .map_err(|x| e(&x))?
-                .label(format!("{name} (fit)"))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            draw_data_and_fit(
+                &mut chart,
+                Palette99::pick(k).to_rgba(),
+                (ex.stretch.iter().copied().zip(ex.nominal_stress.iter().copied()), 3),
+                curve,
+                [format!("{name} (data)"), format!("{name} (fit)")],
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|x| e(&x))?;
+        draw_legend(&mut chart)?;
         root.present().map_err(|x| e(&x))
     }
 }

@@ -160,6 +160,14 @@ struct FemExperiment {
 }
 
 impl FemExperiment {
+    /// √w (q_k − m_k) of every misfit term, step by step, from the quantities `q[term][step]`.
+    fn push_residuals(&self, q: &[Vec<f64>], r: &mut Vec<f64>) {
+        for m in &self.misfits {
+            let s = m.weight.sqrt();
+            r.extend(q[m.term].iter().zip(&m.measured).map(|(q, m)| s * (q - m)));
+        }
+    }
+
     /// A failed solve or product of this experiment of the identification file `file`.
     fn failed(&self, file: &Path, message: impl std::fmt::Display) -> IdentifyError {
         IdentifyError::Solve {
@@ -553,10 +561,7 @@ impl FemIdentification {
         let mut r = Vec::with_capacity(self.residual_count());
         for e in &self.experiments {
             let q = e.run.step_quantities().map_err(|m| e.failed(&self.path, m))?;
-            for m in &e.misfits {
-                let s = m.weight.sqrt();
-                r.extend(q[m.term].iter().zip(&m.measured).map(|(q, m)| s * (q - m)));
-            }
+            e.push_residuals(&q, &mut r);
         }
         Ok(r)
     }
@@ -568,21 +573,18 @@ impl FemIdentification {
     }
 
     /// r(x) and the Jacobian dr/dx (one row per residual, one column per parameter) by the
-    /// per-step adjoint (module docs).
+    /// per-step adjoint (module docs); the quantities come with their gradients.
     pub fn residuals_and_jacobian(
         &mut self,
         x: &[f64],
     ) -> Result<(Vec<f64>, Vec<Vec<f64>>), IdentifyError> {
         self.solve_at(x)?;
-        let r = self.current_residuals()?;
-        Ok((r, self.current_jacobian()?))
-    }
-
-    fn current_jacobian(&mut self) -> Result<Vec<Vec<f64>>, IdentifyError> {
+        let mut r = Vec::with_capacity(self.residual_count());
         let mut jac = Vec::with_capacity(self.residual_count());
         for e in &self.experiments {
-            let (_, rows) =
+            let (q, rows) =
                 e.run.quantity_jacobian(&e.registry).map_err(|m| e.failed(&self.path, m))?;
+            e.push_residuals(&q, &mut r);
             for m in &e.misfits {
                 let s = m.weight.sqrt();
                 for g in &rows[m.term] {
@@ -591,7 +593,7 @@ impl FemIdentification {
             }
         }
         self.jacobians += 1;
-        Ok(jac)
+        Ok((r, jac))
     }
 
     /// Measured against model curves at x.
@@ -696,7 +698,8 @@ impl FemIdentification {
                     x = trial;
                     r = r_new;
                     cost = cost_new;
-                    jac = self.current_jacobian()?;
+                    // The run at x is kept (`solve_at`): this adds the adjoint products only.
+                    jac = self.residuals_and_jacobian(&x)?.1;
                     iterations += 1;
                     progress(iterations, cost);
                     if small {
@@ -949,33 +952,18 @@ fn plot(file: &Path, title: &str, names: &[&str], curves: &[FemCurve]) -> Result
             .draw()
             .map_err(|x| e(&x))?;
         for (k, c) in mine.iter().enumerate() {
-            let colour = Palette99::pick(k).to_rgba();
-            chart
-                .draw_series(
-                    c.load_factors
-                        .iter()
-                        .zip(&c.measured)
-                        .map(|(&s, &m)| Circle::new((s, m), 4, colour.filled())),
-                )
-                .map_err(|x| e(&x))?
-                .label(format!("term {} measured", c.term + 1))
-                .legend(move |(x, y)| Circle::new((x, y), 4, colour.filled()));
             let line: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
                 .chain(c.load_factors.iter().copied().zip(c.model.iter().copied()))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(line, colour.stroke_width(2)))
-                .map_err(|x| e(&x))?
-                .label(format!("term {} fitted", c.term + 1))
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
+            crate::identify::draw_data_and_fit(
+                &mut chart,
+                Palette99::pick(k).to_rgba(),
+                (c.load_factors.iter().copied().zip(c.measured.iter().copied()), 4),
+                line,
+                [format!("term {} measured", c.term + 1), format!("term {} fitted", c.term + 1)],
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|x| e(&x))?;
+        crate::identify::draw_legend(&mut chart)?;
     }
     root.present().map_err(|x| e(&x))
 }

@@ -161,17 +161,42 @@ fn a_clamped_heated_bar_reacts_with_the_thermal_stress(#[case] dt: f64) {
 /// α(T − T_ref) changes the reaction and the contraction, and both depend on k, h and q.
 fn chain_problem(register: &[&str]) -> app::Problem {
     let names: Vec<String> = register.iter().map(|n| format!("\"{n}\"")).collect();
-    let text = format!(
+    let text = strip(
+        "heated rubber strip",
+        "source = 4e5\n",
+        "",
+        "law = \"ogden\"\nmu = [0.3e6, 0.02e6]\nalpha = [2.0, -1.5]\n",
+        &format!(
+            r#"
+[[objective]]
+kind = "average_displacement"
+group = "ymax"
+direction = [0.0, 1.0e4, 0.0]
+
+[parameters]
+register = [{}]
+"#,
+            names.join(", ")
+        ),
+    );
+    build(&text)
+}
+
+/// The strip of [`chain_problem`]: 3 × 1 × 1 hex8 over 30 × 10 × 10 mm, held at 293.15 K at
+/// xmin and cooled by convection at xmax, clamped at xmin and pulled by 3 mm at xmax in three
+/// steps, with a reaction objective; `heat` ends the thermal material, `fields` adds tables
+/// (an electrical field), `law` is the hyperelastic law without κ and α, `tail` ends the file.
+fn strip(title: &str, heat: &str, fields: &str, law: &str, tail: &str) -> String {
+    format!(
         r#"
-title = "heated rubber strip"
+title = "{title}"
 [mesh]
 box = {{ lengths = [0.03, 0.01, 0.01], divisions = [3, 1, 1], cell = "hex8" }}
 
 [[thermal.material]]
 group = "domain"
 k = 0.25
-source = 4e5
-
+{heat}
 [[thermal.bc]]
 group = "xmin"
 kind = "temperature"
@@ -182,13 +207,10 @@ group = "xmax"
 kind = "convection"
 h = 40.0
 t_inf = 300.0
-
+{fields}
 [[hyperelastic.material]]
 group = "domain"
-law = "ogden"
-mu = [0.3e6, 0.02e6]
-alpha = [2.0, -1.5]
-kappa = 3e7
+{law}kappa = 3e7
 thermal_expansion = 3e-4
 
 [[hyperelastic.bc]]
@@ -208,18 +230,8 @@ steps = 3
 kind = "reaction"
 group = "xmax"
 direction = [1.0, 0.0, 0.0]
-
-[[objective]]
-kind = "average_displacement"
-group = "ymax"
-direction = [0.0, 1.0e4, 0.0]
-
-[parameters]
-register = [{}]
-"#,
-        names.join(", ")
-    );
-    build(&text)
+{tail}"#
+    )
 }
 
 fn assert_taylor(problem: &mut app::Problem, what: &str) {
@@ -279,26 +291,10 @@ fn thermal_parameters_pass_taylor_tests_through_the_chain(#[case] names: &[&str]
 /// the conductivity reach the finite-strain objective through φ → Q → T → u.
 #[test]
 fn electrical_parameters_reach_the_finite_strain_field() {
-    let text = r#"
-title = "Joule-heated rubber strip"
-[mesh]
-box = { lengths = [0.03, 0.01, 0.01], divisions = [3, 1, 1], cell = "hex8" }
-
-[[thermal.material]]
-group = "domain"
-k = 0.25
-
-[[thermal.bc]]
-group = "xmin"
-kind = "temperature"
-value = 293.15
-
-[[thermal.bc]]
-group = "xmax"
-kind = "convection"
-h = 40.0
-t_inf = 300.0
-
+    let text = strip(
+        "Joule-heated rubber strip",
+        "",
+        r#"
 [[electrical.conductor]]
 group = "domain"
 sigma = 20.0
@@ -311,36 +307,14 @@ kind = "ground"
 group = "xmax"
 kind = "voltage"
 value = 4.0
-
-[[hyperelastic.material]]
-group = "domain"
-law = "neo_hookean"
-mu = [0.3e6]
-kappa = 3e7
-thermal_expansion = 3e-4
-
-[[hyperelastic.bc]]
-group = "xmin"
-kind = "fixed"
-
-[[hyperelastic.bc]]
-group = "xmax"
-kind = "displacement"
-value = [0.003, 0.0, 0.0]
-components = ["x"]
-
-[hyperelastic]
-steps = 3
-
-[[objective]]
-kind = "reaction"
-group = "xmax"
-direction = [1.0, 0.0, 0.0]
-
+"#,
+        "law = \"neo_hookean\"\nmu = [0.3e6]\n",
+        r#"
 [parameters]
 register = ["load.xmax.voltage", "electrical.sigma.domain", "thermal.k.domain"]
-"#;
-    let mut problem = build(text);
+"#,
+    );
+    let mut problem = build(&text);
     problem.solve().unwrap();
     assert_eq!(problem.coupling.to_string(), "electrical → thermal → hyperelastic");
     let t = problem.thermal().temperature().unwrap();
