@@ -153,6 +153,16 @@ fn factor_flops(symbolic: &SymbolicCholesky<usize>) -> f64 {
     }
 }
 
+/// The symbolic analysis of one pattern, with the ordering it used.
+struct Analysis {
+    key: PatternKey,
+    symbolic: SymbolicCholesky<usize>,
+    /// [`CholeskyOrdering::Amd`] or [`CholeskyOrdering::NestedDissection`].
+    used: CholeskyOrdering,
+    /// `Auto` chose AMD for a large factorization and has not tried nested dissection yet.
+    nd_pending: bool,
+}
+
 /// Sparse Cholesky (LLᵀ) solver for symmetric positive definite systems, on faer.
 ///
 /// Reads the upper triangle of `A` (row `i`, columns `j ≥ i`; the lower triangle of `Aᵀ` in
@@ -163,10 +173,7 @@ pub struct CholeskySolver {
     field: String,
     par_factor: Par,
     ordering: CholeskyOrdering,
-    ordering_used: Option<CholeskyOrdering>,
-    /// `Auto` chose AMD for a large factorization and has not tried nested dissection yet.
-    nd_pending: bool,
-    symbolic: Option<(PatternKey, SymbolicCholesky<usize>)>,
+    symbolic: Option<Analysis>,
     l_values: Vec<f64>,
     factor_stack: MemBuffer,
     solve_stack: MemBuffer,
@@ -182,8 +189,6 @@ impl CholeskySolver {
             field: field.to_string(),
             par_factor: Par::Seq,
             ordering: CholeskyOrdering::Auto,
-            ordering_used: None,
-            nd_pending: false,
             symbolic: None,
             l_values: Vec::new(),
             factor_stack: MemBuffer::new(faer::dyn_stack::StackReq::EMPTY),
@@ -211,7 +216,7 @@ impl CholeskySolver {
     /// at the first factorization of a pattern, possibly nested dissection from the second on),
     /// or `None` before the first factorization of a non-empty matrix.
     pub fn ordering_used(&self) -> Option<CholeskyOrdering> {
-        self.ordering_used
+        self.symbolic.as_ref().map(|a| a.used)
     }
 
     /// How many symbolic analyses have been kept: 1 while the pattern never changed, plus one
@@ -229,7 +234,7 @@ impl CholeskySolver {
     /// Estimated multiply-adds of one numeric factorization, `Σ_j c_j (c_j + 1) / 2` over the
     /// columns of `L` with `c_j` entries each (0 before the first factorization).
     pub fn factor_flops(&self) -> f64 {
-        self.symbolic.as_ref().map_or(0.0, |(_, s)| factor_flops(s))
+        self.symbolic.as_ref().map_or(0.0, |a| factor_flops(&a.symbolic))
     }
 
     /// Symbolic analysis of `at` (the column view of `a`) with one concrete ordering.
@@ -281,6 +286,7 @@ impl CholeskySolver {
         key: PatternKey,
         symbolic: SymbolicCholesky<usize>,
         used: CholeskyOrdering,
+        nd_pending: bool,
     ) {
         self.factor_stack = MemBuffer::new(
             symbolic.factorize_numeric_llt_scratch::<f64>(self.par_factor, Default::default()),
@@ -288,8 +294,7 @@ impl CholeskySolver {
         self.solve_stack = MemBuffer::new(symbolic.solve_in_place_scratch::<f64>(1, Par::Seq));
         self.l_values = vec![0.0; symbolic.len_val()];
         self.n_symbolic += 1;
-        self.ordering_used = Some(used);
-        self.symbolic = Some((key, symbolic));
+        self.symbolic = Some(Analysis { key, symbolic, used, nd_pending });
     }
 
     /// Under [`CholeskyOrdering::Auto`], at the second factorization of a pattern whose AMD
@@ -297,11 +302,11 @@ impl CholeskySolver {
     /// most [`AUTO_FLOP_RATIO`] of AMD's multiply-adds. A failed nested dissection keeps AMD
     /// (logged as a warning), since AMD already works for this pattern.
     fn try_nested_dissection(&mut self, a: &CsrMatrix, at: SparseColMatRef<'_, usize, f64>) {
-        self.nd_pending = false;
-        let Some((key, amd)) = self.symbolic.as_ref() else { return };
-        let key = *key;
-        let amd_flops = factor_flops(amd);
-        let amd_nnz = amd.len_val();
+        let Some(analysis) = self.symbolic.as_mut() else { return };
+        analysis.nd_pending = false;
+        let key = analysis.key;
+        let amd_flops = factor_flops(&analysis.symbolic);
+        let amd_nnz = analysis.symbolic.len_val();
         match self.analyse_with(a, at, CholeskyOrdering::NestedDissection) {
             Ok(nd) => {
                 let nd_flops = factor_flops(&nd);
@@ -316,7 +321,7 @@ impl CholeskySolver {
                     "Cholesky ordering: AMD or nested dissection"
                 );
                 if switch {
-                    self.install(key, nd, CholeskyOrdering::NestedDissection);
+                    self.install(key, nd, CholeskyOrdering::NestedDissection, false);
                 }
             }
             Err(e) => tracing::warn!(field = %self.field, error = %e, "keeping the AMD ordering"),
@@ -329,7 +334,7 @@ impl CholeskySolver {
         if self.n == 0 {
             return Ok(());
         }
-        let (_, symbolic) = self.symbolic.as_ref().expect("factored implies symbolic");
+        let symbolic = &self.symbolic.as_ref().expect("factored implies symbolic").symbolic;
         let llt = LltRef::<usize, f64>::new(symbolic, &self.l_values);
         let n = self.n;
         llt.solve_in_place_with_conj(
@@ -359,23 +364,21 @@ impl LinearSolver for CholeskySolver {
         }
         let key = PatternKey::of(a);
         let at = transpose_view(a);
-        if self.symbolic.as_ref().is_none_or(|(k, _)| *k != key) {
+        if self.symbolic.as_ref().is_none_or(|an| an.key != key) {
             // A failed analysis must not leave the previous pattern's analysis in place.
             self.symbolic = None;
-            self.ordering_used = None;
-            self.nd_pending = false;
             let used = match self.ordering {
                 CholeskyOrdering::Auto => CholeskyOrdering::Amd,
                 concrete => concrete,
             };
             let symbolic = self.analyse_with(a, at, used)?;
-            self.nd_pending = self.ordering == CholeskyOrdering::Auto
+            let nd_pending = self.ordering == CholeskyOrdering::Auto
                 && factor_flops(&symbolic) >= AUTO_MIN_FLOPS;
-            self.install(key, symbolic, used);
-        } else if self.nd_pending {
+            self.install(key, symbolic, used, nd_pending);
+        } else if self.symbolic.as_ref().is_some_and(|an| an.nd_pending) {
             self.try_nested_dissection(a, at);
         }
-        let (_, symbolic) = self.symbolic.as_ref().unwrap();
+        let symbolic = &self.symbolic.as_ref().unwrap().symbolic;
         let t = std::time::Instant::now();
         let result = symbolic.factorize_numeric_llt::<f64>(
             &mut self.l_values,
