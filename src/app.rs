@@ -275,6 +275,14 @@ impl Problem {
         Ok(())
     }
 
+    /// The largest nodal temperature over a volume group (`"*"`: the whole model) in the
+    /// solved state.
+    pub fn temperature_peak(&self, group: &str) -> Result<f64, RunError> {
+        let th = self.thermal();
+        let t = th.temperature().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        Ok(gradfem_thermal::objective::group_peak(&th.model, group, t)?.0)
+    }
+
     /// Replace the objective; returns the old one. The solution stays valid: only the
     /// functional changes.
     pub fn swap_objective(&mut self, new: ObjectiveSet) -> ObjectiveSet {
@@ -913,6 +921,10 @@ pub fn objective_terms(
             },
             "average" => ObjectiveKind::Average { group: group(context)? },
             "max" => ObjectiveKind::Max { group: group(context)?, p: o.p.unwrap_or(8.0) },
+            "peak" => ObjectiveKind::Peak {
+                group: group(context)?,
+                rho: o.rho.unwrap_or(gradfem_thermal::objective::DEFAULT_PEAK_RHO),
+            },
             "integral_square" => ObjectiveKind::IntegralSquare { group: group(context)? },
             "nodal_sum_squares" => ObjectiveKind::NodalSumSquares,
             "displacement" | "average_displacement" | "compliance" | "von_mises" => {
@@ -981,7 +993,7 @@ pub fn objective_terms(
                 return Err(invalid(
                     file,
                     &format!(
-                        "unknown objective kind '{other}'; expected point, average, max, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
+                        "unknown objective kind '{other}'; expected point, average, max, peak, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
                     ),
                 ));
             }
@@ -1200,6 +1212,48 @@ pub struct Summary {
     /// Hyperelastic runs: load factors, Newton iterations, cut-backs, reactions at the last step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hyperelastic: Option<HyperelasticReport>,
+    /// Every `max` (p-norm) and `peak` (KS) objective term beside the true peak it stands for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub temperature_peaks: Vec<PeakReport>,
+}
+
+/// A smooth-maximum objective term of the temperature and the true nodal peak of its group.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeakReport {
+    /// Index of the term among the objective's terms.
+    pub term: usize,
+    /// `max` (p-norm mean) or `peak` (Kreisselmeier–Steinhauser aggregate).
+    pub kind: &'static str,
+    /// The volume group.
+    pub group: String,
+    /// The term's value (the aggregate) [K].
+    #[serde(rename = "aggregate_K")]
+    pub aggregate_k: f64,
+    /// The largest nodal temperature of the group [K].
+    #[serde(rename = "true_peak_K")]
+    pub true_peak_k: f64,
+}
+
+/// The `max` and `peak` terms of the thermal objective with the true peaks of their groups.
+fn temperature_peaks(problem: &ThermalProblem, terms: &[f64]) -> Result<Vec<PeakReport>, RunError> {
+    let Some(t) = problem.temperature() else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    for (i, term) in problem.objective.iter().enumerate() {
+        let (kind, group) = match &term.kind {
+            ObjectiveKind::Max { group, .. } => ("max", group),
+            ObjectiveKind::Peak { group, .. } => ("peak", group),
+            _ => continue,
+        };
+        let (peak, _) = gradfem_thermal::objective::group_peak(&problem.model, group, t)?;
+        out.push(PeakReport {
+            term: i,
+            kind,
+            group: group.clone(),
+            aggregate_k: terms.get(i).copied().unwrap_or(f64::NAN),
+            true_peak_k: peak,
+        });
+    }
+    Ok(out)
 }
 
 /// Summarize the solved problem.
@@ -1274,6 +1328,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         false,
     )?
     .value;
+    let temperature_peaks = temperature_peaks(problem, &eval.terms)?;
     Ok(Summary {
         title: title.to_string(),
         nodes: problem.model.n_nodes(),
@@ -1301,6 +1356,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         mechanical: None,
         transient: None,
         hyperelastic: None,
+        temperature_peaks,
     })
 }
 

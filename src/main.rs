@@ -53,9 +53,10 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Optimize the registered parameters (bounded L-BFGS; `[[optimize.constraint]]` entries
-    /// `quantity ≤ upper` by an augmented Lagrangian). Writes history.csv, history.png and the
-    /// final design's results. Ctrl-C stops cleanly, keeping the best design so far.
+    /// Optimize the registered parameters (MMA with `[[optimize.constraint]]` entries
+    /// `quantity ≤ upper`, bounded L-BFGS without; `[optimize] method` chooses). Writes
+    /// history.csv, history.png and the final design's results. Ctrl-C stops cleanly, keeping
+    /// the best design so far; `--resume` continues from the history it left.
     Optimize {
         /// Problem file (TOML) with `[parameters] register` and optionally `[optimize]`.
         file: PathBuf,
@@ -69,6 +70,10 @@ enum Command {
         /// run while it goes.
         #[arg(long, value_name = "DIR")]
         watch: Option<PathBuf>,
+        /// Continue an interrupted run from the last row of the output directory's
+        /// history.csv (scalar design parameters; iterations and evaluations count on).
+        #[arg(long)]
+        resume: bool,
     },
     /// Check the gradient by a Taylor test: prints the remainders and their rates; the exit code
     /// is 0 when the observed rate reaches the minimum (default 1.9), 1 otherwise.
@@ -276,6 +281,17 @@ fn print_summary(s: &app::Summary) {
         }
     }
     println!("  objective J = {:.10e}", s.objective);
+    for p in &s.temperature_peaks {
+        let what = if p.kind == "peak" { "KS aggregate" } else { "p-norm mean" };
+        println!(
+            "    term {} ({} over {}): {what} {:.4} K, true peak {:.4} K",
+            p.term + 1,
+            p.kind,
+            p.group,
+            p.aggregate_k,
+            p.true_peak_k
+        );
+    }
     if thermal_solved {
         println!(
             "  thermal: {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",
@@ -373,11 +389,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Optimize { file, json, output, watch }) => {
+        Some(Command::Optimize { file, json, output, watch, resume }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
             let mut settings = gradfem::optimize::settings(&pf, &problem)?;
             settings.watch = watch;
             let dir = output_dir(&pf, output);
+            if resume {
+                let history = dir.join("history.csv");
+                if !history.is_file() {
+                    anyhow::bail!(
+                        "--resume: {} does not exist (resume reads the history an interrupted run left in its output directory; -o names another)",
+                        history.display()
+                    );
+                }
+                settings.resume = Some(history);
+            }
             optimize(&mut problem, &settings, &dir, quiet, json)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -568,32 +594,68 @@ fn optimize(
         Err(e) => format!("(no plot: {e})"),
     };
     let names: Vec<String> = outcome.watcher.names().to_vec();
+    let violations = outcome.violations(settings);
     if json {
         let out = serde_json::json!({
+            "method": outcome.method,
             "initial_objective": outcome.initial_objective,
             "final_objective": outcome.final_objective,
             "constraints": settings.constraints.iter().zip(&outcome.final_constraints)
-                .map(|(c, v)| serde_json::json!({"name": c.label, "value": v, "upper": c.upper}))
+                .zip(&outcome.final_peaks)
+                .map(|((c, v), peak)| serde_json::json!({
+                    "name": c.label,
+                    "value": v,
+                    "upper": c.upper,
+                    "aggregate": c.peak.as_ref().map(|p| if p.aggregate_is_ks { "ks" } else { "p_norm" }),
+                    "true_peak_K": peak,
+                }))
                 .collect::<Vec<_>>(),
             "design": problem.registry().iter().map(|(_, s)| (s.name.clone(), s.values.clone()))
                 .collect::<std::collections::BTreeMap<_, _>>(),
-            "iterations": outcome.watcher.history().len().saturating_sub(1),
+            "iterations": outcome.iterations,
             "evaluations": outcome.evaluations,
             "status": outcome.status,
+            "converged": outcome.converged,
+            "feasible": outcome.feasible,
+            "violations": violations,
             "stopped": outcome.stopped,
         });
         println!("{out}");
     } else if !quiet {
         println!(
-            "objective {:.6e} -> {:.6e} in {} iteration(s), {} evaluation(s): {}",
+            "objective {:.6e} -> {:.6e} in {} iteration(s), {} evaluation(s) ({})",
             outcome.initial_objective,
             outcome.final_objective,
-            outcome.watcher.history().len().saturating_sub(1),
+            outcome.iterations,
             outcome.evaluations,
-            outcome.status
+            match outcome.method {
+                gradfem::optimize::Method::Mma => "MMA",
+                gradfem::optimize::Method::Lbfgs => "L-BFGS",
+            }
         );
+        println!("  {}", outcome.status);
+        if settings.constraints.is_empty() {
+        } else if violations.is_empty() {
+            println!("  feasible: every constraint holds");
+        } else {
+            println!("  INFEASIBLE: {}", violations.join("; "));
+        }
+        for ((c, v), peak) in
+            settings.constraints.iter().zip(&outcome.final_constraints).zip(&outcome.final_peaks)
+        {
+            match (peak, &c.peak) {
+                (Some(t), Some(p)) => println!(
+                    "  constraint '{}': {} {v:.6e}, true peak over {} {t:.4} K (bound {})",
+                    c.label,
+                    if p.aggregate_is_ks { "KS aggregate" } else { "p-norm mean" },
+                    p.group,
+                    c.upper
+                ),
+                _ => println!("  constraint '{}': {v:.6e} (bound {})", c.label, c.upper),
+            }
+        }
         let first = outcome.watcher.history().first().map(|r| r.params.clone()).unwrap_or_default();
-        let last = outcome.watcher.history().last().map(|r| r.params.clone()).unwrap_or_default();
+        let last = outcome.final_params.clone();
         for (i, n) in names.iter().enumerate() {
             if let (Some(a), Some(b)) = (first.get(i), last.get(i)) {
                 println!("  {n:<40} {a:.6e} -> {b:.6e}");

@@ -195,6 +195,8 @@ pub struct ObjectiveSpec {
     pub group: Option<Spanned<String>>,
     pub point: Option<[f64; 3]>,
     pub p: Option<f64>,
+    /// Sharpness of a `peak` objective's aggregate [1/K] (default 1).
+    pub rho: Option<f64>,
     /// CSV file of sensors (x, y, z, value), relative to the problem file.
     pub sensors: Option<String>,
     /// Terminal group of a `current` or `voltage` objective.
@@ -462,8 +464,8 @@ fn min_rate() -> f64 {
     1.9
 }
 
-/// `[optimize]`: bounded L-BFGS over every registered parameter, with inequality constraints
-/// by an augmented Lagrangian.
+/// `[optimize]`: the design variables, the method (MMA for constrained problems, bounded
+/// L-BFGS otherwise) and its stopping tests (see [`crate::optimize`]).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizeSpec {
@@ -476,9 +478,18 @@ pub struct OptimizeSpec {
     /// Outer (multiplier) iterations when there are constraints.
     #[serde(default = "opt_outer")]
     pub max_outer: usize,
-    /// Stop when the projected gradient (in scaled variables) is below this.
+    /// Stop when the projected gradient (L-BFGS) or the KKT residual (MMA) of the scaled
+    /// problem is below this.
     #[serde(default = "opt_gtol")]
     pub gtol: f64,
+    /// MMA: stop when the largest step of a design variable, relative to its range, is below
+    /// this and the design is feasible.
+    #[serde(default = "opt_xtol")]
+    pub xtol: f64,
+    /// `auto` (MMA with constraints, L-BFGS without), `mma`, or `lbfgs` (bounded L-BFGS;
+    /// constraints by an augmented Lagrangian).
+    #[serde(default = "auto_method")]
+    pub method: Spanned<String>,
     /// Constraints `term ≤ upper`, each an objective-shaped entry with `upper`.
     #[serde(default, rename = "constraint")]
     pub constraints: Vec<ConstraintSpec>,
@@ -497,6 +508,12 @@ fn opt_outer() -> usize {
 fn opt_gtol() -> f64 {
     1e-6
 }
+fn opt_xtol() -> f64 {
+    1e-4
+}
+fn auto_method() -> Spanned<String> {
+    Spanned::new(0..0, "auto".into())
+}
 
 /// One constraint: an objective-shaped quantity and its upper bound.
 #[derive(Clone, Debug, Deserialize)]
@@ -509,6 +526,8 @@ pub struct ConstraintSpec {
     pub group: Option<Spanned<String>>,
     pub point: Option<[f64; 3]>,
     pub p: Option<f64>,
+    /// Sharpness of a `peak` constraint's aggregate [1/K] (default 1).
+    pub rho: Option<f64>,
     pub sensors: Option<String>,
     pub terminal: Option<Spanned<String>>,
     pub drive: Option<Spanned<String>>,
@@ -527,6 +546,7 @@ impl ConstraintSpec {
             group: self.group.clone(),
             point: self.point,
             p: self.p,
+            rho: self.rho,
             sensors: self.sensors.clone(),
             terminal: self.terminal.clone(),
             drive: self.drive.clone(),

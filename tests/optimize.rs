@@ -1,4 +1,5 @@
-//! `gradfem optimize`: bounds, constraints by augmented Lagrangian, outputs.
+//! `gradfem optimize`: bounds, constraints (MMA and the augmented Lagrangian), peak limits,
+//! resuming, outputs.
 
 use std::process::Command;
 
@@ -130,4 +131,117 @@ design = ["thermal.k.domain"]"#,
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("thermal.k.domain"), "{err}");
+}
+
+const PEAK_LIMIT: &str = r#"[parameters]
+register = ["thermal.q.domain"]
+bounds = { "thermal.q.domain" = [0.0, 1000.0] }
+
+[optimize]
+maximize = true
+{settings}
+
+[[optimize.constraint]]
+name = "peak T, hot side"
+kind = "peak"
+group = "domain"
+upper = 305.0"#;
+
+fn peak_problem(dir: &std::path::Path, settings: &str) -> std::path::PathBuf {
+    write_problem(dir, &PEAK_LIMIT.replace("{settings}", settings))
+}
+
+/// With L-BFGS the KS aggregate itself is bounded: the true peak stays below the limit (by at
+/// most ln(n)/ρ), where MMA puts it on the limit.
+#[test]
+fn a_peak_limit_holds_on_the_true_peak_with_either_method() {
+    let dir = tempfile::tempdir().unwrap();
+    let mma = run(&peak_problem(dir.path(), ""), dir.path());
+    let c = &mma["constraints"][0];
+    let peak = c["true_peak_K"].as_f64().unwrap();
+    assert!((peak - 305.0).abs() < 1e-3, "{mma}");
+    assert!(c["value"].as_f64().unwrap() > peak, "the aggregate bounds the peak: {mma}");
+    assert_eq!(
+        (&mma["method"], &mma["converged"], &mma["feasible"]),
+        (&"mma".into(), &true.into(), &true.into())
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let lbfgs = run(&peak_problem(dir.path(), r#"method = "lbfgs""#), dir.path());
+    let c = &lbfgs["constraints"][0];
+    let (aggregate, peak_l) = (c["value"].as_f64().unwrap(), c["true_peak_K"].as_f64().unwrap());
+    // The augmented Lagrangian ends within its outer-iteration limit, close to the bound.
+    assert!((aggregate - 305.0).abs() < 1e-2 && aggregate <= 305.0 + 1e-6 * 305.0, "{lbfgs}");
+    assert!(peak_l < 305.0 && peak_l > 305.0 - (200f64).ln(), "{lbfgs}");
+    // Both heat as much as the limit allows: q ∝ the temperature rise.
+    let (qm, ql) = (
+        mma["design"]["thermal.q.domain"][0].as_f64().unwrap(),
+        lbfgs["design"]["thermal.q.domain"][0].as_f64().unwrap(),
+    );
+    assert!(ql < qm && (qm / ql - (peak - 300.0) / (peak_l - 300.0)).abs() < 1e-3, "{qm} {ql}");
+    assert!(mma["evaluations"].as_u64() < lbfgs["evaluations"].as_u64(), "{mma} {lbfgs}");
+}
+
+/// An interrupted run (here: stopped at its iteration limit) continues with `--resume` from
+/// the last row of its history; iterations and evaluations count on, and the end is the same
+/// design as an uninterrupted run's.
+#[test]
+fn resume_continues_an_interrupted_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = peak_problem(dir.path(), "max_iterations = 2");
+    let first = run(&p, dir.path());
+    assert_eq!(first["converged"], false, "{first}");
+    assert!(first["status"].as_str().unwrap().contains("iteration limit (2"), "{first}");
+    let rows_before = std::fs::read_to_string(dir.path().join("history.csv")).unwrap();
+    let p = peak_problem(dir.path(), "max_iterations = 30");
+    let o = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["optimize", p.to_str().unwrap(), "--json", "--resume", "-o"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let resumed: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(resumed["converged"], true, "{resumed}");
+    let csv = std::fs::read_to_string(dir.path().join("history.csv")).unwrap();
+    assert!(csv.starts_with(&rows_before), "the old rows are kept:\n{rows_before}\n---\n{csv}");
+    let iterations: Vec<usize> =
+        csv.lines().skip(1).map(|l| l.split(',').next().unwrap().parse().unwrap()).collect();
+    assert_eq!(iterations, (0..iterations.len()).collect::<Vec<_>>(), "{csv}");
+    assert!(resumed["evaluations"].as_u64() > first["evaluations"].as_u64());
+
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = run(&peak_problem(fresh_dir.path(), ""), fresh_dir.path());
+    let q = |r: &serde_json::Value| r["design"]["thermal.q.domain"][0].as_f64().unwrap();
+    assert!((q(&resumed) / q(&fresh) - 1.0).abs() < 1e-4, "{resumed} {fresh}");
+
+    // Without a history there is nothing to resume.
+    let empty = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["optimize", p.to_str().unwrap(), "--resume", "-o"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("history.csv does not exist"), "{err}");
+}
+
+#[test]
+fn an_unknown_method_names_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = peak_problem(dir.path(), r#"method = "newton""#);
+    let o = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["optimize", p.to_str().unwrap(), "-o", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    let line =
+        std::fs::read_to_string(&p).unwrap().lines().position(|l| l.starts_with("method")).unwrap()
+            + 1;
+    assert!(
+        err.contains("p.toml")
+            && err.contains("method = 'newton'")
+            && err.contains(&format!("line {line}:")),
+        "{err}"
+    );
 }

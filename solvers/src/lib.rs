@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod error;
 pub mod graph;
 pub mod linear;
+pub mod mma;
 pub mod newton;
 pub mod optimize;
 pub mod ordering;

@@ -30,6 +30,16 @@ pub enum WatchError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A history file read back is not one this module writes.
+    #[error("{path}:{line}: {message}")]
+    Format {
+        /// The file read.
+        path: PathBuf,
+        /// The line (1-based).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// The plotting backend failed (font, encoder, …).
     #[error("{path}: plotting failed: {message}")]
     Plot {
@@ -55,6 +65,9 @@ pub struct WatchRow {
     pub grad_norm: f64,
     /// Objective evaluations so far.
     pub evaluations: usize,
+    /// Values of the watcher's extra columns (constraint quantities, true peaks, …), without
+    /// gradients; empty when the watcher has none.
+    pub extras: Vec<f64>,
 }
 
 /// An evaluation waiting to be matched to an iteration: (optimizer point, params, J, gradient).
@@ -64,6 +77,7 @@ type Pending = (Vec<f64>, Vec<f64>, f64, Vec<f64>);
 #[derive(Debug, Clone, Default)]
 pub struct Watcher {
     names: Vec<String>,
+    extras: Vec<String>,
     rows: Vec<WatchRow>,
     pending: Vec<Pending>,
 }
@@ -71,12 +85,23 @@ pub struct Watcher {
 impl Watcher {
     /// A watcher of the named parameters (CSV columns and plot legend).
     pub fn new(names: Vec<String>) -> Self {
-        Self { names, rows: Vec::new(), pending: Vec::new() }
+        Self::with_extras(names, Vec::new())
+    }
+
+    /// A watcher of the named parameters and of extra named values without gradients
+    /// (constraint quantities, say), which follow the gradient columns in the CSV.
+    pub fn with_extras(names: Vec<String>, extras: Vec<String>) -> Self {
+        Self { names, extras, rows: Vec::new(), pending: Vec::new() }
     }
 
     /// The watched parameters' names.
     pub fn names(&self) -> &[String] {
         &self.names
+    }
+
+    /// The extra columns' names.
+    pub fn extra_names(&self) -> &[String] {
+        &self.extras
     }
 
     /// The rows collected so far.
@@ -120,6 +145,7 @@ impl Watcher {
             gradient,
             grad_norm: rec.grad_norm,
             evaluations: rec.evaluations,
+            extras: vec![f64::NAN; self.extras.len()],
         });
         self.pending.clear();
         Control::Continue
@@ -128,40 +154,104 @@ impl Watcher {
     /// Appends a row directly.
     pub fn push(&mut self, row: WatchRow) {
         assert!(
-            row.params.len() == self.names.len() && row.gradient.len() == self.names.len(),
-            "Watcher::push: {} names, row has {} params, {} gradient entries",
+            row.params.len() == self.names.len()
+                && row.gradient.len() == self.names.len()
+                && row.extras.len() == self.extras.len(),
+            "Watcher::push: {} names and {} extras, row has {} params, {} gradient entries, {} extras",
             self.names.len(),
+            self.extras.len(),
             row.params.len(),
-            row.gradient.len()
+            row.gradient.len(),
+            row.extras.len()
         );
         self.rows.push(row);
     }
 
-    /// The history as CSV text: header
-    /// `iteration,objective,grad_norm,evaluations,<name>…,grad.<name>…`, one line per row,
-    /// numbers in Rust's shortest round-trip form (exact when parsed back).
+    /// The history as CSV text (RFC 4180: a name holding a comma, a quote or a line break is
+    /// quoted, its quotes doubled): header
+    /// `iteration,objective,grad_norm,evaluations,<name>…,grad.<name>…,<extra>…`, one line per
+    /// row, numbers in Rust's shortest round-trip form (exact when parsed back).
     pub fn to_csv(&self) -> String {
-        let mut s = String::from("iteration,objective,grad_norm,evaluations");
-        for n in &self.names {
-            s.push(',');
-            s.push_str(n);
-        }
-        for n in &self.names {
-            s.push_str(",grad.");
-            s.push_str(n);
-        }
+        let mut header: Vec<String> =
+            ["iteration", "objective", "grad_norm", "evaluations"].map(String::from).to_vec();
+        header.extend(self.names.iter().cloned());
+        header.extend(self.names.iter().map(|n| format!("grad.{n}")));
+        header.extend(self.extras.iter().cloned());
+        let mut s = header.iter().map(|h| csv_field(h)).collect::<Vec<_>>().join(",");
         s.push('\n');
         for r in &self.rows {
             s.push_str(&format!(
                 "{},{},{},{}",
                 r.iteration, r.objective, r.grad_norm, r.evaluations
             ));
-            for v in r.params.iter().chain(&r.gradient) {
+            for v in r.params.iter().chain(&r.gradient).chain(&r.extras) {
                 s.push_str(&format!(",{v}"));
             }
             s.push('\n');
         }
         s
+    }
+
+    /// Reads a history written by [`Watcher::write_csv`] back, given the number of watched
+    /// parameters (the rest of the columns after their gradients are extras). Errors name the
+    /// file and the line.
+    pub fn read_csv(path: impl AsRef<Path>, n_params: usize) -> Result<Self, WatchError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| WatchError::Io { path: path.to_path_buf(), source })?;
+        let bad = |line: usize, message: String| WatchError::Format {
+            path: path.to_path_buf(),
+            line,
+            message,
+        };
+        let records = parse_csv(&text).map_err(|(line, m)| bad(line, m))?;
+        let Some((header_line, header)) = records.first() else {
+            return Err(bad(1, "the file is empty (no header)".into()));
+        };
+        let fixed = ["iteration", "objective", "grad_norm", "evaluations"];
+        if header.len() < 4 + 2 * n_params || header[..4] != fixed {
+            return Err(bad(
+                *header_line,
+                format!(
+                    "the header is not a watch history of {n_params} parameter(s): expected `{}` followed by {} parameter and {n_params} gradient columns, found {} column(s)",
+                    fixed.join(","),
+                    n_params,
+                    header.len()
+                ),
+            ));
+        }
+        let names = header[4..4 + n_params].to_vec();
+        let extras = header[4 + 2 * n_params..].to_vec();
+        let mut w = Watcher::with_extras(names, extras);
+        for (line, fields) in &records[1..] {
+            if fields.len() != header.len() {
+                return Err(bad(
+                    *line,
+                    format!("{} field(s), the header has {}", fields.len(), header.len()),
+                ));
+            }
+            let num = |k: usize| -> Result<f64, WatchError> {
+                fields[k].trim().parse::<f64>().map_err(|_| {
+                    bad(*line, format!("column '{}': '{}' is not a number", header[k], fields[k]))
+                })
+            };
+            let count = |k: usize| -> Result<usize, WatchError> {
+                fields[k].trim().parse::<usize>().map_err(|_| {
+                    bad(*line, format!("column '{}': '{}' is not a count", header[k], fields[k]))
+                })
+            };
+            let values = |r: std::ops::Range<usize>| r.map(num).collect::<Result<Vec<_>, _>>();
+            w.rows.push(WatchRow {
+                iteration: count(0)?,
+                objective: num(1)?,
+                grad_norm: num(2)?,
+                evaluations: count(3)?,
+                params: values(4..4 + n_params)?,
+                gradient: values(4 + n_params..4 + 2 * n_params)?,
+                extras: values(4 + 2 * n_params..header.len())?,
+            });
+        }
+        Ok(w)
     }
 
     /// Writes [`Watcher::to_csv`] to `path` atomically (module docs).
@@ -274,6 +364,62 @@ impl Watcher {
     }
 }
 
+/// One CSV field: quoted (quotes doubled) when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// Splits RFC 4180 text into records of fields, each with the line it starts on; an error
+/// gives the line of an unterminated quote.
+fn parse_csv(text: &str) -> Result<Vec<(usize, Vec<String>)>, (usize, String)> {
+    let mut records = Vec::new();
+    let mut chars = text.chars().peekable();
+    let mut line = 1;
+    while chars.peek().is_some() {
+        let start = line;
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        loop {
+            match chars.next() {
+                None => {
+                    fields.push(std::mem::take(&mut field));
+                    break;
+                }
+                Some('"') if field.is_empty() => loop {
+                    match chars.next() {
+                        None => return Err((start, "a quoted field is not closed".into())),
+                        Some('"') if chars.peek() == Some(&'"') => {
+                            chars.next();
+                            field.push('"');
+                        }
+                        Some('"') => break,
+                        Some(c) => {
+                            line += usize::from(c == '\n');
+                            field.push(c);
+                        }
+                    }
+                },
+                Some(',') => fields.push(std::mem::take(&mut field)),
+                Some('\r') if chars.peek() == Some(&'\n') => {}
+                Some('\n') => {
+                    line += 1;
+                    fields.push(std::mem::take(&mut field));
+                    break;
+                }
+                Some(c) => field.push(c),
+            }
+        }
+        if !(fields.len() == 1 && fields[0].is_empty()) {
+            records.push((start, fields));
+        }
+    }
+    Ok(records)
+}
+
 /// A temporary path next to `path` (same directory, so the rename stays on one file system).
 fn temp_path(path: &Path) -> PathBuf {
     let name = path.file_name().map_or_else(|| "out".into(), |n| n.to_string_lossy().into_owned());
@@ -374,6 +520,50 @@ mod tests {
         // Nothing but the target is left in the directory (the temporary file was renamed).
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap()).collect();
         assert_eq!(names.len(), 1);
+    }
+
+    /// Names with commas and quotes are quoted, so every line has the header's field count,
+    /// and the history reads back exactly (extras included).
+    #[test]
+    fn csv_quotes_names_and_reads_back_exactly() {
+        let mut w = Watcher::with_extras(
+            vec!["load.a, b".into()],
+            vec!["max T (p-norm, p = 8) ≤ 450".into(), "say \"peak\"".into()],
+        );
+        for i in 0..3 {
+            w.push(WatchRow {
+                iteration: i,
+                objective: 0.1 * i as f64 + 1.0 / 3.0,
+                params: vec![2.0f64.sqrt() + i as f64],
+                gradient: vec![-1e-300 * i as f64],
+                grad_norm: f64::NAN,
+                evaluations: 2 * i + 1,
+                extras: vec![450.0 - i as f64, f64::INFINITY],
+            });
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.csv");
+        w.write_csv(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(
+            "iteration,objective,grad_norm,evaluations,\"load.a, b\",\"grad.load.a, b\",\"max T (p-norm, p = 8) ≤ 450\",\"say \"\"peak\"\"\"\n"
+        ), "{text}");
+        let back = Watcher::read_csv(&path, 1).unwrap();
+        assert_eq!(back.names(), w.names());
+        assert_eq!(back.extra_names(), w.extra_names());
+        assert_eq!(back.history().len(), 3);
+        for (a, b) in back.history().iter().zip(w.history()) {
+            assert_eq!(
+                (a.iteration, a.evaluations, a.objective),
+                (b.iteration, b.evaluations, b.objective)
+            );
+            assert_eq!((&a.params, &a.gradient, &a.extras), (&b.params, &b.gradient, &b.extras));
+            assert!(a.grad_norm.is_nan());
+        }
+        std::fs::write(&path, "iteration,objective,grad_norm,evaluations,a,grad.a\n0,1,2,3,4\n")
+            .unwrap();
+        let err = Watcher::read_csv(&path, 1).unwrap_err().to_string();
+        assert!(err.contains("h.csv:2:") && err.contains("5 field(s), the header has 6"), "{err}");
     }
 
     #[test]
