@@ -752,7 +752,6 @@ pub fn run(
     let design: Vec<f64> = x_best.iter().zip(&scale).map(|(a, s)| a * s).collect();
     let feasible = feasible_at(&final_eval);
     let final_params = columns(&pv, &design, &final_eval).0;
-    drop(watcher_cell);
     Ok(Outcome {
         watcher,
         initial_objective: sign * initial.objective,

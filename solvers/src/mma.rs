@@ -519,7 +519,11 @@ impl Subproblem {
 fn newton_direction(neg_h: &[f64], grad: &[f64], idx: &[usize], m: usize) -> Option<Vec<f64>> {
     let k = idx.len();
     let max_diag = idx.iter().map(|&i| neg_h[i * m + i]).fold(0.0, f64::max);
-    if idx.iter().any(|&i| !(neg_h[i * m + i] > 1e-14 * max_diag)) {
+    // `is_gt` is false for NaN as well, so a NaN diagonal also means no direction.
+    if idx
+        .iter()
+        .any(|&i| !neg_h[i * m + i].partial_cmp(&(1e-14 * max_diag)).is_some_and(|o| o.is_gt()))
+    {
         return None;
     }
     let mut a = vec![0.0; k * k];
@@ -548,7 +552,7 @@ fn solve_spd(a: &mut [f64], b: &mut [f64], k: usize) -> bool {
         for l in 0..j {
             d -= a[j * k + l] * a[j * k + l];
         }
-        if !(d > 0.0) {
+        if !d.partial_cmp(&0.0).is_some_and(|o| o.is_gt()) {
             return false;
         }
         let d = d.sqrt();

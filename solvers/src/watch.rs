@@ -373,9 +373,12 @@ fn csv_field(s: &str) -> String {
     }
 }
 
+/// A CSV record: the line it starts on and its fields.
+type CsvRecord = (usize, Vec<String>);
+
 /// Splits RFC 4180 text into records of fields, each with the line it starts on; an error
 /// gives the line of an unterminated quote.
-fn parse_csv(text: &str) -> Result<Vec<(usize, Vec<String>)>, (usize, String)> {
+fn parse_csv(text: &str) -> Result<Vec<CsvRecord>, (usize, String)> {
     let mut records = Vec::new();
     let mut chars = text.chars().peekable();
     let mut line = 1;
