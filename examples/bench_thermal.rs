@@ -12,7 +12,8 @@
 
 use std::time::Instant;
 
-use gradfem::thermal::{LinearChoice, ThermalProblem};
+use gradfem::run::LinearChoice;
+use gradfem::thermal::ThermalProblem;
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_thermal::{BcKind, BcSpec, ConductivityLaw, ObjectiveKind, ObjectiveTerm, RegionSpec};

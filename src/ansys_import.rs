@@ -58,6 +58,16 @@ pub enum ImportError {
     /// A source node value needed for the mapping is missing (`NaN`).
     #[error("{file}: result set {set}: node {node} has no {dof} value")]
     MissingValue { file: PathBuf, set: usize, dof: String, node: u64 },
+    /// The file does not say in which unit its temperatures are and none was given.
+    #[error(
+        "{file}: the file does not say in which unit its temperatures are (MAPDL /UNITS is {units}); set `temperature_unit` = \"K\", \"C\" or \"F\" in {what}"
+    )]
+    TemperatureUnitUnknown { file: PathBuf, units: String, what: String },
+    /// Converted to kelvin, a temperature is below absolute zero.
+    #[error(
+        "{file}: result set {set}: node {node} has TEMP = {value} {unit}, below absolute zero; is `temperature_unit` right?"
+    )]
+    BelowAbsoluteZero { file: PathBuf, set: usize, node: u64, value: f64, unit: &'static str },
     /// The source mesh has no volume cells to interpolate from.
     #[error("{file}: the source mesh has no volume cells to interpolate from")]
     NoVolumeCells { file: PathBuf },
@@ -74,6 +84,58 @@ pub enum ImportError {
         worst_position: [f64; 3],
         worst_distance: f64,
     },
+}
+
+/// The temperature scale of a field read from a file, converted to kelvin on import.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum TemperatureUnit {
+    /// Kelvin (no conversion).
+    Kelvin,
+    /// Degrees Celsius: T = t + 273.15.
+    Celsius,
+    /// Degrees Fahrenheit: T = (t − 32)·5/9 + 273.15.
+    Fahrenheit,
+}
+
+impl TemperatureUnit {
+    /// `K`, `C` (or `degC`, `°C`) or `F` (`degF`, `°F`); None for anything else.
+    pub fn parse(name: &str) -> Option<Self> {
+        match name.trim() {
+            "K" | "kelvin" => Some(TemperatureUnit::Kelvin),
+            "C" | "degC" | "°C" | "celsius" => Some(TemperatureUnit::Celsius),
+            "F" | "degF" | "°F" | "fahrenheit" => Some(TemperatureUnit::Fahrenheit),
+            _ => None,
+        }
+    }
+
+    /// The temperature scale of an MAPDL `/UNITS` system code: SI is in kelvin; MKS, μMKS,
+    /// CGS and MPA in °C; BFT and BIN in °F; user-defined systems (the default) say nothing.
+    pub fn of_mapdl_units(code: i32) -> Option<Self> {
+        match code {
+            1 => Some(TemperatureUnit::Kelvin),
+            2 | 5 | 6 | 7 => Some(TemperatureUnit::Celsius),
+            3 | 4 => Some(TemperatureUnit::Fahrenheit),
+            _ => None,
+        }
+    }
+
+    /// The value in kelvin.
+    pub fn to_kelvin(self, t: f64) -> f64 {
+        match self {
+            TemperatureUnit::Kelvin => t,
+            TemperatureUnit::Celsius => t + 273.15,
+            TemperatureUnit::Fahrenheit => (t - 32.0) * 5.0 / 9.0 + 273.15,
+        }
+    }
+
+    /// The unit's symbol.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            TemperatureUnit::Kelvin => "K",
+            TemperatureUnit::Celsius => "°C",
+            TemperatureUnit::Fahrenheit => "°F",
+        }
+    }
 }
 
 /// Whether a path names an ANSYS file by its extension (`.rst`, `.rth`, `.rmg`, `.cdb`,
@@ -245,9 +307,10 @@ pub fn import(input: &Path, set: usize, output: &Path) -> Result<ImportSummary, 
         Some("h5" | "xdmf") => {
             let time =
                 file.result_sets().get(set.wrapping_sub(1)).map_or(0.0, |r| r.time_or_frequency);
-            let fields = sol.as_ref().map(nodal_fields).unwrap_or_default();
+            let units = FileUnits::of(&file);
+            let fields = sol.as_ref().map(|s| nodal_fields(s, &units)).unwrap_or_default();
             let names = fields.iter().map(|f| f.name.clone()).collect();
-            write_h5(output, mesh, fields, time).map_err(|e| wrote(&e))?;
+            write_h5(output, mesh, fields, time, &units.length).map_err(|e| wrote(&e))?;
             names
         }
         _ => return Err(ImportError::OutputExtension { file: output.to_path_buf() }),
@@ -262,10 +325,66 @@ pub fn import(input: &Path, set: usize, output: &Path) -> Result<ImportSummary, 
     })
 }
 
+/// The length unit (metres per unit) of an MAPDL `/UNITS` system code: SI and MKS m, CGS cm,
+/// MPA mm, μMKS μm, BFT ft, BIN in; None for user-defined systems.
+pub fn metres_per_mapdl_length(code: i32) -> Option<(f64, &'static str)> {
+    match code {
+        1 | 5 => Some((1.0, "m")),
+        2 => Some((1e-2, "cm")),
+        6 => Some((1e-3, "mm")),
+        7 => Some((1e-6, "µm")),
+        3 => Some((0.3048, "ft")),
+        4 => Some((0.0254, "in")),
+        _ => None,
+    }
+}
+
+/// The units of an ANSYS file's values, as its `/UNITS` system gives them (`unknown` where the
+/// file records none): the values are written as the file holds them, not converted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileUnits {
+    /// Length (coordinates, displacements).
+    pub length: String,
+    /// Temperature (`TEMP`).
+    pub temperature: String,
+    /// Electric potential (`VOLT`).
+    pub potential: String,
+}
+
+impl FileUnits {
+    /// The units of `file`: from a result file's `/UNITS`; an archive records none.
+    pub fn of(file: &AnsysFile) -> Self {
+        let code = match file {
+            AnsysFile::Result(r) => r.header.units,
+            AnsysFile::Archive(_) => 0,
+        };
+        let length = metres_per_mapdl_length(code).map(|(_, name)| name);
+        let temperature = TemperatureUnit::of_mapdl_units(code).map(TemperatureUnit::symbol);
+        let unknown = || "unknown".to_string();
+        FileUnits {
+            length: length.map_or_else(unknown, str::to_string),
+            temperature: temperature.map_or_else(unknown, str::to_string),
+            // Every MAPDL unit system measures potential in volts.
+            potential: if code == 0 { unknown() } else { "V".into() },
+        }
+    }
+
+    /// The unit of a DOF's values.
+    fn of_dof(&self, dof: &str) -> String {
+        match dof {
+            "UX" | "UY" | "UZ" => self.length.clone(),
+            "TEMP" => self.temperature.clone(),
+            "VOLT" => self.potential.clone(),
+            "ROTX" | "ROTY" | "ROTZ" => "rad".into(),
+            _ => "unknown".into(),
+        }
+    }
+}
+
 /// Node fields of a nodal solution, named by DOF: `TEMP`, `VOLT`, ... one scalar field each;
 /// `UX`, `UY`, `UZ` also as one vector field `displacement` (a missing component is 0, e.g.
-/// UZ of a 2D analysis; a node without a value keeps `NaN`).
-pub fn nodal_fields(sol: &NodalSolution) -> Vec<Field> {
+/// UZ of a 2D analysis; a node without a value keeps `NaN`). Values and units as in the file.
+pub fn nodal_fields(sol: &NodalSolution, units: &FileUnits) -> Vec<Field> {
     let mut fields = Vec::new();
     let cols: Vec<Option<Vec<f64>>> =
         ["UX", "UY", "UZ"].iter().map(|d| dof_column(sol, d)).collect();
@@ -279,19 +398,26 @@ pub fn nodal_fields(sol: &NodalSolution) -> Vec<Field> {
                 }
             }
         }
-        fields.push(Field::node("displacement", FieldValues::Vector(u)));
+        fields.push(Field::node("displacement", units.length.clone(), FieldValues::Vector(u)));
     }
     for d in &sol.dof_names {
         let c = dof_column(sol, d).expect("a DOF of the solution");
-        fields.push(Field::node(d.clone(), FieldValues::Scalar(c)));
+        fields.push(Field::node(d.clone(), units.of_dof(d), FieldValues::Scalar(c)));
     }
     fields
 }
 
 /// Write the mesh (volume cells, or the top-dimensional cells of a lower-dimensional mesh) and
 /// `fields` as one step at `time` to `output` (`.h5` + `.xdmf`, each written atomically).
-pub fn write_h5(output: &Path, mesh: &Mesh, fields: Vec<Field>, time: f64) -> Result<(), H5Error> {
+pub fn write_h5(
+    output: &Path,
+    mesh: &Mesh,
+    fields: Vec<Field>,
+    time: f64,
+    length_unit: &str,
+) -> Result<(), H5Error> {
     let mut results = Results::new(mesh, CellSelection::TopDimension);
+    results.set_length_unit(length_unit);
     if !fields.is_empty() {
         results.add_step(Step { time, fields });
     }
@@ -705,17 +831,59 @@ pub struct InitialStateInfo {
     pub dof: String,
     /// How it reached the mesh.
     pub mapping: MappingKind,
+    /// The unit the file's temperatures were in (converted to kelvin), and whether the file
+    /// said so (`/UNITS`) or the problem file chose it.
+    pub temperature_unit: Option<TemperatureUnit>,
+    /// `"file"` or `"problem file"`: where `temperature_unit` came from.
+    pub temperature_unit_from: Option<&'static str>,
 }
 
-/// The nodal temperature (DOF `TEMP`) of result set `set` of `file`, on the nodes of `target`
-/// (mapped as in [`map_nodal_field`]). Source nodes without a value (outside the solution)
-/// are an error when a target node needs them.
+/// The nodal temperature (DOF `TEMP`) of result set `set` of `file` in kelvin, on the nodes
+/// of `target` (mapped as in [`map_nodal_field`]). Source nodes without a value (outside the
+/// solution) are an error when a target node needs them.
+///
+/// The file's temperature unit comes from its `/UNITS` system when that names one, else from
+/// `unit` (the problem file's `temperature_unit`; `what` names where that key goes, for the
+/// error when it is missing). A given unit that contradicts the file's is used, with a
+/// warning; a field below 0 K after conversion is an error, and a kelvin field that lies
+/// wholly below 200 K draws a warning (it looks like °C).
 pub fn initial_temperature(
     file: &Path,
     set: usize,
     target: &Mesh,
+    unit: Option<TemperatureUnit>,
+    what: &str,
 ) -> Result<(Vec<f64>, InitialStateInfo), ImportError> {
     let src = AnsysFile::read(file)?;
+    let (file_unit, units_name) = match &src {
+        AnsysFile::Result(r) => {
+            (TemperatureUnit::of_mapdl_units(r.header.units), r.header.units_name.clone())
+        }
+        AnsysFile::Archive(_) => (None, "not recorded".to_string()),
+    };
+    let (unit, from) = match (unit, file_unit) {
+        (Some(given), Some(said)) => {
+            if given != said {
+                tracing::warn!(
+                    "{}: the file's /UNITS ({units_name}) puts temperatures in {}, {what} sets {}; using {}",
+                    file.display(),
+                    said.symbol(),
+                    given.symbol(),
+                    given.symbol()
+                );
+            }
+            (given, "problem file")
+        }
+        (Some(given), None) => (given, "problem file"),
+        (None, Some(said)) => (said, "file"),
+        (None, None) => {
+            return Err(ImportError::TemperatureUnitUnknown {
+                file: file.to_path_buf(),
+                units: units_name,
+                what: what.to_string(),
+            });
+        }
+    };
     let sol = src.nodal_solution(set)?.ok_or_else(|| ImportError::NoResults {
         file: file.to_path_buf(),
         what: "[initial_state]".into(),
@@ -726,7 +894,7 @@ pub fn initial_temperature(
         dof: "TEMP".into(),
         available: sol.dof_names.clone(),
     })?;
-    let (mapped, mapping) = map_nodal_field(file, src.mesh(), &t, target)?;
+    let (mut mapped, mapping) = map_nodal_field(file, src.mesh(), &t, target)?;
     if let Some(i) = mapped.iter().position(|v| v.is_nan()) {
         return Err(ImportError::MissingValue {
             file: file.to_path_buf(),
@@ -735,9 +903,35 @@ pub fn initial_temperature(
             node: target.node_tags[i],
         });
     }
+    for (i, v) in mapped.iter_mut().enumerate() {
+        let kelvin = unit.to_kelvin(*v);
+        if kelvin < 0.0 {
+            return Err(ImportError::BelowAbsoluteZero {
+                file: file.to_path_buf(),
+                set,
+                node: target.node_tags[i],
+                value: *v,
+                unit: unit.symbol(),
+            });
+        }
+        *v = kelvin;
+    }
+    if unit == TemperatureUnit::Kelvin && mapped.iter().all(|&v| v < 200.0) {
+        tracing::warn!(
+            "{}: every imported temperature is below 200 K; if the file is in °C set temperature_unit = \"C\" in {what}",
+            file.display()
+        );
+    }
     Ok((
         mapped,
-        InitialStateInfo { file: file.display().to_string(), set, dof: "TEMP".into(), mapping },
+        InitialStateInfo {
+            file: file.display().to_string(),
+            set,
+            dof: "TEMP".into(),
+            mapping,
+            temperature_unit: Some(unit),
+            temperature_unit_from: Some(from),
+        },
     ))
 }
 
@@ -784,6 +978,8 @@ pub fn initial_displacement(
             set,
             dof: "UX, UY, UZ".into(),
             mapping,
+            temperature_unit: None,
+            temperature_unit_from: None,
         },
     ))
 }
@@ -791,6 +987,22 @@ pub fn initial_displacement(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temperature_units_convert_to_kelvin_and_follow_mapdl_unit_systems() {
+        let c = TemperatureUnit::parse("C").unwrap();
+        let f = TemperatureUnit::parse("°F").unwrap();
+        assert_eq!(TemperatureUnit::parse("K"), Some(TemperatureUnit::Kelvin));
+        assert_eq!(TemperatureUnit::parse("kelvins"), None);
+        assert!((c.to_kelvin(100.0) - 373.15).abs() < 1e-12);
+        assert!((f.to_kelvin(212.0) - 373.15).abs() < 1e-12);
+        assert!((f.to_kelvin(-40.0) - c.to_kelvin(-40.0)).abs() < 1e-12);
+        assert_eq!(TemperatureUnit::of_mapdl_units(1), Some(TemperatureUnit::Kelvin));
+        assert_eq!(TemperatureUnit::of_mapdl_units(6), Some(TemperatureUnit::Celsius));
+        assert_eq!(TemperatureUnit::of_mapdl_units(4), Some(TemperatureUnit::Fahrenheit));
+        assert_eq!(TemperatureUnit::of_mapdl_units(0), None);
+        assert_eq!(TemperatureUnit::of_mapdl_units(-1), None);
+    }
     use gradfem_mesh::generate::{BoxSpec, box_mesh};
     use rstest::rstest;
 

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use gradfem_io::h5::{CellSelection, Centering, Field, FieldValues, Results, Step};
-use gradfem_solvers::params::{Gradient, ParamKind};
+use gradfem_io::h5::{CellSelection, Field, FieldValues, Results, Step};
+use gradfem_solvers::params::{Gradient, ParamId, ParamKind};
 use gradfem_thermal::{BcSpec, ObjectiveKind, ObjectiveTerm, RegionSpec};
 use serde::Serialize;
 
@@ -14,7 +14,8 @@ use crate::electrothermal::{
 use crate::hyperelastic_file::{HyperelasticReport, HyperelasticRun};
 use crate::mechanical::{ForceBalance, MechanicalField, MechanicalSolveTimings};
 use crate::problem::{ProblemError, ProblemFile, read_sensors};
-use crate::thermal::{GradientTimings, LinearChoice, RunError, SolveTimings, ThermalProblem};
+use crate::run::{LinearChoice, RunError};
+use crate::thermal::{GradientTimings, SolveTimings, ThermalProblem};
 use crate::transient_file::{TransientReport, TransientRun};
 use gradfem_electrical::TerminalFunctional;
 use gradfem_mechanical::linear::objective::{
@@ -57,6 +58,9 @@ pub struct Problem {
     pub transient: Option<Box<TransientRun>>,
     /// Finite-strain hyperelasticity (`[hyperelastic]`): load steps, their adjoint.
     pub hyperelastic: Option<Box<HyperelasticRun>>,
+    /// The unit of the objective J ([`objective_unit`]); empty for a problem not built from a
+    /// problem file.
+    pub objective_unit: String,
 }
 
 /// The objective (or a constraint quantity) of a problem, per field.
@@ -75,6 +79,7 @@ impl From<Box<ThermalProblem>> for Problem {
             mechanical: None,
             transient: None,
             hyperelastic: None,
+            objective_unit: String::new(),
         };
         p.coupling = p.physical_graph();
         p
@@ -89,6 +94,7 @@ impl From<Box<ElectroThermalProblem>> for Problem {
             mechanical: None,
             transient: None,
             hyperelastic: None,
+            objective_unit: String::new(),
         };
         p.coupling = p.physical_graph();
         p
@@ -492,10 +498,259 @@ impl Problem {
         result
     }
 
+    /// The direction of the combined Taylor test of [`taylor_test`](Self::taylor_test), over
+    /// every registered entry in registration order (see [`TAYLOR_DIRECTION_SEED`]).
+    pub fn taylor_direction(&self) -> Vec<f64> {
+        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
+        let m0 = pv.gather(self.registry());
+        crate::thermal::direction(&m0, &pv, self.registry(), &self.thermal().shape)
+    }
+
+    /// How the combined Taylor test's direction was drawn: seed, scaling, its 2-norm, `h0`.
+    pub fn taylor_direction_report(
+        &self,
+        params: &gradfem_solvers::taylor::TaylorParams,
+    ) -> TaylorDirection {
+        let d = self.taylor_direction();
+        TaylorDirection {
+            seed: Some(TAYLOR_DIRECTION_SEED),
+            scaling: COMBINED_SCALING.to_string(),
+            norm: norm2(&d),
+            h0: params.h0,
+            step: None,
+        }
+    }
+
+    /// Taylor tests of every registered parameter on its own (`gradfem check-gradient
+    /// --per-parameter`): the adjoint gradient, then one test per parameter along the combined
+    /// direction restricted to it — for a scalar the full step ±h0·s (s its magnitude, as in
+    /// the combined direction), for a vector parameter (node coordinates, a per-element field)
+    /// the seeded random entries of its block. Leaves the problem as it was.
+    pub fn taylor_test_per_parameter(
+        &mut self,
+        params: &gradfem_solvers::taylor::TaylorParams,
+        progress: impl FnMut(usize),
+    ) -> Result<Vec<ParameterTaylor>, RunError> {
+        let (_, grad, _, _) = self.gradient()?;
+        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
+        let g = grad.flatten(&pv);
+        self.taylor_test_gradient_per_parameter(&g, params, progress)
+    }
+
+    /// [`taylor_test_per_parameter`](Self::taylor_test_per_parameter) of a given gradient
+    /// `grad`, flat in the order of `ParamVector::all` ([`Gradient::flatten`]) — to check a
+    /// gradient computed elsewhere. An error when its length is not the registry's. Each test
+    /// evaluates `h0`'s `steps` points; `progress` sees the count of forward evaluations
+    /// (1 + parameters × steps in all).
+    pub fn taylor_test_gradient_per_parameter(
+        &mut self,
+        grad: &[f64],
+        params: &gradfem_solvers::taylor::TaylorParams,
+        mut progress: impl FnMut(usize),
+    ) -> Result<Vec<ParameterTaylor>, RunError> {
+        use gradfem_solvers::taylor::{
+            TaylorPart, direction_within_bounds, random_direction, restrict,
+            taylor_test_parts_registry,
+        };
+        if !(params.h0 > 0.0 && params.h0.is_finite()) || params.steps < 2 {
+            return Err(RunError::Setup(format!(
+                "Taylor test: h0 = {} must be a positive number and steps = {} at least 2",
+                params.h0, params.steps
+            )));
+        }
+        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
+        if grad.len() != pv.len() {
+            return Err(RunError::Setup(format!(
+                "Taylor test: the gradient has {} entries, the registered parameters {}",
+                grad.len(),
+                pv.len()
+            )));
+        }
+        if !self.is_solved() {
+            self.solve()?;
+        }
+        let m0 = pv.gather(self.registry());
+        let d = self.taylor_direction();
+        let u = random_direction(m0.len(), TAYLOR_DIRECTION_SEED);
+        let (lo, hi) = pv.bounds();
+        let mut parts = Vec::new();
+        let mut described = Vec::new();
+        for &id in pv.ids() {
+            let spec = self.registry().get(id);
+            let range = pv.range(id).expect("in the vector");
+            let mut dm = restrict(&d, range.clone());
+            let scalar = matches!(spec.kind, ParamKind::Scalar) && range.len() == 1;
+            if scalar {
+                // The whole scale s of the entry, with the random entry's sign: d = u s.
+                let i = range.start;
+                dm[i] = if u[i] != 0.0 {
+                    d[i] / u[i].abs()
+                } else if m0[i] != 0.0 {
+                    m0[i].abs()
+                } else {
+                    1e-3
+                };
+            }
+            let dm = direction_within_bounds(&m0, &dm, &lo, &hi, params.h0);
+            let direction = if scalar {
+                TaylorDirection {
+                    seed: None,
+                    scaling: SCALAR_SCALING.to_string(),
+                    norm: norm2(&dm),
+                    h0: params.h0,
+                    step: Some(params.h0 * dm[range.start]),
+                }
+            } else {
+                TaylorDirection {
+                    seed: Some(TAYLOR_DIRECTION_SEED),
+                    scaling: if matches!(spec.kind, ParamKind::NodeCoordinates) {
+                        COORDINATE_SCALING.to_string()
+                    } else {
+                        BLOCK_SCALING.to_string()
+                    },
+                    norm: norm2(&dm),
+                    h0: params.h0,
+                    step: None,
+                }
+            };
+            described.push((spec.name.clone(), spec.kind.to_string(), range.len(), direction));
+            parts.push(TaylorPart { name: spec.name.clone(), dm });
+        }
+        // Newton starts from the converged state at every evaluation (and at the final solve),
+        // so the evaluations differ by the parameters only.
+        let restart = self.transient.is_none();
+        let converged = self.thermal().unknowns().to_vec();
+        let mut reg = std::mem::take(self.registry_mut());
+        let mut count = 0;
+        let results = taylor_test_parts_registry(
+            &mut reg,
+            &pv,
+            grad,
+            &parts,
+            params,
+            |r: &gradfem_solvers::params::ParamRegistry| -> Result<f64, RunError> {
+                *self.registry_mut() = r.clone();
+                if restart {
+                    self.thermal_mut().set_unknowns(converged.clone());
+                }
+                self.apply_parameters()?;
+                count += 1;
+                progress(count);
+                Ok(self.objective_terms()?.0)
+            },
+        );
+        *self.registry_mut() = reg;
+        if restart {
+            self.thermal_mut().set_unknowns(converged);
+        }
+        self.apply_parameters()?;
+        self.solve()?;
+        Ok(described
+            .into_iter()
+            .zip(results?)
+            .map(|((name, kind, entries, direction), result)| ParameterTaylor {
+                name,
+                kind,
+                entries,
+                direction,
+                dj_dm: result.dj_dm,
+                remainders: result.remainders.clone(),
+                rates: result.rates.clone(),
+                rates_zeroth: result.rates_zeroth.clone(),
+                rates_used: result.rates_used,
+                observed_min_rate: result.min_rate(),
+                min_rate: result.threshold,
+                passed: result.passed,
+                verdict: result.verdict().to_string(),
+                note: result.note.clone(),
+                result,
+            })
+            .collect())
+    }
+
     /// The thermal field, mutably (for set-up).
     pub fn thermal_field_mut(&mut self) -> &mut ThermalProblem {
         self.thermal_mut()
     }
+}
+
+/// The seed of the Taylor directions of `gradfem check-gradient`: the combined direction
+/// ([`crate::thermal::direction`]) draws its entries u_i ∈ [−1, 1) from SplitMix64 with it
+/// ([`gradfem_solvers::taylor::random_direction`]), and the per-parameter directions are its
+/// restrictions.
+pub const TAYLOR_DIRECTION_SEED: u64 = 7;
+
+/// How the combined direction is scaled (see [`crate::thermal::direction`]).
+const COMBINED_SCALING: &str = "dm_i = u_i s_i: s_i = |m_i|, 1e-3 where m_i = 0 (a morph at 0: \
+     its move of a thousandth of the mesh size), node coordinates: 1e-3 of their range";
+/// How a scalar's direction is scaled.
+const SCALAR_SCALING: &str =
+    "dm = ±s: s = |m|, 1e-3 where m = 0 (a morph at 0: its move of a thousandth of the mesh size)";
+/// How the block of a vector parameter is scaled.
+const BLOCK_SCALING: &str =
+    "dm_i = u_i s_i on the block, 0 elsewhere: s_i = |m_i|, 1e-3 where m_i = 0";
+/// How the block of the node coordinates is scaled.
+const COORDINATE_SCALING: &str =
+    "dm_i = u_i s on the block, 0 elsewhere: s = 1e-3 of the coordinates' range";
+
+fn norm2(v: &[f64]) -> f64 {
+    v.iter().map(|x| x * x).sum::<f64>().sqrt()
+}
+
+/// How the direction `dm` of a Taylor test was drawn (`gradfem check-gradient` reports it).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TaylorDirection {
+    /// Seed of the pseudo-random entries u_i ∈ [−1, 1) ([`TAYLOR_DIRECTION_SEED`]); `None` for
+    /// a scalar, stepped by its whole scale.
+    pub seed: Option<u64>,
+    /// How the entries are scaled.
+    pub scaling: String,
+    /// ‖dm‖₂.
+    pub norm: f64,
+    /// The first step: the points are m + h_i dm with h_i = h0 / 2^i.
+    pub h0: f64,
+    /// For a scalar: the first perturbation h0·dm of its value (in its unit); `None` for the
+    /// others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<f64>,
+}
+
+/// The Taylor test of one registered parameter in a direction of its own
+/// ([`Problem::taylor_test_per_parameter`]); serialized for `check-gradient --json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ParameterTaylor {
+    /// Registry name.
+    pub name: String,
+    /// Its kind (`scalar`, `node coordinates`, `per-element (group)`, `field`).
+    pub kind: String,
+    /// Number of entries.
+    pub entries: usize,
+    /// The direction it was tested in.
+    pub direction: TaylorDirection,
+    /// ⟨∇J, dm⟩ from the gradient under test.
+    pub dj_dm: f64,
+    /// First-order remainders |J(m + h_i dm) − J(m) − h_i dJ|, one per step h_i = h0 / 2^i.
+    pub remainders: Vec<f64>,
+    /// Observed rates of the first-order remainder (2 for a right gradient).
+    pub rates: Vec<f64>,
+    /// Observed rates of the zeroth-order remainder (1).
+    pub rates_zeroth: Vec<f64>,
+    /// How many leading rates entered the decision (those before round-off).
+    pub rates_used: usize,
+    /// The smallest rate among those used (`null` in JSON when none could be measured).
+    pub observed_min_rate: f64,
+    /// The threshold: the smallest rate that passes (`[taylor] min_rate`).
+    pub min_rate: f64,
+    /// Whether the parameter's derivative passed.
+    pub passed: bool,
+    /// `passed`, `passed (remainders at round-off)`, `gradient zero, residual at round-off`
+    /// or `FAILED`.
+    pub verdict: String,
+    /// Why the decision was not a plain comparison of rates, if so.
+    pub note: Option<String>,
+    /// The whole test, for its table.
+    #[serde(skip)]
+    pub result: gradfem_solvers::taylor::TaylorResult,
 }
 
 /// Build the thermal problem described by a problem file; a file with an `[electrical]` or
@@ -720,6 +975,11 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     }
     // After registration: a registered α_R makes the electro-thermal coupling two-way.
     problem.coupling = problem.physical_graph();
+    problem.objective_unit = objective_unit(
+        &spec.objectives,
+        spec.hyperelastic.is_some(),
+        spec.transient.as_ref().map(|t| t.objective.as_str()),
+    );
     if let Some(declared) = spec.coupling.as_ref().and_then(|c| c.transfers.as_ref()) {
         check_declared_graph(file, &problem.coupling, declared)?;
     }
@@ -822,22 +1082,28 @@ fn build_mechanical(
         match (&t.ansys, t.uniform) {
             (Some(path), None) => {
                 let path = file.resolve_path(path);
-                let (values, info) =
-                    crate::ansys_import::initial_temperature(&path, t.set, mesh).map_err(
-                        |source| AppError::InitialState { file: file.path.clone(), source },
-                    )?;
+                let unit =
+                    file.temperature_unit(&t.temperature_unit, "[mechanical] temperature")?;
+                let (values, info) = crate::ansys_import::initial_temperature(
+                    &path,
+                    t.set,
+                    mesh,
+                    unit,
+                    "[mechanical] temperature",
+                )
+                .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
                 field.set_imported_temperature(crate::mechanical::ImportedTemperature::new(
                     values,
                     t.scale,
                     t.offset,
-                    format!("{} set {}", info.file, info.set),
+                    format!("{} set {}{}", info.file, info.set, unit_note(&info)),
                 ));
             }
             (None, Some(_)) => {
-                if t.scale != 1.0 || t.offset != 0.0 {
+                if t.scale != 1.0 || t.offset != 0.0 || t.temperature_unit.is_some() {
                     return Err(invalid(
                         file,
-                        "[mechanical] temperature: `scale` and `offset` go with `ansys`",
+                        "[mechanical] temperature: `scale`, `offset` and `temperature_unit` go with `ansys` (`uniform` is in kelvin)",
                     ));
                 }
             }
@@ -890,6 +1156,55 @@ impl ObjectiveParts {
             mechanical: self.mechanical,
         }
     }
+}
+
+/// The unit of one `[[objective]]` term's value: `K` for temperatures, `A`, `V`, `Ω`, `m`,
+/// `J` (compliance), `Pa`, `N` (reaction) and the squares of the least-squares kinds.
+fn term_unit(o: &crate::problem::ObjectiveSpec, hyperelastic: bool) -> String {
+    let base = match o.kind.as_str() {
+        "point" | "average" | "max" | "peak" => "K",
+        "integral_square" => "K²·m³",
+        "nodal_sum_squares" | "misfit" => "K²",
+        "current" => "A",
+        "voltage" => "V",
+        "resistance" => "Ω",
+        "displacement" | "average_displacement" => "m",
+        "compliance" => "J",
+        "von_mises" => "Pa",
+        "reaction" => "N",
+        _ => "",
+    };
+    // A hyperelastic term with measurements is the misfit Σ w (q − m)².
+    if hyperelastic && o.measured.is_some() && !base.is_empty() {
+        format!("{base}²")
+    } else {
+        base.to_string()
+    }
+}
+
+/// The unit of the objective J = Σ w_i q_i of a problem file's `[[objective]]` terms (the
+/// weights are numbers): the terms' common unit, times `s` for a transient objective
+/// integrated over time; `mixed (K, Pa)` and the like when the terms' units differ, and `1`
+/// without terms.
+pub fn objective_unit(
+    specs: &[crate::problem::ObjectiveSpec],
+    hyperelastic: bool,
+    transient_weights: Option<&str>,
+) -> String {
+    let mut units: Vec<String> = Vec::new();
+    for o in specs {
+        let u = term_unit(o, hyperelastic);
+        if !units.contains(&u) {
+            units.push(u);
+        }
+    }
+    let unit = match units.as_slice() {
+        [] => return "1".into(),
+        [one] if one.is_empty() => return "unknown".into(),
+        [one] => one.clone(),
+        many => return format!("mixed ({})", many.join(", ")),
+    };
+    if transient_weights == Some("integral") { format!("{unit}·s") } else { unit }
 }
 
 /// The objective terms of `[[objective]]`-shaped entries (also used by `[[optimize.constraint]]`):
@@ -1126,18 +1441,26 @@ fn build_thermal(
     problem.set_cg_tolerance(spec.solver.cg_rel_tol);
     if let Some(init) = spec.initial_state.as_ref().filter(|_| spec.hyperelastic.is_none()) {
         let path = file.resolve_path(&init.ansys);
-        let (t, info) = crate::ansys_import::initial_temperature(&path, init.set, &problem.mesh)
-            .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
+        let unit = file.temperature_unit(&init.temperature_unit, "[initial_state]")?;
+        let (t, info) = crate::ansys_import::initial_temperature(
+            &path,
+            init.set,
+            &problem.mesh,
+            unit,
+            "[initial_state]",
+        )
+        .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
         problem.set_initial_temperature(&t);
         problem.initial_state = Some(format!(
-            "{} set {} ({}, {})",
+            "{} set {} ({}, {}{})",
             info.file,
             info.set,
             info.dof,
             match info.mapping {
                 crate::ansys_import::MappingKind::ByNodeNumber => "by node number",
                 crate::ansys_import::MappingKind::Interpolated => "interpolated",
-            }
+            },
+            unit_note(&info)
         ));
     }
     Ok((problem, terminal_terms, mechanical))
@@ -1280,6 +1603,9 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         s.objective = j;
         s.objective_terms = vec![j];
         s.transient = Some(tr.report.clone());
+        if let Some(balance) = tr.heat_balance() {
+            s.heat_balance = balance;
+        }
     }
     if let Some(h) = &problem.hyperelastic {
         let (j, terms) = h.objective_terms()?;
@@ -1360,8 +1686,9 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
     })
 }
 
-/// Write `results.h5` + `results.xdmf` into `dir`: temperature, heat flux, and any per-element
-/// gradients as cell fields. Returns the path of the `.xdmf`.
+/// Write `results.h5` + `results.xdmf` into `dir`: temperature, heat flux, the electrical and
+/// mechanical fields present, any per-element gradients as cell fields and a shape gradient as
+/// a node field, every field with its unit. Returns the path of the `.xdmf`.
 pub fn write_results(
     dir: &Path,
     whole: &Problem,
@@ -1383,32 +1710,25 @@ pub fn write_results(
         flux_cells[c] = flux[e];
         k_cells[c] = problem.model.k_elem[e];
     }
+    // The unit of dJ/dp for the registered parameter `name`.
+    let gradient_unit = |name: &str| {
+        let by = problem.registry.id(name).map_or("", |id| problem.registry.get(id).units.as_str());
+        gradfem_io::h5::derivative_unit(&whole.objective_unit, by)
+    };
+    let gradient_field = |name: String, values: Vec<f64>| {
+        let unit = gradient_unit(name.strip_prefix("dJ/d").unwrap_or(&name));
+        Field::cell(name, unit, FieldValues::Scalar(values))
+    };
     let mut results = Results::new(&problem.mesh, CellSelection::TopDimension);
     let mut fields = vec![
-        Field {
-            name: "temperature".into(),
-            centering: Centering::Node,
-            values: FieldValues::Scalar(t.to_vec()),
-        },
-        Field {
-            name: "heat_flux".into(),
-            centering: Centering::Cell,
-            values: FieldValues::Vector(flux_cells),
-        },
-        Field {
-            name: "conductivity".into(),
-            centering: Centering::Cell,
-            values: FieldValues::Scalar(k_cells),
-        },
+        Field::node("temperature", "K", FieldValues::Scalar(t.to_vec())),
+        Field::cell("heat_flux", "W/m²", FieldValues::Vector(flux_cells)),
+        Field::cell("conductivity", "W/(m·K)", FieldValues::Scalar(k_cells)),
     ];
     if let Some(p) = whole.electro_thermal()
         && let Some(phi) = p.potential()
     {
-        fields.push(Field {
-            name: "potential".into(),
-            centering: Centering::Node,
-            values: FieldValues::Scalar(phi.to_vec()),
-        });
+        fields.push(Field::node("potential", "V", FieldValues::Scalar(phi.to_vec())));
         let t = if p.is_two_way() { p.temperature() } else { None };
         let j = p.electrical.cell_current_density(phi, t);
         let power = p.electrical.joule_power_elements(phi, t);
@@ -1423,58 +1743,64 @@ pub fn write_results(
                 q_cells[index[te]] = power[e];
             }
         }
-        fields.push(Field {
-            name: "current_density".into(),
-            centering: Centering::Cell,
-            values: FieldValues::Vector(j_cells),
-        });
-        fields.push(Field {
-            name: "joule_power".into(),
-            centering: Centering::Cell,
-            values: FieldValues::Scalar(q_cells),
-        });
+        fields.push(Field::cell("current_density", "A/m²", FieldValues::Vector(j_cells)));
+        // The Joule power of each cell (its integral over the cell).
+        fields.push(Field::cell("joule_power", "W", FieldValues::Scalar(q_cells)));
     }
     if let Some(m) = &whole.mechanical
         && let Some(u) = m.displacement()
     {
-        mechanical_fields(m, u, &problem.mesh, gradient, &mut fields);
+        mechanical_fields(m, u, &problem.mesh, &mut fields);
+        if let Some(g) = gradient {
+            let cell_of = m.cell_output_index(&problem.mesh);
+            for (id, values) in m.element_gradient_fields(g) {
+                let mut cells = vec![f64::NAN; n_cells];
+                for (e, c) in cell_of.iter().enumerate() {
+                    if let Some(c) = c {
+                        cells[*c] = values[e];
+                    }
+                }
+                let name = format!("dJ/d{}", problem.registry.get(id).name);
+                fields.push(gradient_field(name, cells));
+            }
+        }
     }
     if let (Some(g), Some(p)) = (gradient, whole.electro_thermal()) {
         for (name, values) in p.element_gradient_fields(g) {
-            fields.push(Field {
-                name,
-                centering: Centering::Cell,
-                values: FieldValues::Scalar(values),
-            });
+            fields.push(gradient_field(name, values));
         }
     }
     if let Some(g) = gradient {
         for (name, values) in problem.element_gradient_fields(g) {
-            fields.push(Field {
-                name,
-                centering: Centering::Cell,
-                values: FieldValues::Scalar(values),
-            });
+            fields.push(gradient_field(name, values));
+        }
+        if let Ok(id) = problem.registry.id("mesh.coordinates") {
+            // The shape gradient: dJ/dx of every node, a vector per node.
+            let dx = g.get(id);
+            if dx.len() == 3 * problem.mesh.n_nodes() {
+                fields.push(Field::node(
+                    "dJ/dmesh.coordinates",
+                    gradient_unit("mesh.coordinates"),
+                    FieldValues::Vector(dx.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()),
+                ));
+            }
         }
     }
     if let Some(h) = &whole.hyperelastic {
-        // One output step per load step: the displacement (time = load factor).
-        let states = h.states();
-        for (i, (load, u)) in states.iter().enumerate() {
-            let mut step_fields = vec![Field {
-                name: "displacement".into(),
-                centering: Centering::Node,
-                values: FieldValues::Vector(
-                    u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
-                ),
-            }];
-            if i + 1 == states.len() {
-                step_fields.append(&mut fields);
-                step_fields.retain(|f| {
+        // One output step per load step (time = load factor): displacement, reactions, Cauchy
+        // stress, J and stretches; the last step also holds the upstream fields.
+        let n = h.states().len();
+        let herr = |e: RunError| werr(dir, &format!("the finite-strain output: {e}"));
+        for (i, load) in h.states().iter().map(|s| s.0).enumerate() {
+            let mut step_fields = h.step_fields(&problem.mesh, i).map_err(herr)?;
+            if i + 1 == n {
+                fields.retain(|f| {
                     !matches!(f.name.as_str(), "temperature" | "heat_flux" | "conductivity")
+                        && step_fields.iter().all(|g| g.name != f.name)
                 });
+                step_fields.append(&mut fields);
             }
-            results.add_step(Step { time: *load, fields: step_fields });
+            results.add_step(Step { time: load, fields: step_fields });
         }
         let path = dir.join("results.xdmf");
         results.write(&path).map_err(|e| werr(&path, &e))?;
@@ -1490,11 +1816,11 @@ pub fn write_results(
                 } else {
                     results.add_step(Step {
                         time: *time,
-                        fields: vec![Field {
-                            name: "temperature".into(),
-                            centering: Centering::Node,
-                            values: FieldValues::Scalar(t.to_vec()),
-                        }],
+                        fields: vec![Field::node(
+                            "temperature",
+                            "K",
+                            FieldValues::Scalar(t.to_vec()),
+                        )],
                     });
                 }
             }
@@ -1519,10 +1845,34 @@ pub enum GradValue {
 /// The content of `gradients.json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct GradientReport {
+    /// J.
     pub objective: f64,
+    /// The unit of J ([`objective_unit`]).
+    pub objective_unit: String,
+    /// dJ/dp of every registered parameter.
     pub gradients: std::collections::BTreeMap<String, GradValue>,
+    /// The value of every registered parameter.
     pub values: std::collections::BTreeMap<String, GradValue>,
+    /// The unit of every registered parameter's value (`1` for a number).
+    pub units: std::collections::BTreeMap<String, String>,
+    /// The unit of every gradient: J's unit over the parameter's.
+    pub gradient_units: std::collections::BTreeMap<String, String>,
+    /// For parameters with one entry per element or per node: the mesh's tags of those
+    /// entities, in the order of the entries (a node's three coordinates share its tag).
+    pub tags: std::collections::BTreeMap<String, EntityTags>,
+    /// Wall times.
     pub timings: GradientReportTimings,
+}
+
+/// The mesh entities the entries of a parameter belong to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EntityTags {
+    /// `element` (gmsh element tags / ANSYS element numbers) or `node` (node tags / numbers).
+    pub entity: &'static str,
+    /// Entries per entity: 1, or 3 for node coordinates (x, y, z).
+    pub per_entity: usize,
+    /// One tag per entity.
+    pub tags: Vec<u64>,
 }
 
 /// Timings in `gradients.json`.
@@ -1545,6 +1895,22 @@ pub struct GradientReportTimings {
     /// The finite-strain field's load stepping (s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hyperelastic_forward_s: Option<f64>,
+    /// The whole forward solve, every field and transfer, wall clock (s); set by the caller
+    /// that timed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forward_total_s: Option<f64>,
+    /// The whole gradient, every adjoint and accumulation, wall clock (s); set by the caller
+    /// that timed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gradient_total_s: Option<f64>,
+}
+
+/// ", in °C as the problem file says, converted to K" and the like, for provenance strings.
+fn unit_note(info: &crate::ansys_import::InitialStateInfo) -> String {
+    match (info.temperature_unit, info.temperature_unit_from) {
+        (Some(u), Some(from)) => format!(", in {} as the {from} says, converted to K", u.symbol()),
+        _ => String::new(),
+    }
 }
 
 /// Collect the gradient of every registered parameter for `gradients.json`.
@@ -1559,6 +1925,19 @@ pub fn gradient_report(
     let coupled_forward = whole.electro_thermal().map(|p| p.last_solve.clone());
     let mut gradients = std::collections::BTreeMap::new();
     let mut values = std::collections::BTreeMap::new();
+    let mut units = std::collections::BTreeMap::new();
+    let mut gradient_units = std::collections::BTreeMap::new();
+    let mut element_tags: Vec<(ParamId, Vec<u64>)> = problem.element_parameter_tags();
+    if let Some(p) = whole.electro_thermal() {
+        element_tags.extend(p.element_parameter_tags());
+    }
+    if let Some(m) = &whole.mechanical {
+        element_tags.extend(m.element_parameter_tags());
+    }
+    if let Some(h) = &whole.hyperelastic {
+        element_tags.extend(h.problem.element_parameter_tags());
+    }
+    let mut tags = std::collections::BTreeMap::new();
     for (id, spec) in problem.registry.iter() {
         let as_value = |v: &[f64]| {
             if matches!(spec.kind, ParamKind::Scalar) {
@@ -1569,11 +1948,31 @@ pub fn gradient_report(
         };
         gradients.insert(spec.name.clone(), as_value(grad.get(id)));
         values.insert(spec.name.clone(), as_value(&spec.values));
+        let unit = if spec.units.is_empty() { "1" } else { spec.units.as_str() };
+        units.insert(spec.name.clone(), unit.to_string());
+        gradient_units.insert(
+            spec.name.clone(),
+            gradfem_io::h5::derivative_unit(&whole.objective_unit, unit),
+        );
+        if let Some((_, t)) = element_tags.iter().find(|(i, _)| *i == id) {
+            let entry = EntityTags { entity: "element", per_entity: 1, tags: t.clone() };
+            tags.insert(spec.name.clone(), entry);
+        } else if matches!(spec.kind, ParamKind::NodeCoordinates)
+            && spec.values.len() == 3 * problem.mesh.n_nodes()
+        {
+            let entry =
+                EntityTags { entity: "node", per_entity: 3, tags: problem.mesh.node_tags.clone() };
+            tags.insert(spec.name.clone(), entry);
+        }
     }
     GradientReport {
         objective,
+        objective_unit: whole.objective_unit.clone(),
         gradients,
         values,
+        units,
+        gradient_units,
+        tags,
         timings: GradientReportTimings {
             forward: problem.last_solve.clone(),
             gradient: timings,
@@ -1582,6 +1981,8 @@ pub fn gradient_report(
             mechanical_forward: whole.mechanical.as_ref().map(|m| m.last_solve.clone()),
             mechanical_gradient: whole.mechanical.as_ref().map(|m| m.last_gradient.clone()),
             hyperelastic_forward_s: whole.hyperelastic.as_ref().map(|h| h.report.solve_s),
+            forward_total_s: None,
+            gradient_total_s: None,
         },
     }
 }
@@ -1593,44 +1994,37 @@ pub fn write_gradients(path: &Path, report: &GradientReport) -> Result<(), AppEr
         .map_err(|e| AppError::Write { path: path.to_path_buf(), message: e.to_string() })
 }
 
-/// Displacement (nodes), stress tensor and von Mises (cells: element means of the quadrature
-/// values; nodes: recovered by volume-weighted averaging) and per-element mechanical
-/// gradients, for the XDMF output. Voigt components are split into a normal (xx, yy, zz) and
-/// a shear (yz, xz, xy) vector, which ParaView shows as two 3-component arrays.
+/// Displacement (nodes), the stress tensor and von Mises (cells: element means of the
+/// quadrature values; nodes: recovered by volume-weighted averaging), for the XDMF output. The
+/// stress is a symmetric tensor (XDMF `Tensor6`), which ParaView shows with its components
+/// and invariants.
 fn mechanical_fields(
     m: &MechanicalField,
     u: &[f64],
     mesh: &gradfem_mesh::Mesh,
-    gradient: Option<&Gradient>,
     fields: &mut Vec<Field>,
 ) {
     let n_cells = mesh.n_cells_of_dim(mesh.dim());
-    fields.push(Field {
-        name: "displacement".into(),
-        centering: Centering::Node,
-        values: FieldValues::Vector(u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()),
-    });
+    fields.push(Field::node(
+        "displacement",
+        "m",
+        FieldValues::Vector(u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()),
+    ));
     let stress = m.model.stress(u);
-    fields.push(Field {
-        name: "von_mises_nodal".into(),
-        centering: Centering::Node,
-        values: FieldValues::Scalar(stress.nodal_von_mises.clone()),
-    });
-    fields.push(Field {
-        name: "stress_nodal_normal".into(),
-        centering: Centering::Node,
-        values: FieldValues::Vector(stress.nodal.iter().map(|v| [v[0], v[1], v[2]]).collect()),
-    });
-    fields.push(Field {
-        name: "stress_nodal_shear_yz_xz_xy".into(),
-        centering: Centering::Node,
-        values: FieldValues::Vector(stress.nodal.iter().map(|v| [v[3], v[4], v[5]]).collect()),
-    });
+    fields.push(Field::node(
+        "von_mises_nodal",
+        "Pa",
+        FieldValues::Scalar(stress.nodal_von_mises.clone()),
+    ));
+    fields.push(Field::node(
+        "stress_nodal",
+        "Pa",
+        FieldValues::symmetric_from_voigt(&stress.nodal),
+    ));
     let cell_of = m.cell_output_index(mesh);
     let qo = m.model.qp_offsets();
     let mut vm = vec![f64::NAN; n_cells];
-    let mut sxx = vec![[f64::NAN; 3]; n_cells];
-    let mut sxy = vec![[f64::NAN; 3]; n_cells];
+    let mut sigma = vec![[f64::NAN; 6]; n_cells];
     for (e, c) in cell_of.iter().enumerate() {
         let Some(c) = *c else { continue };
         let r = qo[e]..qo[e + 1];
@@ -1642,37 +2036,28 @@ fn mechanical_fields(
                 mean[k] += stress.qp[q][k] / n;
             }
         }
-        sxx[c] = [mean[0], mean[1], mean[2]];
-        sxy[c] = [mean[3], mean[4], mean[5]];
+        sigma[c] = mean;
     }
-    fields.push(Field {
-        name: "von_mises".into(),
-        centering: Centering::Cell,
-        values: FieldValues::Scalar(vm),
-    });
-    fields.push(Field {
-        name: "stress_normal".into(),
-        centering: Centering::Cell,
-        values: FieldValues::Vector(sxx),
-    });
-    fields.push(Field {
-        name: "stress_shear_yz_xz_xy".into(),
-        centering: Centering::Cell,
-        values: FieldValues::Vector(sxy),
-    });
-    if let Some(g) = gradient {
-        for (name, values) in m.element_gradient_fields(g) {
-            let mut cells = vec![f64::NAN; n_cells];
-            for (e, c) in cell_of.iter().enumerate() {
-                if let Some(c) = c {
-                    cells[*c] = values[e];
-                }
-            }
-            fields.push(Field {
-                name,
-                centering: Centering::Cell,
-                values: FieldValues::Scalar(cells),
-            });
+    fields.push(Field::cell("von_mises", "Pa", FieldValues::Scalar(vm)));
+    fields.push(Field::cell("stress", "Pa", FieldValues::symmetric_from_voigt(&sigma)));
+}
+
+#[cfg(test)]
+mod taylor_direction_tests {
+    use gradfem_solvers::params::{ParamKind, ParamRegistry, ParamSpec, ParamVector};
+
+    /// The seed reported by `check-gradient` is the one the combined direction draws from.
+    #[test]
+    fn the_reported_seed_is_the_direction_s() {
+        let mut reg = ParamRegistry::new();
+        reg.register(ParamSpec::scalar("a", 2.0)).unwrap();
+        reg.register(ParamSpec::vector("b", ParamKind::Field, vec![-0.5, 0.25])).unwrap();
+        let pv = ParamVector::all(&reg);
+        let m0 = pv.gather(&reg);
+        let d = crate::thermal::direction(&m0, &pv, &reg, &crate::shape::Shape::new(Vec::new()));
+        let u = gradfem_solvers::taylor::random_direction(3, super::TAYLOR_DIRECTION_SEED);
+        for i in 0..3 {
+            assert!((d[i] - u[i] * m0[i].abs()).abs() <= 1e-15 * m0[i].abs(), "{d:?} {u:?}");
         }
     }
 }

@@ -54,7 +54,8 @@ use gradfem_solvers::sparse::CsrMatrix;
 use gradfem_solvers::tape::{Adjoints, Block, BlockTiming, Tape};
 use serde::Serialize;
 
-use crate::thermal::{GradientTimings, RunError, SolveTimings, ThermalProblem};
+use crate::run::RunError;
+use crate::thermal::{GradientTimings, SolveTimings, ThermalProblem};
 
 /// How a strongly coupled φ ⇄ T group is solved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -256,12 +257,12 @@ impl ElectroThermalProblem {
     }
 
     /// Choose the electrical field's linear solver: `Auto` takes sparse Cholesky up to
-    /// [`crate::thermal::AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above,
+    /// [`crate::run::AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above,
     /// unless a current terminal is present (its voltage unknown couples every node of the
     /// terminal surface: a dense row that aggregation handles poorly), when Cholesky stays.
     /// The monolithic two-way Newton always uses LU; the staggered scheme uses this solver.
-    pub fn set_linear(&mut self, choice: crate::thermal::LinearChoice, cg_rel_tol: f64) {
-        use crate::thermal::LinearChoice;
+    pub fn set_linear(&mut self, choice: crate::run::LinearChoice, cg_rel_tol: f64) {
+        use crate::run::LinearChoice;
         let n = self.electrical.n_unknowns();
         let current = self
             .electrical
@@ -269,7 +270,7 @@ impl ElectroThermalProblem {
             .iter()
             .any(|t| matches!(t.kind, TerminalKind::Current { .. }));
         let choice = match choice {
-            LinearChoice::Auto if n > crate::thermal::AUTO_ITERATIVE_THRESHOLD && !current => {
+            LinearChoice::Auto if n > crate::run::AUTO_ITERATIVE_THRESHOLD && !current => {
                 LinearChoice::AmgCg
             }
             LinearChoice::Auto => LinearChoice::Cholesky,
@@ -1057,6 +1058,26 @@ impl ElectroThermalProblem {
                     v[index[self.thermal_element[e]]] = *gi;
                 }
                 out.push((format!("dJ/d{}", self.thermal.registry.get(*id).name), v));
+            }
+        }
+        out
+    }
+
+    /// The mesh's element tags of the entries of each per-element parameter of the electrical
+    /// field, in the parameter's order (for `gradients.json`).
+    pub fn element_parameter_tags(&self) -> Vec<(ParamId, Vec<u64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let EBinding::SigmaElem(c) = *b {
+                let tags = self.electrical.conductors[c]
+                    .elements
+                    .iter()
+                    .map(|&e| {
+                        let cell = self.thermal.model.element_cell(self.thermal_element[e]);
+                        self.thermal.mesh.blocks[cell.block].tags[cell.index]
+                    })
+                    .collect();
+                out.push((*id, tags));
             }
         }
         out

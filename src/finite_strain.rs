@@ -1757,7 +1757,11 @@ impl FiniteStrainProblem {
                     };
                     (
                         FiniteBinding::Material { region: r, index },
-                        spec.with_doc(format!("{} parameter {p}", region.law.name()), ""),
+                        spec.with_doc(
+                            format!("{} parameter {p}", region.law.name()),
+                            // Moduli in Pa; exponents and Poisson's ratio are numbers.
+                            if p.starts_with("alpha") || p == "poisson" { "1" } else { "Pa" },
+                        ),
                     )
                 }
             });
@@ -1813,6 +1817,23 @@ impl FiniteStrainProblem {
     /// The registered parameters and what they are bound to.
     pub fn bindings(&self) -> &[(ParamId, FiniteBinding)] {
         &self.bindings
+    }
+
+    /// The mesh's element tags of the entries of each per-element parameter, in the
+    /// parameter's order (for `gradients.json`).
+    pub fn element_parameter_tags(&self) -> Vec<(ParamId, Vec<u64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let FiniteBinding::ElementScale(r) = b {
+                let tags = self.model.regions[*r]
+                    .elements
+                    .iter()
+                    .map(|&e| self.model.element_cell_tag(e))
+                    .collect();
+                out.push((*id, tags));
+            }
+        }
+        out
     }
 
     /// Copy the registry's values of the bound parameters into the model.

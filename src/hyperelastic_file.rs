@@ -67,69 +67,16 @@ use gradfem_mechanical::{BcSpec, StrainEnergy};
 use gradfem_mesh::Mesh;
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
-use serde::{Deserialize, Serialize};
-use toml::Spanned;
+use serde::Serialize;
 
 use crate::finite_strain::{
     EquilibriumState, FiniteStrainProblem, LoadPath, LoadPathObjective, LoadStepParams, PathTerm,
     Quantity,
 };
-use crate::problem::{MechanicalBcSpec, ObjectiveSpec, ProblemError, ProblemFile};
+pub use crate::problem::{HyperMaterialSpec, HyperTemperatureSpec, HyperelasticSpec};
+use crate::problem::{ObjectiveSpec, ProblemError, ProblemFile};
+use crate::run::RunError;
 use crate::shape::Shape;
-use crate::thermal::RunError;
-
-/// One material of the `[hyperelastic]` table.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HyperMaterialSpec {
-    pub group: Spanned<String>,
-    /// ogden, neo_hookean, mooney_rivlin or svk.
-    pub law: String,
-    pub mu: Option<Vec<f64>>,
-    pub alpha: Option<Vec<f64>>,
-    pub kappa: Option<f64>,
-    pub c10: Option<f64>,
-    pub c01: Option<f64>,
-    pub young: Option<f64>,
-    pub poisson: Option<f64>,
-    /// quadratic (default), log_squared or simo_taylor.
-    pub volumetric: Option<String>,
-    /// Body force per reference volume (N/m³), scaled by the load factor.
-    #[serde(default)]
-    pub body_force: [f64; 3],
-    /// Thermal expansion coefficient α (1/K) of `F_θ = (1 + α (T − T_ref)) I` (default 0).
-    pub thermal_expansion: Option<f64>,
-    /// Stress-free temperature T_ref (K, default 293.15).
-    pub t_ref: Option<f64>,
-}
-
-/// A prescribed temperature of the finite-strain field, for problems without `[thermal]`:
-/// `temperature = { uniform = 350.0 }`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HyperTemperatureSpec {
-    /// The temperature (K) of every node of the hyperelastic materials.
-    pub uniform: f64,
-}
-
-/// The `[hyperelastic]` table.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HyperelasticSpec {
-    #[serde(rename = "material")]
-    pub materials: Vec<HyperMaterialSpec>,
-    #[serde(default, rename = "bc")]
-    pub bcs: Vec<MechanicalBcSpec>,
-    /// Equal load steps up to 1.
-    pub steps: Option<usize>,
-    /// Or the load factors themselves (increasing, in (0, 1]).
-    pub load_factors: Option<Vec<f64>>,
-    #[serde(default)]
-    pub checkpoints: usize,
-    pub tip: Option<Spanned<String>>,
-    /// A prescribed temperature (without a `[thermal]` table).
-    pub temperature: Option<HyperTemperatureSpec>,
-}
 
 /// What a run reports.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -624,6 +571,85 @@ impl HyperelasticRun {
             .as_ref()
             .map(|p| p.states.iter().map(|s| (s.load, s.u.as_slice())).collect())
             .unwrap_or_default()
+    }
+
+    /// The results-file fields of load step `k` (an index into [`states`](Self::states)) on
+    /// `mesh`, the mesh the model was built on: `displacement` and `reaction_force` (nodes:
+    /// the full residual at the constrained dofs, zero elsewhere, so that its sum over a
+    /// condition's nodes is that condition's reaction), and per volume cell the means over its
+    /// quadrature points of the Cauchy stress (`cauchy_stress`, a `Tensor6`), its von Mises
+    /// value, the volume ratio `J` and the principal stretches λ₁ ≥ λ₂ ≥ λ₃ (NaN in cells the
+    /// model does not cover).
+    pub fn step_fields(
+        &self,
+        mesh: &Mesh,
+        k: usize,
+    ) -> Result<Vec<gradfem_io::h5::Field>, RunError> {
+        use gradfem_io::h5::{Field, FieldValues};
+        use gradfem_mechanical::finite::PointOutput;
+        let states = self.states();
+        let &(load, u) = states.get(k).ok_or_else(|| {
+            RunError::Setup(format!("load step {k} of {} does not exist", states.len()))
+        })?;
+        let model = &self.problem.model;
+        let err = |e: gradfem_mechanical::finite::FiniteStrainError| {
+            RunError::Setup(format!("load factor {load}: {e}"))
+        };
+        let per_element = model.element_stresses(u, load).map_err(err)?;
+        let residual = model.full_residual(u, load).map_err(err)?;
+        let mut reaction = vec![[0.0; 3]; model.n_nodes()];
+        for (d, owner) in model.constraint_owner().iter().enumerate() {
+            if owner.is_some() {
+                reaction[d / 3][d % 3] = residual[d];
+            }
+        }
+        // Output cells are the mesh's top-dimensional cells, blocks in order; the model's
+        // elements are found by their cell tags.
+        let dim = mesh.dim();
+        let mut by_tag = std::collections::HashMap::new();
+        let mut n_cells = 0;
+        for blk in mesh.blocks.iter().filter(|b| b.cell_type.dim() == dim) {
+            for (i, &t) in blk.tags.iter().enumerate() {
+                by_tag.insert(t, n_cells + i);
+            }
+            n_cells += blk.len();
+        }
+        let mut cauchy = vec![[f64::NAN; 6]; n_cells];
+        let mut von_mises = vec![f64::NAN; n_cells];
+        let mut volume_ratio = vec![f64::NAN; n_cells];
+        let mut stretches = vec![[f64::NAN; 3]; n_cells];
+        for (e, points) in per_element.iter().enumerate() {
+            let Some(&c) = by_tag.get(&model.element_cell_tag(e)) else { continue };
+            let n = points.len() as f64;
+            let (mut s, mut vm, mut j, mut l) = ([0.0; 6], 0.0, 0.0, [0.0; 3]);
+            for (f, p) in points {
+                let o = PointOutput::of(f, p);
+                for i in 0..6 {
+                    s[i] += o.cauchy[i] / n;
+                }
+                vm += gradfem_mechanical::linear::von_mises(&o.cauchy) / n;
+                j += o.j / n;
+                for i in 0..3 {
+                    l[i] += o.stretches[i] / n;
+                }
+            }
+            cauchy[c] = s;
+            von_mises[c] = vm;
+            volume_ratio[c] = j;
+            stretches[c] = l;
+        }
+        Ok(vec![
+            Field::node(
+                "displacement",
+                "m",
+                FieldValues::Vector(u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()),
+            ),
+            Field::node("reaction_force", "N", FieldValues::Vector(reaction)),
+            Field::cell("cauchy_stress", "Pa", FieldValues::symmetric_from_voigt(&cauchy)),
+            Field::cell("von_mises", "Pa", FieldValues::Scalar(von_mises)),
+            Field::cell("volume_ratio_J", "1", FieldValues::Scalar(volume_ratio)),
+            Field::cell("principal_stretches", "1", FieldValues::Vector(stretches)),
+        ])
     }
 
     /// The mean displacement of a group's nodes at the last step.

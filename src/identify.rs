@@ -35,138 +35,13 @@ use gradfem_mechanical::homogeneous::{
     Experiment, FitSummary, Mode, OgdenFit, incompressible_nominal_stress, read_experiment_csv,
 };
 use gradfem_solvers::optimize::{Control, LbfgsbParams, minimize_lbfgsb};
-use serde::{Deserialize, Serialize};
 
-use crate::identify_fem::{FemFitInfo, FemIdentification, FemParameterSpec, FitSpec};
-
-/// Errors of an identification run.
-#[derive(Debug, thiserror::Error)]
-pub enum IdentifyError {
-    #[error("{file}: cannot read: {message}")]
-    Io { file: PathBuf, message: String },
-    #[error("{file}:{line}:{column}: {message}")]
-    Syntax { file: PathBuf, line: usize, column: usize, message: String },
-    #[error("{file}: {message}")]
-    Invalid { file: PathBuf, message: String },
-    #[error(transparent)]
-    Data(#[from] gradfem_mechanical::HomogeneousError),
-    #[error("{path}: cannot write: {message}")]
-    Write { path: PathBuf, message: String },
-    /// A problem file of a FEM experiment cannot be read or set up.
-    #[error("{file}: experiment {experiment}: {source}")]
-    Problem {
-        file: PathBuf,
-        experiment: String,
-        #[source]
-        source: Box<crate::problem::ProblemError>,
-    },
-    /// A FEM experiment failed to solve or to give its derivatives.
-    #[error("{file}: experiment {experiment}: {message}")]
-    Solve { file: PathBuf, experiment: String, message: String },
-}
-
-/// The material model to fit.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelSpec {
-    /// `ogden` or `neo_hookean`.
-    pub kind: String,
-    /// Ogden terms (default 2).
-    pub terms: Option<usize>,
-}
-
-/// One measured curve, or (`mode = "fem"`) one specimen's problem file.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExperimentSpec {
-    /// `uniaxial`, `equibiaxial`, `pure_shear` or `fem`.
-    pub mode: String,
-    /// Homogeneous modes: CSV of stretch and nominal stress, relative to the identification
-    /// file.
-    pub file: Option<String>,
-    /// `fem`: the `[hyperelastic]` problem file, relative to the identification file.
-    pub problem: Option<String>,
-    /// A name for tables and plots (default: the mode, or the problem file's stem).
-    pub name: Option<String>,
-}
-
-/// An identification file.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct IdentifySpec {
-    #[serde(default)]
-    pub title: String,
-    /// The law of homogeneous experiments.
-    pub model: Option<ModelSpec>,
-    /// FEM experiments: the fitted parameters.
-    #[serde(default, rename = "parameter")]
-    pub parameters: Vec<FemParameterSpec>,
-    /// FEM experiments: iteration settings.
-    pub fit: Option<FitSpec>,
-    #[serde(default, rename = "experiment")]
-    pub experiments: Vec<ExperimentSpec>,
-}
-
-/// The result of a fit, as written to `identify.json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct IdentifyReport {
-    pub title: String,
-    pub model: String,
-    /// Fitted values (Ogden: ψ = Σ 2μ_p/α_p² (λ̄₁^α_p + λ̄₂^α_p + λ̄₃^α_p − 3); μ in the unit of
-    /// the stresses).
-    pub parameters: std::collections::BTreeMap<String, f64>,
-    /// Gauss–Newton standard errors of the fitted parameters.
-    pub std_errors: std::collections::BTreeMap<String, f64>,
-    /// Per experiment: name, mode, points and rms relative error.
-    pub experiments: Vec<ExperimentFit>,
-    /// Initial shear modulus Σ μ_p (homogeneous fits).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub shear_modulus: Option<f64>,
-    /// Residual standard deviation σ of the misfit: relative for homogeneous fits, of the
-    /// weighted residuals √w (q − m) for FEM fits.
-    pub sigma: f64,
-    /// Homogeneous: ½ Σ (P_model/P − 1)²; FEM: Σ w (q − m)², the sum of the problem files'
-    /// misfit objectives.
-    pub objective: f64,
-    /// Starting points tried.
-    pub starts: usize,
-    /// For an Ogden fit: the Neo-Hookean fit to the same data, for comparison.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub neo_hookean: Option<Box<IdentifyReport>>,
-    /// For a FEM fit: iterations, solves and the objective reached from each start.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fem: Option<FemFitInfo>,
-}
-
-/// The fit of one experiment.
-#[derive(Clone, Debug, Serialize)]
-pub struct ExperimentFit {
-    pub name: String,
-    /// As in the identification file: `uniaxial`, `equibiaxial`, `pure_shear` or `fem`.
-    pub mode: String,
-    pub points: usize,
-    /// √(mean ((model − measured)/measured)²), over the points with a non-zero measured value.
-    pub rms_relative_error: f64,
-    /// FEM: √(mean (q − m)²) over the points, in the quantity's unit (N for reactions).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rms_error: Option<f64>,
-    /// FEM: the problem file.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-}
-
-/// What a running fit reports to its caller.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Progress {
-    /// Starting points finished.
-    pub starts_done: usize,
-    /// Starting points in all.
-    pub starts: usize,
-    /// Accepted steps of the current start (0 when a start has just finished).
-    pub iteration: usize,
-    /// The objective at the current point.
-    pub objective: f64,
-}
+use crate::identify_fem::FemIdentification;
+pub use crate::identify_report::{
+    Correlation, ExperimentFit, ExperimentSpec, IdentifyError, IdentifyReport, IdentifySpec,
+    ModelSpec, OGDEN_CONVENTION, Progress,
+};
+use crate::identify_report::{draw_data_and_fit, draw_legend, write_outputs};
 
 /// A parsed identification file with its data.
 pub struct Identification {
@@ -187,6 +62,35 @@ struct Homogeneous {
     model: ModelSpec,
     names: Vec<String>,
     fit: OgdenFit,
+    /// The unit of the nominal stresses, from the CSV headers when they all name the same.
+    stress_unit: Option<String>,
+}
+
+/// The unit a CSV header names for its stress column: `stress (MPa)`, `stress [MPa]` or
+/// `nominal_stress_MPa`; `None` when it names none that is recognized.
+fn unit_of_header(column: &str) -> Option<String> {
+    let column = column.trim();
+    for (open, close) in [('(', ')'), ('[', ']')] {
+        if let (Some(a), Some(b)) = (column.rfind(open), column.rfind(close))
+            && a < b
+        {
+            let unit = column[a + open.len_utf8()..b].trim();
+            return (!unit.is_empty()).then(|| unit.to_string());
+        }
+    }
+    let suffix = column.rsplit(['_', ' ']).next()?;
+    const UNITS: [&str; 8] = ["Pa", "kPa", "MPa", "GPa", "psi", "ksi", "N/mm2", "N/mm²"];
+    UNITS.iter().find(|u| u.eq_ignore_ascii_case(suffix)).map(|u| u.to_string())
+}
+
+/// The stress unit of a curve file's header line (its second column), if it names one.
+fn stress_unit_of(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let header = text.lines().next()?;
+    if header.split(',').nth(1)?.trim().parse::<f64>().is_ok() {
+        return None;
+    }
+    unit_of_header(header.split(',').nth(1)?)
 }
 
 fn mode_of(s: &str) -> Option<Mode> {
@@ -288,78 +192,6 @@ impl Identification {
     }
 }
 
-/// The chart of a fit PNG: a bitmap with f64 axes.
-pub(crate) type FitChart<'a, 'b> = plotters::chart::ChartContext<
-    'a,
-    plotters::prelude::BitMapBackend<'b>,
-    plotters::prelude::Cartesian2d<
-        plotters::coord::types::RangedCoordf64,
-        plotters::coord::types::RangedCoordf64,
-    >,
->;
-
-/// Measured points (circles of `radius`) and a fitted curve in one colour, with their legend
-/// entries `labels` = [data, fit].
-pub(crate) fn draw_data_and_fit(
-    chart: &mut FitChart<'_, '_>,
-    colour: plotters::style::RGBAColor,
-    (points, radius): (impl IntoIterator<Item = (f64, f64)>, i32),
-    curve: Vec<(f64, f64)>,
-    labels: [String; 2],
-) -> Result<(), String> {
-    use plotters::prelude::*;
-    let [data, fit] = labels;
-    chart
-        .draw_series(points.into_iter().map(|p| Circle::new(p, radius, colour.filled())))
-        .map_err(|x| x.to_string())?
-        .label(data)
-        .legend(move |(x, y)| Circle::new((x, y), radius, colour.filled()));
-    chart
-        .draw_series(LineSeries::new(curve, colour.stroke_width(2)))
-        .map_err(|x| x.to_string())?
-        .label(fit)
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour));
-    Ok(())
-}
-
-/// The legend of a fit PNG, in the upper left.
-pub(crate) fn draw_legend<'a, 'b: 'a>(chart: &mut FitChart<'a, 'b>) -> Result<(), String> {
-    use plotters::prelude::*;
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|x| x.to_string())
-}
-
-/// Write `identify.json` (atomically) and `fit.png` into `dir`, the PNG drawn by `plot` into a
-/// temporary file and renamed into place; returns both paths, the PNG's as the reason it was
-/// skipped when drawing failed (e.g. no font).
-pub(crate) fn write_outputs(
-    dir: &Path,
-    report: &IdentifyReport,
-    plot: impl FnOnce(&Path) -> Result<(), String>,
-) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
-    let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
-    std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
-    let json = dir.join("identify.json");
-    let text = serde_json::to_string_pretty(report).expect("serializable");
-    gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
-        .map_err(|e| werr(&json, e.to_string()))?;
-    let png = dir.join("fit.png");
-    let tmp = dir.join(".fit.tmp.png");
-    let plotted = match plot(&tmp) {
-        Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    };
-    Ok((json, plotted))
-}
-
 impl Homogeneous {
     fn read(path: &Path, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
         let invalid = |m: String| IdentifyError::Invalid { file: path.into(), message: m };
@@ -376,6 +208,7 @@ impl Homogeneous {
         let base = path.parent().unwrap_or(Path::new("."));
         let mut experiments: Vec<Experiment> = Vec::new();
         let mut names = Vec::new();
+        let mut units = Vec::new();
         for e in &spec.experiments {
             let mode = mode_of(&e.mode).ok_or_else(|| {
                 invalid(format!(
@@ -390,8 +223,13 @@ impl Homogeneous {
                 )));
             };
             experiments.push(read_experiment_csv(&base.join(file), mode)?);
+            units.push(stress_unit_of(&base.join(file)));
             names.push(e.name.clone().unwrap_or_else(|| mode.name().to_string()));
         }
+        let stress_unit = match units.split_first() {
+            Some((Some(u), rest)) if rest.iter().all(|v| v.as_ref() == Some(u)) => Some(u.clone()),
+            _ => None,
+        };
         let fit = match model.kind.as_str() {
             "ogden" => {
                 let n = model.terms.unwrap_or(2);
@@ -412,7 +250,7 @@ impl Homogeneous {
                 )));
             }
         };
-        Ok(Homogeneous { title: spec.title.clone(), model, names, fit })
+        Ok(Homogeneous { title: spec.title.clone(), model, names, fit, stress_unit })
     }
 
     /// The sign patterns of the free exponents: the first positive, the others ±.
@@ -433,6 +271,7 @@ impl Homogeneous {
                 model: ModelSpec { kind: "neo_hookean".into(), terms: None },
                 names: self.names.clone(),
                 fit: OgdenFit::neo_hookean(self.fit.experiments.clone()),
+                stress_unit: self.stress_unit.clone(),
             };
             report.neo_hookean = Some(Box::new(nh.fit_once(|_| {}).0));
         }
@@ -444,8 +283,12 @@ impl Homogeneous {
             LbfgsbParams { gtol: 1e-10, ftol: 1e-15, max_iterations: 5000, ..Default::default() };
         let starts = self.fit.starting_points(&self.sign_patterns());
         let mut best: Option<(Vec<f64>, f64)> = None;
+        let mut start_objectives = Vec::with_capacity(starts.len());
+        let mut final_objectives = Vec::with_capacity(starts.len());
         for (i, (x0, signs)) in starts.iter().enumerate() {
             let (lo, hi) = self.fit.bounds(signs);
+            let mut g0 = vec![0.0; x0.len()];
+            start_objectives.push(self.fit.objective(x0, &mut g0));
             let r = minimize_lbfgsb(
                 |x: &[f64], g: &mut [f64]| {
                     Ok::<f64, std::convert::Infallible>(self.fit.objective(x, g))
@@ -457,6 +300,7 @@ impl Homogeneous {
                 |_| Control::Continue,
             )
             .unwrap_or_else(|e| match e {});
+            final_objectives.push(r.f);
             if best.as_ref().is_none_or(|b| r.f < b.1) {
                 best = Some((r.x, r.f));
             }
@@ -468,6 +312,24 @@ impl Homogeneous {
             "ogden" => format!("ogden{}", self.fit.fixed_alpha.len()),
             other => other.to_string(),
         };
+        let (_, jac) = self.fit.residuals_and_jacobian(&x);
+        let correlation = Correlation::from_jacobian(self.fit.free_names(), &jac);
+        let unit = self.stress_unit.as_deref().unwrap_or("the unit of the measured stresses");
+        let convention = format!(
+            "{OGDEN_CONVENTION}; incompressible (λ̄_i = λ_i); μ_p in {unit}{}",
+            if self.model.kind == "neo_hookean" {
+                "; Neo-Hookean: one term with α₁ = 2, ψ = μ₁/2 (I₁ − 3)"
+            } else {
+                ""
+            }
+        );
+        let mu_tilde = self
+            .fit
+            .terms::<f64>(&x)
+            .iter()
+            .enumerate()
+            .map(|(p, (mu, alpha))| (format!("mu_tilde{}", p + 1), 2.0 * mu / alpha))
+            .collect();
         let report = IdentifyReport {
             title: self.title.clone(),
             model,
@@ -492,6 +354,11 @@ impl Homogeneous {
             sigma: s.sigma,
             objective: s.objective,
             starts: starts.len(),
+            start_objectives,
+            final_objectives,
+            correlation,
+            parameter_convention: Some(convention),
+            mu_tilde,
             neo_hookean: None,
             fem: None,
         };
@@ -524,12 +391,11 @@ impl Homogeneous {
             .y_label_area_size(60)
             .build_cartesian_2d(1.0..lmax * 1.02, 0.0..pmax * 1.08)
             .map_err(|x| e(&x))?;
-        chart
-            .configure_mesh()
-            .x_desc("stretch λ")
-            .y_desc("nominal stress")
-            .draw()
-            .map_err(|x| e(&x))?;
+        let y = format!(
+            "nominal stress P ({})",
+            self.stress_unit.as_deref().unwrap_or("unit of the data")
+        );
+        chart.configure_mesh().x_desc("stretch λ (–)").y_desc(y).draw().map_err(|x| e(&x))?;
         for (k, (ex, name)) in exps.iter().zip(&self.names).enumerate() {
             let l1 = ex.stretch.iter().copied().fold(1.0, f64::max);
             let curve: Vec<(f64, f64)> = (0..=200)
@@ -546,5 +412,30 @@ impl Homogeneous {
         }
         draw_legend(&mut chart)?;
         root.present().map_err(|x| e(&x))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stress_units_are_read_from_headers() {
+        assert_eq!(unit_of_header("nominal_stress_MPa").as_deref(), Some("MPa"));
+        assert_eq!(unit_of_header(" stress (kPa) ").as_deref(), Some("kPa"));
+        assert_eq!(unit_of_header("P [N/mm²]").as_deref(), Some("N/mm²"));
+        assert_eq!(unit_of_header("nominal stress pa").as_deref(), Some("Pa"));
+        assert_eq!(unit_of_header("nominal_stress"), None);
+        assert_eq!(unit_of_header("stress ()"), None);
+    }
+
+    #[test]
+    fn correlation_pairs_are_sorted_by_strength() {
+        let c = Correlation {
+            names: vec!["a".into(), "b".into(), "c".into()],
+            matrix: vec![vec![1.0, 0.95, -0.99], vec![0.95, 1.0, 0.1], vec![-0.99, 0.1, 1.0]],
+        };
+        assert_eq!(c.strong_pairs(0.9), vec![(0, 2, -0.99), (0, 1, 0.95)]);
+        assert!(c.strong_pairs(0.999).is_empty());
     }
 }

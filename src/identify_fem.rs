@@ -62,71 +62,17 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use gradfem_solvers::params::{ParamId, ParamRegistry};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use toml::Spanned;
 
 use crate::hyperelastic_file::HyperelasticRun;
-use crate::identify::{ExperimentFit, IdentifyError, IdentifyReport, IdentifySpec, Progress};
+use crate::identify_report::{
+    Correlation, ExperimentFit, FemFitInfo, FitSpec, IdentifyError, IdentifyReport, IdentifySpec,
+    OGDEN_CONVENTION, Progress, StartValues, cholesky_solve, dot, draw_data_and_fit, draw_legend,
+    normal_equations, standard_errors, write_outputs,
+};
 use crate::problem::ProblemFile;
 use crate::shape::Shape;
-
-/// One fitted parameter of an identification file.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FemParameterSpec {
-    /// Registry name in the problem files, e.g. `hyperelastic.mu1.domain`.
-    pub name: Spanned<String>,
-    /// Starting value(s); default: the value in the first problem file.
-    pub start: Option<StartValues>,
-    /// [lower, upper]; default: the registry's bounds of the parameter (if any).
-    pub bounds: Option<[f64; 2]>,
-}
-
-/// One starting value or several.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum StartValues {
-    /// `start = 0.2e6`
-    One(f64),
-    /// `start = [0.2e6, 0.5e6]`
-    Many(Vec<f64>),
-}
-
-/// The `[fit]` table: settings of the Levenberg–Marquardt iterations.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct FitSpec {
-    /// Accepted steps per starting point (default 50).
-    #[serde(default = "default_iterations")]
-    pub max_iterations: usize,
-    /// Stop when a step changes no scaled variable x_i / |x_i,0| by more than this
-    /// (relative to the largest scaled variable; default 1e-10).
-    #[serde(default = "default_step_tol")]
-    pub step_tol: f64,
-    /// Stop when an accepted step lowers Σ r² by less than this fraction (default 1e-14).
-    #[serde(default = "default_cost_tol")]
-    pub cost_tol: f64,
-}
-
-fn default_iterations() -> usize {
-    50
-}
-fn default_step_tol() -> f64 {
-    1e-10
-}
-fn default_cost_tol() -> f64 {
-    1e-14
-}
-
-impl Default for FitSpec {
-    fn default() -> Self {
-        FitSpec {
-            max_iterations: default_iterations(),
-            step_tol: default_step_tol(),
-            cost_tol: default_cost_tol(),
-        }
-    }
-}
 
 /// A fitted parameter with its bounds and starting values.
 #[derive(Clone, Debug, PartialEq)]
@@ -157,6 +103,8 @@ struct FemExperiment {
     registry: ParamRegistry,
     ids: Vec<ParamId>,
     misfits: Vec<Misfit>,
+    /// The kind of each objective term (`reaction`, `displacement`, …), for the plot's axes.
+    quantities: Vec<String>,
 }
 
 impl FemExperiment {
@@ -193,30 +141,26 @@ pub struct FemCurve {
     pub model: Vec<f64>,
     /// w.
     pub weight: f64,
+    /// What q is: the objective kind (`reaction` in N, `displacement` or
+    /// `average_displacement` in m).
+    pub quantity: String,
 }
 
-/// How a fit went.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct FemFitInfo {
-    /// Accepted Levenberg–Marquardt steps of the best start.
-    pub iterations: usize,
-    /// Whether the best start met a stopping test (else it ran out of iterations).
-    pub converged: bool,
-    /// Forward runs of all experiments, over all starts.
-    pub forward_runs: usize,
-    /// Jacobian evaluations, over all starts.
-    pub jacobians: usize,
-    /// Σ r² at the end of each start (NaN for a start that failed).
-    pub start_objectives: Vec<f64>,
-    /// Residuals m and parameters n.
-    pub residuals: usize,
-    /// Wall time (s).
-    pub time_s: f64,
+/// The axis label of an objective kind of a `[hyperelastic]` problem (SI units).
+fn quantity_label(kind: &str) -> String {
+    match kind {
+        "reaction" => "reaction force (N)".into(),
+        "displacement" => "displacement (m)".into(),
+        "average_displacement" => "mean displacement (m)".into(),
+        other => other.replace('_', " "),
+    }
 }
 
 /// The outcome of one start.
 #[derive(Clone, Debug)]
 struct StartOutcome {
+    /// Σ r² at the (clamped) starting point.
+    initial_cost: f64,
     x: Vec<f64>,
     r: Vec<f64>,
     jac: Vec<Vec<f64>>,
@@ -354,6 +298,7 @@ impl FemIdentification {
                     ),
                 ));
             }
+            let quantities = pf.spec.objectives.iter().map(|o| o.kind.clone()).collect();
             experiments.push(FemExperiment {
                 name,
                 problem,
@@ -361,6 +306,7 @@ impl FemIdentification {
                 registry: ParamRegistry::new(),
                 ids: Vec::new(),
                 misfits,
+                quantities,
             });
         }
         let mut parameters = Vec::new();
@@ -610,6 +556,7 @@ impl FemIdentification {
                     measured: m.measured.clone(),
                     model: q[m.term].clone(),
                     weight: m.weight,
+                    quantity: e.quantities.get(m.term).cloned().unwrap_or_default(),
                 });
             }
         }
@@ -647,6 +594,7 @@ impl FemIdentification {
         let mut x = clamp(x0);
         let (mut r, mut jac) = self.residuals_and_jacobian(&x)?;
         let mut cost = dot(&r, &r);
+        let initial_cost = cost;
         let mut lam = 1e-3;
         let mut iterations = 0;
         let mut converged = false;
@@ -714,7 +662,7 @@ impl FemIdentification {
             converged = true;
             break;
         }
-        Ok(StartOutcome { x, r, jac, iterations, converged })
+        Ok(StartOutcome { initial_cost, x, r, jac, iterations, converged })
     }
 
     /// Fit from every starting point; `progress` sees each accepted step. Returns the report of
@@ -729,6 +677,7 @@ impl FemIdentification {
         let starts = self.starting_points();
         let mut best: Option<StartOutcome> = None;
         let mut start_objectives = Vec::new();
+        let mut final_objectives = Vec::new();
         let mut failures = Vec::new();
         for (i, x0) in starts.iter().enumerate() {
             let outcome = self.fit_from(x0, |iteration, objective| {
@@ -737,14 +686,23 @@ impl FemIdentification {
             match outcome {
                 Ok(o) => {
                     let c = dot(&o.r, &o.r);
-                    start_objectives.push(c);
+                    start_objectives.push(o.initial_cost);
+                    final_objectives.push(c);
                     if best.as_ref().is_none_or(|b| c < dot(&b.r, &b.r)) {
                         best = Some(o);
                     }
                 }
                 Err(e) => {
                     tracing::warn!(start = ?x0, %e, "identify: a starting point failed");
-                    start_objectives.push(f64::NAN);
+                    // The objective at the start itself, when the start can be solved.
+                    let clamped: Vec<f64> = x0
+                        .iter()
+                        .zip(&self.parameters)
+                        .map(|(v, p)| v.clamp(p.lower, p.upper))
+                        .collect();
+                    let at_start = self.residuals(&clamped).map_or(f64::NAN, |r| dot(&r, &r));
+                    start_objectives.push(at_start);
+                    final_objectives.push(f64::NAN);
                     failures.push(format!("start {x0:?}: {e}"));
                 }
             }
@@ -752,7 +710,7 @@ impl FemIdentification {
                 starts_done: i + 1,
                 starts: starts.len(),
                 iteration: 0,
-                objective: start_objectives[i],
+                objective: final_objectives[i],
             });
         }
         let Some(best) = best else {
@@ -762,16 +720,30 @@ impl FemIdentification {
                 message: format!("no starting point could be solved: {}", failures.join("; ")),
             });
         };
-        let report = self.report(&best, start_objectives, t0.elapsed().as_secs_f64());
+        let objectives = [start_objectives, final_objectives];
+        let report = self.report(&best, objectives, t0.elapsed().as_secs_f64());
         Ok((report, best.x))
     }
 
-    fn report(&self, o: &StartOutcome, start_objectives: Vec<f64>, time_s: f64) -> IdentifyReport {
+    /// The report of the best start `o`, with the objective at the start and at the end of
+    /// every start.
+    fn report(&self, o: &StartOutcome, objectives: [Vec<f64>; 2], time_s: f64) -> IdentifyReport {
+        let [start_objectives, final_objectives] = objectives;
         let m = o.r.len();
         let n = o.x.len();
         let objective = dot(&o.r, &o.r);
         let sigma = if m > n { (objective / (m - n) as f64).sqrt() } else { f64::NAN };
         let se = standard_errors(&o.jac, sigma, n);
+        let names: Vec<String> = self.parameters.iter().map(|p| p.name.clone()).collect();
+        let correlation = Correlation::from_jacobian(names, &o.jac);
+        let parameter_convention =
+            self.parameters.iter().any(|p| ogden_part(&p.name).is_some()).then(|| {
+                format!(
+                    "{}; λ̄_i = J^(-1/3) λ_i, κ the bulk modulus; μ_p and κ in the problem files' \
+                 stress unit (Pa in SI)",
+                    OGDEN_CONVENTION
+                )
+            });
         let mut experiments = Vec::new();
         let mut offset = 0;
         for e in &self.experiments {
@@ -822,13 +794,17 @@ impl FemIdentification {
             sigma,
             objective,
             starts: start_objectives.len(),
+            start_objectives,
+            final_objectives,
+            correlation,
+            parameter_convention,
+            mu_tilde: Default::default(),
             neo_hookean: None,
             fem: Some(FemFitInfo {
                 iterations: o.iterations,
                 converged: o.converged,
                 forward_runs: self.forward_runs,
                 jacobians: self.jacobians,
-                start_objectives,
                 residuals: m,
                 time_s,
             }),
@@ -845,80 +821,8 @@ impl FemIdentification {
         x: &[f64],
     ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
         let curves = self.curves(x)?;
-        crate::identify::write_outputs(dir, report, |png| {
-            plot(png, &self.title, &self.experiment_names(), &curves)
-        })
+        write_outputs(dir, report, |png| plot(png, &self.title, &self.experiment_names(), &curves))
     }
-}
-
-fn dot(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// A = J_sᵀ J_s and g = J_sᵀ r with J_s = J diag(scale).
-fn normal_equations(jac: &[Vec<f64>], r: &[f64], scale: &[f64]) -> (Vec<Vec<f64>>, Vec<f64>) {
-    let n = scale.len();
-    let mut a = vec![vec![0.0; n]; n];
-    let mut g = vec![0.0; n];
-    for (row, ri) in jac.iter().zip(r) {
-        for i in 0..n {
-            let ji = row[i] * scale[i];
-            g[i] += ji * ri;
-            for j in 0..n {
-                a[i][j] += ji * row[j] * scale[j];
-            }
-        }
-    }
-    (a, g)
-}
-
-/// Solve A x = b for a small symmetric positive definite A; `None` when it is not.
-fn cholesky_solve(a: &[Vec<f64>], b: &[f64]) -> Option<Vec<f64>> {
-    let n = b.len();
-    let mut l = vec![vec![0.0; n]; n];
-    for i in 0..n {
-        for j in 0..=i {
-            let s = a[i][j] - (0..j).map(|k| l[i][k] * l[j][k]).sum::<f64>();
-            if i == j {
-                // A relative pivot test: a numerically singular A is not positive definite.
-                if s.partial_cmp(&(1e-13 * a[i][i])) != Some(std::cmp::Ordering::Greater) {
-                    return None;
-                }
-                l[i][i] = s.sqrt();
-            } else {
-                l[i][j] = s / l[j][j];
-            }
-        }
-    }
-    let mut y = vec![0.0; n];
-    for i in 0..n {
-        y[i] = (b[i] - (0..i).map(|k| l[i][k] * y[k]).sum::<f64>()) / l[i][i];
-    }
-    let mut x = vec![0.0; n];
-    for i in (0..n).rev() {
-        x[i] = (y[i] - (i + 1..n).map(|k| l[k][i] * x[k]).sum::<f64>()) / l[i][i];
-    }
-    Some(x)
-}
-
-/// √diag(σ² (JᵀJ)⁻¹), computed in variables scaled by the columns' norms; NaN where JᵀJ is
-/// singular.
-fn standard_errors(jac: &[Vec<f64>], sigma: f64, n: usize) -> Vec<f64> {
-    let norms: Vec<f64> =
-        (0..n).map(|j| jac.iter().map(|row| row[j] * row[j]).sum::<f64>().sqrt()).collect();
-    if norms.iter().any(|v| v.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)) {
-        return vec![f64::NAN; n];
-    }
-    let scale: Vec<f64> = norms.iter().map(|v| 1.0 / v).collect();
-    let zero = vec![0.0; jac.len()];
-    let (a, _) = normal_equations(jac, &zero, &scale);
-    (0..n)
-        .map(|i| {
-            let mut e = vec![0.0; n];
-            e[i] = 1.0;
-            cholesky_solve(&a, &e).map_or(f64::NAN, |c| sigma * c[i].sqrt() * scale[i])
-        })
-        .collect()
 }
 
 /// One panel per experiment: measured points and the fitted curve (through the origin, where
@@ -945,17 +849,24 @@ fn plot(file: &Path, title: &str, names: &[&str], curves: &[FemCurve]) -> Result
             .y_label_area_size(60)
             .build_cartesian_2d(0.0..smax * 1.02, (ymin - pad)..(ymax + pad))
             .map_err(|x| e(&x))?;
+        let mut labels: Vec<String> = Vec::new();
+        for c in &mine {
+            let l = quantity_label(&c.quantity);
+            if !labels.contains(&l) {
+                labels.push(l);
+            }
+        }
         chart
             .configure_mesh()
-            .x_desc("load factor")
-            .y_desc("quantity (reaction in N)")
+            .x_desc("load factor (–)")
+            .y_desc(labels.join(", "))
             .draw()
             .map_err(|x| e(&x))?;
         for (k, c) in mine.iter().enumerate() {
             let line: Vec<(f64, f64)> = std::iter::once((0.0, 0.0))
                 .chain(c.load_factors.iter().copied().zip(c.model.iter().copied()))
                 .collect();
-            crate::identify::draw_data_and_fit(
+            draw_data_and_fit(
                 &mut chart,
                 Palette99::pick(k).to_rgba(),
                 (c.load_factors.iter().copied().zip(c.measured.iter().copied()), 4),
@@ -963,7 +874,7 @@ fn plot(file: &Path, title: &str, names: &[&str], curves: &[FemCurve]) -> Result
                 [format!("term {} measured", c.term + 1), format!("term {} fitted", c.term + 1)],
             )?;
         }
-        crate::identify::draw_legend(&mut chart)?;
+        draw_legend(&mut chart)?;
     }
     root.present().map_err(|x| e(&x))
 }
@@ -982,20 +893,9 @@ mod tests {
     }
 
     #[test]
-    fn small_dense_solves_match() {
-        let a = vec![vec![4.0, 1.0, 0.5], vec![1.0, 3.0, 0.2], vec![0.5, 0.2, 2.0]];
-        let b = [1.0, -2.0, 0.5];
-        let x = cholesky_solve(&a, &b).unwrap();
-        for i in 0..3 {
-            assert!((dot(&a[i], &x) - b[i]).abs() < 1e-14);
-        }
-        assert!(cholesky_solve(&[vec![1.0, 2.0], vec![2.0, 1.0]], &[1.0, 1.0]).is_none());
-        // One parameter: σ² / Σ J² .
-        let jac = vec![vec![2.0], vec![1.0]];
-        let se = standard_errors(&jac, 0.5, 1);
-        assert!((se[0] - 0.5 / 5f64.sqrt()).abs() < 1e-15);
-        // Dependent columns: not determined.
-        let jac = vec![vec![1.0, 2.0], vec![2.0, 4.0]];
-        assert!(standard_errors(&jac, 1.0, 2).iter().all(|v| v.is_nan()));
+    fn quantities_are_labelled_with_units() {
+        assert_eq!(quantity_label("reaction"), "reaction force (N)");
+        assert_eq!(quantity_label("displacement"), "displacement (m)");
+        assert_eq!(quantity_label("average_displacement"), "mean displacement (m)");
     }
 }

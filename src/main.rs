@@ -2,22 +2,21 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use gradfem::app::{self, DEFAULT_PROBLEM};
 use gradfem::mesh_report;
 use gradfem::problem::ProblemFile;
+use gradfem::progress::{Progress, ProgressMode};
 use gradfem_solvers::taylor::TaylorParams;
-use indicatif::{ProgressBar, ProgressStyle};
 
 /// Differentiable multiphysics finite elements: solve, and get the gradient of an objective with
 /// respect to every registered parameter by the adjoint method.
 ///
 /// With no command, runs the embedded default problem (the electro-thermo-mechanical
 /// microactuator: solve, gradient, Taylor test, a short design optimization) and writes its
-/// results to ./results.
+/// results to ./results/microactuator_builtin.
 #[derive(Parser, Debug)]
 #[command(name = "gradfem", version, about, long_about)]
 struct Cli {
@@ -37,7 +36,8 @@ enum Command {
         /// Print the summary as one JSON object (keys name quantities with their units).
         #[arg(long)]
         json: bool,
-        /// Output directory (default: the problem's [output] directory, else ./results).
+        /// Output directory (default: the problem's [output] directory, else
+        /// ./results/<problem file name without .toml>).
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
@@ -49,7 +49,8 @@ enum Command {
         /// Print gradients.json to standard output as well.
         #[arg(long)]
         json: bool,
-        /// Output directory (default: the problem's [output] directory, else ./results).
+        /// Output directory (default: the problem's [output] directory, else
+        /// ./results/<problem file name without .toml>).
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
@@ -63,7 +64,8 @@ enum Command {
         /// Print the outcome as one JSON object.
         #[arg(long)]
         json: bool,
-        /// Output directory (default: the problem's [output] directory, else ./results).
+        /// Output directory (default: the problem's [output] directory, else
+        /// ./results/<problem file name without .toml>).
         #[arg(short, long)]
         output: Option<PathBuf>,
         /// Write history.csv and history.png into DIR after every iteration, to follow the
@@ -76,13 +78,21 @@ enum Command {
         resume: bool,
     },
     /// Check the gradient by a Taylor test: prints the remainders and their rates; the exit code
-    /// is 0 when the observed rate reaches the minimum (default 1.9), 1 otherwise.
+    /// is 0 when the observed rate reaches the minimum (`[taylor] min_rate`, default 1.9), 1
+    /// otherwise. The combined test perturbs every registered parameter at once, along a seeded
+    /// random direction scaled by each entry's magnitude; `--per-parameter` adds one test per
+    /// registered parameter in a direction of its own, and fails when any fails.
     CheckGradient {
         /// Problem file (TOML).
         file: PathBuf,
         /// Print the Taylor table as JSON.
         #[arg(long)]
         json: bool,
+        /// Also test each registered parameter on its own (scalars by a step of their own
+        /// scale, vector parameters in the seeded random direction restricted to their block):
+        /// a table in the text output, `per_parameter` in the JSON.
+        #[arg(long)]
+        per_parameter: bool,
     },
     /// Print counts per cell type, groups with dimension, count and measure, the bounding box and
     /// the quality summary of a mesh (.msh); for ANSYS files (.rst, .rth, .cdb) also the result
@@ -118,7 +128,7 @@ enum Command {
         /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
-        /// Output directory (default: results).
+        /// Output directory (default: ./results/<identification file name without .toml>).
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
@@ -135,6 +145,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(gradfem::progress::colors_enabled())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
@@ -166,36 +177,28 @@ fn error_chain(e: &anyhow::Error) -> String {
     text
 }
 
-fn spinner(quiet: bool, msg: &str) -> ProgressBar {
-    if quiet {
-        return ProgressBar::hidden();
-    }
-    let pb = ProgressBar::new_spinner();
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("valid template"),
-    );
-    pb.set_message(msg.to_string());
-    pb.enable_steady_tick(Duration::from_millis(100));
-    pb
+/// A stage's progress: a spinner on a terminal, plain lines in a log, nothing when `quiet`.
+fn spinner(quiet: bool, label: &str) -> Progress {
+    Progress::spinner(ProgressMode::detect(quiet), label)
 }
 
 fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, app::Problem)> {
     let pb = spinner(quiet, "setting up");
     let file = ProblemFile::read(path)?;
     let problem = app::build_problem(&file)?;
-    pb.finish_and_clear();
+    pb.finish();
     Ok((file, problem))
 }
 
 fn solve(problem: &mut app::Problem, quiet: bool) -> Result<()> {
     let pb = spinner(quiet, "solving");
     problem.solve().context("forward solve")?;
-    pb.finish_and_clear();
+    pb.finish();
     Ok(())
 }
 
 fn output_dir(file: &ProblemFile, output: Option<PathBuf>) -> PathBuf {
-    output.unwrap_or_else(|| PathBuf::from(&file.spec.output.directory))
+    output.unwrap_or_else(|| file.output_directory())
 }
 
 fn print_summary(s: &app::Summary) {
@@ -228,7 +231,17 @@ fn print_summary(s: &app::Summary) {
         );
     }
     let hb = &s.heat_balance;
-    if thermal_solved {
+    if thermal_solved && s.transient.is_some() {
+        println!(
+            "  heat balance of the last step: generated {:.6e} W + flux in {:.6e} W = convection {:.6e} W + fixed {:.6e} W + stored {:.6e} W (imbalance {:.1e})",
+            hb.generated_w,
+            hb.flux_in_w,
+            hb.convection_out_w,
+            hb.fixed_out_w,
+            hb.stored_w,
+            hb.relative_imbalance()
+        );
+    } else if thermal_solved {
         println!(
             "  heat balance: generated {:.6e} W + flux in {:.6e} W = convection {:.6e} W + fixed {:.6e} W (imbalance {:.1e})",
             hb.generated_w,
@@ -292,7 +305,8 @@ fn print_summary(s: &app::Summary) {
             p.true_peak_k
         );
     }
-    if thermal_solved {
+    // A transient run reports its steps, Newton iterations and factorizations above.
+    if thermal_solved && s.transient.is_none() {
         println!(
             "  thermal: {} solver, {} Newton iteration(s); assembly {:.3} s, factor {:.3} s, solve {:.3} s",
             s.timings.linear_solver,
@@ -315,15 +329,43 @@ fn print_gradients(report: &app::GradientReport) {
             }
         }
     }
-    println!(
-        "  forward {:.3} s, gradient {:.3} s (adjoint solve {:.3} s)",
-        report.timings.forward.assembly_s
-            + report.timings.forward.factor_s
-            + report.timings.forward.solve_s
-            + report.timings.hyperelastic_forward_s.unwrap_or(0.0),
-        report.timings.gradient.gradient_s,
-        report.timings.gradient.adjoint_solve_s
-    );
+    let t = &report.timings;
+    if let (Some(forward), Some(gradient)) = (t.forward_total_s, t.gradient_total_s) {
+        println!(
+            "  forward {forward:.3} s, gradient {gradient:.3} s (every field, wall clock; thermal adjoint solve {:.3} s)",
+            t.gradient.adjoint_solve_s
+        );
+    }
+}
+
+/// The Taylor settings of a problem file's `[taylor]` table, checked.
+fn taylor_params(file: &ProblemFile) -> Result<TaylorParams> {
+    let t = &file.spec.taylor;
+    if !(t.h0 > 0.0 && t.h0.is_finite()) {
+        bail!("{}: [taylor] h0 = {} must be a positive number", file.path.display(), t.h0);
+    }
+    if t.steps < 2 {
+        bail!(
+            "{}: [taylor] steps = {}: a rate needs at least 2 steps",
+            file.path.display(),
+            t.steps
+        );
+    }
+    if !t.min_rate.is_finite() {
+        bail!("{}: [taylor] min_rate = {} must be a number", file.path.display(), t.min_rate);
+    }
+    Ok(TaylorParams { h0: t.h0, steps: t.steps, min_rate: t.min_rate })
+}
+
+/// An error unless some parameter is registered.
+fn need_parameters(problem: &app::Problem, file: &ProblemFile) -> Result<()> {
+    if problem.registry().is_empty() {
+        bail!(
+            "{}: no parameters are registered ([parameters] register = [...])",
+            file.path.display()
+        );
+    }
+    Ok(())
 }
 
 fn taylor(
@@ -331,25 +373,135 @@ fn taylor(
     file: &ProblemFile,
     quiet: bool,
 ) -> Result<gradfem_solvers::taylor::TaylorResult> {
-    let params = TaylorParams {
-        h0: file.spec.taylor.h0,
-        steps: file.spec.taylor.steps,
-        min_rate: file.spec.taylor.min_rate,
-    };
-    if problem.registry().is_empty() {
-        bail!(
-            "{}: no parameters are registered ([parameters] register = [...])",
-            file.path.display()
+    let params = taylor_params(file)?;
+    need_parameters(problem, file)?;
+    let pb = Progress::bar(ProgressMode::detect(quiet), "Taylor test", params.steps as u64 + 1);
+    let result = problem.taylor_test(&params, |i| pb.set_position(i as u64))?;
+    pb.finish();
+    Ok(result)
+}
+
+/// One Taylor test per registered parameter (`check-gradient --per-parameter`).
+fn taylor_per_parameter(
+    problem: &mut app::Problem,
+    file: &ProblemFile,
+    quiet: bool,
+) -> Result<Vec<app::ParameterTaylor>> {
+    let params = taylor_params(file)?;
+    need_parameters(problem, file)?;
+    let total = 1 + problem.registry().len() * params.steps;
+    let mode = ProgressMode::detect(quiet);
+    let pb = Progress::bar(mode, "Taylor tests per parameter (solves)", total as u64);
+    let parts = problem
+        .taylor_test_per_parameter(&params, |i| pb.set_position(i as u64))
+        .context("Taylor tests per parameter")?;
+    pb.finish();
+    Ok(parts)
+}
+
+/// A rate for the tables: three decimals, `-` when none was measured.
+fn rate_text(r: f64) -> String {
+    if r.is_finite() { format!("{r:.3}") } else { "-".to_string() }
+}
+
+/// The direction of the combined Taylor test, one line.
+fn print_taylor_direction(d: &app::TaylorDirection) {
+    println!(
+        "direction: {}; {}; |dm| = {:.4e}, h0 = {:e}",
+        d.seed.map_or("±1".to_string(), |s| format!("u_i in [-1, 1) from SplitMix64 seed {s}")),
+        d.scaling,
+        d.norm,
+        d.h0
+    );
+}
+
+/// The table of the per-parameter Taylor tests.
+fn print_per_parameter(parts: &[app::ParameterTaylor], params: &TaylorParams) {
+    println!(
+        "per-parameter Taylor tests (h0 = {:e}, {} steps, threshold {}; a scalar is stepped by \
+         ±h0 of its magnitude, a vector parameter along seed {} restricted to its block):",
+        params.h0,
+        params.steps,
+        params.min_rate,
+        app::TAYLOR_DIRECTION_SEED
+    );
+    let width = parts.iter().map(|p| p.name.len()).max().unwrap_or(9).max(9);
+    println!(
+        "  {:<width$}  {:>7}  {:<24}  {:<30}  {:>8}  verdict",
+        "parameter", "entries", "direction", "rates", "min rate"
+    );
+    for p in parts {
+        let direction = match (p.direction.step, p.direction.seed) {
+            (Some(step), _) => format!("step {step:+.3e}"),
+            (None, Some(seed)) => format!("seed {seed}, |dm| {:.3e}", p.direction.norm),
+            (None, None) => format!("|dm| {:.3e}", p.direction.norm),
+        };
+        let rates: Vec<String> = p
+            .rates
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let t = rate_text(*r);
+                if i < p.rates_used { t } else { format!("({t})") }
+            })
+            .collect();
+        println!(
+            "  {:<width$}  {:>7}  {:<24}  {:<30}  {:>8}  {}",
+            p.name,
+            p.entries,
+            direction,
+            rates.join(" "),
+            rate_text(p.observed_min_rate),
+            p.verdict
         );
     }
-    let pb = if quiet { ProgressBar::hidden() } else { ProgressBar::new(params.steps as u64 + 1) };
-    pb.set_style(
-        ProgressStyle::with_template("Taylor test {bar:30} {pos}/{len} solves [{elapsed}]")
-            .expect("valid template"),
-    );
-    let result = problem.taylor_test(&params, |i| pb.set_position(i as u64))?;
-    pb.finish_and_clear();
-    Ok(result)
+    for p in parts.iter().filter(|p| !p.passed || p.note.is_some()) {
+        if let Some(note) = &p.note {
+            println!("  {}: {note}", p.name);
+        }
+    }
+    let failed: Vec<&str> = parts.iter().filter(|p| !p.passed).map(|p| p.name.as_str()).collect();
+    if parts.iter().any(|p| p.rates_used < p.rates.len()) {
+        println!("  (rates in parentheses: remainders at round-off, not used for the verdict)");
+    }
+    if failed.is_empty() {
+        println!("PASSED: every parameter");
+    } else {
+        println!("FAILED: {}", failed.join(", "));
+    }
+}
+
+/// The correlation matrix of an identification, with its strongly correlated pairs.
+fn print_correlation(c: &gradfem::identify::Correlation) {
+    if c.names.len() < 2 {
+        return;
+    }
+    println!("  correlation of the fitted parameters (covariance σ² (JᵀJ)⁻¹):");
+    let width = c.names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+    let header: Vec<String> =
+        (1..=c.names.len()).map(|k| format!("{:>7}", format!("[{k}]"))).collect();
+    println!("    {:width$}      {}", "", header.join(" "));
+    for (k, (name, row)) in c.names.iter().zip(&c.matrix).enumerate() {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|r| if r.is_finite() { format!("{r:>+7.3}") } else { format!("{:>7}", "-") })
+            .collect();
+        println!("    {name:<width$} {:>4} {}", format!("[{}]", k + 1), cells.join(" "));
+    }
+    if c.matrix.iter().flatten().any(|r| r.is_nan()) {
+        println!("    (not determined: JᵀJ is singular)");
+    }
+    let strong = c.strong_pairs(0.9);
+    if !strong.is_empty() {
+        let pairs: Vec<String> = strong
+            .iter()
+            .map(|&(i, j, r)| format!("{}–{} ({r:+.3})", c.names[i], c.names[j]))
+            .collect();
+        println!(
+            "    strongly correlated (|ρ| > 0.9; the data determine these only together): {}",
+            pairs.join(", ")
+        );
+    }
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -362,6 +514,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let s = app::summary(&pf.spec.title, &problem)?;
             let dir = output_dir(&pf, output);
             let xdmf = app::write_results(&dir, &problem, None)?;
+            let stale = dir.join("gradients.json");
+            if stale.exists() {
+                tracing::warn!(
+                    "{} is from an earlier `gradfem gradient` run and does not belong to the results just written ({}); run `gradfem gradient` again or delete it",
+                    stale.display(),
+                    xdmf.display()
+                );
+            }
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else if !quiet {
@@ -372,11 +532,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Gradient { file, json, output }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
+            let started = std::time::Instant::now();
             solve(&mut problem, quiet || json)?;
+            let forward_s = started.elapsed().as_secs_f64();
             let pb = spinner(quiet || json, "adjoint gradient");
+            let started = std::time::Instant::now();
             let (j, grad, timings, blocks) = problem.gradient()?;
-            pb.finish_and_clear();
-            let report = app::gradient_report(&problem, j, &grad, timings, blocks);
+            let gradient_s = started.elapsed().as_secs_f64();
+            pb.finish();
+            let mut report = app::gradient_report(&problem, j, &grad, timings, blocks);
+            report.timings.forward_total_s = Some(forward_s);
+            report.timings.gradient_total_s = Some(gradient_s);
             let dir = output_dir(&pf, output);
             let xdmf = app::write_results(&dir, &problem, Some(&grad))?;
             let gpath = dir.join("gradients.json");
@@ -407,12 +573,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             optimize(&mut problem, &settings, &dir, quiet, json)?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::CheckGradient { file, json }) => {
+        Some(Command::CheckGradient { file, json, per_parameter }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
             solve(&mut problem, quiet || json)?;
+            let params = taylor_params(&pf)?;
             let result = taylor(&mut problem, &pf, quiet || json)?;
+            let direction = problem.taylor_direction_report(&params);
+            let parts = if per_parameter {
+                Some(taylor_per_parameter(&mut problem, &pf, quiet || json)?)
+            } else {
+                None
+            };
+            let all_passed = result.passed && parts.iter().flatten().all(|p| p.passed);
             if json {
-                let table = serde_json::json!({
+                let mut table = serde_json::json!({
                     "h": result.h,
                     "j0": result.j0,
                     "dj_dm": result.dj_dm,
@@ -420,15 +594,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "remainders_zeroth": result.remainders_zeroth,
                     "rates": result.rates,
                     "rates_zeroth": result.rates_zeroth,
-                    "min_rate": result.min_rate(),
+                    "rates_used": result.rates_used,
+                    "min_rate": result.threshold,
+                    "observed_min_rate": result.min_rate(),
                     "passed": result.passed,
+                    "verdict": result.verdict(),
                     "note": result.note,
+                    "direction": direction,
+                    "all_passed": all_passed,
                 });
+                if let Some(parts) = &parts {
+                    table["per_parameter"] = serde_json::to_value(parts)?;
+                }
                 println!("{table}");
             } else if !quiet {
                 println!("{}", result.table());
+                print_taylor_direction(&direction);
+                if let Some(parts) = &parts {
+                    println!();
+                    print_per_parameter(parts, &params);
+                }
             }
-            Ok(if result.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if all_passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
         Some(Command::MeshInfo { file, json }) => {
             let report = if gradfem::ansys_import::is_ansys_path(&file) {
@@ -462,17 +649,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Identify { file, json, output }) => {
             let mut id = gradfem::identify::Identification::read(&file)?;
-            let pb = if quiet || json {
-                ProgressBar::hidden()
-            } else {
-                ProgressBar::new(id.starts() as u64)
-            };
-            pb.set_style(
-                ProgressStyle::with_template(
-                    "fitting {bar:30} {pos}/{len} starting points [{elapsed}] {msg}",
-                )
-                .expect("valid template"),
-            );
+            let mode = ProgressMode::detect(quiet || json);
+            let pb = Progress::bar(mode, "fitting (starting points)", id.starts() as u64);
             let (report, x) = id.run(|p| {
                 pb.set_position(p.starts_done as u64);
                 // Homogeneous fits report no iterations.
@@ -485,8 +663,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     ));
                 }
             })?;
-            pb.finish_and_clear();
-            let dir = output.unwrap_or_else(|| PathBuf::from("results"));
+            pb.finish();
+            let dir = output.unwrap_or_else(|| gradfem::problem::default_output_directory(&file));
             let (json_path, png) = id.write(&dir, &report, &x)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
@@ -498,12 +676,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     report.experiments.len(),
                     report.starts
                 );
+                if let Some(c) = &report.parameter_convention {
+                    println!("  convention: {c}");
+                }
                 for (name, v) in &report.parameters {
                     match report.std_errors.get(name) {
                         Some(se) => println!("  {name:>8} = {v:>14.6e} ± {se:.2e}"),
                         None => println!("  {name:>8} = {v:>14.6e} (fixed)"),
                     }
                 }
+                if !report.mu_tilde.is_empty() {
+                    let published: Vec<String> =
+                        report.mu_tilde.iter().map(|(n, v)| format!("{n} = {v:.6e}")).collect();
+                    println!("  Ogden's published moduli μ̃_p = 2μ_p/α_p: {}", published.join(", "));
+                }
+                print_correlation(&report.correlation);
                 for e in &report.experiments {
                     let abs = e.rms_error.map_or(String::new(), |a| format!(", rms error {a:.4e}"));
                     println!(
@@ -575,16 +762,11 @@ fn optimize(
         // next iteration and keeps the best design.
         let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
     }
-    let pb = if quiet || json { ProgressBar::hidden() } else { ProgressBar::new_spinner() };
-    pb.set_style(
-        ProgressStyle::with_template("{spinner} optimizing: {msg} [{elapsed}]")
-            .expect("valid template"),
-    );
-    pb.enable_steady_tick(Duration::from_millis(100));
+    let pb = spinner(quiet || json, "optimizing");
     let outcome = gradfem::optimize::run(problem, settings, stop, |it, f| {
-        pb.set_message(format!("iteration {it}, objective {f:.6e}"));
+        pb.log(format!("iteration {it}, objective {f:.6e}"));
     })?;
-    pb.finish_and_clear();
+    pb.finish();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let xdmf = app::write_results(dir, problem, None)?;
     outcome.watcher.write_csv(dir.join("history.csv"))?;
@@ -673,15 +855,21 @@ fn run_default(quiet: bool) -> Result<ExitCode> {
         DEFAULT_PROBLEM.to_string(),
     )?;
     let mut problem = app::build_problem(&pf)?;
+    let forward_started = std::time::Instant::now();
     solve(&mut problem, quiet)?;
+    let forward_s = forward_started.elapsed().as_secs_f64();
     let s = app::summary(&pf.spec.title, &problem)?;
     if !quiet {
         print_summary(&s);
     }
     let pb = spinner(quiet, "adjoint gradient");
+    let gradient_started = std::time::Instant::now();
     let (j, grad, timings, blocks) = problem.gradient()?;
-    pb.finish_and_clear();
-    let report = app::gradient_report(&problem, j, &grad, timings, blocks);
+    let gradient_s = gradient_started.elapsed().as_secs_f64();
+    pb.finish();
+    let mut report = app::gradient_report(&problem, j, &grad, timings, blocks);
+    report.timings.forward_total_s = Some(forward_s);
+    report.timings.gradient_total_s = Some(gradient_s);
     if !quiet {
         print_gradients(&report);
     }
@@ -689,7 +877,7 @@ fn run_default(quiet: bool) -> Result<ExitCode> {
     if !quiet {
         println!("{}", result.table());
     }
-    let dir = PathBuf::from("results");
+    let dir = pf.output_directory();
     let xdmf = app::write_results(&dir, &problem, Some(&grad))?;
     let gpath = dir.join("gradients.json");
     app::write_gradients(&gpath, &report)?;

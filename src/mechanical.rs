@@ -24,8 +24,8 @@ use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, Param
 use gradfem_solvers::sparse::CsrMatrix;
 use serde::Serialize;
 
+use crate::run::{LinearChoice, RunError};
 use crate::shape::Shape;
-use crate::thermal::{LinearChoice, RunError};
 
 /// Above this many unknowns, `auto` takes AMG-preconditioned CG. The threshold is higher than
 /// the thermal field's: the aggregation AMG's near-nullspace holds the translations but not
@@ -781,9 +781,9 @@ impl MechanicalField {
             .collect()
     }
 
-    /// Per-element gradient fields (per-element parameters) for the XDMF output: (name,
+    /// Per-element gradient fields (per-element parameters) for the XDMF output: (parameter,
     /// value per volume element of the model, NaN elsewhere).
-    pub fn element_gradient_fields(&self, grad: &Gradient) -> Vec<(String, Vec<f64>)> {
+    pub fn element_gradient_fields(&self, grad: &Gradient) -> Vec<(ParamId, Vec<f64>)> {
         let mut out = Vec::new();
         for (id, b) in &self.bindings {
             if let MBinding::YoungElem(r) = b {
@@ -791,7 +791,24 @@ impl MechanicalField {
                 for (gi, &e) in grad.get(*id).iter().zip(&self.model.regions[*r].elements) {
                     v[e] = *gi;
                 }
-                out.push((format!("dJ_d_young_elem_{}", self.model.regions[*r].name), v));
+                out.push((*id, v));
+            }
+        }
+        out
+    }
+
+    /// The mesh's element tags of the entries of each per-element parameter, in the
+    /// parameter's order (for `gradients.json`).
+    pub fn element_parameter_tags(&self) -> Vec<(ParamId, Vec<u64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let MBinding::YoungElem(r) = b {
+                let tags = self.model.regions[*r]
+                    .elements
+                    .iter()
+                    .map(|&e| self.model.element_cell_tag(e))
+                    .collect();
+                out.push((*id, tags));
             }
         }
         out

@@ -40,7 +40,7 @@ use gradfem_thermal::ObjectiveKind;
 
 use crate::app::{AppError, ObjectiveSet, Problem, objective_terms};
 use crate::problem::{OptimizeSpec, ProblemError, ProblemFile};
-use crate::thermal::RunError;
+use crate::run::RunError;
 
 /// Relative feasibility tolerance: a constraint holds when `value − upper ≤ FEASIBILITY_TOL ×
 /// scale` (the scale of its bound; 0.45 mK for a 450 K limit).

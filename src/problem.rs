@@ -100,6 +100,27 @@ pub struct MeshSpec {
     /// inverted cell is then an error that names it.
     #[serde(default)]
     pub straighten_inverted: bool,
+    /// The length unit of a mesh file's coordinates (`m`, `cm`, `mm`, `um`, `nm`, `in`,
+    /// `ft`, …): they are converted to metres on reading. Default: what an ANSYS file's
+    /// `/UNITS` says, else metres.
+    pub unit: Option<Spanned<String>>,
+    /// A factor from a mesh file's coordinates to metres (instead of `unit`).
+    pub scale: Option<Spanned<f64>>,
+}
+
+/// Metres per unit of a length unit name; None for an unknown name.
+pub fn metres_per(unit: &str) -> Option<f64> {
+    Some(match unit.trim() {
+        "m" => 1.0,
+        "dm" => 0.1,
+        "cm" => 1e-2,
+        "mm" => 1e-3,
+        "um" | "µm" | "μm" | "micron" => 1e-6,
+        "nm" => 1e-9,
+        "in" | "inch" => 0.0254,
+        "ft" | "foot" => 0.3048,
+        _ => return None,
+    })
 }
 
 /// A structured box mesh.
@@ -263,6 +284,59 @@ pub struct MechanicalSpec {
     pub temperature: Option<MechanicalTemperatureSpec>,
 }
 
+/// One material of the `[hyperelastic]` table.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperMaterialSpec {
+    pub group: Spanned<String>,
+    /// ogden, neo_hookean, mooney_rivlin or svk.
+    pub law: String,
+    pub mu: Option<Vec<f64>>,
+    pub alpha: Option<Vec<f64>>,
+    pub kappa: Option<f64>,
+    pub c10: Option<f64>,
+    pub c01: Option<f64>,
+    pub young: Option<f64>,
+    pub poisson: Option<f64>,
+    /// quadratic (default), log_squared or simo_taylor.
+    pub volumetric: Option<String>,
+    /// Body force per reference volume (N/m³), scaled by the load factor.
+    #[serde(default)]
+    pub body_force: [f64; 3],
+    /// Thermal expansion coefficient α (1/K) of `F_θ = (1 + α (T − T_ref)) I` (default 0).
+    pub thermal_expansion: Option<f64>,
+    /// Stress-free temperature T_ref (K, default 293.15).
+    pub t_ref: Option<f64>,
+}
+
+/// A prescribed temperature of the finite-strain field, for problems without `[thermal]`:
+/// `temperature = { uniform = 350.0 }`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperTemperatureSpec {
+    /// The temperature (K) of every node of the hyperelastic materials.
+    pub uniform: f64,
+}
+
+/// The `[hyperelastic]` table (set up by [`crate::hyperelastic_file`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HyperelasticSpec {
+    #[serde(rename = "material")]
+    pub materials: Vec<HyperMaterialSpec>,
+    #[serde(default, rename = "bc")]
+    pub bcs: Vec<MechanicalBcSpec>,
+    /// Equal load steps up to 1.
+    pub steps: Option<usize>,
+    /// Or the load factors themselves (increasing, in (0, 1]).
+    pub load_factors: Option<Vec<f64>>,
+    #[serde(default)]
+    pub checkpoints: usize,
+    pub tip: Option<Spanned<String>>,
+    /// A prescribed temperature (without a `[thermal]` table).
+    pub temperature: Option<HyperTemperatureSpec>,
+}
+
 /// A prescribed temperature of the mechanical field (see [`MechanicalSpec::temperature`]).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -271,6 +345,9 @@ pub struct MechanicalTemperatureSpec {
     pub ansys: Option<String>,
     #[serde(default = "first_set")]
     pub set: usize,
+    /// The unit of the ANSYS file's temperatures (`K`, `C`, `F`) when its `/UNITS` does not
+    /// say; converted to kelvin before `scale` and `offset` apply.
+    pub temperature_unit: Option<Spanned<String>>,
     #[serde(default = "one")]
     pub scale: f64,
     #[serde(default)]
@@ -417,22 +494,25 @@ fn cg_tol() -> f64 {
 }
 
 /// Output settings.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSpec {
-    /// Directory for results, relative to the current directory.
-    #[serde(default = "results_dir")]
-    pub directory: String,
+    /// Directory for results, relative to the current directory (default `results/<stem>`,
+    /// the problem file's name without `.toml`: see [`ProblemFile::output_directory`]).
+    pub directory: Option<String>,
 }
 
-impl Default for OutputSpec {
-    fn default() -> Self {
-        OutputSpec { directory: results_dir() }
-    }
-}
-
-fn results_dir() -> String {
-    "results".into()
+/// The default output directory of a problem file: `results/<file stem>`, so that two problems
+/// run from one directory do not write over each other's results.
+pub fn default_output_directory(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "problem".into());
+    // An embedded problem's pseudo-path ("<embedded name.toml>") names it inside brackets.
+    let stem = stem.trim_start_matches("<embedded ").trim_end_matches('>').to_string();
+    Path::new("results").join(stem)
 }
 
 /// Taylor-test settings.
@@ -588,7 +668,7 @@ pub struct ProblemSpec {
     pub mechanical: Option<MechanicalSpec>,
     /// Finite-strain hyperelasticity (see [`crate::hyperelastic_file`]).
     #[serde(default)]
-    pub hyperelastic: Option<crate::hyperelastic_file::HyperelasticSpec>,
+    pub hyperelastic: Option<HyperelasticSpec>,
     /// Transient heat (see [`crate::transient_file`]).
     #[serde(default)]
     pub transient: Option<crate::transient_file::TransientFileSpec>,
@@ -626,10 +706,28 @@ pub struct InitialStateSpec {
     /// 1-based result set.
     #[serde(default = "first_set")]
     pub set: usize,
+    /// The unit of the file's temperatures (`K`, `C`, `F`) when its `/UNITS` does not say.
+    pub temperature_unit: Option<Spanned<String>>,
 }
 
 fn first_set() -> usize {
     1
+}
+
+/// The diagonal of the bounding box of `coords` (0 for none).
+fn bounding_diagonal(coords: &[[f64; 3]]) -> f64 {
+    let mut lo = [f64::INFINITY; 3];
+    let mut hi = [f64::NEG_INFINITY; 3];
+    for c in coords {
+        for i in 0..3 {
+            lo[i] = lo[i].min(c[i]);
+            hi[i] = hi[i].max(c[i]);
+        }
+    }
+    if coords.is_empty() {
+        return 0.0;
+    }
+    (0..3).map(|i| (hi[i] - lo[i]).powi(2)).sum::<f64>().sqrt()
 }
 
 /// A parsed problem file with its source text, for error locations.
@@ -649,6 +747,14 @@ pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
 }
 
 impl ProblemFile {
+    /// Where the results go: `[output] directory`, else [`default_output_directory`].
+    pub fn output_directory(&self) -> PathBuf {
+        match &self.spec.output.directory {
+            Some(d) => PathBuf::from(d),
+            None => default_output_directory(&self.path),
+        }
+    }
+
     /// Read and parse a problem file.
     pub fn read(path: &Path) -> Result<Self, ProblemError> {
         let source = std::fs::read_to_string(path)
@@ -683,6 +789,22 @@ impl ProblemFile {
         } else {
             self.path.parent().unwrap_or(Path::new(".")).join(p)
         }
+    }
+
+    /// The `temperature_unit` key of an ANSYS temperature import, checked (None when absent).
+    pub fn temperature_unit(
+        &self,
+        key: &Option<Spanned<String>>,
+        table: &str,
+    ) -> Result<Option<crate::ansys_import::TemperatureUnit>, ProblemError> {
+        let Some(k) = key else { return Ok(None) };
+        crate::ansys_import::TemperatureUnit::parse(k.get_ref()).map(Some).ok_or_else(|| {
+            self.invalid(format!(
+                "line {}: {table} temperature_unit = '{}': expected K, C or F",
+                self.line_of(k),
+                k.get_ref()
+            ))
+        })
     }
 
     fn invalid(&self, message: impl Into<String>) -> ProblemError {
@@ -737,18 +859,45 @@ impl ProblemFile {
         if let Some(a) = &m.actuator {
             return self.actuator_mesh(a);
         }
+        if m.file.is_none() && (m.unit.is_some() || m.scale.is_some()) {
+            return Err(self.invalid(
+                "[mesh] `unit` and `scale` convert a mesh file's coordinates; `box` and `actuator` dimensions are in metres",
+            ));
+        }
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
                 let p = self.resolve_path(file);
-                if crate::ansys_import::is_ansys_path(&p) {
-                    return crate::ansys_import::read_ansys_mesh(&p).map_err(|e| {
-                        ProblemError::Mesh { file: self.path.clone(), message: e.to_string() }
-                    });
+                let mesh_err =
+                    |e: String| ProblemError::Mesh { file: self.path.clone(), message: e };
+                let (mut mesh, file_unit) = if crate::ansys_import::is_ansys_path(&p) {
+                    let f = crate::ansys_import::AnsysFile::read(&p)
+                        .map_err(|e| mesh_err(e.to_string()))?;
+                    let unit = match &f {
+                        crate::ansys_import::AnsysFile::Result(r) => {
+                            crate::ansys_import::metres_per_mapdl_length(r.header.units)
+                        }
+                        crate::ansys_import::AnsysFile::Archive(_) => None,
+                    };
+                    (f.into_mesh(), unit)
+                } else {
+                    (gradfem_io::gmsh::read_msh(&p).map_err(|e| mesh_err(e.to_string()))?, None)
+                };
+                let scale = self.mesh_scale(file_unit)?;
+                if scale != 1.0 {
+                    for x in mesh.coords.iter_mut().flatten() {
+                        *x *= scale;
+                    }
+                } else if m.unit.is_none() && m.scale.is_none() && file_unit.is_none() {
+                    let diagonal = bounding_diagonal(&mesh.coords);
+                    if diagonal >= 10.0 {
+                        tracing::warn!(
+                            "{}: the mesh {} spans {diagonal:.3e} m (coordinates taken as metres); if they are in mm set [mesh] unit = \"mm\"",
+                            self.path.display(),
+                            p.display()
+                        );
+                    }
                 }
-                gradfem_io::gmsh::read_msh(&p).map_err(|e| ProblemError::Mesh {
-                    file: self.path.clone(),
-                    message: e.to_string(),
-                })
+                Ok(mesh)
             }
             (None, Some(b)) => {
                 let ct = CellType::from_name(&b.cell)
@@ -779,6 +928,47 @@ impl ProblemFile {
                 }))
             }
             _ => Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`")),
+        }
+    }
+
+    /// Metres per mesh-file unit: `[mesh] unit` or `scale` (not both), else the file's own
+    /// unit, else 1.
+    fn mesh_scale(&self, file_unit: Option<(f64, &'static str)>) -> Result<f64, ProblemError> {
+        let m = &self.spec.mesh;
+        let given = match (&m.unit, &m.scale) {
+            (Some(_), Some(_)) => {
+                return Err(self.invalid("[mesh] give `unit` or `scale`, not both"));
+            }
+            (Some(u), None) => Some(metres_per(u.get_ref()).ok_or_else(|| {
+                self.invalid(format!(
+                    "line {}: [mesh] unit = '{}': expected m, dm, cm, mm, um, nm, in or ft",
+                    self.line_of(u),
+                    u.get_ref()
+                ))
+            })?),
+            (None, Some(s)) => {
+                let v = *s.get_ref();
+                if !(v.is_finite() && v > 0.0) {
+                    return Err(self.invalid(format!(
+                        "line {}: [mesh] scale = {v}: expected a positive factor to metres",
+                        self.line_of(s)
+                    )));
+                }
+                Some(v)
+            }
+            (None, None) => None,
+        };
+        match (given, file_unit) {
+            (Some(g), Some((f, name))) if (g - f).abs() > 1e-12 * f => {
+                tracing::warn!(
+                    "{}: the mesh file's /UNITS says {name}, [mesh] sets {g} m per unit; using {g}",
+                    self.path.display()
+                );
+                Ok(g)
+            }
+            (Some(g), _) => Ok(g),
+            (None, Some((f, _))) => Ok(f),
+            (None, None) => Ok(1.0),
         }
     }
 

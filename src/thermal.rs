@@ -13,69 +13,13 @@ use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::error::SolverError;
 use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
 use gradfem_solvers::newton::{NewtonInfo, NewtonParams, NonlinearProblem, newton};
-use gradfem_solvers::params::{Gradient, ParamError, ParamId, ParamKind, ParamRegistry, ParamSpec};
+use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
 use gradfem_solvers::tape::{Adjoints, Block, Tape};
-use gradfem_thermal::{
-    BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, ThermalError, ThermalModel,
-};
+use gradfem_thermal::{BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, ThermalModel};
 use serde::Serialize;
 
-/// Errors of a thermal problem run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Thermal(#[from] ThermalError),
-    #[error(transparent)]
-    Solver(#[from] SolverError),
-    #[error(transparent)]
-    Param(#[from] ParamError),
-    /// Boxed: the electrical errors carry positions and names, and would make every result of
-    /// this crate large.
-    #[error(transparent)]
-    Electrical(Box<gradfem_electrical::ElectricalError>),
-    #[error("{0}")]
-    Setup(String),
-}
-
-impl From<gradfem_electrical::ElectricalError> for RunError {
-    fn from(e: gradfem_electrical::ElectricalError) -> Self {
-        RunError::Electrical(Box::new(e))
-    }
-}
-
-/// Which linear solver the thermal field uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum LinearChoice {
-    /// Cholesky for symmetric systems up to [`AUTO_ITERATIVE_THRESHOLD`] unknowns, AMG-CG
-    /// above; LU when the tangent is not symmetric.
-    Auto,
-    Cholesky,
-    Lu,
-    AmgCg,
-}
-
-/// Above this many unknowns, `auto` takes AMG-preconditioned CG for symmetric systems: in 3D the
-/// fill of a direct factorization grows as n^{4/3} and its cost as n², and the measured
-/// crossover on 2 cores lies near 5·10⁴ unknowns (see BENCHMARKS.md).
-pub const AUTO_ITERATIVE_THRESHOLD: usize = 50_000;
-
-impl LinearChoice {
-    /// Parse `auto`, `cholesky`, `lu`, `amg-cg`.
-    pub fn parse(s: &str) -> Result<Self, RunError> {
-        Ok(match s {
-            "auto" => LinearChoice::Auto,
-            "cholesky" => LinearChoice::Cholesky,
-            "lu" => LinearChoice::Lu,
-            "amg-cg" => LinearChoice::AmgCg,
-            other => {
-                return Err(RunError::Setup(format!(
-                    "unknown linear solver '{other}'; expected auto, cholesky, lu or amg-cg"
-                )));
-            }
-        })
-    }
-}
+use crate::run::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
 
 /// How one registered parameter maps onto the model.
 #[derive(Clone, Debug, PartialEq)]
@@ -748,6 +692,26 @@ impl ThermalProblem {
     /// Number of cells of the top dimension (the length of a cell field).
     pub fn n_output_cells(&self) -> usize {
         self.mesh.n_cells_of_dim(self.mesh.dim())
+    }
+
+    /// The mesh's element tags of the entries of each per-element parameter, in the
+    /// parameter's order (for `gradients.json`).
+    pub fn element_parameter_tags(&self) -> Vec<(ParamId, Vec<u64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let Binding::ElementK(r) = *b {
+                let tags = self.model.regions[r]
+                    .elements
+                    .iter()
+                    .map(|&e| {
+                        let c = self.model.element_cell(e);
+                        self.mesh.blocks[c.block].tags[c.index]
+                    })
+                    .collect();
+                out.push((*id, tags));
+            }
+        }
+        out
     }
 
     /// Per-element parameter gradients as cell fields (name, values over the output cells; NaN

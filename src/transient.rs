@@ -47,7 +47,7 @@ use gradfem_solvers::sparse::CsrMatrix;
 use rayon::prelude::*;
 use thiserror::Error;
 
-use gradfem_thermal::model::{ThermalError, ThermalModel, VjpRequest};
+use gradfem_thermal::model::{HeatBalance, ThermalError, ThermalModel, VjpRequest};
 use gradfem_thermal::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm, evaluate};
 
 /// Time integrator.
@@ -449,6 +449,31 @@ impl TransientProblem {
 
     fn initial_state(&self) -> TimeState {
         TimeState { u: self.model.dofs.gather(&self.initial), u_prev: None }
+    }
+
+    /// The heat balance of the last step of `traj` (None before the first step): the fluxes
+    /// the step balanced (θ-weighted) and the heat stored at the rate of the scheme's own
+    /// difference quotient, so that it closes to the Newton tolerance for every scheme
+    /// ([`ThermalModel::transient_heat_balance`]).
+    pub fn last_step_heat_balance(&self, traj: &Trajectory) -> Option<HeatBalance> {
+        let n = traj.temperatures.len().checked_sub(1).filter(|&n| n >= 1)?;
+        let k = n - 1;
+        let [a0, a1, a2, theta] = self.scheme.coefficients(k);
+        let dt = self.step_size(k);
+        let t_new = &traj.temperatures[n];
+        let t_old = &traj.temperatures[n - 1];
+        let t_older = if a2 != 0.0 && n >= 2 { Some(&traj.temperatures[n - 2]) } else { None };
+        let rate: Vec<f64> = (0..t_new.len())
+            .map(|i| (a0 * t_new[i] + a1 * t_old[i] + t_older.map_or(0.0, |t| a2 * t[i])) / dt)
+            .collect();
+        Some(self.model.transient_heat_balance(
+            t_new,
+            t_old,
+            theta,
+            &rate,
+            &self.rho_c,
+            self.mass == MassKind::Lumped,
+        ))
     }
 
     /// Run the forward problem.

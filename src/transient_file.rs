@@ -32,7 +32,8 @@ use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry, ParamSpec};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use crate::thermal::{RunError, ThermalProblem};
+use crate::run::RunError;
+use crate::thermal::ThermalProblem;
 use crate::transient::{
     AdaptInfo, AdaptParams, MassKind, StepWeights, TimeScheme, Trajectory, TransientGradient,
     TransientProblem, TransientSpec, WeightedTerms,
@@ -413,6 +414,13 @@ impl TransientRun {
 
     fn objective(thermal: &ThermalProblem, weights: &StepWeights) -> WeightedTerms {
         WeightedTerms { terms: thermal.objective.clone(), weights: weights.clone() }
+    }
+
+    /// The heat balance of the last step of the last run, stored heat included (None before a
+    /// run or when it took no step).
+    pub fn heat_balance(&self) -> Option<gradfem_thermal::HeatBalance> {
+        let (p, traj) = self.run.as_ref()?;
+        p.last_step_heat_balance(traj)
     }
 
     /// J of the last run, J = Σ_n w_n j(T^n) with j the `[[objective]]` terms.

@@ -78,7 +78,7 @@ fn import_archive_gives_the_mesh_only() {
     ));
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(text.lines().next().unwrap(), "node,x,y,z");
-    // Same mesh as beam_static_bc.rst (SOURCES.md).
+    // Same mesh as beam_static_bc.rst (data/ansys/README.md).
     let nodes = rows(&std::fs::read_to_string(data("beam_static_bc.rst.nodes.csv")).unwrap());
     assert_eq!(rows(&text), nodes);
 }
@@ -111,7 +111,7 @@ fn import_h5_writes_displacement_and_components() {
     else {
         panic!("field kinds")
     };
-    // SOURCES.md: max |UX| = 0.0156996 at node 10.
+    // data/ansys/README.md: max |UX| = 0.0156996 at node 10.
     let i = r.mesh.node_tags.iter().position(|&t| t == 10).unwrap();
     assert!((ux[i].abs() - 0.0156996).abs() < 1e-6, "{}", ux[i]);
     assert!(u.iter().zip(ux).all(|(v, x)| v[0] == *x));
@@ -179,20 +179,23 @@ box = {{ origin = [-0.3, -0.46, -0.2], lengths = [0.6, 1.8, 0.02], divisions = [
 [[thermal.material]]
 group = "domain"
 k = 45.0
-law = {{ kind = "polynomial", t_ref = 50.0, coefficients = [4e-3] }}
+law = {{ kind = "polynomial", t_ref = 323.15, coefficients = [4e-3] }}
 
 [[thermal.bc]]
 group = "ymin"
 kind = "temperature"
-value = 5.0
+value = 278.15
 
 [[thermal.bc]]
 group = "ymax"
 kind = "temperature"
-value = 100.0
+value = 373.15
 {}"#,
             if init {
-                format!("\n[initial_state]\nansys = {:?}\nset = 1\n", data("file.rth"))
+                format!(
+                    "\n[initial_state]\nansys = {:?}\nset = 1\ntemperature_unit = \"C\"\n",
+                    data("file.rth")
+                )
             } else {
                 String::new()
             }
@@ -209,6 +212,7 @@ value = 100.0
     assert!(cold.get("initial_state").is_none());
     let init = warm["initial_state"].as_str().unwrap();
     assert!(init.contains("file.rth") && init.contains("interpolated"), "{init}");
+    assert!(init.contains("°C"), "the summary says the unit it converted from: {init}");
     let it = |v: &Value| v["timings"]["newton_iterations"].as_u64().unwrap();
     eprintln!("Newton iterations: cold {}, warm {}", it(&cold), it(&warm));
     assert!(it(&warm) < it(&cold), "warm {} vs cold {}", it(&warm), it(&cold));
@@ -228,7 +232,7 @@ fn initial_state_errors_name_the_problem_file() {
             "[mesh]\nbox = {{ lengths = [1, 1, 1], divisions = [2, 2, 2], cell = \"hex8\" }}\n\
              [[thermal.material]]\ngroup = \"domain\"\nk = 1.0\n\
              [[thermal.bc]]\ngroup = \"xmin\"\nkind = \"temperature\"\nvalue = 1.0\n\
-             [initial_state]\nansys = {:?}\n",
+             [initial_state]\nansys = {:?}\ntemperature_unit = \"K\"\n",
             data("file.rth")
         ),
     )
@@ -239,6 +243,41 @@ fn initial_state_errors_name_the_problem_file() {
     // The unit box lies far outside the plate: the nodes outside are counted.
     assert!(err.contains("p.toml") && err.contains("[initial_state]"), "{err}");
     assert!(err.contains("outside the source mesh"), "{err}");
+}
+
+/// file.rth's /UNITS is user defined, so its 5–100 degree field has no unit of its own: the
+/// problem file must choose one, and a unit that puts the field below 0 K is an error.
+#[test]
+fn an_ansys_temperature_without_a_unit_is_a_required_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    let text = |unit: &str| {
+        format!(
+            "[mesh]\nfile = {:?}\n\
+             plane_group = [{{ name = \"root\", axis = \"y\", value = -0.46 }}]\n\
+             [[thermal.material]]\ngroup = \"material_1\"\nk = 45.0\n\
+             [[thermal.bc]]\ngroup = \"root\"\nkind = \"temperature\"\nvalue = 300.0\n\
+             [initial_state]\nansys = {:?}\n{unit}",
+            data("file.rth"),
+            data("file.rth")
+        )
+    };
+    std::fs::write(&path, text("")).unwrap();
+    let out = gradfem_in(dir.path(), &["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("temperature_unit") && err.contains("User Defined"), "{err}");
+    assert!(err.contains("[initial_state]") && !err.contains("panicked"), "{err}");
+    std::fs::write(&path, text("temperature_unit = \"F\"\n")).unwrap();
+    let out = ok(&gradfem_in(dir.path(), &["run", path.to_str().unwrap(), "--json"]));
+    let summary: Value = serde_json::from_str(&out).unwrap();
+    let init = summary["initial_state"].as_str().unwrap();
+    assert!(init.contains("°F") && init.contains("by node number"), "{init}");
+    std::fs::write(&path, text("temperature_unit = \"Q\"\n")).unwrap();
+    let out = gradfem_in(dir.path(), &["run", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("expected K, C or F") && err.contains("line 13"), "{err}");
 }
 
 /// `[mesh] file = ...` reads ANSYS meshes (result files and archives) with their

@@ -242,7 +242,7 @@ fn mesh_info_text_names_every_group(#[case] file: &str) {
 /// Whether h5py can be imported; without it, the h5py checks are skipped with a note unless
 /// `GRADFEM_REQUIRE_H5PY=1`.
 fn have_h5py() -> bool {
-    let found = Command::new("python3")
+    let found = Command::new(python())
         .args(["-c", "import h5py, numpy"])
         .output()
         .is_ok_and(|o| o.status.success());
@@ -257,7 +257,7 @@ fn have_h5py() -> bool {
 
 /// Run a checker script under tests/py and require "ok".
 fn python_check(script: &str, args: &[&str]) {
-    let out = Command::new("python3")
+    let out = Command::new(python())
         .arg(root().join("tests/py").join(script))
         .args(args)
         .output()
@@ -311,9 +311,20 @@ fn mesh_convert_writes_xdmf_and_h5(#[case] file: &str) {
         .and_then(|g| g.children().find(|c| c.has_tag_name("DataItem")))
         .expect("a Geometry data item");
     assert_eq!(geometry.attribute("Dimensions"), Some(format!("{n_nodes} 3").as_str()));
+    // One uniform grid with every cell: facets and volume cells in one Mixed topology, so
+    // that the group masks are whole datasets (no hyperslabs, which ParaView dropped).
     let n_types = want["elements_by_type"].as_object().unwrap().len();
-    let uniform = doc.descendants().filter(|n| n.attribute("GridType") == Some("Uniform")).count();
-    assert_eq!(uniform, n_types, "one uniform grid per cell block");
+    assert!(n_types > 1);
+    let uniform: Vec<_> =
+        doc.descendants().filter(|n| n.attribute("GridType") == Some("Uniform")).collect();
+    assert_eq!(uniform.len(), 1, "one uniform grid");
+    let topology = uniform[0].children().find(|n| n.has_tag_name("Topology")).unwrap();
+    assert_eq!(topology.attribute("TopologyType"), Some("Mixed"));
+    assert_eq!(
+        topology.attribute("NumberOfElements"),
+        Some(want["n_elements"].to_string().as_str())
+    );
+    assert!(!xdmf.contains("HyperSlab"), "{xdmf}");
     let attributes: Vec<&str> = doc
         .descendants()
         .filter(|n| n.has_tag_name("Attribute"))
@@ -459,9 +470,97 @@ fn check_gradient_passes_and_prints_rates() {
         let rate = rate.as_f64().unwrap();
         assert!((rate - 2.0).abs() < 0.1, "first-order remainder rate {rate}: {r}");
     }
-    assert!(r["min_rate"].as_f64().unwrap() >= 1.9, "{r}");
+    // `min_rate` is the threshold, `observed_min_rate` what the test measured.
+    assert_eq!(r["min_rate"].as_f64(), Some(1.9), "{r}");
+    assert!(r["observed_min_rate"].as_f64().unwrap() >= 1.9, "{r}");
+    assert_eq!(r["all_passed"], Value::Bool(true), "{r}");
+    assert!(r.get("per_parameter").is_none(), "only on request: {r}");
+    // The combined direction: its seed and scaling.
+    assert_eq!(r["direction"]["seed"].as_u64(), Some(gradfem::app::TAYLOR_DIRECTION_SEED), "{r}");
+    assert!(r["direction"]["norm"].as_f64().unwrap() > 0.0, "{r}");
+    assert!(r["direction"]["scaling"].as_str().unwrap().contains("|m_i|"), "{r}");
     let zeroth = r["rates_zeroth"].as_array().unwrap();
     assert!(zeroth.iter().all(|z| (z.as_f64().unwrap() - 1.0).abs() < 0.1), "{r}");
+    assert!(table.contains("seed 7"), "the text names the direction: {table}");
+}
+
+#[test]
+fn check_gradient_per_parameter_tests_every_registered_parameter() {
+    let file = example("heat_sink.toml");
+    let names = registered(&file);
+    let r = json(&ok(&gradfem(&["check-gradient", p(&file), "--per-parameter", "--json"])));
+    assert_eq!(r["all_passed"], Value::Bool(true), "{r}");
+    let parts = r["per_parameter"].as_array().expect("per_parameter");
+    let tested: Vec<&str> = parts.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(tested, names, "one test per registered parameter, in registration order");
+    for t in parts {
+        assert_eq!(t["passed"], Value::Bool(true), "{t}");
+        assert_eq!(t["min_rate"].as_f64(), Some(1.9), "the threshold: {t}");
+        let d = &t["direction"];
+        if t["kind"] == "scalar" {
+            assert_eq!(t["entries"].as_u64(), Some(1), "{t}");
+            let step = d["step"].as_f64().expect("a scalar's step");
+            assert!(step != 0.0 && d["seed"].is_null(), "{t}");
+        } else {
+            assert!(t["entries"].as_u64().unwrap() > 1, "{t}");
+            assert_eq!(d["seed"].as_u64(), Some(gradfem::app::TAYLOR_DIRECTION_SEED), "{t}");
+            assert!(d["norm"].as_f64().unwrap() > 0.0 && d.get("step").is_none(), "{t}");
+        }
+        // Measured rates near 2, or an exact pass at round-off.
+        match t["observed_min_rate"].as_f64() {
+            Some(rate) => assert!(rate >= 1.9, "{t}"),
+            None => assert!(t["verdict"].as_str().unwrap().contains("round-off"), "{t}"),
+        }
+    }
+    // The text table names every parameter with its verdict.
+    let text = ok(&gradfem(&["check-gradient", p(&file), "--per-parameter"]));
+    for n in &names {
+        assert!(
+            text.lines().any(|l| l.contains(n.as_str()) && l.contains("passed")),
+            "{n}:\n{text}"
+        );
+    }
+    assert!(text.contains("PASSED: every parameter"), "{text}");
+}
+
+#[test]
+fn a_wrong_derivative_fails_the_per_parameter_check() {
+    // The adjoint gradient of the heat sink with one entry 5 % off: that parameter's test
+    // fails, the others pass.
+    let file = example("heat_sink.toml");
+    let pf = gradfem::problem::ProblemFile::read(&file).unwrap();
+    let mut problem = gradfem::app::build_problem(&pf).unwrap();
+    problem.solve().unwrap();
+    let (_, grad, _, _) = problem.gradient().unwrap();
+    let pv = gradfem::solvers::params::ParamVector::all(problem.registry());
+    let mut g = grad.flatten(&pv);
+    let wrong = problem.registry().id("bc.zmax.h").unwrap();
+    g[pv.range(wrong).unwrap().start] *= 1.05;
+    let params = gradfem::solvers::taylor::TaylorParams::default();
+    let parts = problem.taylor_test_gradient_per_parameter(&g, &params, |_| {}).unwrap();
+    for t in &parts {
+        let want = t.name != "bc.zmax.h";
+        assert_eq!(t.passed, want, "{}: {}\n{}", t.name, t.verdict, t.result.table());
+    }
+    let bad = parts.iter().find(|t| t.name == "bc.zmax.h").unwrap();
+    assert!(bad.observed_min_rate < 1.5, "{}", bad.result.table());
+    // A gradient of the wrong length is an error, not a panic.
+    let err = problem.taylor_test_gradient_per_parameter(&g[1..], &params, |_| {}).unwrap_err();
+    assert!(err.to_string().contains("entries"), "{err}");
+    // The problem is left as it was: the right gradient passes afterwards.
+    let parts = problem.taylor_test_per_parameter(&params, |_| {}).unwrap();
+    assert!(parts.iter().all(|t| t.passed));
+}
+
+#[test]
+fn check_gradient_rejects_bad_taylor_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("steps.toml");
+    let text =
+        std::fs::read_to_string(example("heat_sink.toml")).unwrap() + "\n[taylor]\nsteps = 1\n";
+    std::fs::write(&path, text).unwrap();
+    let stderr = fails_with_2(&gradfem_in(dir.path(), &["check-gradient", p(&path)]));
+    assert!(stderr.contains("steps.toml") && stderr.contains("steps = 1"), "{stderr}");
 }
 
 #[test]
@@ -634,4 +733,10 @@ fn unknown_subcommand_is_a_usage_error() {
     let out = gradfem(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("frobnicate"));
+}
+
+/// The Python interpreter of the checks: `GRADFEM_PYTHON` (the project venv that
+/// `scripts/test.sh` sets up), else `python3` on the PATH.
+fn python() -> String {
+    std::env::var("GRADFEM_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }

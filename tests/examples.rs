@@ -192,5 +192,5 @@ fn cli_check_gradient_on_an_example() {
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert_eq!(r["passed"], serde_json::Value::Bool(true));
-    assert!(r["min_rate"].as_f64().unwrap() >= 1.9, "{r}");
+    assert!(r["observed_min_rate"].as_f64().unwrap() >= 1.9, "{r}");
 }

@@ -39,8 +39,91 @@ fn ogden_fit_to_treloar_from_the_cli() {
     let nh = &r["neo_hookean"];
     assert!((nh["parameters"]["mu1"].as_f64().unwrap() - 0.388).abs() < 0.01, "{nh}");
     assert!(nh["experiments"][0]["rms_relative_error"].as_f64().unwrap() > 0.2, "{nh}");
-    assert!(dir.path().join("results/identify.json").exists());
-    assert!(dir.path().join("results/fit.png").metadata().unwrap().len() > 1000);
+    assert!(dir.path().join("results/treloar_ogden3/identify.json").exists());
+    assert!(dir.path().join("results/treloar_ogden3/fit.png").metadata().unwrap().len() > 1000);
+}
+
+/// A correlation matrix from JSON: names and rows; checks it is symmetric with a unit
+/// diagonal and entries in [−1, 1].
+fn correlation(r: &serde_json::Value) -> (Vec<String>, Vec<Vec<f64>>) {
+    let c = &r["correlation"];
+    let names: Vec<String> =
+        c["names"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+    let m: Vec<Vec<f64>> = c["matrix"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect())
+        .collect();
+    assert_eq!(m.len(), names.len(), "{c}");
+    for (i, row) in m.iter().enumerate() {
+        assert_eq!(row.len(), names.len(), "{c}");
+        assert_eq!(row[i], 1.0, "unit diagonal: {c}");
+        for (j, v) in row.iter().enumerate() {
+            assert_eq!(*v, m[j][i], "symmetric: {c}");
+            assert!((-1.0..=1.0).contains(v), "{c}");
+        }
+    }
+    (names, m)
+}
+
+#[test]
+fn treloar_fit_reports_correlations_convention_and_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = root().join("examples/treloar_ogden3.toml");
+    let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (names, m) = correlation(&r);
+    assert_eq!(names, ["mu1", "alpha1", "mu2", "alpha2", "mu3", "alpha3"]);
+    // μ₂ and μ₃ (70–80 % standard errors) are determined only together.
+    let strongest = (0..6)
+        .flat_map(|i| (0..6).filter(move |&j| j != i).map(move |j| (i, j)))
+        .map(|(i, j)| m[i][j].abs())
+        .fold(0.0, f64::max);
+    assert!(strongest > 0.9, "some pair is strongly correlated: {m:?}");
+    // The objective at each starting point, and at each start's end: the fits move.
+    let starts: Vec<f64> =
+        r["start_objectives"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let ends: Vec<f64> =
+        r["final_objectives"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(starts.len(), r["starts"].as_u64().unwrap() as usize);
+    assert_eq!(ends.len(), starts.len());
+    let objective = r["objective"].as_f64().unwrap();
+    assert_eq!(ends.iter().copied().fold(f64::INFINITY, f64::min), objective);
+    for (a, b) in starts.iter().zip(&ends) {
+        assert!(b < a, "start {a} -> end {b}");
+    }
+    assert!(starts.iter().all(|&a| a > 10.0 * objective), "{starts:?} vs {objective}");
+    // The convention of μ_p, and Ogden's published μ̃_p = 2μ_p/α_p.
+    let convention = r["parameter_convention"].as_str().unwrap();
+    assert!(convention.contains("2μ_p/α_p²") && convention.contains("μ̃_p = 2μ_p/α_p"));
+    assert!(convention.contains("MPa"), "the unit of the CSV headers: {convention}");
+    let p = &r["parameters"];
+    for k in 1..=3 {
+        let (mu, alpha) =
+            (p[format!("mu{k}")].as_f64().unwrap(), p[format!("alpha{k}")].as_f64().unwrap());
+        let tilde = r["mu_tilde"][format!("mu_tilde{k}")].as_f64().unwrap();
+        assert!((tilde - 2.0 * mu / alpha).abs() <= 1e-12 * tilde.abs(), "{tilde} {mu} {alpha}");
+    }
+    // The Neo-Hookean comparison: one parameter, its own trivial correlation.
+    let (nh_names, nh) = correlation(&r["neo_hookean"]);
+    assert_eq!((nh_names, nh), (vec!["mu1".to_string()], vec![vec![1.0]]));
+    // identify.json holds the same.
+    let written: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("results/treloar_ogden3/identify.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(written["correlation"], r["correlation"]);
+    assert_eq!(written["parameter_convention"], r["parameter_convention"]);
+    // The text names the convention and prints the matrix.
+    let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("convention: Ogden: ψ = Σ_p 2μ_p/α_p²"), "{text}");
+    assert!(text.contains("correlation of the fitted parameters"), "{text}");
+    assert!(text.contains("strongly correlated"), "{text}");
+    assert!(text.contains("μ̃_p = 2μ_p/α_p: mu_tilde1 = "), "{text}");
 }
 
 #[test]
@@ -128,8 +211,15 @@ fn fem_identification_of_the_pad_example_from_the_cli() {
         assert!(abs > 0.01 && abs < 0.15, "{e}");
     }
     assert_eq!(r["fem"]["converged"], true);
-    assert!(dir.path().join("results/identify.json").exists());
-    assert!(dir.path().join("results/fit.png").metadata().unwrap().len() > 1000);
+    let (names, _) = correlation(&r);
+    assert_eq!(names, ["hyperelastic.mu1.domain", "hyperelastic.alpha1.domain"]);
+    // The fit starts 30 % off: the objective at the start is far above the optimum.
+    let start = r["start_objectives"][0].as_f64().unwrap();
+    let objective = r["objective"].as_f64().unwrap();
+    assert!(start > 10.0 * objective, "{start} vs {objective}");
+    assert_eq!(r["final_objectives"][0].as_f64(), Some(objective));
+    assert!(dir.path().join("results/pad_identify/identify.json").exists());
+    assert!(dir.path().join("results/pad_identify/fit.png").metadata().unwrap().len() > 1000);
     // The table names the parameters with their standard errors.
     let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

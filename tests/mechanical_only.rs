@@ -36,7 +36,7 @@ group = "material_1"
 young = {E}
 poisson = 0.3
 alpha = {ALPHA}
-t_ref = 5.0
+t_ref = 278.15
 
 [[mechanical.bc]]
 group = "root"
@@ -67,7 +67,10 @@ register = [{register}]
 
 #[test]
 fn an_ansys_temperature_drives_the_mechanical_field_on_the_ansys_mesh() {
-    let text = plate(&format!("{{ ansys = \"{}\", set = 1 }}", data("ansys/file.rth")), "");
+    let text = plate(
+        &format!("{{ ansys = \"{}\", set = 1, temperature_unit = \"C\" }}", data("ansys/file.rth")),
+        "",
+    );
     let mut p =
         build(&text.replace("register = []", "register = [\"mechanical.alpha.material_1\"]"))
             .unwrap();
@@ -78,8 +81,11 @@ fn an_ansys_temperature_drives_the_mechanical_field_on_the_ansys_mesh() {
         .values
         .iter()
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
-    // data/ansys/SOURCES.md: the temperature range of file.rth.
-    assert!((lo - 4.99085).abs() < 1e-4 && (hi - 100.009145).abs() < 1e-4, "{lo} {hi}");
+    // data/ansys/README.md: the temperature range of file.rth, 4.99085 .. 100.009145 (°C).
+    assert!(
+        (lo - 278.14085).abs() < 1e-4 && (hi - 373.159145).abs() < 1e-4,
+        "converted to kelvin: {lo} {hi}"
+    );
     let s = app::summary("plate", &p).unwrap();
     // Summaries and outputs show the imported field as the problem's temperature.
     assert!((s.max_temperature_k - hi).abs() < 1e-12 && (s.min_temperature_k - lo).abs() < 1e-12);
@@ -93,7 +99,7 @@ fn an_ansys_temperature_drives_the_mechanical_field_on_the_ansys_mesh() {
 #[test]
 fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
     let temp = format!(
-        "{{ ansys = \"{}\", set = 1, scale = 1.2, offset = -3.0 }}",
+        "{{ ansys = \"{}\", set = 1, scale = 1.2, offset = -3.0, temperature_unit = \"C\" }}",
         data("ansys/file.rth")
     );
     let reg = "\"mechanical.temperature.scale\", \"mechanical.temperature.offset\", \"mechanical.young.material_1\", \"mechanical.alpha.material_1\"";
@@ -170,7 +176,7 @@ fn temperature_sources_are_checked() {
     let e = build(&thermal_and_prescribed).err().unwrap();
     assert!(e.contains("give one of them"), "{e}");
     let e = build(&plate("{ uniform = 300.0, scale = 2.0 }", "")).err().unwrap();
-    assert!(e.contains("`scale` and `offset` go with `ansys`"), "{e}");
+    assert!(e.contains("`scale`, `offset` and `temperature_unit` go with `ansys`"), "{e}");
     let e = build(&plate("{ set = 1 }", "")).err().unwrap();
     assert!(e.contains("exactly one of `uniform` and `ansys`"), "{e}");
     let e = build(&plate("{ ansys = \"nowhere.rth\" }", "")).err().unwrap();
@@ -182,7 +188,7 @@ fn temperature_sources_are_checked() {
     .unwrap();
     assert!(e.contains("needs a [thermal], [mechanical] or [hyperelastic] table"), "{e}");
     let e = build(&plate(
-        &format!("{{ ansys = \"{}\" }}", data("ansys/file.rth")),
+        &format!("{{ ansys = \"{}\", temperature_unit = \"C\" }}", data("ansys/file.rth")),
         "\"mechanical.temperature.gain\"",
     ))
     .err()

@@ -91,14 +91,15 @@ fn run_json_reports_tip_displacement_and_von_mises() {
     assert_eq!(tip.len(), 3);
     assert!(tip[1].as_f64().unwrap() < 0.0);
     assert!(v["max_von_mises_Pa"].as_f64().unwrap() > 0.0);
-    let xdmf = std::fs::read_to_string(dir.path().join("results/results.xdmf")).unwrap();
+    let xdmf =
+        std::fs::read_to_string(dir.path().join("results/microactuator_builtin/results.xdmf"))
+            .unwrap();
     for field in [
         "displacement",
         "von_mises",
         "von_mises_nodal",
-        "stress_normal",
-        "stress_nodal_normal",
-        "stress_nodal_shear_yz_xz_xy",
+        "stress",
+        "stress_nodal",
         "temperature",
         "potential",
     ] {

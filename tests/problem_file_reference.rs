@@ -35,7 +35,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use gradfem::identify::IdentifySpec;
-use gradfem::identify_fem::StartValues;
+use gradfem::identify_report::StartValues;
 use gradfem::problem::{ProblemFile, ProblemSpec};
 use serde::Deserialize;
 use serde::de::value::BorrowedStrDeserializer;
@@ -142,7 +142,7 @@ fn any_sites() -> Vec<AnySite> {
         },
         AnySite {
             path: "identify:parameter.start",
-            what: "gradfem::identify_fem::StartValues (untagged: a number or a list)",
+            what: "gradfem::identify_report::StartValues (untagged: a number or a list)",
             tag: None,
             samples: start_samples,
         },
@@ -848,7 +848,7 @@ const ENUMERATIONS: &[(&str, &str, &str)] = &[
     ("src/app.rs", "unknown objective kind '{other}'; expected ", "objective"),
     ("src/app.rs", "unknown objective kind '{other}'; expected ", "optimize.constraint"),
     ("src/electrothermal.rs", "unknown coupling scheme '{other}'; expected ", "coupling"),
-    ("src/thermal.rs", "unknown linear solver '{other}'; expected ", "solver"),
+    ("src/run.rs", "unknown linear solver '{other}'; expected ", "solver"),
     ("src/hyperelastic_file.rs", "volumetric '{other}': expected ", "hyperelastic.material"),
     ("src/hyperelastic_file.rs", "law '{other}': expected ", "hyperelastic.material"),
     ("src/hyperelastic_file.rs", "is not one of a hyperelastic problem's: ", "objective"),

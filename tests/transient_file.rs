@@ -139,6 +139,32 @@ register = [{register}]
     )
 }
 
+/// The heat balance of the last step closes (sources + inflow = convection + fixed + stored)
+/// for every scheme and both mass forms, and the stored heat is what a cooling body releases.
+#[rstest]
+fn the_last_steps_heat_balance_closes_with_the_stored_heat(
+    #[values("implicit_euler", "crank_nicolson", "bdf2")] scheme: &str,
+    #[values("consistent", "lumped")] mass: &str,
+) {
+    let transient = format!("dt = 0.2\nsteps = 6\nscheme = \"{scheme}\"\nmass = \"{mass}\"");
+    let mut p = build(&convective(&transient, "\"bc.xmax.h\""));
+    p.solve().unwrap();
+    let s = app::summary("balance", &p).unwrap();
+    let hb = &s.heat_balance;
+    assert!(hb.generated_w > 0.0 && hb.convection_out_w > 0.0, "{hb:?}");
+    assert!(hb.stored_w < 0.0, "the block starts hot and cools: {hb:?}");
+    assert!(hb.relative_imbalance().abs() < 1e-10, "{scheme}/{mass}: {hb:?}");
+    let closing =
+        hb.generated_w + hb.flux_in_w - hb.convection_out_w - hb.fixed_out_w - hb.stored_w;
+    assert!(closing.abs() < 1e-9 * hb.generated_w, "{closing} W left over: {hb:?}");
+    let per_bc: f64 = hb.per_boundary_w.iter().map(|(_, w)| w).sum();
+    assert!(
+        (per_bc - hb.convection_out_w - hb.fixed_out_w + hb.flux_in_w).abs()
+            < 1e-9 * hb.generated_w,
+        "the per-boundary terms add up: {hb:?}"
+    );
+}
+
 #[rstest]
 fn transient_gradients_pass_taylor_tests(
     #[values(
@@ -231,7 +257,7 @@ fn run_writes_a_time_series() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["transient"]["steps"], 10);
     assert_eq!(v["transient"]["max_temperature_over_time_K"].as_f64().unwrap(), T0);
-    let xdmf = std::fs::read_to_string(dir.path().join("results/results.xdmf")).unwrap();
+    let xdmf = std::fs::read_to_string(dir.path().join("results/slab/results.xdmf")).unwrap();
     // States 0, 5 and 10.
     assert_eq!(xdmf.matches("Grid Name=\"step ").count(), 3, "{xdmf}");
     assert!(xdmf.contains("<Time Value=\"0.5\"/>") && xdmf.contains("<Time Value=\"1.0\"/>"));

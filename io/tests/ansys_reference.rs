@@ -1,5 +1,5 @@
 //! The ANSYS readers against reference dumps made by ANSYS's own Python reader
-//! (data/ansys/SOURCES.md): nodes, elements in file order, nodal solution of set 1, header
+//! (data/ansys/README.md): nodes, elements in file order, nodal solution of set 1, header
 //! fields and the result-set table; the archive against the result file of the same mesh.
 
 use std::collections::HashMap;

@@ -78,15 +78,18 @@ fn step(mesh: &Mesh, n_cells: usize, time: f64) -> Step {
         (0..n_cells).map(|c| std::array::from_fn(|j| (10 * c + j) as f64 + time)).collect();
     let vm: Vec<f64> = (0..n_cells).map(|c| awkward(c, time)).collect();
     let flux: Vec<[f64; 3]> = (0..n_cells).map(|c| [c as f64, time, 0.5]).collect();
+    let sym: Vec<[f64; 6]> =
+        (0..n_cells).map(|c| std::array::from_fn(|j| awkward(6 * c + j, time))).collect();
     Step {
         time,
         fields: vec![
-            Field::node("T", FieldValues::Scalar(t_field)),
-            Field::node("displacement", FieldValues::Vector(u)),
-            Field::node("strain at nodes", FieldValues::Tensor(node_tensor)),
-            Field::cell("stress", FieldValues::Tensor(sigma)),
-            Field::cell("von Mises", FieldValues::Scalar(vm)),
-            Field::cell("heat flux", FieldValues::Vector(flux)),
+            Field::node("T", "K", FieldValues::Scalar(t_field)),
+            Field::node("displacement", "m", FieldValues::Vector(u)),
+            Field::node("strain at nodes", "1", FieldValues::Tensor(node_tensor)),
+            Field::cell("stress", "Pa", FieldValues::Tensor(sigma)),
+            Field::cell("von Mises", "Pa", FieldValues::Scalar(vm)),
+            Field::cell("heat flux", "W/m²", FieldValues::Vector(flux)),
+            Field::cell("stress tensor6", "Pa", FieldValues::SymTensor(sym)),
         ],
     }
 }
@@ -99,6 +102,7 @@ fn write_sample(dir: &Path, sel: CellSelection) -> (PathBuf, Mesh, Vec<Field>, V
     let mut statics = mesh_group_fields(&mesh, sel);
     statics.push(Field::cell(
         "conductivity",
+        "W/(m·K)",
         FieldValues::Scalar((0..n_cells).map(|c| 1.5 * c as f64).collect()),
     ));
     for f in &statics {
@@ -140,6 +144,7 @@ fn round_trip_is_bit_exact(#[case] sel: CellSelection, #[case] n_cells: usize) {
             assert_eq!(g.name, w.name);
             assert_eq!(g.centering, w.centering);
             assert_eq!(g.values.kind_name(), w.values.kind_name(), "{}", w.name);
+            assert_eq!(g.unit, w.unit, "{}", w.name);
             assert_eq!(bits(&g.values), bits(&w.values), "{}", w.name);
         }
     };
@@ -182,7 +187,7 @@ fn wrong_field_length_is_a_caller_error() {
     let mut results = Results::new(&mesh, CellSelection::All);
     results.add_step(Step {
         time: 0.0,
-        fields: vec![Field::node("T", FieldValues::Scalar(vec![0.0; 3]))],
+        fields: vec![Field::node("T", "K", FieldValues::Scalar(vec![0.0; 3]))],
     });
 }
 
@@ -287,6 +292,8 @@ fn xdmf_refers_to_existing_datasets_with_the_right_dimensions(#[case] sel: CellS
     let root = doc.root_element();
     assert_eq!(root.tag_name().name(), "Xdmf");
     assert_eq!(root.attribute("Version"), Some("3.0"));
+    // Whole datasets only: a hyperslab would be dropped by ParaView's readers.
+    assert!(!text.contains("HyperSlab"), "{text}");
 
     let temporal = root
         .descendants()
@@ -294,85 +301,82 @@ fn xdmf_refers_to_existing_datasets_with_the_right_dimensions(#[case] sel: CellS
         .unwrap();
     let step_grids: Vec<_> = temporal.children().filter(|n| n.has_tag_name("Grid")).collect();
     assert_eq!(step_grids.len(), steps.len());
-    let n_blocks = match sel {
-        CellSelection::All => 2,
-        CellSelection::TopDimension => 1,
-    };
     let n_cells = sel.n_cells(&mesh) as u64;
-    for (sg, st) in step_grids.iter().zip(&steps) {
-        assert_eq!(sg.attribute("CollectionType"), Some("Spatial"));
-        let time = sg.children().find(|n| n.has_tag_name("Time")).unwrap();
+    for (g, st) in step_grids.iter().zip(&steps) {
+        // One uniform grid per step with every written cell.
+        assert_eq!(g.attribute("GridType"), Some("Uniform"));
+        let time = g.children().find(|n| n.has_tag_name("Time")).unwrap();
         assert_eq!(time.attribute("Value").unwrap().parse::<f64>().unwrap(), st.time);
-        let grids: Vec<_> = sg.children().filter(|n| n.has_tag_name("Grid")).collect();
-        assert_eq!(grids.len(), n_blocks);
-        let mut cells_seen = 0;
-        for g in grids {
-            let topo = g.children().find(|n| n.has_tag_name("Topology")).unwrap();
-            let n_el: u64 = topo.attribute("NumberOfElements").unwrap().parse().unwrap();
-            let item = topo.children().find(|n| n.has_tag_name("DataItem")).unwrap();
-            let d = check_heavy_item(dir.path(), item);
-            assert_eq!(d[0], n_el, "NumberOfElements vs topology rows");
-            let expected_type = if d[1] == 4 { "Tetrahedron" } else { "Triangle" };
-            assert_eq!(topo.attribute("TopologyType"), Some(expected_type));
-            cells_seen += n_el;
-
-            let geo = g.children().find(|n| n.has_tag_name("Geometry")).unwrap();
-            assert_eq!(geo.attribute("GeometryType"), Some("XYZ"));
-            let item = geo.children().find(|n| n.has_tag_name("DataItem")).unwrap();
-            assert_eq!(check_heavy_item(dir.path(), item), [mesh.n_nodes() as u64, 3]);
-
-            let attrs: Vec<_> = g.children().filter(|n| n.has_tag_name("Attribute")).collect();
-            assert_eq!(attrs.len(), statics.len() + st.fields.len());
-            for a in attrs {
-                let name = a.attribute("Name").unwrap();
-                let field = statics.iter().chain(&st.fields).find(|f| f.name == name).unwrap();
-                let c = field.values.n_components() as u64;
-                let kind =
-                    ["Scalar", "Vector", "Tensor"][[1, 3, 9].iter().position(|&k| k == c).unwrap()];
-                assert_eq!(a.attribute("AttributeType"), Some(kind), "{name}");
-                let item = a.children().find(|n| n.has_tag_name("DataItem")).unwrap();
-                let entities = match (field.centering, a.attribute("Center")) {
-                    (Centering::Node, Some("Node")) => mesh.n_nodes() as u64,
-                    (Centering::Cell, Some("Cell")) => n_el,
-                    other => panic!("{name}: centering {other:?}"),
-                };
-                let expect_dims = if c == 1 { vec![entities] } else { vec![entities, c] };
-                if item.attribute("ItemType") == Some("HyperSlab") {
-                    assert_eq!(dims(item), expect_dims, "{name}");
-                    let sub: Vec<_> =
-                        item.children().filter(|n| n.has_tag_name("DataItem")).collect();
-                    assert_eq!(sub.len(), 2);
-                    let sel_vals: Vec<u64> = sub[0]
-                        .text()
-                        .unwrap()
-                        .split_whitespace()
-                        .map(|v| v.parse().unwrap())
-                        .collect();
-                    let rank = expect_dims.len();
-                    assert_eq!(dims(sub[0]), [3, rank as u64]);
-                    let source = check_heavy_item(dir.path(), sub[1]);
-                    assert_eq!(source[0], n_cells);
-                    let (start, stride, count) =
-                        (&sel_vals[..rank], &sel_vals[rank..2 * rank], &sel_vals[2 * rank..]);
-                    assert_eq!(count, expect_dims.as_slice(), "{name}");
-                    for r in 0..rank {
-                        assert!(start[r] + stride[r] * (count[r] - 1) < source[r], "{name}");
-                    }
-                    // The slab must start where this block's cells start.
-                    let first_block_rows = if sel == CellSelection::All { 2 } else { 0 };
-                    let offset = if d[1] == 4 { first_block_rows } else { 0 };
-                    assert_eq!(start[0], offset, "{name}");
-                } else {
-                    assert_eq!(check_heavy_item(dir.path(), item), expect_dims, "{name}");
-                }
+        let topo = g.children().find(|n| n.has_tag_name("Topology")).unwrap();
+        let n_el: u64 = topo.attribute("NumberOfElements").unwrap().parse().unwrap();
+        assert_eq!(n_el, n_cells);
+        let item = topo.children().find(|n| n.has_tag_name("DataItem")).unwrap();
+        let d = check_heavy_item(dir.path(), item);
+        match sel {
+            // Triangles and tetrahedra: a mixed topology, [type, nodes…] per cell.
+            CellSelection::All => {
+                assert_eq!(topo.attribute("TopologyType"), Some("Mixed"));
+                assert_eq!(d, [2 * (1 + 3) + 2 * (1 + 4)]);
+            }
+            CellSelection::TopDimension => {
+                assert_eq!(topo.attribute("TopologyType"), Some("Tetrahedron"));
+                assert_eq!(d, [2, 4]);
             }
         }
-        assert_eq!(cells_seen, n_cells);
+        let geo = g.children().find(|n| n.has_tag_name("Geometry")).unwrap();
+        assert_eq!(geo.attribute("GeometryType"), Some("XYZ"));
+        let item = geo.children().find(|n| n.has_tag_name("DataItem")).unwrap();
+        assert_eq!(check_heavy_item(dir.path(), item), [mesh.n_nodes() as u64, 3]);
+
+        let attrs: Vec<_> = g.children().filter(|n| n.has_tag_name("Attribute")).collect();
+        assert_eq!(attrs.len(), statics.len() + st.fields.len());
+        for a in attrs {
+            let name = a.attribute("Name").unwrap();
+            let field = statics.iter().chain(&st.fields).find(|f| f.name == name).unwrap();
+            let c = field.values.n_components() as u64;
+            assert_eq!(a.attribute("AttributeType"), Some(field.values.xdmf_type()), "{name}");
+            let item = a.children().find(|n| n.has_tag_name("DataItem")).unwrap();
+            let entities = match (field.centering, a.attribute("Center")) {
+                (Centering::Node, Some("Node")) => mesh.n_nodes() as u64,
+                (Centering::Cell, Some("Cell")) => n_cells,
+                other => panic!("{name}: centering {other:?}"),
+            };
+            let expect_dims = if c == 1 { vec![entities] } else { vec![entities, c] };
+            assert_eq!(check_heavy_item(dir.path(), item), expect_dims, "{name}");
+        }
     }
 }
 
+/// The mixed topology lists each cell's XDMF type and its nodes in VTK order, blocks in
+/// mesh order: the same cells as the per-block topologies.
 #[test]
-fn xdmf_without_steps_is_one_spatial_collection() {
+fn the_mixed_topology_holds_every_block_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mesh, _, _) = write_sample(dir.path(), CellSelection::All);
+    let h5 = hdf5_pure::File::open(dir.path().join("run.h5")).unwrap();
+    let mixed = h5.dataset("/mesh/topology/mixed").unwrap().read_i64().unwrap();
+    let mut expected = Vec::new();
+    for (b, blk) in mesh.blocks.iter().enumerate() {
+        let topo = h5
+            .dataset(&format!("/mesh/topology/{b}_{}", blk.cell_type.name()))
+            .unwrap()
+            .read_i64()
+            .unwrap();
+        let code = match blk.cell_type.name() {
+            "tri3" => 0x4,
+            "tet4" => 0x6,
+            other => panic!("{other}"),
+        };
+        for cell in topo.chunks_exact(blk.cell_type.n_nodes()) {
+            expected.push(code);
+            expected.extend_from_slice(cell);
+        }
+    }
+    assert_eq!(mixed, expected);
+}
+
+#[test]
+fn xdmf_without_steps_is_one_uniform_grid() {
     let dir = tempfile::tempdir().unwrap();
     let mesh = mixed_mesh();
     let mut r = Results::new(&mesh, CellSelection::All);
@@ -385,9 +389,11 @@ fn xdmf_without_steps_is_one_spatial_collection() {
     let domain = doc.root_element().children().find(|n| n.has_tag_name("Domain")).unwrap();
     let top: Vec<_> = domain.children().filter(|n| n.has_tag_name("Grid")).collect();
     assert_eq!(top.len(), 1);
-    assert_eq!(top[0].attribute("CollectionType"), Some("Spatial"));
+    assert_eq!(top[0].attribute("GridType"), Some("Uniform"));
+    // The group masks refer to their whole datasets, over facets and volume cells alike.
     assert!(text.contains("Name=\"group:front face/y=0\""), "{text}");
     assert!(text.contains("mesh.h5:/static/group%3Afront%20face%2Fy=0"), "{text}");
+    assert!(!text.contains("HyperSlab"), "{text}");
     let data = read_results(&dir.path().join("mesh.xdmf")).unwrap();
     assert!(data.steps.is_empty());
     assert_eq!(data.static_fields.len(), 5);
@@ -398,7 +404,7 @@ fn xdmf_without_steps_is_one_spatial_collection() {
 
 /// Whether `python3` can import h5py and numpy.
 fn h5py_available() -> bool {
-    Command::new("python3")
+    Command::new(python())
         .args(["-c", "import h5py, numpy"])
         .output()
         .map(|o| o.status.success())
@@ -423,6 +429,7 @@ fn h5py_reads_the_layout() {
         time: 2.0,
         fields: vec![Field::node(
             "T",
+            "K",
             FieldValues::Scalar(
                 quad.coords.iter().map(|p| p[0] + 2.0 * p[1] + 3.0 * p[2] + 2.0).collect(),
             ),
@@ -432,7 +439,7 @@ fn h5py_reads_the_layout() {
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/check_h5.py");
     for (file, n_nodes) in [("run.h5", mesh.n_nodes()), ("quad.h5", quad.n_nodes())] {
-        let out = Command::new("python3")
+        let out = Command::new(python())
             .arg(&script)
             .arg(dir.path().join(file))
             .arg(n_nodes.to_string())
@@ -526,10 +533,11 @@ fn large_mesh_timing() {
             fields: vec![
                 Field::node(
                     "T",
+                    "K",
                     FieldValues::Scalar(mesh.coords.iter().map(|p| p[0] + t).collect()),
                 ),
-                Field::node("u", FieldValues::Vector(mesh.coords.clone())),
-                Field::cell("q", FieldValues::Scalar(vec![t; n_cells])),
+                Field::node("u", "m", FieldValues::Vector(mesh.coords.clone())),
+                Field::cell("q", "W/m³", FieldValues::Scalar(vec![t; n_cells])),
             ],
         });
     }
@@ -547,4 +555,10 @@ fn large_mesh_timing() {
         "{n_nodes} nodes, {n_cells} hex8, 2 steps: write {write_s:.2} s, read {read_s:.2} s, {:.0} MB",
         size as f64 / 1e6
     );
+}
+
+/// The Python interpreter of the checks: `GRADFEM_PYTHON` (the project venv that
+/// `scripts/test.sh` sets up), else `python3` on the PATH.
+fn python() -> String {
+    std::env::var("GRADFEM_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }

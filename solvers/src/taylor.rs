@@ -13,8 +13,14 @@
 //! (`ROUNDOFF_RELATIVE · max(|J0|, |J_i|, |h_i dJ|)`), its rate is noise. The pass/fail decision
 //! uses only the rates measured before that floor is reached, and says so in the note. When every
 //! remainder is at the floor (a functional linear along `dm` with an exact gradient), the test
-//! passes with a note. Objectives computed by iterative solvers carry their solver tolerance as
-//! noise: choose `h0` so that `h0² |d²J|` stays well above it.
+//! passes with a note; when, besides, the gradient is exactly zero along `dm` (a parameter that
+//! J does not depend on), the verdict says "gradient zero, residual at round-off" instead of a
+//! rate. Objectives computed by iterative solvers carry their solver tolerance as noise: choose
+//! `h0` so that `h0² |d²J|` stays well above it.
+//!
+//! One test in one combined direction can hide a wrong derivative of a parameter whose share
+//! of `⟨∇J, dm⟩` is small. [`taylor_test_parts`] tests parts of the vector one at a time (one
+//! registered parameter each, say), each in its own direction, sharing the evaluation of `J(m)`.
 //!
 //! ```
 //! use gradfem_solvers::taylor::{TaylorParams, random_direction_scaled, taylor_test};
@@ -83,6 +89,8 @@ pub struct TaylorResult {
     pub passed: bool,
     /// Why the decision was not a plain "all rates ≥ min_rate", if so.
     pub note: Option<String>,
+    /// The smallest rate that passes ([`TaylorParams::min_rate`]).
+    pub threshold: f64,
 }
 
 impl TaylorResult {
@@ -94,6 +102,26 @@ impl TaylorResult {
             return if self.passed { f64::INFINITY } else { f64::NAN };
         }
         self.rates[..self.rates_used].iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    /// True when the gradient is exactly zero along `dm` and every remainder is at round-off:
+    /// J does not change along `dm` and the gradient agrees (a pass without a rate).
+    pub fn gradient_zero_at_roundoff(&self) -> bool {
+        self.passed && self.rates_used == 0 && self.dj_dm == 0.0
+    }
+
+    /// A short verdict: `passed`, `passed (remainders at round-off)`, `gradient zero, residual
+    /// at round-off` or `FAILED`.
+    pub fn verdict(&self) -> &'static str {
+        if !self.passed {
+            "FAILED"
+        } else if self.gradient_zero_at_roundoff() {
+            "gradient zero, residual at round-off"
+        } else if self.rates_used == 0 {
+            "passed (remainders at round-off)"
+        } else {
+            "passed"
+        }
     }
 
     /// A human-readable table for the CLI: one row per step; a `~` marks remainders at
@@ -120,7 +148,16 @@ impl TaylorResult {
             );
         }
         let verdict = if self.passed { "PASSED" } else { "FAILED" };
-        let _ = writeln!(s, "{verdict}: minimum first-order rate {:.3}", self.min_rate());
+        if self.gradient_zero_at_roundoff() {
+            let _ = writeln!(s, "{verdict}: gradient zero, residual at round-off");
+        } else {
+            let _ = writeln!(
+                s,
+                "{verdict}: minimum first-order rate {:.3} (threshold {})",
+                self.min_rate(),
+                self.threshold
+            );
+        }
         if let Some(note) = &self.note {
             let _ = writeln!(s, "note: {note}");
         }
@@ -149,21 +186,72 @@ pub fn taylor_test<E>(
     dm: &[f64],
     params: &TaylorParams,
 ) -> Result<TaylorResult, E> {
+    check_arguments("taylor_test", m, grad, dm, params);
+    let j0 = j(m)?;
+    along(&mut j, j0, m, grad, dm, params)
+}
+
+/// One part of a parameter vector tested on its own by [`taylor_test_parts`]: a name for the
+/// report and a direction over the whole vector, zero outside the part (see [`restrict`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaylorPart {
+    /// What the part is (a registered parameter's name, say).
+    pub name: String,
+    /// The direction, of the length of the whole vector.
+    pub dm: Vec<f64>,
+}
+
+/// `dm` with every entry outside `range` set to zero.
+pub fn restrict(dm: &[f64], range: std::ops::Range<usize>) -> Vec<f64> {
+    dm.iter().enumerate().map(|(i, &d)| if range.contains(&i) { d } else { 0.0 }).collect()
+}
+
+/// Taylor tests of `grad` at `m`, one per part, each along the part's own direction: `J(m)` is
+/// evaluated once, then `steps` points per part. The results come in the order of `parts`.
+/// A wrong derivative of one part fails that part's test, however small its share of the
+/// combined directional derivative.
+///
+/// Panics on lengths that differ, `h0 ≤ 0` or `steps < 2`, like [`taylor_test`]; an error from
+/// `j` is returned as is.
+pub fn taylor_test_parts<E>(
+    mut j: impl FnMut(&[f64]) -> Result<f64, E>,
+    m: &[f64],
+    grad: &[f64],
+    parts: &[TaylorPart],
+    params: &TaylorParams,
+) -> Result<Vec<TaylorResult>, E> {
+    for p in parts {
+        check_arguments("taylor_test_parts", m, grad, &p.dm, params);
+    }
+    if parts.is_empty() {
+        return Ok(Vec::new());
+    }
+    let j0 = j(m)?;
+    parts.iter().map(|p| along(&mut j, j0, m, grad, &p.dm, params)).collect()
+}
+
+/// The programming mistakes [`taylor_test`] and [`taylor_test_parts`] panic on.
+fn check_arguments(what: &str, m: &[f64], grad: &[f64], dm: &[f64], params: &TaylorParams) {
     assert!(
         m.len() == grad.len() && m.len() == dm.len(),
-        "taylor_test: lengths differ: m {}, grad {}, dm {}",
+        "{what}: lengths differ: m {}, grad {}, dm {}",
         m.len(),
         grad.len(),
         dm.len()
     );
-    assert!(
-        params.h0 > 0.0 && params.h0.is_finite(),
-        "taylor_test: h0 = {} must be > 0",
-        params.h0
-    );
-    assert!(params.steps >= 2, "taylor_test: steps = {} must be at least 2", params.steps);
+    assert!(params.h0 > 0.0 && params.h0.is_finite(), "{what}: h0 = {} must be > 0", params.h0);
+    assert!(params.steps >= 2, "{what}: steps = {} must be at least 2", params.steps);
+}
 
-    let j0 = j(m)?;
+/// The evaluations `J(m + h_i dm)` and their verdict, given `J(m) = j0`.
+fn along<E>(
+    j: &mut impl FnMut(&[f64]) -> Result<f64, E>,
+    j0: f64,
+    m: &[f64],
+    grad: &[f64],
+    dm: &[f64],
+    params: &TaylorParams,
+) -> Result<TaylorResult, E> {
     let dj_dm = dot(grad, dm);
     let n = params.steps;
     let h: Vec<f64> = (0..n).map(|i| params.h0 / f64::powi(2.0, i as i32)).collect();
@@ -210,6 +298,16 @@ fn evaluate(
         (false, 0, Some("J is not finite at some evaluation point".to_string()))
     } else if dm.iter().all(|&d| d == 0.0) {
         (false, 0, Some("the direction dm is zero: nothing was tested".to_string()))
+    } else if above == 0 && dj_dm == 0.0 {
+        (
+            true,
+            0,
+            Some(format!(
+                "gradient zero, residual at round-off: J changes by no more than round-off \
+                 (≤ {:.1e}·|J|) along dm and the gradient along dm is exactly zero",
+                ROUNDOFF_RELATIVE
+            )),
+        )
     } else if above == 0 {
         (
             true,
@@ -239,13 +337,20 @@ fn evaluate(
         let used = above - 1;
         let min = rates[..used].iter().copied().fold(f64::INFINITY, f64::min);
         let passed = min >= params.min_rate;
-        let note = (above < n).then(|| {
+        let mut note = (above < n).then(|| {
             format!(
                 "remainders reach round-off from h = {:.3e} on; the decision uses the first {} \
                  rate(s) only",
                 h[above], used
             )
         });
+        if !passed && dj_dm == 0.0 {
+            let zero = "the gradient along dm is exactly zero, but J changes along dm".to_string();
+            note = Some(match note {
+                Some(n) => format!("{zero}; {n}"),
+                None => zero,
+            });
+        }
         (passed, used, note)
     };
     if !passed {
@@ -263,6 +368,7 @@ fn evaluate(
         rates_used,
         passed,
         note,
+        threshold: params.min_rate,
     }
 }
 
@@ -306,6 +412,31 @@ pub fn taylor_test_registry<E: From<ParamError>>(
         &m,
         grad,
         dm,
+        params,
+    )
+}
+
+/// [`taylor_test_parts`] over a registry selection, restoring the original values afterwards
+/// in every case, like [`taylor_test_registry`].
+pub fn taylor_test_parts_registry<E: From<ParamError>>(
+    reg: &mut ParamRegistry,
+    pv: &ParamVector,
+    grad: &[f64],
+    parts: &[TaylorPart],
+    params: &TaylorParams,
+    mut j: impl FnMut(&ParamRegistry) -> Result<f64, E>,
+) -> Result<Vec<TaylorResult>, E> {
+    let original = pv.gather(reg);
+    let m = original.clone();
+    let guard = Restore { reg, pv, original };
+    taylor_test_parts(
+        |x| {
+            guard.pv.scatter(&mut *guard.reg, x)?;
+            j(&*guard.reg)
+        },
+        &m,
+        grad,
+        parts,
         params,
     )
 }
@@ -403,6 +534,141 @@ mod tests {
         assert!(d[0].abs() <= 1e6 && d[0].abs() > 1.0);
         assert!(d[2].abs() <= 1e-3);
         assert!(d[1] != 0.0);
+    }
+
+    /// J(m) = m0³ + sin(m1) + 0·m2 (m2 does not enter) + Σ_k m_{3+k}² (a block), and its
+    /// exact gradient.
+    fn parted(x: &[f64]) -> f64 {
+        x[0].powi(3) + x[1].sin() + x[3..].iter().map(|v| v * v).sum::<f64>()
+    }
+
+    fn parted_gradient(x: &[f64]) -> Vec<f64> {
+        let mut g = vec![3.0 * x[0] * x[0], x[1].cos(), 0.0];
+        g.extend(x[3..].iter().map(|v| 2.0 * v));
+        g
+    }
+
+    fn parts_of(m: &[f64]) -> Vec<TaylorPart> {
+        let d = random_direction_scaled(m, 7);
+        [("a", 0..1), ("b", 1..2), ("unused", 2..3), ("block", 3..m.len())]
+            .into_iter()
+            .map(|(n, r)| TaylorPart { name: n.into(), dm: restrict(&d, r) })
+            .collect()
+    }
+
+    #[test]
+    fn per_part_tests_pass_on_an_exact_gradient() {
+        let m = [1.0, 0.5, 2.0, 0.3, -0.7, 1.1];
+        let g = parted_gradient(&m);
+        let mut calls = 0;
+        let parts = parts_of(&m);
+        let r = taylor_test_parts(
+            |x| {
+                calls += 1;
+                Ok::<_, std::convert::Infallible>(parted(x))
+            },
+            &m,
+            &g,
+            &parts,
+            &TaylorParams::default(),
+        )
+        .unwrap();
+        // J(m) once, then 5 steps per part.
+        assert_eq!(calls, 1 + 4 * 5);
+        assert_eq!(r.len(), 4);
+        for (p, t) in parts.iter().zip(&r) {
+            assert!(t.passed, "{}:\n{}", p.name, t.table());
+            assert_eq!(t.threshold, 1.9);
+        }
+        assert!((r[0].min_rate() - 2.0).abs() < 0.1, "{}", r[0].table());
+        assert_eq!(r[0].verdict(), "passed");
+        // The parameter J does not depend on: zero gradient, zero residuals.
+        assert!(r[2].gradient_zero_at_roundoff(), "{}", r[2].table());
+        assert_eq!(r[2].verdict(), "gradient zero, residual at round-off");
+        assert!(r[2].table().contains("gradient zero, residual at round-off"), "{}", r[2].table());
+        assert!(!r[0].gradient_zero_at_roundoff());
+    }
+
+    #[test]
+    fn a_wrong_derivative_fails_its_part_only() {
+        let m = [1.0, 0.5, 2.0, 0.3, -0.7, 1.1];
+        let mut g = parted_gradient(&m);
+        // 2 % off on the sine term, whose share of a combined direction is small next to m0³.
+        g[1] *= 1.02;
+        let parts = parts_of(&m);
+        let params = TaylorParams { h0: 1e-3, ..Default::default() };
+        let r = taylor_test_parts(
+            |x| Ok::<_, std::convert::Infallible>(parted(x)),
+            &m,
+            &g,
+            &parts,
+            &params,
+        )
+        .unwrap();
+        let verdicts: Vec<bool> = r.iter().map(|t| t.passed).collect();
+        assert_eq!(verdicts, [true, false, true, true], "{}", r[1].table());
+        assert!(r[1].min_rate() < 1.5, "{}", r[1].table());
+        assert_eq!(r[1].verdict(), "FAILED");
+        // A zero gradient where J does change is wrong, and says so.
+        let mut g = parted_gradient(&m);
+        g[0] = 0.0;
+        let r = taylor_test_parts(
+            |x| Ok::<_, std::convert::Infallible>(parted(x)),
+            &m,
+            &g,
+            &parts[..1],
+            &params,
+        )
+        .unwrap();
+        assert!(!r[0].passed && !r[0].gradient_zero_at_roundoff(), "{}", r[0].table());
+        assert!(r[0].note.as_deref().unwrap_or("").contains("exactly zero"), "{}", r[0].table());
+    }
+
+    #[test]
+    fn no_parts_evaluate_nothing() {
+        let r = taylor_test_parts(
+            |_| -> Result<f64, ()> { panic!("not evaluated") },
+            &[1.0],
+            &[1.0],
+            &[],
+            &TaylorParams::default(),
+        )
+        .unwrap();
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn restrict_zeroes_the_rest() {
+        assert_eq!(restrict(&[1.0, 2.0, 3.0, 4.0], 1..3), vec![0.0, 2.0, 3.0, 0.0]);
+    }
+
+    #[test]
+    fn parts_over_a_registry_restore_it() {
+        let mut reg = ParamRegistry::new();
+        let a = reg.register(crate::params::ParamSpec::scalar("a", 1.5)).unwrap();
+        let b = reg
+            .register(crate::params::ParamSpec::vector(
+                "b",
+                crate::params::ParamKind::Field,
+                vec![0.2, -0.4],
+            ))
+            .unwrap();
+        let pv = ParamVector::all(&reg);
+        let j = |r: &ParamRegistry| -> Result<f64, ParamError> {
+            Ok(r.values(a)[0].powi(3) + r.values(b).iter().map(|v| v.powi(4)).sum::<f64>())
+        };
+        let grad = [3.0 * 1.5f64.powi(2), 4.0 * 0.2f64.powi(3), 4.0 * (-0.4f64).powi(3)];
+        let d = random_direction_scaled(&pv.gather(&reg), 7);
+        let parts = vec![
+            TaylorPart { name: "a".into(), dm: restrict(&d, pv.range(a).unwrap()) },
+            TaylorPart { name: "b".into(), dm: restrict(&d, pv.range(b).unwrap()) },
+        ];
+        let r =
+            taylor_test_parts_registry(&mut reg, &pv, &grad, &parts, &TaylorParams::default(), j)
+                .unwrap();
+        assert!(r.iter().all(|t| t.passed), "{}\n{}", r[0].table(), r[1].table());
+        assert_eq!(reg.values(a), &[1.5]);
+        assert_eq!(reg.values(b), &[0.2, -0.4]);
     }
 
     #[test]

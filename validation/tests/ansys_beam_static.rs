@@ -1,6 +1,6 @@
 //! gradfem against ANSYS MAPDL on the same mesh: the static structural result
 //! `data/ansys/beam_static_bc.rst` (MAPDL 20.1; a 1 × 1 × 5 block of 40 SOLID186 20-node bricks,
-//! 321 nodes; EX = 2e11, NUXY = 0.3; data/ansys/SOURCES.md) solved again by gradfem's linear
+//! 321 nodes; EX = 2e11, NUXY = 0.3; data/ansys/README.md) solved again by gradfem's linear
 //! elastic model on the mesh read from the result file and from the archive `HexBeam.cdb`
 //! (the same mesh), and compared node by node with the displacements MAPDL wrote.
 //!
@@ -385,7 +385,7 @@ fn displacements_and_reactions_match_mapdl(#[case] source: &str) {
             assert!((g.0, g.1) == (w.0, w.1) && (g.2 - w.2).abs() < 1e-15, "{g:?} vs {w:?}");
         }
     };
-    // SOURCES.md: node 3 UX = UY = UZ = 0; node 25 UX = 0.001, node 26 UY = 0.0011, node 27
+    // data/ansys/README.md: node 3 UX = UY = UZ = 0; node 25 UX = 0.001, node 26 UY = 0.0011, node 27
     // UZ = 0.0012; node 71 FY = 30, node 52 FX = 20, node 127 FZ = 40.
     let imposed =
         [(3, 0, 0.0), (3, 1, 0.0), (3, 2, 0.0), (25, 0, 1e-3), (26, 1, 1.1e-3), (27, 2, 1.2e-3)];
@@ -394,7 +394,7 @@ fn displacements_and_reactions_match_mapdl(#[case] source: &str) {
     assert_eq!(s.reactions.len(), 6);
     let mesh = read_mesh(source);
     assert_eq!(mesh.n_nodes(), 321);
-    // Both files hold the same nodes (SOURCES.md); the reference values go by node number.
+    // Both files hold the same nodes (data/ansys/README.md); the reference values go by node number.
     let rst_mesh = read_mesh("rst");
     let rst_coords: HashMap<u64, [f64; 3]> =
         rst_mesh.node_tags.iter().copied().zip(rst_mesh.coords.iter().copied()).collect();

@@ -1,6 +1,6 @@
 //! gradfem against ANSYS MAPDL on the same mesh: the steady thermal result `data/ansys/file.rth`
 //! (MAPDL 20.2, 450 SOLID90 20-node bricks, KXX = 45, fixed temperatures 5 and 100 on 114
-//! nodes, everything else insulated; data/ansys/SOURCES.md) solved again by gradfem on the
+//! nodes, everything else insulated; data/ansys/README.md) solved again by gradfem on the
 //! mesh read from the file (SOLID90 → Hex20 in gmsh order), and compared node by node with the
 //! nodal solution MAPDL wrote.
 //!
@@ -18,8 +18,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use gradfem::ansys_import::{MappingKind, initial_temperature};
-use gradfem::thermal::{LinearChoice, ThermalProblem};
+use gradfem::ansys_import::{MappingKind, TemperatureUnit, initial_temperature};
+use gradfem::run::LinearChoice;
+use gradfem::thermal::ThermalProblem;
 use gradfem_io::ansys::read_rst;
 use gradfem_mesh::boundary::{exterior_facets, facet_nodes};
 use gradfem_mesh::{CellId, CellType, Mesh, PhysicalGroup};
@@ -100,7 +101,7 @@ fn steady_conduction_matches_mapdl_node_by_node() {
     let rth = read_rst(&data("file.rth")).unwrap();
     let reference = rth.nodal_temperature(1).unwrap();
     let imposed = imposed_temperatures();
-    assert_eq!(imposed.len(), 114, "SOURCES.md: 114 nodes with imposed TEMP");
+    assert_eq!(imposed.len(), 114, "data/ansys/README.md: 114 nodes with imposed TEMP");
     let mut mesh = rth.mesh.clone();
     assert!(mesh.blocks.iter().all(|b| b.cell_type == CellType::Hex20));
     // The imposed nodes are the nodes of the faces y = -0.46 (5 K) and y = 1.34 (100 K)
@@ -318,9 +319,22 @@ fn fourteen_point_rule_explains_the_difference() {
 #[test]
 fn initial_state_maps_by_node_number_on_the_same_mesh() {
     let rth = read_rst(&data("file.rth")).unwrap();
-    let (t, info) = initial_temperature(&data("file.rth"), 1, &rth.mesh).unwrap();
+    let (unit, given) = file_unit(&rth);
+    let (t, info) = initial_temperature(&data("file.rth"), 1, &rth.mesh, given, "test").unwrap();
     assert_eq!(info.mapping, MappingKind::ByNodeNumber);
-    assert_eq!(t, rth.nodal_temperature(1).unwrap());
+    assert_eq!(info.temperature_unit, Some(unit));
+    let expected: Vec<f64> =
+        rth.nodal_temperature(1).unwrap().iter().map(|&v| unit.to_kelvin(v)).collect();
+    assert_eq!(t, expected);
+}
+
+/// The temperature unit of `rth` (from its `/UNITS`, kelvin where it names none) and the unit
+/// a problem file must then give (`None` where the file says).
+fn file_unit(rth: &gradfem_io::ansys::RstFile) -> (TemperatureUnit, Option<TemperatureUnit>) {
+    match TemperatureUnit::of_mapdl_units(rth.header.units) {
+        Some(u) => (u, None),
+        None => (TemperatureUnit::Kelvin, Some(TemperatureUnit::Kelvin)),
+    }
 }
 
 /// The plate of file.rth is the box [-0.3, 0.3] × [-0.46, 1.34] × [-0.2, -0.18]; a Tet10 box
@@ -329,7 +343,9 @@ fn initial_state_maps_by_node_number_on_the_same_mesh() {
 #[test]
 fn initial_state_interpolates_onto_another_mesh() {
     let rth = read_rst(&data("file.rth")).unwrap();
-    let t_ref = rth.nodal_temperature(1).unwrap();
+    let (unit, given) = file_unit(&rth);
+    let t_ref: Vec<f64> =
+        rth.nodal_temperature(1).unwrap().iter().map(|&v| unit.to_kelvin(v)).collect();
     let mut target = gradfem_mesh::generate::box_mesh(&gradfem_mesh::generate::BoxSpec {
         origin: [-0.3, -0.46, -0.2],
         lengths: [0.6, 1.8, 0.02],
@@ -339,7 +355,7 @@ fn initial_state_interpolates_onto_another_mesh() {
     for tag in &mut target.node_tags {
         *tag += 1_000_000;
     }
-    let (t, info) = initial_temperature(&data("file.rth"), 1, &target).unwrap();
+    let (t, info) = initial_temperature(&data("file.rth"), 1, &target, given, "test").unwrap();
     assert_eq!(info.mapping, MappingKind::Interpolated);
     let lo = t_ref.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = t_ref.iter().copied().fold(f64::NEG_INFINITY, f64::max);

@@ -12,7 +12,8 @@
 
 mod common;
 
-use gradfem::thermal::{LinearChoice, ThermalProblem};
+use gradfem::run::LinearChoice;
+use gradfem::thermal::ThermalProblem;
 use gradfem_mesh::{CellType, Mesh};
 use gradfem_thermal::BcKind;
 use rstest::rstest;

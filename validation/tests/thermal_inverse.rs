@@ -15,7 +15,8 @@
 
 mod common;
 
-use gradfem::thermal::{LinearChoice, RunError, ThermalProblem};
+use gradfem::run::{LinearChoice, RunError};
+use gradfem::thermal::ThermalProblem;
 use gradfem_mesh::CellType;
 use gradfem_solvers::optimize::{Control, LbfgsbParams, minimize_lbfgsb};
 use gradfem_solvers::params::ParamVector;

@@ -15,7 +15,8 @@
 
 mod common;
 
-use gradfem::thermal::{LinearChoice, ThermalProblem};
+use gradfem::run::LinearChoice;
+use gradfem::thermal::ThermalProblem;
 use gradfem_mesh::CellType;
 use gradfem_solvers::params::ParamVector;
 use gradfem_solvers::taylor::{TaylorParams, random_direction, taylor_test};
@@ -174,7 +175,7 @@ fn all_parameters_together_along_own_direction(
         .collect();
     let mut reg = p.registry.clone();
     let r = taylor_test(
-        |x: &[f64]| -> Result<f64, gradfem::thermal::RunError> {
+        |x: &[f64]| -> Result<f64, gradfem::run::RunError> {
             pv.scatter(&mut reg, x)?;
             p.registry = reg.clone();
             p.apply_parameters()?;

@@ -20,7 +20,7 @@
 //! }
 //! results.add_step(Step {
 //!     time: 1.0,
-//!     fields: vec![Field::node("T", FieldValues::Scalar(temperature))],
+//!     fields: vec![Field::node("T", "K", FieldValues::Scalar(temperature))],
 //! });
 //! results.write("out/run.xdmf".as_ref())?; // writes out/run.h5, then out/run.xdmf
 //! # Ok::<(), H5Error>(())
@@ -43,6 +43,10 @@
 //! /mesh/topology/<i>_<type> i64 [n_cells, nodes_per_cell]: the same connectivity permuted to
 //!                           XDMF/VTK node order (see [`vtk_node_order`]); only for blocks
 //!                           written as cells, and only non-empty ones
+//! /mesh/topology/mixed      i64 [n]: when more than one block is written, all their cells as
+//!                           one XDMF `Mixed` topology: per cell its XDMF type number (a node
+//!                           count after it for poly-vertices and poly-lines), then its nodes
+//!                           in XDMF/VTK order; blocks in mesh order
 //! /mesh/groups/<name>/block u64 [n]; /mesh/groups/<name>/index u64 [n]: the group's cells
 //!                           (block number, index inside the block)
 //!                           attrs: name, tag (i64), dim (i64), index (i64, order in the mesh)
@@ -51,11 +55,18 @@
 //!                           index = k (i64)
 //! ```
 //!
-//! Every field dataset is f64 with shape `[n]` (scalar), `[n, 3]` (vector) or `[n, 9]` (tensor,
-//! row-major 3×3), where `n` is the number of nodes (`centering = "node"`) or of selected cells
+//! Every field dataset is f64 with shape `[n]` (scalar), `[n, 3]` (vector), `[n, 9]` (tensor,
+//! row-major 3×3) or `[n, 6]` (`tensor6`: a symmetric tensor by its upper triangle row by row,
+//! xx, xy, xz, yy, yz, zz, which XDMF calls `Tensor6`), where `n` is the number of nodes (`centering = "node"`) or of selected cells
 //! (`centering = "cell"`): the cells of the blocks chosen by [`CellSelection`], blocks in mesh
 //! order, cells in block order. Field datasets carry attrs `name` (the field's name), `centering`,
-//! `kind` ("scalar" / "vector" / "tensor") and `index` (position in its step).
+//! `kind` ("scalar" / "vector" / "tensor" / "tensor6"), `index` (position in its step) and
+//! `units`.
+//!
+//! Units: every dataset has a string attribute `units`: SI symbols for quantities (`m` for the
+//! coordinates unless [`Results::set_length_unit`] says otherwise, `K`, `Pa`, `W/m²`, …),
+//! `K/(W/(m·K))` and the like for derivatives (see [`derivative_unit`]), and `1` for
+//! dimensionless numbers, tags, indices and connectivity.
 //!
 //! Object names: a field or group name is used as the HDF5 link name after escaping every byte
 //! outside `[A-Za-z0-9_.+-=,;()[]]` (and a leading `.`) as `%XX`, so `group:top plate`
@@ -70,11 +81,13 @@
 //!
 //! # The `.xdmf` file
 //!
-//! A temporal collection with one spatial collection per step (just one spatial collection if
-//! there are no steps); inside it one uniform grid per written (non-empty) block, all sharing
-//! `/mesh/coordinates` as `XYZ` geometry. Node fields refer to their whole dataset; cell fields
-//! select the block's rows of the concatenated dataset with a `HyperSlab` data item. Static
-//! fields appear in every step. Heavy data is referenced as `"<base>.h5:/path"` relative to the
+//! A temporal collection with one uniform grid per step (just that grid if there are no
+//! steps), with `/mesh/coordinates` as `XYZ` geometry and every written cell: the block's own
+//! topology when one (non-empty) block is written, else the `Mixed` topology
+//! `/mesh/topology/mixed`. Every attribute refers to its whole dataset, with no hyperslab
+//! selections: cell fields over several blocks (the group masks of `mesh-convert`, over
+//! facets and volume cells) were hyperslabs of one dataset per block grid before, and
+//! ParaView's XDMF readers dropped them. Static fields appear in every step. Heavy data is referenced as `"<base>.h5:/path"` relative to the
 //! `.xdmf` file, so the pair can be moved together.
 
 mod read;
@@ -106,6 +119,9 @@ pub enum FieldValues {
     Vector(Vec<[f64; 3]>),
     /// A 3×3 tensor per entity, row-major: `[t00, t01, t02, t10, …, t22]`.
     Tensor(Vec<[f64; 9]>),
+    /// A symmetric 3×3 tensor per entity by its upper triangle, row by row:
+    /// `[xx, xy, xz, yy, yz, zz]` (XDMF's `Tensor6`).
+    SymTensor(Vec<[f64; 6]>),
 }
 
 impl FieldValues {
@@ -115,7 +131,13 @@ impl FieldValues {
             FieldValues::Scalar(v) => v.len(),
             FieldValues::Vector(v) => v.len(),
             FieldValues::Tensor(v) => v.len(),
+            FieldValues::SymTensor(v) => v.len(),
         }
+    }
+
+    /// Symmetric tensors given in Voigt order `[xx, yy, zz, yz, xz, xy]` (stress, strain).
+    pub fn symmetric_from_voigt(voigt: &[[f64; 6]]) -> Self {
+        FieldValues::SymTensor(voigt.iter().map(|v| [v[0], v[5], v[4], v[1], v[3], v[2]]).collect())
     }
 
     /// Whether there are no entities.
@@ -123,12 +145,13 @@ impl FieldValues {
         self.len() == 0
     }
 
-    /// Number of components per entity (1, 3 or 9).
+    /// Number of components per entity (1, 3, 9 or 6).
     pub fn n_components(&self) -> usize {
         match self {
             FieldValues::Scalar(_) => 1,
             FieldValues::Vector(_) => 3,
             FieldValues::Tensor(_) => 9,
+            FieldValues::SymTensor(_) => 6,
         }
     }
 
@@ -138,15 +161,27 @@ impl FieldValues {
             FieldValues::Scalar(v) => v,
             FieldValues::Vector(v) => v.as_flattened(),
             FieldValues::Tensor(v) => v.as_flattened(),
+            FieldValues::SymTensor(v) => v.as_flattened(),
         }
     }
 
-    /// `"scalar"`, `"vector"` or `"tensor"`, as stored in the `kind` attribute.
+    /// `"scalar"`, `"vector"`, `"tensor"` or `"tensor6"`, as stored in the `kind` attribute.
     pub fn kind_name(&self) -> &'static str {
         match self {
             FieldValues::Scalar(_) => "scalar",
             FieldValues::Vector(_) => "vector",
             FieldValues::Tensor(_) => "tensor",
+            FieldValues::SymTensor(_) => "tensor6",
+        }
+    }
+
+    /// The XDMF `AttributeType` of the values.
+    pub fn xdmf_type(&self) -> &'static str {
+        match self {
+            FieldValues::Scalar(_) => "Scalar",
+            FieldValues::Vector(_) => "Vector",
+            FieldValues::Tensor(_) => "Tensor",
+            FieldValues::SymTensor(_) => "Tensor6",
         }
     }
 }
@@ -170,23 +205,41 @@ impl Centering {
     }
 }
 
-/// A named field.
+/// A named field with its unit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Field {
+    /// The name ParaView shows.
     pub name: String,
+    /// Where the values live.
     pub centering: Centering,
+    /// The values.
     pub values: FieldValues,
+    /// The unit of the values, as stored in the dataset's `units` attribute: an SI symbol
+    /// (`K`, `Pa`, `W/(m·K)`), `1` for a dimensionless number, or `K/(W/(m·K))` and the like
+    /// for a derivative. Empty only in files written before units were recorded.
+    pub unit: String,
 }
 
 impl Field {
-    /// A field with one value per node.
-    pub fn node(name: impl Into<String>, values: FieldValues) -> Self {
-        Field { name: name.into(), centering: Centering::Node, values }
+    /// A field with one value per node, in `unit`.
+    pub fn node(name: impl Into<String>, unit: impl Into<String>, values: FieldValues) -> Self {
+        Field { name: name.into(), centering: Centering::Node, values, unit: unit.into() }
     }
 
-    /// A field with one value per selected cell.
-    pub fn cell(name: impl Into<String>, values: FieldValues) -> Self {
-        Field { name: name.into(), centering: Centering::Cell, values }
+    /// A field with one value per selected cell, in `unit`.
+    pub fn cell(name: impl Into<String>, unit: impl Into<String>, values: FieldValues) -> Self {
+        Field { name: name.into(), centering: Centering::Cell, values, unit: unit.into() }
+    }
+}
+
+/// The unit of a derivative `d(of)/d(by)` for a `units` attribute: `of/by` with `by`
+/// bracketed when it is compound (`K/(W/(m·K))`); `of` alone when `by` is dimensionless.
+pub fn derivative_unit(of: &str, by: &str) -> String {
+    let of = if of.is_empty() { "1" } else { of };
+    match by {
+        "" | "1" => of.to_string(),
+        b if b.chars().any(|c| matches!(c, '/' | '·' | '*' | ' ')) => format!("{of}/({b})"),
+        b => format!("{of}/{b}"),
     }
 }
 
@@ -332,10 +385,11 @@ pub struct Results<'a> {
     n_cells: usize,
     static_fields: Vec<Field>,
     steps: Vec<Step>,
+    length_unit: String,
 }
 
 impl<'a> Results<'a> {
-    /// Results on `mesh`, with cells chosen by `selection`.
+    /// Results on `mesh`, with cells chosen by `selection`; coordinates in metres.
     pub fn new(mesh: &'a Mesh, selection: CellSelection) -> Self {
         Results {
             mesh,
@@ -343,7 +397,15 @@ impl<'a> Results<'a> {
             n_cells: selection.n_cells(mesh),
             static_fields: Vec::new(),
             steps: Vec::new(),
+            length_unit: "m".into(),
         }
+    }
+
+    /// The unit of the coordinates (`units` of `/mesh/coordinates`), `m` unless set here (a
+    /// mesh converted without scaling keeps its file's unit).
+    pub fn set_length_unit(&mut self, unit: impl Into<String>) -> &mut Self {
+        self.length_unit = unit.into();
+        self
     }
 
     /// Number of selected cells: the length every cell field must have.
@@ -495,8 +557,12 @@ impl<'a> Results<'a> {
         g_mesh
             .create_dataset("coordinates")
             .with_f64_data(mesh.coords.as_flattened())
-            .with_shape(&[n, 3]);
-        g_mesh.create_dataset("node_tags").with_u64_data(&mesh.node_tags);
+            .with_shape(&[n, 3])
+            .set_attr("units", AttrValue::String(self.length_unit.clone()));
+        g_mesh
+            .create_dataset("node_tags")
+            .with_u64_data(&mesh.node_tags)
+            .set_attr("units", AttrValue::String("1".into()));
 
         let selected = self.selection.offsets(mesh);
         let mut g_blocks = g_mesh.create_group("blocks");
@@ -510,8 +576,13 @@ impl<'a> Results<'a> {
             g.set_attr("index", AttrValue::I64(i as i64));
             g.set_attr("selected", AttrValue::I64(selected[i].is_some() as i64));
             let conn: Vec<u64> = blk.connectivity.iter().map(|&v| v as u64).collect();
-            g.create_dataset("connectivity").with_u64_data(&conn).with_shape(&[rows, k as u64]);
-            g.create_dataset("tags").with_u64_data(&blk.tags);
+            g.create_dataset("connectivity")
+                .with_u64_data(&conn)
+                .with_shape(&[rows, k as u64])
+                .set_attr("units", AttrValue::String("1".into()));
+            g.create_dataset("tags")
+                .with_u64_data(&blk.tags)
+                .set_attr("units", AttrValue::String("1".into()));
             g_blocks.add_group(g.finish());
 
             if selected[i].is_some() && !blk.is_empty() {
@@ -525,8 +596,29 @@ impl<'a> Results<'a> {
                     .create_dataset(&name)
                     .with_i64_data(&topo)
                     .with_shape(&[rows, k as u64])
-                    .set_attr("xdmf_topology", AttrValue::String(xdmf_type.into()));
+                    .set_attr("xdmf_topology", AttrValue::String(xdmf_type.into()))
+                    .set_attr("units", AttrValue::String("1".into()));
             }
+        }
+        let written = self.written_blocks();
+        if written.len() > 1 {
+            // Every written cell in one XDMF `Mixed` topology: [type, (count), nodes…] per cell.
+            let mut mixed = Vec::new();
+            for &(b, _) in &written {
+                let blk = &mesh.blocks[b];
+                let order = vtk_node_order(blk.cell_type);
+                let (code, count) = xdmf::mixed_code(blk.cell_type);
+                for cell in blk.cells() {
+                    mixed.push(code);
+                    mixed.extend(count);
+                    mixed.extend(order.iter().map(|&j| cell[j] as i64));
+                }
+            }
+            g_topo
+                .create_dataset(xdmf::MIXED)
+                .with_i64_data(&mixed)
+                .set_attr("xdmf_topology", AttrValue::String("Mixed".into()))
+                .set_attr("units", AttrValue::String("1".into()));
         }
         g_mesh.add_group(g_blocks.finish());
         g_mesh.add_group(g_topo.finish());
@@ -548,8 +640,12 @@ impl<'a> Results<'a> {
             g.set_attr("index", AttrValue::I64(i as i64));
             let blocks: Vec<u64> = grp.cells.iter().map(|c| c.block as u64).collect();
             let index: Vec<u64> = grp.cells.iter().map(|c| c.index as u64).collect();
-            g.create_dataset("block").with_u64_data(&blocks);
-            g.create_dataset("index").with_u64_data(&index);
+            g.create_dataset("block")
+                .with_u64_data(&blocks)
+                .set_attr("units", AttrValue::String("1".into()));
+            g.create_dataset("index")
+                .with_u64_data(&index)
+                .set_attr("units", AttrValue::String("1".into()));
             g_groups.add_group(g.finish());
         }
         g_mesh.add_group(g_groups.finish());
@@ -590,7 +686,8 @@ fn add_field(group: &mut GroupBuilder, f: &Field, index: usize) {
     ds.set_attr("name", AttrValue::String(f.name.clone()))
         .set_attr("centering", AttrValue::String(f.centering.name().into()))
         .set_attr("kind", AttrValue::String(f.values.kind_name().into()))
-        .set_attr("index", AttrValue::I64(index as i64));
+        .set_attr("index", AttrValue::I64(index as i64))
+        .set_attr("units", AttrValue::String(f.unit.clone()));
 }
 
 /// Cell fields describing the mesh's physical groups, for `mesh-convert` and for results that
@@ -632,9 +729,9 @@ pub fn mesh_group_fields(mesh: &Mesh, sel: CellSelection) -> Vec<Field> {
                 tag[p] = grp.tag as f64;
             }
         }
-        masks.push(Field::cell(format!("group:{}", grp.name), FieldValues::Scalar(mask)));
+        masks.push(Field::cell(format!("group:{}", grp.name), "1", FieldValues::Scalar(mask)));
     }
-    fields.push(Field::cell("physical_tag", FieldValues::Scalar(tag)));
+    fields.push(Field::cell("physical_tag", "1", FieldValues::Scalar(tag)));
     fields.extend(masks);
     fields
 }
@@ -653,6 +750,23 @@ mod tests {
         assert_eq!(escape_name(".hidden.x"), "%2Ehidden.x");
         assert_eq!(escape_name("~"), "%7E");
         assert_ne!(escape_name("a%3A"), escape_name("a:"));
+    }
+
+    #[test]
+    fn voigt_tensors_are_stored_by_their_upper_triangle() {
+        // Voigt [xx, yy, zz, yz, xz, xy] → [xx, xy, xz, yy, yz, zz].
+        let v = FieldValues::symmetric_from_voigt(&[[11.0, 22.0, 33.0, 23.0, 13.0, 12.0]]);
+        assert_eq!(v, FieldValues::SymTensor(vec![[11.0, 12.0, 13.0, 22.0, 23.0, 33.0]]));
+        assert_eq!((v.n_components(), v.kind_name(), v.xdmf_type()), (6, "tensor6", "Tensor6"));
+    }
+
+    #[test]
+    fn derivative_units_bracket_compound_denominators() {
+        assert_eq!(derivative_unit("K", "W/(m·K)"), "K/(W/(m·K))");
+        assert_eq!(derivative_unit("K", "m"), "K/m");
+        assert_eq!(derivative_unit("m", "1"), "m");
+        assert_eq!(derivative_unit("Pa", ""), "Pa");
+        assert_eq!(derivative_unit("", "K"), "1/K");
     }
 
     #[test]

@@ -278,9 +278,20 @@ impl Reader {
                         v.chunks_exact(9).map(|c| std::array::from_fn(|j| c[j])).collect(),
                     )
                 }
+                "tensor6" => {
+                    let v = self.read_f64(&object, &[Some(n), Some(6)])?;
+                    FieldValues::SymTensor(
+                        v.chunks_exact(6).map(|c| std::array::from_fn(|j| c[j])).collect(),
+                    )
+                }
                 other => return Err(self.malformed(&object, format!("kind {other:?}"))),
             };
-            fields.push((index, Field { name, centering, values }));
+            // Files written before units were recorded have none.
+            let unit = match attrs.get("units") {
+                Some(_) => self.attr_str(&attrs, &object, "units")?,
+                None => String::new(),
+            };
+            fields.push((index, Field { name, centering, values, unit }));
         }
         self.in_order(group, fields)
     }

@@ -40,7 +40,7 @@ pub(super) fn xdmf_text(results: &Results<'_>, h5_name: &str) -> String {
     let static_fields: Vec<(&Field, String)> =
         results.static_fields.iter().map(|f| (f, Results::static_path(f))).collect();
     if results.steps.is_empty() {
-        spatial_collection(&mut s, results, &h5, "mesh", None, &static_fields, "    ");
+        grid(&mut s, results, &h5, "mesh", None, &static_fields, "    ");
     } else {
         s.push_str(
             "    <Grid Name=\"results\" GridType=\"Collection\" CollectionType=\"Temporal\">\n",
@@ -49,7 +49,7 @@ pub(super) fn xdmf_text(results: &Results<'_>, h5_name: &str) -> String {
             let mut fields = static_fields.clone();
             fields.extend(step.fields.iter().map(|f| (f, Results::step_path(k, f))));
             let name = format!("step {k}");
-            spatial_collection(&mut s, results, &h5, &name, Some(step.time), &fields, "      ");
+            grid(&mut s, results, &h5, &name, Some(step.time), &fields, "      ");
         }
         s.push_str("    </Grid>\n");
     }
@@ -57,8 +57,10 @@ pub(super) fn xdmf_text(results: &Results<'_>, h5_name: &str) -> String {
     s
 }
 
-/// One spatial collection: a uniform grid per written block.
-fn spatial_collection(
+/// One uniform grid holding every written cell: the block's own topology when one block is
+/// written, else a `Mixed` topology of all of them in block order (the order of the cell
+/// fields), so that every attribute refers to its whole dataset.
+fn grid(
     s: &mut String,
     results: &Results<'_>,
     h5: &str,
@@ -68,92 +70,118 @@ fn spatial_collection(
     ind: &str,
 ) {
     let mesh = results.mesh;
-    let _ = writeln!(
-        s,
-        "{ind}<Grid Name=\"{name}\" GridType=\"Collection\" CollectionType=\"Spatial\">"
-    );
-    let time_tag = time.map(|t| format!("<Time Value=\"{}\"/>", fmt_f64(t)));
-    if let Some(t) = &time_tag {
-        let _ = writeln!(s, "{ind}  {t}");
+    let blocks = results.written_blocks();
+    let _ = writeln!(s, "{ind}<Grid Name=\"{name}\" GridType=\"Uniform\">");
+    if let Some(t) = time {
+        let _ = writeln!(s, "{ind}  <Time Value=\"{}\"/>", fmt_f64(t));
     }
     let n_nodes = mesh.n_nodes();
     let n_cells = results.n_cells;
-    for (b, offset) in results.written_blocks() {
-        let blk = &mesh.blocks[b];
-        let bname = block_name(mesh, b);
-        let rows = blk.len();
-        let k = blk.cell_type.n_nodes();
-        let (topo_type, npe) = xdmf_topology(blk.cell_type);
-        let _ = writeln!(s, "{ind}  <Grid Name=\"{bname}\" GridType=\"Uniform\">");
-        if let Some(t) = &time_tag {
-            let _ = writeln!(s, "{ind}    {t}");
-        }
-        let npe = npe.map(|n| format!(" NodesPerElement=\"{n}\"")).unwrap_or_default();
-        let _ = writeln!(
-            s,
-            "{ind}    <Topology TopologyType=\"{topo_type}\" NumberOfElements=\"{rows}\"{npe}>"
-        );
-        let _ = writeln!(
-            s,
-            "{ind}      <DataItem Dimensions=\"{rows} {k}\" NumberType=\"Int\" Precision=\"8\" \
-             Format=\"HDF\">{h5}:/mesh/topology/{bname}</DataItem>"
-        );
-        let _ = writeln!(s, "{ind}    </Topology>");
-        let _ = writeln!(s, "{ind}    <Geometry GeometryType=\"XYZ\">");
-        let _ = writeln!(
-            s,
-            "{ind}      <DataItem Dimensions=\"{n_nodes} 3\" NumberType=\"Float\" Precision=\"8\" \
-             Format=\"HDF\">{h5}:/mesh/coordinates</DataItem>"
-        );
-        let _ = writeln!(s, "{ind}    </Geometry>");
-        for (f, path) in fields {
-            let c = f.values.n_components();
-            let attr_type = match c {
-                1 => "Scalar",
-                3 => "Vector",
-                _ => "Tensor",
-            };
-            let (center, total) = match f.centering {
-                Centering::Node => ("Node", n_nodes),
-                Centering::Cell => ("Cell", n_cells),
-            };
-            let dims = |n: usize| if c == 1 { format!("{n}") } else { format!("{n} {c}") };
+    match blocks.as_slice() {
+        [] => {
+            // No cells: the nodes alone.
             let _ = writeln!(
                 s,
-                "{ind}    <Attribute Name=\"{}\" AttributeType=\"{attr_type}\" Center=\"{center}\">",
-                xml_escape(&f.name)
+                "{ind}  <Topology TopologyType=\"Polyvertex\" NumberOfElements=\"0\" NodesPerElement=\"1\"/>"
             );
-            let heavy = format!(
-                "<DataItem Dimensions=\"{}\" NumberType=\"Float\" Precision=\"8\" \
-                 Format=\"HDF\">{h5}:{path}</DataItem>",
-                dims(total)
-            );
-            if f.centering == Centering::Node || (offset == 0 && rows == total) {
-                let _ = writeln!(s, "{ind}      {heavy}");
-            } else {
-                // Rows [offset, offset + rows) of the concatenated cell field.
-                let (rank, sel) = if c == 1 {
-                    (1, format!("{offset} 1 {rows}"))
-                } else {
-                    (2, format!("{offset} 0 1 1 {rows} {c}"))
-                };
-                let _ = writeln!(
-                    s,
-                    "{ind}      <DataItem ItemType=\"HyperSlab\" Dimensions=\"{}\" Type=\"HyperSlab\">",
-                    dims(rows)
-                );
-                let _ = writeln!(
-                    s,
-                    "{ind}        <DataItem Dimensions=\"3 {rank}\" NumberType=\"Int\" Format=\"XML\">{sel}</DataItem>"
-                );
-                let _ = writeln!(s, "{ind}        {heavy}");
-                let _ = writeln!(s, "{ind}      </DataItem>");
-            }
-            let _ = writeln!(s, "{ind}    </Attribute>");
         }
-        let _ = writeln!(s, "{ind}  </Grid>");
+        [(b, _)] => {
+            let blk = &mesh.blocks[*b];
+            let bname = block_name(mesh, *b);
+            let (topo_type, npe) = xdmf_topology(blk.cell_type);
+            let npe = npe.map(|n| format!(" NodesPerElement=\"{n}\"")).unwrap_or_default();
+            let (rows, k) = (blk.len(), blk.cell_type.n_nodes());
+            let _ = writeln!(
+                s,
+                "{ind}  <Topology TopologyType=\"{topo_type}\" NumberOfElements=\"{rows}\"{npe}>"
+            );
+            let _ = writeln!(
+                s,
+                "{ind}    <DataItem Dimensions=\"{rows} {k}\" NumberType=\"Int\" Precision=\"8\" \
+                 Format=\"HDF\">{h5}:/mesh/topology/{bname}</DataItem>"
+            );
+            let _ = writeln!(s, "{ind}  </Topology>");
+        }
+        _ => {
+            let len = mixed_len(results);
+            let _ = writeln!(
+                s,
+                "{ind}  <Topology TopologyType=\"Mixed\" NumberOfElements=\"{n_cells}\">"
+            );
+            let _ = writeln!(
+                s,
+                "{ind}    <DataItem Dimensions=\"{len}\" NumberType=\"Int\" Precision=\"8\" \
+                 Format=\"HDF\">{h5}:/mesh/topology/{MIXED}</DataItem>"
+            );
+            let _ = writeln!(s, "{ind}  </Topology>");
+        }
+    }
+    let _ = writeln!(s, "{ind}  <Geometry GeometryType=\"XYZ\">");
+    let _ = writeln!(
+        s,
+        "{ind}    <DataItem Dimensions=\"{n_nodes} 3\" NumberType=\"Float\" Precision=\"8\" \
+         Format=\"HDF\">{h5}:/mesh/coordinates</DataItem>"
+    );
+    let _ = writeln!(s, "{ind}  </Geometry>");
+    for (f, path) in fields {
+        let c = f.values.n_components();
+        let (center, total) = match f.centering {
+            Centering::Node => ("Node", n_nodes),
+            Centering::Cell => ("Cell", n_cells),
+        };
+        let dims = if c == 1 { format!("{total}") } else { format!("{total} {c}") };
+        let _ = writeln!(
+            s,
+            "{ind}  <Attribute Name=\"{}\" AttributeType=\"{}\" Center=\"{center}\">",
+            xml_escape(&f.name),
+            f.values.xdmf_type()
+        );
+        let _ = writeln!(
+            s,
+            "{ind}    <DataItem Dimensions=\"{dims}\" NumberType=\"Float\" Precision=\"8\" \
+             Format=\"HDF\">{h5}:{path}</DataItem>"
+        );
+        let _ = writeln!(s, "{ind}  </Attribute>");
     }
     let _ = writeln!(s, "{ind}</Grid>");
+}
+
+/// Link name of the mixed topology under `/mesh/topology` (block names start with a digit).
+pub(super) const MIXED: &str = "mixed";
+
+/// The XDMF number of a cell type in a `Mixed` topology, and the node count that follows it
+/// for the types whose node count is not fixed (poly-vertex, poly-line).
+pub(super) fn mixed_code(cell_type: gradfem_mesh::CellType) -> (i64, Option<i64>) {
+    use gradfem_mesh::CellType::*;
+    match cell_type {
+        Point1 => (0x1, Some(1)),
+        Line2 => (0x2, Some(2)),
+        Line3 => (0x22, None),
+        Tri3 => (0x4, None),
+        Tri6 => (0x24, None),
+        Quad4 => (0x5, None),
+        Quad8 => (0x25, None),
+        Quad9 => (0x23, None),
+        Tet4 => (0x6, None),
+        Tet10 => (0x26, None),
+        Hex8 => (0x9, None),
+        Hex20 => (0x30, None),
+        Hex27 => (0x32, None),
+        Prism6 => (0x8, None),
+    }
+}
+
+/// Length of the mixed topology array of the written blocks.
+fn mixed_len(results: &Results<'_>) -> usize {
+    results
+        .written_blocks()
+        .iter()
+        .map(|&(b, _)| {
+            let blk = &results.mesh.blocks[b];
+            let per = 1 + mixed_code(blk.cell_type).1.map_or(0, |_| 1) + blk.cell_type.n_nodes();
+            per * blk.len()
+        })
+        .sum()
 }
 
 #[cfg(test)]

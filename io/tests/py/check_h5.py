@@ -25,6 +25,14 @@ def main(path, n_nodes):
     sel = text(f.attrs["cell_selection"])
     assert sel in ("all", "top_dimension"), sel
 
+    # Every dataset carries a string attribute `units`.
+    def check_units(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            assert "units" in obj.attrs, "dataset %s has no units" % name
+            text(obj.attrs["units"])
+    f.visititems(check_units)
+    assert text(f["/mesh/coordinates"].attrs["units"]) != ""
+
     xyz = f["/mesh/coordinates"][:]
     assert xyz.dtype == np.float64 and xyz.shape == (n_nodes, 3), (xyz.dtype, xyz.shape)
     tags = f["/mesh/node_tags"][:]
@@ -50,6 +58,27 @@ def main(path, n_nodes):
             assert topo.dtype == np.int64 and topo.shape == conn.shape
             check_vtk_order(ct, conn.astype(np.int64), topo, xyz)
 
+    # With several written blocks, one XDMF Mixed topology holds them all, in block order:
+    # per cell its XDMF type number (and a node count for poly-vertices / poly-lines), then
+    # its nodes as in the block's own topology.
+    mixed_codes = {"point1": [1, 1], "line2": [2, 2], "line3": [0x22], "tri3": [0x4],
+                   "tri6": [0x24], "quad4": [0x5], "quad8": [0x25], "quad9": [0x23],
+                   "tet4": [0x6], "tet10": [0x26], "hex8": [0x9], "hex20": [0x30],
+                   "hex27": [0x32], "prism6": [0x8]}
+    written = sorted((int(blocks[n].attrs["index"]), n) for n in f["/mesh/topology"]
+                     if n != "mixed")
+    if len(written) > 1:
+        expected = []
+        for _, name in written:
+            code = mixed_codes[text(blocks[name].attrs["cell_type"])]
+            for row in f["/mesh/topology/" + name][:]:
+                expected.extend(code)
+                expected.extend(int(v) for v in row)
+        mixed = f["/mesh/topology/mixed"][:]
+        assert mixed.dtype == np.int64 and list(mixed) == expected
+    else:
+        assert "mixed" not in f["/mesh/topology"]
+
     for name, g in f["/mesh/groups"].items():
         assert g["block"].shape == g["index"].shape
         assert int(g.attrs["dim"]) in (0, 1, 2, 3)
@@ -61,8 +90,9 @@ def main(path, n_nodes):
             centering = text(d.attrs["centering"])
             kind = text(d.attrs["kind"])
             n = n_nodes if centering == "node" else n_cells
-            shape = {"scalar": (n,), "vector": (n, 3), "tensor": (n, 9)}[kind]
+            shape = {"scalar": (n,), "vector": (n, 3), "tensor": (n, 9), "tensor6": (n, 6)}[kind]
             assert d.shape == shape and d.dtype == np.float64, (name, d.shape, shape)
+            assert text(d.attrs["units"]) != "", "field %s has an empty unit" % name
 
     check_fields(f["/static"])
     steps = f["/steps"]

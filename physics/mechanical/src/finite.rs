@@ -1725,7 +1725,17 @@ impl FiniteStrainModel {
     /// Deformation gradient and first Piola–Kirchhoff stress (row-major 3×3) at every quadrature
     /// point of the volume elements (element by element, in table order).
     pub fn stresses(&self, u: &[f64], load: f64) -> Result<Vec<PointStress>, FiniteStrainError> {
-        let per: Vec<Vec<PointStress>> = (0..self.n_volume)
+        Ok(self.element_stresses(u, load)?.into_iter().flatten().collect())
+    }
+
+    /// [`stresses`](Self::stresses) grouped by volume element: one list of quadrature points
+    /// per element.
+    pub fn element_stresses(
+        &self,
+        u: &[f64],
+        load: f64,
+    ) -> Result<Vec<Vec<PointStress>>, FiniteStrainError> {
+        (0..self.n_volume)
             .into_par_iter()
             .map(|e| {
                 let law = self.element_law(e);
@@ -1748,9 +1758,63 @@ impl FiniteStrainModel {
                     })
                     .collect()
             })
-            .collect::<Result<_, _>>()?;
-        Ok(per.into_iter().flatten().collect())
+            .collect()
     }
+}
+
+/// What a results file shows of one quadrature point of a finite-strain solution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PointOutput {
+    /// Cauchy (true) stress σ = J⁻¹ P Fᵀ in Voigt order `[xx, yy, zz, yz, xz, xy]` (Pa).
+    pub cauchy: [f64; 6],
+    /// Volume ratio J = det F.
+    pub j: f64,
+    /// Principal stretches λ₁ ≥ λ₂ ≥ λ₃: the square roots of the eigenvalues of C = FᵀF.
+    pub stretches: [f64; 3],
+}
+
+impl PointOutput {
+    /// The outputs of a point with deformation gradient `F` and first Piola–Kirchhoff stress
+    /// `P` (row-major 3×3).
+    pub fn of(F: &Mat3<f64>, P: &Mat3<f64>) -> Self {
+        let j = det(F);
+        let mut sigma = [[0.0; 3]; 3];
+        for (i, row) in sigma.iter_mut().enumerate() {
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = (0..3).map(|m| P[i][m] * F[k][m]).sum::<f64>() / j;
+            }
+        }
+        // σ is symmetric for an objective law; its symmetric part removes round-off.
+        let sym = |a: usize, b: usize| 0.5 * (sigma[a][b] + sigma[b][a]);
+        let cauchy = [sigma[0][0], sigma[1][1], sigma[2][2], sym(1, 2), sym(0, 2), sym(0, 1)];
+        let c = right_cauchy_green(F);
+        let eig = symmetric_eigenvalues([c[0][0], c[1][1], c[2][2], c[1][2], c[0][2], c[0][1]]);
+        PointOutput { cauchy, j, stretches: eig.map(|l| l.max(0.0).sqrt()) }
+    }
+}
+
+/// The eigenvalues of a symmetric 3×3 matrix given in Voigt order `[xx, yy, zz, yz, xz, xy]`,
+/// largest first, by the trigonometric solution of the characteristic cubic (Smith 1961).
+pub fn symmetric_eigenvalues(a: [f64; 6]) -> [f64; 3] {
+    let [xx, yy, zz, yz, xz, xy] = a;
+    let off = xy * xy + xz * xz + yz * yz;
+    let scale = xx.abs().max(yy.abs()).max(zz.abs()).max(off.sqrt());
+    if off <= (f64::EPSILON * scale).powi(2) {
+        let mut d = [xx, yy, zz];
+        d.sort_by(|p, q| q.total_cmp(p));
+        return d;
+    }
+    let q = (xx + yy + zz) / 3.0;
+    let (b0, b1, b2) = (xx - q, yy - q, zz - q);
+    let p = ((b0 * b0 + b1 * b1 + b2 * b2 + 2.0 * off) / 6.0).sqrt();
+    // det((A − qI)/p) / 2, clamped against round-off to the cosine's range.
+    let det_b = b0 * (b1 * b2 - yz * yz) - xy * (xy * b2 - yz * xz) + xz * (xy * yz - b1 * xz);
+    let r = (det_b / (2.0 * p * p * p)).clamp(-1.0, 1.0);
+    let phi = r.acos() / 3.0;
+    let l1 = q + 2.0 * p * phi.cos();
+    let l3 = q + 2.0 * p * (phi + 2.0 * std::f64::consts::FRAC_PI_3).cos();
+    let l2 = 3.0 * q - l1 - l3;
+    [l1, l2, l3]
 }
 
 /// `F = I + ∇u` from a full-dof vector.
@@ -1785,6 +1849,70 @@ impl gradfem_kernel::DescribeDof for FiniteStrainModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn symmetric_eigenvalues_match_a_rotated_diagonal() {
+        // R diag(5, 2, −1) Rᵀ with R a rotation about (1, 2, 2)/3 by 0.7 rad.
+        let (c, s) = (0.7f64.cos(), 0.7f64.sin());
+        let n = [1.0 / 3.0, 2.0 / 3.0, 2.0 / 3.0];
+        let mut r = [[0.0; 3]; 3];
+        for i in 0..3 {
+            for k in 0..3 {
+                let cross = match (i, k) {
+                    (0, 1) => -n[2],
+                    (0, 2) => n[1],
+                    (1, 0) => n[2],
+                    (1, 2) => -n[0],
+                    (2, 0) => -n[1],
+                    (2, 1) => n[0],
+                    _ => 0.0,
+                };
+                r[i][k] = if i == k { c } else { 0.0 } + s * cross + (1.0 - c) * n[i] * n[k];
+            }
+        }
+        let d = [5.0, 2.0, -1.0];
+        let a = |i: usize, k: usize| (0..3).map(|m| r[i][m] * d[m] * r[k][m]).sum::<f64>();
+        let e = symmetric_eigenvalues([a(0, 0), a(1, 1), a(2, 2), a(1, 2), a(0, 2), a(0, 1)]);
+        for (x, y) in e.iter().zip(d) {
+            assert!((x - y).abs() < 1e-13 * 5.0, "{e:?}");
+        }
+        // Diagonal and repeated eigenvalues.
+        assert_eq!(symmetric_eigenvalues([1.0, 3.0, 2.0, 0.0, 0.0, 0.0]), [3.0, 2.0, 1.0]);
+        let e = symmetric_eigenvalues([2.0, 2.0, 2.0, 1e-3, 0.0, 0.0]);
+        assert!((e[0] - 2.001).abs() < 1e-12 && (e[2] - 1.999).abs() < 1e-12, "{e:?}");
+    }
+
+    #[test]
+    fn point_outputs_of_a_uniaxial_stretch() {
+        // F = diag(λ, μ, μ), P = diag(p, 0, 0): σ_xx = p λ / J, J = λ μ², stretches (λ, μ, μ).
+        let (l, m, p) = (1.5, 0.9, 2.0e6);
+        let f = [[l, 0.0, 0.0], [0.0, m, 0.0], [0.0, 0.0, m]];
+        let pk = [[p, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]];
+        let o = PointOutput::of(&f, &pk);
+        let j = l * m * m;
+        assert!((o.j - j).abs() < 1e-15);
+        assert!((o.cauchy[0] - p * l / j).abs() < 1e-9 * p);
+        assert!(o.cauchy[1..].iter().all(|v| v.abs() < 1e-9));
+        for (x, y) in o.stretches.iter().zip([l, m, m]) {
+            assert!((x - y).abs() < 1e-14, "{:?}", o.stretches);
+        }
+        // A rigid rotation of a stretched state: J and stretches unchanged, σ rotated.
+        let (c, s) = (0.6, 0.8);
+        let q = [[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]];
+        let mul = |a: &Mat3<f64>, b: &Mat3<f64>| {
+            std::array::from_fn(|i| {
+                std::array::from_fn(|k| (0..3).map(|m| a[i][m] * b[m][k]).sum())
+            })
+        };
+        let o2 = PointOutput::of(&mul(&q, &f), &mul(&q, &pk));
+        assert!((o2.j - j).abs() < 1e-14);
+        for (x, y) in o2.stretches.iter().zip([l, m, m]) {
+            assert!((x - y).abs() < 1e-13, "{:?}", o2.stretches);
+        }
+        let sxx = p * l / j;
+        assert!((o2.cauchy[0] - c * c * sxx).abs() < 1e-9 * p, "{:?}", o2.cauchy);
+        assert!((o2.cauchy[5] - s * c * sxx).abs() < 1e-9 * p, "{:?}", o2.cauchy);
+    }
 
     #[test]
     fn law_parameters_round_trip_and_scaling() {

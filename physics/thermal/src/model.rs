@@ -210,7 +210,8 @@ pub struct ParameterVjp {
 }
 
 /// Where the heat goes, in watts, at a temperature field: the balance
-/// generated + flux_in = convection_out + fixed_out holds to solver tolerance at a solution.
+/// generated + flux_in = convection_out + fixed_out + stored holds to solver tolerance at a
+/// solution (`stored` is zero in a steady state).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct HeatBalance {
     /// ∫ Q dΩ over the volume elements (region sources and any external source) [W].
@@ -225,6 +226,10 @@ pub struct HeatBalance {
     /// Heat leaving through the fixed temperatures: the reaction −Σ_fixed nodes R_a [W].
     #[serde(rename = "fixed_out_W")]
     pub fixed_out_w: f64,
+    /// Transient runs: the rate at which the body stores heat, ∫ ρc ∂T/∂t dΩ with the time
+    /// scheme's own difference quotient (zero in a steady state) [W].
+    #[serde(rename = "stored_W")]
+    pub stored_w: f64,
     /// Per boundary condition (in the order given): heat leaving through it [W] (negative for
     /// heat entering).
     #[serde(rename = "per_boundary_W")]
@@ -232,11 +237,24 @@ pub struct HeatBalance {
 }
 
 impl HeatBalance {
-    /// (in − out) / max(|in|, |out|): zero at a converged solution.
+    /// (in − out − stored) relative to the largest of the inflow, the outflow and the single
+    /// terms (a cooling body has no inflow, and its outflow and stored heat cancel): zero at a
+    /// converged solution.
     pub fn relative_imbalance(&self) -> f64 {
         let inflow = self.generated_w + self.flux_in_w;
-        let outflow = self.convection_out_w + self.fixed_out_w;
-        (inflow - outflow) / inflow.abs().max(outflow.abs()).max(f64::MIN_POSITIVE)
+        let outflow = self.convection_out_w + self.fixed_out_w + self.stored_w;
+        let scale = [
+            inflow,
+            outflow,
+            self.generated_w,
+            self.flux_in_w,
+            self.convection_out_w,
+            self.fixed_out_w,
+            self.stored_w,
+        ]
+        .iter()
+        .fold(f64::MIN_POSITIVE, |m, v| m.max(v.abs()));
+        (inflow - outflow) / scale
     }
 }
 
@@ -773,6 +791,64 @@ impl ThermalModel {
                 }
             };
             balance.per_boundary_w.push((bc.name.clone(), out));
+        }
+        balance
+    }
+
+    /// The heat balance of one time step of a θ-weighted scheme: the rates of
+    /// [`ThermalModel::heat_balance`] weighted θ at `t_new` and 1 − θ at `t_old` (the steady
+    /// residual the step balanced), and the stored heat `M ṫ` of the step's rate `rate`
+    /// (nodal, the scheme's difference quotient; the mass matrix of heat capacities `rho_c`
+    /// per volume element, lumped or consistent). The heat that the mass rows of fixed nodes
+    /// store is part of what those nodes supply, so it is taken off their reaction; then
+    /// generated + flux_in = convection_out + fixed_out + stored holds as exactly as the step
+    /// was solved.
+    pub fn transient_heat_balance(
+        &self,
+        t_new: &[f64],
+        t_old: &[f64],
+        theta: f64,
+        rate: &[f64],
+        rho_c: &[f64],
+        lumped: bool,
+    ) -> HeatBalance {
+        let mut balance = self.heat_balance(t_new);
+        if theta < 1.0 {
+            let old = self.heat_balance(t_old);
+            let mix = |a: f64, b: f64| theta * a + (1.0 - theta) * b;
+            balance.generated_w = mix(balance.generated_w, old.generated_w);
+            balance.flux_in_w = mix(balance.flux_in_w, old.flux_in_w);
+            balance.convection_out_w = mix(balance.convection_out_w, old.convection_out_w);
+            balance.fixed_out_w = mix(balance.fixed_out_w, old.fixed_out_w);
+            for (b, (_, w)) in balance.per_boundary_w.iter_mut().enumerate() {
+                *w = mix(*w, old.per_boundary_w[b].1);
+            }
+        }
+        let owner = self.fixed_owner();
+        // Fixed temperatures do not change in time: their rate is zero, not rounding.
+        let rate: Vec<f64> =
+            rate.iter().zip(&owner).map(|(&r, o)| if o.is_some() { 0.0 } else { r }).collect();
+        let mut stored = vec![0.0; self.n_nodes()];
+        self.scatter_chunked(&mut stored, 1, |e, local| {
+            if e >= self.n_volume {
+                return;
+            }
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let mut me = [0.0; MAX_NODES * MAX_NODES];
+            self.element_mass_into(e, rho_c[e], lumped, &mut me[..nn * nn]);
+            for a in 0..nn {
+                local[a] = (0..nn).map(|b| me[a * nn + b] * rate[nodes[b]]).sum();
+            }
+        });
+        balance.stored_w = stored.iter().sum();
+        for (b, bc) in self.boundaries.iter().enumerate() {
+            if let BcKind::Temperature { .. } = bc.kind {
+                let held: f64 =
+                    (0..owner.len()).filter(|&n| owner[n] == Some(b)).map(|n| stored[n]).sum();
+                balance.fixed_out_w -= held;
+                balance.per_boundary_w[b].1 -= held;
+            }
         }
         balance
     }
