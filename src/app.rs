@@ -1054,6 +1054,41 @@ fn build_mechanical(
     let mut regions = Vec::new();
     for m in &spec.materials {
         file.check_group(mesh, &m.group, "[[mechanical.material]]")?;
+        let line = file.line_of(&m.group);
+        let bad = |key: &str, v: f64, why: &str| {
+            Err(invalid(
+                file,
+                &format!("line {line}: `{key}` = {v}: {why} (material on '{}')", m.group.get_ref()),
+            ))
+        };
+        let values = [("young", m.young), ("poisson", m.poisson), ("alpha", m.alpha)];
+        if let Some((key, v)) = values
+            .iter()
+            .chain(&[("t_ref", m.t_ref.unwrap_or(293.15))])
+            .find(|(_, v)| !v.is_finite())
+        {
+            return bad(key, *v, "must be a finite number");
+        }
+        if m.body_force.iter().any(|v| !v.is_finite()) {
+            return Err(invalid(file, &format!("line {line}: `body_force` must be finite")));
+        }
+        if m.young <= 0.0 {
+            return bad("young", m.young, "Young's modulus must be positive");
+        }
+        if !(m.poisson > -1.0 && m.poisson < 0.5) {
+            return bad(
+                "poisson",
+                m.poisson,
+                "Poisson's ratio must lie in (−1, 0.5); 0.5 is incompressible, which linear elements cannot represent",
+            );
+        }
+        if m.t_ref.is_some_and(|t| t <= 0.0) {
+            return bad(
+                "t_ref",
+                m.t_ref.unwrap_or_default(),
+                "a temperature in kelvin must be above 0 K",
+            );
+        }
         regions.push(gradfem_mechanical::RegionSpec {
             group: m.group.get_ref().clone(),
             young: m.young,
@@ -1218,7 +1253,30 @@ pub fn objective_terms(
     let mut terms = Vec::new();
     let mut terminal_terms = Vec::new();
     let mut mechanical = Vec::new();
-    for o in specs {
+    for (index, o) in specs.iter().enumerate() {
+        // Where the entry is: its group's line, else its position among the entries.
+        let at = || match &o.group {
+            Some(g) => format!("line {}: {context} '{}'", file.line_of(g), o.kind),
+            None => format!("{context} entry {} ('{}')", index + 1, o.kind),
+        };
+        let exponent = |default: f64| -> Result<f64, AppError> {
+            let p = o.p.unwrap_or(default);
+            if p.is_finite() && p >= 1.0 {
+                Ok(p)
+            } else {
+                Err(invalid(
+                    file,
+                    &format!(
+                        "{}: p = {p}: the p-norm's exponent must be a finite number ≥ 1 (p < 1 \
+                         is no maximum: p = 1 is the mean; larger p is sharper)",
+                        at()
+                    ),
+                ))
+            }
+        };
+        if !o.weight.is_finite() {
+            return Err(invalid(file, &format!("{}: weight = {} must be finite", at(), o.weight)));
+        }
         let group = |ctx: &str| -> Result<String, AppError> {
             match &o.group {
                 Some(g) => {
@@ -1235,11 +1293,21 @@ pub fn objective_terms(
                 })?,
             },
             "average" => ObjectiveKind::Average { group: group(context)? },
-            "max" => ObjectiveKind::Max { group: group(context)?, p: o.p.unwrap_or(8.0) },
-            "peak" => ObjectiveKind::Peak {
-                group: group(context)?,
-                rho: o.rho.unwrap_or(gradfem_thermal::objective::DEFAULT_PEAK_RHO),
-            },
+            "max" => ObjectiveKind::Max { group: group(context)?, p: exponent(8.0)? },
+            "peak" => {
+                let rho = o.rho.unwrap_or(gradfem_thermal::objective::DEFAULT_PEAK_RHO);
+                if !(rho.is_finite() && rho > 0.0) {
+                    return Err(invalid(
+                        file,
+                        &format!(
+                            "{}: rho = {rho}: the sharpness of the peak aggregate must be a \
+                             positive number (1/K)",
+                            at()
+                        ),
+                    ));
+                }
+                ObjectiveKind::Peak { group: group(context)?, rho }
+            }
             "integral_square" => ObjectiveKind::IntegralSquare { group: group(context)? },
             "nodal_sum_squares" => ObjectiveKind::NodalSumSquares,
             "displacement" | "average_displacement" | "compliance" | "von_mises" => {
@@ -1265,7 +1333,7 @@ pub fn objective_terms(
                     "compliance" => MechObjectiveKind::Compliance,
                     _ => MechObjectiveKind::VonMisesPNorm {
                         group: group(context)?,
-                        p: o.p.unwrap_or(8.0),
+                        p: exponent(8.0)?,
                     },
                 };
                 mechanical.push(MechObjectiveTerm { weight: o.weight, kind });
@@ -1339,6 +1407,23 @@ fn build_thermal(
             }
             for m in &thermal.materials {
                 file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
+                let line = file.line_of(&m.group);
+                if !(m.k.is_finite() && m.k > 0.0) {
+                    return Err(invalid(
+                        file,
+                        &format!(
+                            "line {line}: `k` = {}: the conductivity must be a positive number (material on '{}')",
+                            m.k,
+                            m.group.get_ref()
+                        ),
+                    ));
+                }
+                if !m.source.is_finite() {
+                    return Err(invalid(
+                        file,
+                        &format!("line {line}: `source` = {} must be a finite number", m.source),
+                    ));
+                }
                 regions.push(RegionSpec {
                     group: m.group.get_ref().clone(),
                     k0: m.k,

@@ -124,6 +124,81 @@ fn volumetric(file: &ProblemFile, v: &Option<String>) -> Result<Volumetric, Prob
     })
 }
 
+/// The admissible ranges of a material's constants, checked before any solve: moduli
+/// positive (κ > 0: κ = 0 leaves the volume free, κ < 0 makes the solid unstable), the initial
+/// shear modulus Σ μ_p (Ogden), μ (Neo-Hookean) or 2(C₁₀ + C₀₁) (Mooney–Rivlin) positive,
+/// Young's modulus positive and −1 < ν < 0.5, every value finite, T_ref above 0 K.
+fn check_constants(
+    file: &ProblemFile,
+    line: usize,
+    m: &HyperMaterialSpec,
+) -> Result<(), ProblemError> {
+    let bad = |key: &str, value: String, why: &str| {
+        Err(invalid(
+            file,
+            format!("line {line}: `{key}` = {value}: {why} (material on '{}')", m.group.get_ref()),
+        ))
+    };
+    let mut values: Vec<(&str, f64)> = Vec::new();
+    for (key, v) in [("mu", &m.mu), ("alpha", &m.alpha)] {
+        values.extend(v.iter().flatten().map(|x| (key, *x)));
+    }
+    for (key, v) in [
+        ("kappa", m.kappa),
+        ("c10", m.c10),
+        ("c01", m.c01),
+        ("young", m.young),
+        ("poisson", m.poisson),
+        ("thermal_expansion", m.thermal_expansion),
+        ("t_ref", m.t_ref),
+    ] {
+        values.extend(v.map(|x| (key, x)));
+    }
+    values.extend(m.body_force.iter().map(|x| ("body_force", *x)));
+    if let Some((key, v)) = values.iter().find(|(_, v)| !v.is_finite()) {
+        return bad(key, v.to_string(), "must be a finite number");
+    }
+    if let Some(k) = m.kappa
+        && k <= 0.0
+    {
+        return bad(
+            "kappa",
+            k.to_string(),
+            "the bulk modulus must be positive (κ = 0 leaves the volume unconstrained, κ < 0 makes the solid unstable)",
+        );
+    }
+    if let Some(e) = m.young
+        && e <= 0.0
+    {
+        return bad("young", e.to_string(), "Young's modulus must be positive");
+    }
+    if let Some(nu) = m.poisson
+        && !(nu > -1.0 && nu < 0.5)
+    {
+        return bad("poisson", nu.to_string(), "Poisson's ratio must lie in (−1, 0.5)");
+    }
+    if let Some(t) = m.t_ref
+        && t <= 0.0
+    {
+        return bad("t_ref", t.to_string(), "a temperature in kelvin must be above 0 K");
+    }
+    let shear = match m.law.as_str() {
+        "ogden" | "neo_hookean" => m.mu.as_ref().map(|mu| ("mu", mu.iter().sum::<f64>())),
+        "mooney_rivlin" => m.c10.zip(m.c01).map(|(a, b)| ("c10 + c01", 2.0 * (a + b))),
+        _ => None,
+    };
+    if let Some((key, g)) = shear
+        && g <= 0.0
+    {
+        return bad(
+            key,
+            format!("{:?}", m.mu.as_deref().unwrap_or(&[g])),
+            "the initial shear modulus must be positive",
+        );
+    }
+    Ok(())
+}
+
 fn law(file: &ProblemFile, m: &HyperMaterialSpec) -> Result<HyperelasticLaw, ProblemError> {
     let line = file.line_of(&m.group);
     let need = |v: Option<f64>, key: &str| {
@@ -155,6 +230,7 @@ fn law(file: &ProblemFile, m: &HyperMaterialSpec) -> Result<HyperelasticLaw, Pro
     if let Some((k, _)) = keys.iter().find(|(k, given)| *given && !allowed.contains(k)) {
         return Err(invalid(file, format!("line {line}: a '{}' material takes no `{k}`", m.law)));
     }
+    check_constants(file, line, m)?;
     let vol = volumetric(file, &m.volumetric)?;
     Ok(match m.law.as_str() {
         "ogden" => {

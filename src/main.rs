@@ -25,6 +25,9 @@ struct Cli {
     /// Print only errors (no progress, no tables).
     #[arg(long, global = true)]
     quiet: bool,
+    /// Build a generated mesh even when its estimated memory exceeds the memory available.
+    #[arg(long, global = true)]
+    allow_large: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -182,17 +185,21 @@ fn spinner(quiet: bool, label: &str) -> Progress {
     Progress::spinner(ProgressMode::detect(quiet), label)
 }
 
+/// Whether `--allow-large` was given (set once, before any problem is read).
+static ALLOW_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, app::Problem)> {
     let pb = spinner(quiet, "setting up");
-    let file = ProblemFile::read(path)?;
+    let mut file = ProblemFile::read(path)?;
+    file.allow_large = ALLOW_LARGE.load(std::sync::atomic::Ordering::Relaxed);
     let problem = app::build_problem(&file)?;
     pb.finish();
     Ok((file, problem))
 }
 
-fn solve(problem: &mut app::Problem, quiet: bool) -> Result<()> {
+fn solve(problem: &mut app::Problem, file: &ProblemFile, quiet: bool) -> Result<()> {
     let pb = spinner(quiet, "solving");
-    problem.solve().context("forward solve")?;
+    problem.solve().with_context(|| format!("{}: forward solve", file.path.display()))?;
     pb.finish();
     Ok(())
 }
@@ -358,6 +365,38 @@ fn taylor_params(file: &ProblemFile) -> Result<TaylorParams> {
 }
 
 /// An error unless some parameter is registered.
+/// The mesh of a gmsh file, or of a gradfem results file (`.h5`/`.xdmf`, or any file that
+/// starts with the HDF5 signature): HDF5 is recognised by its first bytes, not taken for gmsh.
+fn read_mesh(path: &Path) -> Result<gradfem_mesh::Mesh> {
+    const HDF5_SIGNATURE: &[u8; 8] = b"\x89HDF\r\n\x1a\n";
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    let mut head = [0u8; 8];
+    let is_hdf5 = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+        .is_ok_and(|()| &head == HDF5_SIGNATURE);
+    if is_hdf5 || matches!(ext.as_deref(), Some("h5" | "xdmf")) {
+        let data = gradfem_io::h5::read_results(path).with_context(|| {
+            format!("{}: an HDF5 file is read as gradfem results, with their mesh", path.display())
+        })?;
+        return Ok(data.mesh);
+    }
+    Ok(gradfem_io::gmsh::read_msh(path)?)
+}
+
+/// A gradient, a Taylor test or an optimization of a problem file needs its `[[objective]]`:
+/// the default objective of `gradfem run` (the mean temperature, or the compliance) is not
+/// something to differentiate silently.
+fn need_objective(file: &ProblemFile, command: &str) -> Result<()> {
+    if file.spec.objectives.is_empty() {
+        bail!(
+            "{}: `gradfem {command}` needs an [[objective]]: the gradient of what? (e.g. \
+             [[objective]] kind = \"average\", group = \"...\"; see docs/problem-file.md)",
+            file.path.display()
+        );
+    }
+    Ok(())
+}
+
 fn need_parameters(problem: &app::Problem, file: &ProblemFile) -> Result<()> {
     if problem.registry().is_empty() {
         bail!(
@@ -506,11 +545,12 @@ fn print_correlation(c: &gradfem::identify::Correlation) {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
+    ALLOW_LARGE.store(cli.allow_large, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         None => run_default(quiet),
         Some(Command::Run { file, json, output }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
-            solve(&mut problem, quiet || json)?;
+            solve(&mut problem, &pf, quiet || json)?;
             let s = app::summary(&pf.spec.title, &problem)?;
             let dir = output_dir(&pf, output);
             let xdmf = app::write_results(&dir, &problem, None)?;
@@ -532,8 +572,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Gradient { file, json, output }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
+            need_objective(&pf, "gradient")?;
             let started = std::time::Instant::now();
-            solve(&mut problem, quiet || json)?;
+            solve(&mut problem, &pf, quiet || json)?;
             let forward_s = started.elapsed().as_secs_f64();
             let pb = spinner(quiet || json, "adjoint gradient");
             let started = std::time::Instant::now();
@@ -557,6 +598,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Optimize { file, json, output, watch, resume }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
+            need_objective(&pf, "optimize")?;
             let mut settings = gradfem::optimize::settings(&pf, &problem)?;
             settings.watch = watch;
             let dir = output_dir(&pf, output);
@@ -575,7 +617,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::CheckGradient { file, json, per_parameter }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
-            solve(&mut problem, quiet || json)?;
+            need_objective(&pf, "check-gradient")?;
+            solve(&mut problem, &pf, quiet || json)?;
             let params = taylor_params(&pf)?;
             let result = taylor(&mut problem, &pf, quiet || json)?;
             let direction = problem.taylor_direction_report(&params);
@@ -622,7 +665,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let ansys = gradfem::ansys_import::AnsysFile::read(&file)?;
                 mesh_report::MeshReport::for_ansys(&file, &ansys)
             } else {
-                let mesh = gradfem_io::gmsh::read_msh(&file)?;
+                let mesh = read_mesh(&file)?;
                 mesh_report::MeshReport::new(&file, &mesh)
             };
             if json {
@@ -736,7 +779,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::MeshConvert { input, output }) => {
-            let mesh = gradfem_io::gmsh::read_msh(&input)?;
+            let mesh = read_mesh(&input)?;
             mesh_report::convert(&mesh, &output)?;
             if !quiet {
                 println!("wrote {}", output.with_extension("xdmf").display());
@@ -856,7 +899,7 @@ fn run_default(quiet: bool) -> Result<ExitCode> {
     )?;
     let mut problem = app::build_problem(&pf)?;
     let forward_started = std::time::Instant::now();
-    solve(&mut problem, quiet)?;
+    solve(&mut problem, &pf, quiet)?;
     let forward_s = forward_started.elapsed().as_secs_f64();
     let s = app::summary(&pf.spec.title, &problem)?;
     if !quiet {

@@ -123,6 +123,40 @@ pub fn metres_per(unit: &str) -> Option<f64> {
     })
 }
 
+/// A lower bound of the memory (bytes) a problem on a generated box needs: the mesh
+/// (coordinates, tags, connectivity) and, per unknown, one row of the assembled matrix
+/// (values and column indices over the cell type's neighbour stencil) twice — the matrix and
+/// its factor or preconditioner, which is at least as large. Factor fill, the AMG hierarchy
+/// and solution vectors come on top.
+pub fn box_memory_estimate(
+    nodes: usize,
+    cells: usize,
+    cell_type: gradfem_mesh::CellType,
+    unknowns_per_node: usize,
+) -> f64 {
+    use gradfem_mesh::CellType::*;
+    // Neighbours of an interior node in the structured box (its matrix row's node count).
+    let stencil = match cell_type {
+        Tet4 => 15.0,
+        Tet10 | Hex8 => 27.0,
+        Hex20 => 81.0,
+        _ => 125.0,
+    };
+    let (n, c, d) = (nodes as f64, cells as f64, unknowns_per_node as f64);
+    let mesh = n * (24.0 + 8.0) + c * (cell_type.n_nodes() as f64 * 8.0 + 8.0);
+    let matrix = n * d * stencil * d * (8.0 + 4.0);
+    mesh + 2.0 * matrix
+}
+
+/// The memory the operating system reports available (`MemAvailable` of `/proc/meminfo`), in
+/// bytes; `None` where it cannot be read.
+pub fn available_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
 /// A structured box mesh.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -733,9 +767,15 @@ fn bounding_diagonal(coords: &[[f64; 3]]) -> f64 {
 /// A parsed problem file with its source text, for error locations.
 #[derive(Clone, Debug)]
 pub struct ProblemFile {
+    /// Where the file was read from (relative paths in it resolve against its directory).
     pub path: PathBuf,
+    /// Its text, for line numbers.
     pub source: String,
+    /// The parsed tables.
     pub spec: ProblemSpec,
+    /// Build a generated mesh even when its estimated memory exceeds the machine's available
+    /// memory (`--allow-large`); false by default.
+    pub allow_large: bool,
 }
 
 /// 1-based line and column of a byte offset.
@@ -773,7 +813,7 @@ impl ProblemFile {
                 message: e.message().to_string(),
             }
         })?;
-        Ok(ProblemFile { path: path.to_path_buf(), source, spec })
+        Ok(ProblemFile { path: path.to_path_buf(), source, spec, allow_large: false })
     }
 
     /// The line of a spanned value.
@@ -917,18 +957,76 @@ impl ProblemFile {
                             b.cell
                         ))
                     })?;
-                if b.divisions.contains(&0) || b.lengths.iter().any(|&l| l.is_nan() || l <= 0.0) {
+                if b.divisions.contains(&0)
+                    || b.lengths.iter().any(|&l| !(l.is_finite() && l > 0.0))
+                {
                     return Err(self.invalid("mesh.box needs positive lengths and divisions"));
                 }
-                Ok(gradfem_mesh::generate::box_mesh(&gradfem_mesh::generate::BoxSpec {
+                let spec = gradfem_mesh::generate::BoxSpec {
                     origin: b.origin,
                     lengths: b.lengths,
                     divisions: b.divisions,
                     cell_type: ct,
-                }))
+                };
+                self.check_box_size(&spec)?;
+                Ok(gradfem_mesh::generate::box_mesh(&spec))
             }
             _ => Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`")),
         }
+    }
+
+    /// Refuse a generated box whose sizes overflow, or whose estimated memory
+    /// ([`box_memory_estimate`]) exceeds the memory the machine has available, unless
+    /// [`allow_large`](Self::allow_large) is set; before anything is allocated.
+    fn check_box_size(&self, spec: &gradfem_mesh::generate::BoxSpec) -> Result<(), ProblemError> {
+        let line = self.key_line("box").map_or(String::new(), |l| format!("line {l}: "));
+        let Some((nodes, cells)) = spec.size_bound() else {
+            return Err(self.invalid(format!(
+                "{line}[mesh] box divisions {:?} give more nodes or cells than this machine can \
+                 count (the product overflows a {}-bit integer)",
+                spec.divisions,
+                usize::BITS
+            )));
+        };
+        let dofs_per_node = self.unknowns_per_node();
+        let needed = box_memory_estimate(nodes, cells, spec.cell_type, dofs_per_node);
+        if self.allow_large {
+            return Ok(());
+        }
+        if let Some(available) = available_memory_bytes()
+            && needed > available as f64
+        {
+            return Err(self.invalid(format!(
+                "{line}[mesh] box divisions {:?} make about {nodes} nodes and {cells} cells; the \
+                 problem needs at least {:.1} GB ({dofs_per_node} unknowns per node), more than \
+                 the {:.1} GB this machine has available. Use fewer divisions, or run with \
+                 --allow-large to try anyway",
+                spec.divisions,
+                needed / 1e9,
+                available as f64 / 1e9
+            )));
+        }
+        Ok(())
+    }
+
+    /// The unknowns per node of the fields the file has: 1 for `[thermal]`, 1 for
+    /// `[electrical]`, 3 for `[mechanical]` or `[hyperelastic]` (at least 1).
+    fn unknowns_per_node(&self) -> usize {
+        let s = &self.spec;
+        let n = usize::from(s.thermal.is_some())
+            + usize::from(s.electrical.is_some())
+            + 3 * usize::from(s.mechanical.is_some() || s.hyperelastic.is_some());
+        n.max(1)
+    }
+
+    /// The 1-based line of the first top-level or table key `key` (`key =` at a line's start).
+    fn key_line(&self, key: &str) -> Option<usize> {
+        self.source
+            .lines()
+            .position(|l| {
+                l.trim_start().strip_prefix(key).is_some_and(|r| r.trim_start().starts_with('='))
+            })
+            .map(|i| i + 1)
     }
 
     /// Metres per mesh-file unit: `[mesh] unit` or `scale` (not both), else the file's own
@@ -1035,11 +1133,38 @@ impl ProblemFile {
                 self.invalid(format!("line {line}: a '{}' condition needs `{key}`", bc.kind))
             })
         };
+        // Admissible values: finite; temperatures in kelvin above 0 K; h ≥ 0.
+        let finite = |v: f64, key: &str| {
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(self.invalid(format!("line {line}: `{key}` = {v} must be a finite number")))
+            }
+        };
+        let kelvin = |v: f64, key: &str| {
+            let v = finite(v, key)?;
+            if v > 0.0 {
+                Ok(v)
+            } else {
+                Err(self.invalid(format!(
+                    "line {line}: `{key}` = {v}: temperatures are absolute, in kelvin, and must \
+                     be above 0 K (for °C add 273.15)"
+                )))
+            }
+        };
         let kind = match bc.kind.as_str() {
-            "temperature" => BcKind::Temperature { value: need(bc.value, "value")? },
-            "heat_flux" => BcKind::HeatFlux { q_in: need(bc.q_in, "q_in")? },
+            "temperature" => {
+                BcKind::Temperature { value: kelvin(need(bc.value, "value")?, "value")? }
+            }
+            "heat_flux" => BcKind::HeatFlux { q_in: finite(need(bc.q_in, "q_in")?, "q_in")? },
             "convection" => {
-                BcKind::Convection { h: need(bc.h, "h")?, t_inf: need(bc.t_inf, "t_inf")? }
+                let h = finite(need(bc.h, "h")?, "h")?;
+                if h < 0.0 {
+                    return Err(self.invalid(format!(
+                        "line {line}: `h` = {h}: a heat-transfer coefficient cannot be negative"
+                    )));
+                }
+                BcKind::Convection { h, t_inf: kelvin(need(bc.t_inf, "t_inf")?, "t_inf")? }
             }
             other => {
                 return Err(self.invalid(format!(

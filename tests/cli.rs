@@ -567,7 +567,8 @@ fn check_gradient_rejects_bad_taylor_settings() {
 fn check_gradient_without_parameters_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("none.toml");
-    std::fs::write(&path, PLAIN_BOX.to_string() + BC_XMIN).unwrap();
+    let objective = "\n[[objective]]\nkind = \"average\"\n";
+    std::fs::write(&path, PLAIN_BOX.to_string() + BC_XMIN + objective).unwrap();
     let stderr = fails_with_2(&gradfem_in(dir.path(), &["check-gradient", p(&path)]));
     assert!(stderr.contains("no parameters are registered"), "{stderr}");
     assert!(stderr.contains("none.toml"), "{stderr}");

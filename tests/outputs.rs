@@ -373,3 +373,26 @@ group = "beam"
         assert!(err.contains(&format!("{name}.toml")) && err.contains(expect), "{err}");
     }
 }
+
+#[test]
+fn mesh_info_reads_a_results_file_as_a_mesh() {
+    // HDF5 is recognised by its signature, not parsed as gmsh.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("held_bar.toml"), HELD_BAR).unwrap();
+    gradfem_in(dir.path(), &["--quiet", "run", "held_bar.toml"]);
+    let h5 = dir.path().join("results/held_bar/results.h5");
+    let out = gradfem_in(dir.path(), &["mesh-info", h5.to_str().unwrap(), "--json"]);
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let data = read_results(&h5).unwrap();
+    assert_eq!(info["nodes"].as_u64(), Some(data.mesh.n_nodes() as u64), "{info}");
+    assert_eq!(info["cells_by_type"]["hex8"].as_u64(), Some(5), "{info}");
+    // A file that is not HDF5 but named .h5 is an error naming it.
+    let bad = dir.path().join("bad.h5");
+    std::fs::write(&bad, "not hdf5").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["mesh-info", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.h5"));
+}

@@ -12,7 +12,8 @@
 //! temporary when the writer panics.
 //!
 //! The new file gets the default permissions of a newly created file (the process umask); the
-//! permissions of a replaced target are not carried over.
+//! permissions of a replaced target are not carried over. A temporary left by a killed writer
+//! (its process no longer runs) is removed by the next write of the same target.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -61,6 +62,7 @@ pub fn write_atomic(
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
     let tmp = temp_path(path)?;
+    remove_stale_temporaries(path);
     let file = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
     let mut guard = TempGuard { path: Some(tmp.clone()) };
     let mut out = BufWriter::with_capacity(1 << 20, file);
@@ -73,6 +75,33 @@ pub fn write_atomic(
     guard.path = None;
     sync_parent_dir(path);
     Ok(())
+}
+
+/// Remove the temporaries of `target` that a killed writer left behind: files
+/// `.<name>.tmp-<pid>-<n>` beside it whose process no longer runs (known where `/proc` lists
+/// the processes; elsewhere nothing is removed). Best effort: errors are ignored.
+fn remove_stale_temporaries(target: &Path) {
+    let (Some(name), Some(dir)) = (target.file_name(), target.parent()) else { return };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let proc_root = Path::new("/proc/self");
+    if !proc_root.exists() {
+        return;
+    }
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(rest) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let alive = Path::new("/proc").join(pid.to_string()).exists();
+        if !alive {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Write `bytes` to `path` atomically (see [`write_atomic`]).
@@ -96,6 +125,26 @@ fn sync_parent_dir(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_writers_temporary_is_removed_by_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("results.h5");
+        // A pid beyond the kernel's maximum is never alive; ours is.
+        let stale = dir.path().join(".results.h5.tmp-4294967295-0");
+        let live = dir.path().join(format!(".results.h5.tmp-{}-999", std::process::id()));
+        let other = dir.path().join(".other.h5.tmp-4294967295-0");
+        for p in [&stale, &live, &other] {
+            fs::write(p, b"partial").unwrap();
+        }
+        write_bytes_atomic(&target, b"new").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        if Path::new("/proc/self").exists() {
+            assert!(!stale.exists(), "the dead writer's temporary is gone");
+        }
+        assert!(live.exists(), "a running writer's temporary is kept");
+        assert!(other.exists(), "another target's temporary is kept");
+    }
 
     #[test]
     fn temp_name_is_hidden_and_in_the_same_directory() {

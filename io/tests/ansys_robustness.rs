@@ -94,3 +94,40 @@ fn errors_name_the_file_and_offset() {
     let e = gradfem_io::ansys::read_rst(Path::new("/nonexistent/a.rst")).unwrap_err();
     assert!(e.to_string().contains("/nonexistent/a.rst"));
 }
+
+/// An archive whose node block stops early (40 of the 321 nodes its header declares), or one
+/// of whose node lines is cut inside a field, is an error at the block's or the line's line,
+/// not a smaller mesh or a coordinate read as zero.
+#[test]
+fn a_truncated_node_block_is_an_error() {
+    let text = std::fs::read_to_string(data("HexBeam.cdb")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines.iter().position(|l| l.starts_with("NBLOCK")).unwrap();
+    // Lines: the NBLOCK header, the format, then 321 node records and the terminator.
+    let mut short: Vec<&str> = lines[..header + 2 + 40].to_vec();
+    short.extend(&lines[header + 2 + 321..]);
+    let e = read_cdb_bytes(Path::new("HexBeam.cdb"), short.join("\n").as_bytes()).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("HexBeam.cdb:{}:", header + 1)), "{msg}");
+    assert!(msg.contains("declares 321 nodes") && msg.contains("holds 40"), "{msg}");
+
+    // A node record with y and z (the longest lines), cut 7 characters into its last field.
+    let (k, full) = lines
+        .iter()
+        .enumerate()
+        .skip(header + 2)
+        .take(321)
+        .max_by_key(|(_, l)| l.trim_end().len())
+        .unwrap();
+    let mut cut: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    cut[k] = full.trim_end()[..full.trim_end().len() - 14].to_string();
+    let e = read_cdb_bytes(Path::new("HexBeam.cdb"), cut.join("\n").as_bytes()).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.starts_with(&format!("HexBeam.cdb:{}:", k + 1)), "{msg}");
+    assert!(msg.contains("cut"), "{msg}");
+    // The whole file still reads.
+    assert_eq!(
+        read_cdb_bytes(Path::new("HexBeam.cdb"), text.as_bytes()).unwrap().mesh.n_nodes(),
+        321
+    );
+}

@@ -41,6 +41,25 @@ pub struct BoxSpec {
 }
 
 impl BoxSpec {
+    /// The sizes of the mesh [`box_mesh`] makes, checked against overflow: `(nodes, cells)`,
+    /// `None` when a count does not fit a `usize`. The cell count is exact, so is the node
+    /// count of linear cells and Hex27; for Tet10 and Hex20 the node count is an upper bound
+    /// (that of Hex27: every mid-edge, mid-face and centre node).
+    pub fn size_bound(&self) -> Option<(usize, usize)> {
+        use CellType::*;
+        let [nx, ny, nz] = self.divisions;
+        let cubes = nx.checked_mul(ny)?.checked_mul(nz)?;
+        let (per_cube, order) = match self.cell_type {
+            Tet4 => (6, 1),
+            Tet10 => (6, 2),
+            Hex8 => (1, 1),
+            _ => (1, 2),
+        };
+        let points = |n: usize| n.checked_mul(order)?.checked_add(1);
+        let nodes = points(nx)?.checked_mul(points(ny)?)?.checked_mul(points(nz)?)?;
+        Some((nodes, cubes.checked_mul(per_cube)?))
+    }
+
     /// The unit cube `[0,1]³` with `n` divisions per side.
     pub fn unit_cube(n: usize, cell_type: CellType) -> Self {
         BoxSpec { origin: [0.0; 3], lengths: [1.0; 3], divisions: [n; 3], cell_type }
@@ -69,7 +88,8 @@ pub const BOX_SIDES: [&str; 6] = ["xmin", "xmax", "ymin", "ymax", "zmin", "zmax"
 /// A structured box mesh; see the module docs for numbering, groups and tags.
 ///
 /// # Panics
-/// If `spec.cell_type` is not a tet or hex type, or a division is 0 (caller's mistakes).
+/// If `spec.cell_type` is not a tet or hex type, a division is 0, or the sizes overflow
+/// ([`BoxSpec::size_bound`] is `None`): the caller's mistakes.
 pub fn box_mesh(spec: &BoxSpec) -> Mesh {
     use CellType::*;
     let linear = match spec.cell_type {
@@ -81,6 +101,12 @@ pub fn box_mesh(spec: &BoxSpec) -> Mesh {
     assert!(
         nx > 0 && ny > 0 && nz > 0,
         "box_mesh: divisions must be positive, got {:?}",
+        spec.divisions
+    );
+    assert!(
+        spec.size_bound().is_some(),
+        "box_mesh: divisions {:?} give more nodes or cells than a usize counts (check \
+         BoxSpec::size_bound first)",
         spec.divisions
     );
     let (sx, sy) = (nx + 1, (nx + 1) * (ny + 1));

@@ -492,6 +492,24 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                         format!("NBLOCK format {fmt_line:?} does not start with integers"),
                     ));
                 }
+                // `NBLOCK, fields, SOLID, largest number, count`: the count, where given.
+                let declared: Option<usize> = args
+                    .get(3)
+                    .and_then(|s| s.split('!').next())
+                    .and_then(|s| s.trim().parse().ok());
+                let start = i;
+                let mut read = 0usize;
+                // Trailing fields may be left out (blank means zero), but a line must end where
+                // a field ends: one that stops inside a field was cut.
+                let ends: Vec<usize> = fmt
+                    .iter()
+                    .flat_map(|f| std::iter::repeat_n(f.width, f.count))
+                    .scan(0, |at, w| {
+                        *at += w;
+                        Some(*at)
+                    })
+                    .collect();
+                let full = ends.last().copied().unwrap_or(0);
                 i += 2;
                 while i < lines.len() {
                     let l = lines[i];
@@ -502,6 +520,16 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                     {
                         break;
                     }
+                    let len = l.trim_end().len();
+                    if len < full && !ends.contains(&len) {
+                        return Err(syntax(
+                            i,
+                            format!(
+                                "node record of {len} characters ends inside a field (fields \
+                                 end at columns {ends:?}): the line was cut"
+                            ),
+                        ));
+                    }
                     split_fixed(l, &fmt, &mut ints, &mut reals).map_err(|m| syntax(i, m))?;
                     let num = ints[0];
                     if num <= 0 {
@@ -511,7 +539,19 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                     if !mb.add_node(num as u64, [c(0), c(1), c(2)]) {
                         return Err(syntax(i, format!("node {num} defined twice")));
                     }
+                    read += 1;
                     i += 1;
+                }
+                if let Some(n) = declared
+                    && n != read
+                {
+                    return Err(syntax(
+                        start,
+                        format!(
+                            "NBLOCK declares {n} nodes, but its block holds {read} (the file ends \
+                             or the block stops early)"
+                        ),
+                    ));
                 }
             }
             "EBLOCK" => {
