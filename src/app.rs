@@ -959,10 +959,10 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
-            AppError::Problem(ProblemError::Invalid {
-                file: file.path.clone(),
-                message: format!("line {}: {e}", file.line_of(name)),
-            })
+            AppError::Problem(ProblemError::invalid(
+                &file.path,
+                format!("line {}: {e}", file.line_of(name)),
+            ))
         })?;
     }
     for name in spec.parameters.bounds.keys() {
@@ -1552,7 +1552,7 @@ fn build_thermal(
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {
-    AppError::Problem(ProblemError::Invalid { file: file.path.clone(), message: message.into() })
+    AppError::Problem(ProblemError::invalid(&file.path, message))
 }
 
 /// The summary of a run, as printed by `gradfem run --json`.

@@ -107,7 +107,7 @@ pub struct HyperelasticRun {
 }
 
 fn invalid(file: &ProblemFile, message: String) -> ProblemError {
-    ProblemError::Invalid { file: file.path.clone(), message }
+    ProblemError::invalid(&file.path, message)
 }
 
 fn volumetric(file: &ProblemFile, v: &Option<String>) -> Result<Volumetric, ProblemError> {

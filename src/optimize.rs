@@ -134,9 +134,7 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         constraints: Vec::new(),
         design: Vec::new(),
     });
-    let invalid = |message: String| {
-        AppError::Problem(ProblemError::Invalid { file: file.path.clone(), message })
-    };
+    let invalid = |message: String| AppError::Problem(ProblemError::invalid(&file.path, message));
     for name in &spec.design {
         if !problem.registry().contains(name) {
             return Err(invalid(format!(

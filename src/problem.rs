@@ -73,10 +73,33 @@ pub enum ProblemError {
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}:{line}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
     UnknownGroup { file: PathBuf, line: usize, name: String, context: String, known: Vec<String> },
+    /// A value or a combination the set-up refuses, where no line applies.
     #[error("{file}: {message}")]
     Invalid { file: PathBuf, message: String },
+    /// A value the set-up refuses, at its line.
+    #[error("{file}:{line}: {message}")]
+    InvalidAt { file: PathBuf, line: usize, message: String },
     #[error("{file}: mesh: {message}")]
     Mesh { file: PathBuf, message: String },
+}
+
+impl ProblemError {
+    /// The error for a refused value of `file`: a message that starts with `line N: ` (the
+    /// form the set-up writes) becomes [`ProblemError::InvalidAt`], shown `file:N: …` like a
+    /// syntax error; any other is [`ProblemError::Invalid`].
+    pub fn invalid(file: &Path, message: impl Into<String>) -> Self {
+        let message = message.into();
+        let at = message.strip_prefix("line ").and_then(|rest| {
+            let (n, tail) = rest.split_once(": ")?;
+            Some((n.parse::<usize>().ok()?, tail.to_string()))
+        });
+        match at {
+            Some((line, message)) if line > 0 => {
+                ProblemError::InvalidAt { file: file.to_path_buf(), line, message }
+            }
+            _ => ProblemError::Invalid { file: file.to_path_buf(), message },
+        }
+    }
 }
 
 /// Where the mesh comes from.
@@ -848,7 +871,7 @@ impl ProblemFile {
     }
 
     fn invalid(&self, message: impl Into<String>) -> ProblemError {
-        ProblemError::Invalid { file: self.path.clone(), message: message.into() }
+        ProblemError::invalid(&self.path, message)
     }
 
     /// Build (read or generate) the mesh.
@@ -1293,23 +1316,23 @@ pub fn read_sensors(path: &Path) -> Result<Vec<[f64; 4]>, ProblemError> {
         let first = !seen_data_line;
         seen_data_line = true;
         match parsed {
-            Ok(v) if v.len() == 4 => out.push([v[0], v[1], v[2], v[3]]),
+            Ok(v) if v.len() == 4 && v.iter().all(|x| x.is_finite()) => {
+                out.push([v[0], v[1], v[2], v[3]])
+            }
             Err(_) if first => continue, // a header line
             _ => {
+                // Non-finite numbers (`nan`, `inf`) are refused, as in every CSV gradfem reads.
                 return Err(ProblemError::Syntax {
                     file: path.to_path_buf(),
                     line: i + 1,
                     column: 1,
-                    message: format!("expected four numbers x, y, z, value; got '{line}'"),
+                    message: format!("expected four finite numbers x, y, z, value; got '{line}'"),
                 });
             }
         }
     }
     if out.is_empty() {
-        return Err(ProblemError::Invalid {
-            file: path.to_path_buf(),
-            message: "no sensor rows".into(),
-        });
+        return Err(ProblemError::invalid(path, "no sensor rows"));
     }
     Ok(out)
 }
@@ -1317,6 +1340,17 @@ pub fn read_sensors(path: &Path) -> Result<Vec<[f64; 4]>, ProblemError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_values_are_located_like_syntax_errors() {
+        let e = ProblemError::invalid(Path::new("p.toml"), "line 12: `k` = -1: must be positive");
+        assert!(matches!(e, ProblemError::InvalidAt { line: 12, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "p.toml:12: `k` = -1: must be positive");
+        for plain in ["no sensor rows", "line x: y", "line 0: z", "lines 3: w"] {
+            let e = ProblemError::invalid(Path::new("p.toml"), plain);
+            assert_eq!(e.to_string(), format!("p.toml: {plain}"));
+        }
+    }
 
     #[test]
     fn unknown_key_names_its_line() {

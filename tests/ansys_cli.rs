@@ -277,7 +277,7 @@ fn an_ansys_temperature_without_a_unit_is_a_required_choice() {
     let out = gradfem_in(dir.path(), &["run", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("expected K, C or F") && err.contains("line 13"), "{err}");
+    assert!(err.contains("expected K, C or F") && err.contains(":13:"), "{err}");
 }
 
 /// `[mesh] file = ...` reads ANSYS meshes (result files and archives) with their

@@ -112,18 +112,18 @@ fn fails(command: &str, text: &str, expected: &[&str]) {
 }
 
 #[rstest]
-#[case::huge_box(with_box("[100000, 100000, 100000]", "tet4"), &["line 2", "GB", "--allow-large"])]
-#[case::overflowing_box(with_box("[4294967296, 4294967296, 2]", "tet10"), &["line 2", "overflow"])]
+#[case::huge_box(with_box("[100000, 100000, 100000]", "tet4"), &["bad.toml:2:", "GB", "--allow-large"])]
+#[case::overflowing_box(with_box("[4294967296, 4294967296, 2]", "tet10"), &["bad.toml:2:", "overflow"])]
 #[case::largest_integer_box(with_box("[9223372036854775807, 1, 1]", "hex27"), &["overflow"])]
-#[case::negative_k(thermal("k = -150.0", FIXED, MEAN), &["line 5", "`k` = -150", "positive"])]
-#[case::nan_source(thermal("k = 1.0\nsource = nan", FIXED, MEAN), &["line 5", "`source`", "finite"])]
+#[case::negative_k(thermal("k = -150.0", FIXED, MEAN), &["bad.toml:5:", "`k` = -150", "positive"])]
+#[case::nan_source(thermal("k = 1.0\nsource = nan", FIXED, MEAN), &["bad.toml:5:", "`source`", "finite"])]
 #[case::negative_kelvin(
     thermal(MATERIAL, "kind = \"temperature\"\nvalue = -300.0", MEAN),
-    &["line 10", "`value` = -300", "0 K"]
+    &["bad.toml:10:", "`value` = -300", "0 K"]
 )]
 #[case::negative_h(
     thermal(MATERIAL, "kind = \"convection\"\nh = -5.0\nt_inf = 300.0", MEAN),
-    &["line 10", "`h` = -5"]
+    &["bad.toml:10:", "`h` = -5"]
 )]
 #[case::max_with_p_zero(
     thermal(MATERIAL, FIXED, "[[objective]]\nkind = \"max\"\ngroup = \"domain\"\np = 0.0"),
@@ -139,21 +139,21 @@ fn fails(command: &str, text: &str, expected: &[&str]) {
 )]
 #[case::kappa_zero(
     rubber("law = \"neo_hookean\"\nmu = [0.4e6]\nkappa = 0.0"),
-    &["line 5", "`kappa` = 0", "bulk modulus"]
+    &["bad.toml:5:", "`kappa` = 0", "bulk modulus"]
 )]
 #[case::kappa_negative(
     rubber("law = \"ogden\"\nmu = [0.4e6]\nalpha = [2.0]\nkappa = -1e6"),
-    &["line 5", "`kappa` = -1000000"]
+    &["bad.toml:5:", "`kappa` = -1000000"]
 )]
 #[case::negative_shear_modulus(
     rubber("law = \"ogden\"\nmu = [-0.4e6]\nalpha = [2.0]\nkappa = 1e7"),
-    &["line 5", "shear modulus"]
+    &["bad.toml:5:", "shear modulus"]
 )]
 #[case::poisson_half(
     steel("young = 200e9\npoisson = 0.5\nalpha = 1.2e-5"),
-    &["line 5", "`poisson` = 0.5", "(−1, 0.5)"]
+    &["bad.toml:5:", "`poisson` = 0.5", "(−1, 0.5)"]
 )]
-#[case::negative_young(steel("young = -1.0\npoisson = 0.3"), &["line 5", "`young` = -1"])]
+#[case::negative_young(steel("young = -1.0\npoisson = 0.3"), &["bad.toml:5:", "`young` = -1"])]
 fn a_bad_value_is_a_located_error(#[case] text: String, #[case] expected: &[&str]) {
     fails("run", &text, expected);
 }
@@ -223,4 +223,24 @@ fn the_unmutated_problems_run(#[case] text: String) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_sensor_file_with_nan_is_refused_at_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("s.csv"),
+        "x,y,z,T\n0.005,0.005,0.001,310\n0.002,0.005,0.001,nan\n",
+    )
+    .unwrap();
+    let text = thermal(MATERIAL, FIXED, "[[objective]]\nkind = \"misfit\"\nsensors = \"s.csv\"");
+    std::fs::write(dir.path().join("bad.toml"), text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .current_dir(dir.path())
+        .args(["--quiet", "run", "bad.toml"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("s.csv:3:") && err.contains("finite"), "{err}");
 }

@@ -635,7 +635,7 @@ fn unknown_parameter_names_line_and_offers_the_valid_ones() {
         format!("{PLAIN_BOX}{BC_XMIN}\n[parameters]\nregister = [\"thermal.k.dommain\"]\n");
     let (_d, stderr) = run_bad("bad_param.toml", &problem);
     let line = problem.lines().position(|l| l.contains("dommain")).unwrap() + 1;
-    assert!(stderr.contains(&format!("line {line}")), "{stderr}");
+    assert!(stderr.contains(&format!("bad_param.toml:{line}:")), "{stderr}");
     assert!(stderr.contains("thermal.k.domain") && stderr.contains("bc.xmin.temperature"));
 }
 

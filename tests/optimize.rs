@@ -241,7 +241,7 @@ fn an_unknown_method_names_its_line() {
     assert!(
         err.contains("p.toml")
             && err.contains("method = 'newton'")
-            && err.contains(&format!("line {line}:")),
+            && err.contains(&format!("p.toml:{line}:")),
         "{err}"
     );
 }
