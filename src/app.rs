@@ -799,6 +799,11 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         }
         Some(el) => {
             let mut conductors = Vec::new();
+            no_repeated_group(
+                file,
+                "[[electrical.conductor]]",
+                el.conductors.iter().map(|c| &c.group),
+            )?;
             for c in &el.conductors {
                 file.check_group(&thermal.mesh, &c.group, "[[electrical.conductor]]")?;
                 let line = file.line_of(&c.group);
@@ -1052,6 +1057,7 @@ fn build_mechanical(
 ) -> Result<MechanicalField, AppError> {
     let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
     let mut regions = Vec::new();
+    no_repeated_group(file, "[[mechanical.material]]", spec.materials.iter().map(|m| &m.group))?;
     for m in &spec.materials {
         file.check_group(mesh, &m.group, "[[mechanical.material]]")?;
         let line = file.line_of(&m.group);
@@ -1405,6 +1411,11 @@ fn build_thermal(
                     "[mechanical] temperature prescribes the temperature, and [thermal] solves for it: give one of them",
                 ));
             }
+            no_repeated_group(
+                file,
+                "[[thermal.material]]",
+                thermal.materials.iter().map(|m| &m.group),
+            )?;
             for m in &thermal.materials {
                 file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
                 let line = file.line_of(&m.group);
@@ -1469,6 +1480,11 @@ fn build_thermal(
             // `[hyperelastic] temperature = { uniform }` it is the field's temperature (each
             // material's group's value registrable as `bc.<group>.temperature`).
             let uniform = hyper.temperature.as_ref().map(|t| t.uniform);
+            no_repeated_group(
+                file,
+                "[[hyperelastic.material]]",
+                hyper.materials.iter().map(|m| &m.group),
+            )?;
             for m in &hyper.materials {
                 file.check_group(&mesh, &m.group, "[[hyperelastic.material]]")?;
                 regions.push(RegionSpec {
@@ -1549,6 +1565,32 @@ fn build_thermal(
         ));
     }
     Ok((problem, terminal_terms, mechanical))
+}
+
+/// Two entries of `table` on one group are an error at the second, naming the first's line (a
+/// cell has one material).
+fn no_repeated_group<'a>(
+    file: &ProblemFile,
+    table: &str,
+    groups: impl Iterator<Item = &'a toml::Spanned<String>>,
+) -> Result<(), AppError> {
+    let mut seen: Vec<&toml::Spanned<String>> = Vec::new();
+    for g in groups {
+        if let Some(first) = seen.iter().find(|s| s.get_ref() == g.get_ref()) {
+            return Err(invalid(
+                file,
+                &format!(
+                    "line {}: a second {table} on group '{}' (the first is at line {}); a cell \
+                     has one material: merge the two entries",
+                    file.line_of(g),
+                    g.get_ref(),
+                    file.line_of(first)
+                ),
+            ));
+        }
+        seen.push(g);
+    }
+    Ok(())
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {

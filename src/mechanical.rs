@@ -19,6 +19,7 @@ use gradfem_mechanical::linear::objective::{
 use gradfem_mechanical::{BcKind, BcSpec, LinearElasticModel, RegionSpec, VjpRequest};
 use gradfem_mesh::Mesh;
 use gradfem_solvers::assembly::AssemblyPattern;
+use gradfem_solvers::error::SolverError;
 use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
@@ -500,7 +501,17 @@ impl MechanicalField {
         let tf = Instant::now();
         let refactored = self.stale;
         if self.stale && n > 0 {
-            self.solver.factor(&self.matrix)?;
+            self.solver.factor(&self.matrix).map_err(|e| match e {
+                // With E > 0 and −1 < ν < 0.5 (checked when the problem is read) the stiffness
+                // is positive definite unless the supports leave a rigid motion free.
+                SolverError::NotPositiveDefinite { detail, .. } => setup(format!(
+                    "mechanical: the stiffness matrix is singular ({detail}): the supports do \
+                     not hold the body against every rigid motion (3 translations, 3 \
+                     rotations); fix more components, e.g. a `fixed` face, or rollers that \
+                     block x, y and z and the rotations about them"
+                )),
+                other => other.into(),
+            })?;
             self.stale = false;
         }
         let factor_s = tf.elapsed().as_secs_f64();

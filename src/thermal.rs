@@ -379,6 +379,13 @@ impl ThermalProblem {
             let mut r0 = vec![0.0; self.model.n_unknowns()];
             residual.residual(&vec![0.0; self.model.n_unknowns()], &mut r0);
             let load = r0.iter().map(|v| v * v).sum::<f64>().sqrt();
+            if !load.is_finite() {
+                return Err(RunError::Setup(format!(
+                    "thermal: the load ‖R(T = 0)‖ of the problem overflows ({load}): a value of \
+                     the problem file is too large for double precision (a coefficient near \
+                     1e308, say); rescale it"
+                )));
+            }
             params.abs_tol = params.abs_tol.max(params.rel_tol * load);
         }
         let info: NewtonInfo =

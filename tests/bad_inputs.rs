@@ -125,6 +125,10 @@ fn fails(command: &str, text: &str, expected: &[&str]) {
     thermal(MATERIAL, "kind = \"convection\"\nh = -5.0\nt_inf = 300.0", MEAN),
     &["bad.toml:10:", "`h` = -5"]
 )]
+#[case::overflowing_h(
+    thermal(MATERIAL, "kind = \"convection\"\nh = 1e308\nt_inf = 300.0", MEAN),
+    &["forward solve", "overflows", "too large"]
+)]
 #[case::max_with_p_zero(
     thermal(MATERIAL, FIXED, "[[objective]]\nkind = \"max\"\ngroup = \"domain\"\np = 0.0"),
     &["'max'", "p = 0", "≥ 1"]
@@ -243,4 +247,21 @@ fn a_sensor_file_with_nan_is_refused_at_its_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("s.csv:3:") && err.contains("finite"), "{err}");
+}
+
+#[test]
+fn two_materials_on_one_group_name_both_lines() {
+    let text = thermal(MATERIAL, FIXED, MEAN).replace(
+        "[[thermal.bc]]",
+        "[[thermal.material]]\ngroup = \"domain\"\nk = 2.0\n\n[[thermal.bc]]",
+    );
+    fails("run", &text, &["bad.toml:10:", "second [[thermal.material]]", "line 5"]);
+}
+
+#[test]
+fn a_body_free_to_move_is_named_as_such() {
+    // One roller in x holds neither y, z nor the rotations.
+    let text = steel("young = 200e9\npoisson = 0.3\nalpha = 1.2e-5")
+        .replace("kind = \"fixed\"", "kind = \"roller\"\ncomponents = [\"x\"]");
+    fails("run", &text, &["bad.toml: forward solve", "singular", "rigid motion"]);
 }
