@@ -890,6 +890,34 @@ impl ProblemFile {
                 );
             }
         }
+        // A folded or flat cell of a mesh file is the mesh's fault, not a field's: said here,
+        // once, before any field is built (a generated box cannot have one).
+        if self.spec.mesh.generated.is_none() {
+            let report = mesh.check();
+            let bad: Vec<_> = report.inverted().chain(report.degenerate()).collect();
+            if let Some(first) = bad.first() {
+                let hint = if first.cell_type.order() > 1 {
+                    "; `[mesh] straighten_inverted = true` moves the mid-side nodes of folded \
+                     second-order cells to their edge midpoints"
+                } else {
+                    ""
+                };
+                return Err(ProblemError::Mesh {
+                    file: self.path.clone(),
+                    message: format!(
+                        "{} cell(s) inverted or degenerate; the first: cell {} ({}) with det J = \
+                         {:.3e} near ({:.6e}, {:.6e}, {:.6e}){hint}",
+                        bad.len(),
+                        first.tag,
+                        first.cell_type.name(),
+                        first.value,
+                        first.centroid[0],
+                        first.centroid[1],
+                        first.centroid[2]
+                    ),
+                });
+            }
+        }
         Ok(mesh)
     }
 

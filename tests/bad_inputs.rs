@@ -265,3 +265,34 @@ fn a_body_free_to_move_is_named_as_such() {
         .replace("kind = \"fixed\"", "kind = \"roller\"\ncomponents = [\"x\"]");
     fails("run", &text, &["bad.toml: forward solve", "singular", "rigid motion"]);
 }
+
+#[test]
+fn an_inverted_cell_of_a_mesh_file_is_a_mesh_error_for_every_field() {
+    // The shared tet10 actuator mesh has one folded cell; a mechanical-only problem on it must
+    // not report it under a thermal field it does not solve.
+    let mesh = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("data/gmsh/actuator_tet10_v41_ascii.msh");
+    let text = format!(
+        "[mesh]\nfile = \"{}\"\n\n[[mechanical.material]]\ngroup = \"polysilicon_layer\"\n\
+         young = 160e9\npoisson = 0.22\n\n[[mechanical.material]]\ngroup = \"posts\"\n\
+         young = 160e9\npoisson = 0.22\n\n[[mechanical.bc]]\ngroup = \"anchor_cold_base\"\n\
+         kind = \"fixed\"\n\n[mechanical]\ntemperature = {{ uniform = 300.0 }}\n\n\
+         [[objective]]\nkind = \"compliance\"\n",
+        mesh.display()
+    );
+    fails("run", &text, &["bad.toml: mesh:", "cell 5380 (tet10)", "straighten_inverted"]);
+    let dir = tempfile::tempdir().unwrap();
+    // The key goes into [mesh], before the first material table.
+    let fixed = text.replacen(
+        "\n\n[[mechanical.material]]",
+        "\nstraighten_inverted = true\n\n[[mechanical.material]]",
+        1,
+    );
+    std::fs::write(dir.path().join("ok.toml"), fixed).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .current_dir(dir.path())
+        .args(["--quiet", "run", "ok.toml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
