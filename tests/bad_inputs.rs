@@ -91,6 +91,20 @@ fn with_box(divisions: &str, cell: &str) -> String {
     )
 }
 
+/// Run `gradfem --quiet <args…> run good.toml` on `text`; it must succeed.
+fn runs(text: &str, args: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("good.toml"), text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .current_dir(dir.path())
+        .arg("--quiet")
+        .args(args)
+        .args(["run", "good.toml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Run `gradfem <command> bad.toml` on `text`; the exit code must be 2 and stderr must hold
 /// every one of `expected`.
 fn fails(command: &str, text: &str, expected: &[&str]) {
@@ -174,14 +188,7 @@ fn differentiating_needs_an_objective(#[case] command: &str) {
 #[test]
 fn a_large_box_is_built_when_asked() {
     // 4 × 4 × 4 always fits; --allow-large is accepted by every command.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("ok.toml"), with_box("[4, 4, 4]", "tet4")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
-        .current_dir(dir.path())
-        .args(["--quiet", "--allow-large", "run", "ok.toml"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    runs(&with_box("[4, 4, 4]", "tet4"), &["--allow-large"]);
 }
 
 #[test]
@@ -219,14 +226,7 @@ fn a_failed_solve_names_the_file_the_step_and_the_element() {
 #[case::rubber(rubber("law = \"neo_hookean\"\nmu = [0.4e6]\nkappa = 4e6"))]
 #[case::steel(steel("young = 200e9\npoisson = 0.3\nalpha = 1.2e-5"))]
 fn the_unmutated_problems_run(#[case] text: String) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("good.toml"), &text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
-        .current_dir(dir.path())
-        .args(["--quiet", "run", "good.toml"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    runs(&text, &[]);
 }
 
 #[test]
@@ -281,18 +281,11 @@ fn an_inverted_cell_of_a_mesh_file_is_a_mesh_error_for_every_field() {
         mesh.display()
     );
     fails("run", &text, &["bad.toml: mesh:", "cell 5380 (tet10)", "straighten_inverted"]);
-    let dir = tempfile::tempdir().unwrap();
     // The key goes into [mesh], before the first material table.
     let fixed = text.replacen(
         "\n\n[[mechanical.material]]",
         "\nstraighten_inverted = true\n\n[[mechanical.material]]",
         1,
     );
-    std::fs::write(dir.path().join("ok.toml"), fixed).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_gradfem"))
-        .current_dir(dir.path())
-        .args(["--quiet", "run", "ok.toml"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    runs(&fixed, &[]);
 }
