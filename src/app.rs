@@ -1877,9 +1877,9 @@ pub fn write_results(
     if let Some(m) = &whole.mechanical
         && let Some(u) = m.displacement()
     {
-        mechanical_fields(m, u, &problem.mesh, &mut fields);
+        let cell_of = m.cell_output_index(&problem.mesh);
+        mechanical_fields(m, u, &cell_of, n_cells, &mut fields);
         if let Some(g) = gradient {
-            let cell_of = m.cell_output_index(&problem.mesh);
             for (id, values) in m.element_gradient_fields(g) {
                 let mut cells = vec![f64::NAN; n_cells];
                 for (e, c) in cell_of.iter().enumerate() {
@@ -1916,11 +1916,12 @@ pub fn write_results(
     if let Some(h) = &whole.hyperelastic {
         // One output step per load step (time = load factor): displacement, reactions, Cauchy
         // stress, J and stretches; the last step also holds the upstream fields.
-        let n = h.states().len();
+        let loads: Vec<f64> = h.states().iter().map(|s| s.0).collect();
+        let cell_of = h.cell_output_index(&problem.mesh);
         let herr = |e: RunError| werr(dir, &format!("the finite-strain output: {e}"));
-        for (i, load) in h.states().iter().map(|s| s.0).enumerate() {
-            let mut step_fields = h.step_fields(&problem.mesh, i).map_err(herr)?;
-            if i + 1 == n {
+        for (i, &load) in loads.iter().enumerate() {
+            let mut step_fields = h.step_fields(i, &cell_of, n_cells).map_err(herr)?;
+            if i + 1 == loads.len() {
                 fields.retain(|f| {
                     !matches!(f.name.as_str(), "temperature" | "heat_flux" | "conductivity")
                         && step_fields.iter().all(|g| g.name != f.name)
@@ -2124,14 +2125,15 @@ pub fn write_gradients(path: &Path, report: &GradientReport) -> Result<(), AppEr
 /// Displacement (nodes), the stress tensor and von Mises (cells: element means of the
 /// quadrature values; nodes: recovered by volume-weighted averaging), for the XDMF output. The
 /// stress is a symmetric tensor (XDMF `Tensor6`), which ParaView shows with its components
-/// and invariants.
+/// and invariants. `cell_of` is the field's [`MechanicalField::cell_output_index`] among the
+/// `n_cells` output cells.
 fn mechanical_fields(
     m: &MechanicalField,
     u: &[f64],
-    mesh: &gradfem_mesh::Mesh,
+    cell_of: &[Option<usize>],
+    n_cells: usize,
     fields: &mut Vec<Field>,
 ) {
-    let n_cells = mesh.n_cells_of_dim(mesh.dim());
     fields.push(Field::node(
         "displacement",
         "m",
@@ -2148,7 +2150,6 @@ fn mechanical_fields(
         "Pa",
         FieldValues::symmetric_from_voigt(&stress.nodal),
     ));
-    let cell_of = m.cell_output_index(mesh);
     let qo = m.model.qp_offsets();
     let mut vm = vec![f64::NAN; n_cells];
     let mut sigma = vec![[f64::NAN; 6]; n_cells];

@@ -649,17 +649,30 @@ impl HyperelasticRun {
             .unwrap_or_default()
     }
 
-    /// The results-file fields of load step `k` (an index into [`states`](Self::states)) on
-    /// `mesh`, the mesh the model was built on: `displacement` and `reaction_force` (nodes:
+    /// The output cell of each volume element of the model on `mesh`, the mesh it was built
+    /// on (see [`crate::mechanical::output_cell_index`]).
+    pub fn cell_output_index(&self, mesh: &Mesh) -> Vec<Option<usize>> {
+        let model = &self.problem.model;
+        crate::mechanical::output_cell_index(
+            mesh,
+            (0..model.n_volume_elements()).map(|e| model.element_cell_tag(e)),
+        )
+    }
+
+    /// The results-file fields of load step `k` (an index into [`states`](Self::states)): `displacement` and `reaction_force` (nodes:
     /// the full residual at the constrained dofs, zero elsewhere, so that its sum over a
     /// condition's nodes is that condition's reaction), and per volume cell the means over its
     /// quadrature points of the Cauchy stress (`cauchy_stress`, a `Tensor6`), its von Mises
     /// value, the volume ratio `J` and the principal stretches λ₁ ≥ λ₂ ≥ λ₃ (NaN in cells the
     /// model does not cover).
+    ///
+    /// `cell_of` is [`cell_output_index`](Self::cell_output_index) of the mesh, and `n_cells`
+    /// the mesh's number of top-dimensional cells: computed once for every step.
     pub fn step_fields(
         &self,
-        mesh: &Mesh,
         k: usize,
+        cell_of: &[Option<usize>],
+        n_cells: usize,
     ) -> Result<Vec<gradfem_io::h5::Field>, RunError> {
         use gradfem_io::h5::{Field, FieldValues};
         use gradfem_mechanical::finite::PointOutput;
@@ -679,23 +692,12 @@ impl HyperelasticRun {
                 reaction[d / 3][d % 3] = residual[d];
             }
         }
-        // Output cells are the mesh's top-dimensional cells, blocks in order; the model's
-        // elements are found by their cell tags.
-        let dim = mesh.dim();
-        let mut by_tag = std::collections::HashMap::new();
-        let mut n_cells = 0;
-        for blk in mesh.blocks.iter().filter(|b| b.cell_type.dim() == dim) {
-            for (i, &t) in blk.tags.iter().enumerate() {
-                by_tag.insert(t, n_cells + i);
-            }
-            n_cells += blk.len();
-        }
         let mut cauchy = vec![[f64::NAN; 6]; n_cells];
         let mut von_mises = vec![f64::NAN; n_cells];
         let mut volume_ratio = vec![f64::NAN; n_cells];
         let mut stretches = vec![[f64::NAN; 3]; n_cells];
         for (e, points) in per_element.iter().enumerate() {
-            let Some(&c) = by_tag.get(&model.element_cell_tag(e)) else { continue };
+            let Some(c) = cell_of.get(e).copied().flatten() else { continue };
             let n = points.len() as f64;
             let (mut s, mut vm, mut j, mut l) = ([0.0; 6], 0.0, 0.0, [0.0; 3]);
             for (f, p) in points {

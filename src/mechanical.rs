@@ -778,18 +778,8 @@ impl MechanicalField {
     /// The output cell (index among the mesh's cells of the top dimension, in block order)
     /// of each volume element, matched by cell tag.
     pub fn cell_output_index(&self, mesh: &Mesh) -> Vec<Option<usize>> {
-        let dim = mesh.dim();
-        let mut by_tag = std::collections::HashMap::new();
-        let mut acc = 0;
-        for blk in mesh.blocks.iter().filter(|b| b.cell_type.dim() == dim) {
-            for (i, &t) in blk.tags.iter().enumerate() {
-                by_tag.insert(t, acc + i);
-            }
-            acc += blk.len();
-        }
-        (0..self.model.n_volume_elements())
-            .map(|e| by_tag.get(&self.model.element_cell_tag(e)).copied())
-            .collect()
+        let model = &self.model;
+        output_cell_index(mesh, (0..model.n_volume_elements()).map(|e| model.element_cell_tag(e)))
     }
 
     /// Per-element gradient fields (per-element parameters) for the XDMF output: (parameter,
@@ -824,4 +814,23 @@ impl MechanicalField {
         }
         out
     }
+}
+
+/// The output cell (position among the mesh's top-dimensional cells, blocks in order: the
+/// order of cell fields) of each element of a model, found by the element's cell tag; `None`
+/// for an element whose tag no top-dimensional cell has.
+pub fn output_cell_index(
+    mesh: &Mesh,
+    element_tags: impl Iterator<Item = u64>,
+) -> Vec<Option<usize>> {
+    let dim = mesh.dim();
+    let mut by_tag = std::collections::HashMap::new();
+    let mut acc = 0;
+    for blk in mesh.blocks.iter().filter(|b| b.cell_type.dim() == dim) {
+        for (i, &t) in blk.tags.iter().enumerate() {
+            by_tag.insert(t, acc + i);
+        }
+        acc += blk.len();
+    }
+    element_tags.map(|t| by_tag.get(&t).copied()).collect()
 }

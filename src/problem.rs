@@ -1039,11 +1039,11 @@ impl ProblemFile {
                 usize::BITS
             )));
         };
-        let dofs_per_node = self.unknowns_per_node();
-        let needed = box_memory_estimate(nodes, cells, spec.cell_type, dofs_per_node);
         if self.allow_large {
             return Ok(());
         }
+        let dofs_per_node = self.unknowns_per_node();
+        let needed = box_memory_estimate(nodes, cells, spec.cell_type, dofs_per_node);
         if let Some(available) = available_memory_bytes()
             && needed > available as f64
         {
