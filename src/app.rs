@@ -828,7 +828,8 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
                 }
                 conductors.push(gradfem_electrical::ConductorSpec {
                     group: c.group.get_ref().clone(),
-                    sigma: c.sigma,
+                    // Values from a file replace it once the model is built.
+                    sigma: c.sigma.as_ref().map(|s| s.uniform().unwrap_or(1.0)),
                     resistivity: c.resistivity,
                     law,
                     t_ref: c.t_ref.unwrap_or(293.15),
@@ -904,6 +905,24 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
                 coupling,
             )
             .map_err(run_err)?;
+            for c in &el.conductors {
+                let Some(sigma) = &c.sigma else { continue };
+                let model = &et.electrical;
+                let k = model.conductors.iter().position(|x| x.name == *c.group.get_ref());
+                let elements = model.conductors[k.expect("a conductor per spec")].elements.clone();
+                let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
+                let at =
+                    ConstantAt { group: &c.group, table: "[[electrical.conductor]]", key: "sigma" };
+                if let Some(values) =
+                    element_constant(file, &et.thermal.mesh, sigma, &at, &tags, |v| {
+                        (v <= 0.0).then_some("the conductivity must be positive")
+                    })?
+                {
+                    for (&e, v) in elements.iter().zip(values) {
+                        et.electrical.sigma_elem[e] = v;
+                    }
+                }
+            }
             et.set_linear(
                 LinearChoice::parse(&spec.solver.linear).map_err(run_err)?,
                 spec.solver.cg_rel_tol,
@@ -1067,7 +1086,8 @@ fn build_mechanical(
                 &format!("line {line}: `{key}` = {v}: {why} (material on '{}')", m.group.get_ref()),
             ))
         };
-        let values = [("young", m.young), ("poisson", m.poisson), ("alpha", m.alpha)];
+        let young = m.young.uniform().unwrap_or(1.0);
+        let values = [("young", young), ("poisson", m.poisson), ("alpha", m.alpha)];
         if let Some((key, v)) = values
             .iter()
             .chain(&[("t_ref", m.t_ref.unwrap_or(293.15))])
@@ -1078,8 +1098,8 @@ fn build_mechanical(
         if m.body_force.iter().any(|v| !v.is_finite()) {
             return Err(invalid(file, &format!("line {line}: `body_force` must be finite")));
         }
-        if m.young <= 0.0 {
-            return bad("young", m.young, "Young's modulus must be positive");
+        if young <= 0.0 {
+            return bad("young", young, "Young's modulus must be positive");
         }
         if !(m.poisson > -1.0 && m.poisson < 0.5) {
             return bad(
@@ -1097,7 +1117,8 @@ fn build_mechanical(
         }
         regions.push(gradfem_mechanical::RegionSpec {
             group: m.group.get_ref().clone(),
-            young: m.young,
+            // Values from a file replace it once the model is built.
+            young,
             poisson: m.poisson,
             alpha: m.alpha,
             t_ref: m.t_ref.unwrap_or(293.15),
@@ -1113,6 +1134,20 @@ fn build_mechanical(
         });
     }
     let mut field = MechanicalField::new(mesh, &regions, &bcs, objective).map_err(run_err)?;
+    for m in &spec.materials {
+        let model = &field.model;
+        let r = model.regions.iter().position(|x| x.name == *m.group.get_ref());
+        let elements = model.regions[r.expect("a region per material")].elements.clone();
+        let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
+        let at = ConstantAt { group: &m.group, table: "[[mechanical.material]]", key: "young" };
+        if let Some(values) = element_constant(file, mesh, &m.young, &at, &tags, |v| {
+            (v <= 0.0).then_some("Young's modulus must be positive")
+        })? {
+            for (&e, v) in elements.iter().zip(values) {
+                field.model.young_elem[e] = v;
+            }
+        }
+    }
     let linear = LinearChoice::parse(&file.spec.solver.linear).map_err(run_err)?;
     field.set_linear(linear, file.spec.solver.cg_rel_tol);
     if let Some(tip) = &spec.tip {
@@ -1419,12 +1454,13 @@ fn build_thermal(
             for m in &thermal.materials {
                 file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
                 let line = file.line_of(&m.group);
-                if !(m.k.is_finite() && m.k > 0.0) {
+                if let Some(k) = m.k.uniform()
+                    && !(k.is_finite() && k > 0.0)
+                {
                     return Err(invalid(
                         file,
                         &format!(
-                            "line {line}: `k` = {}: the conductivity must be a positive number (material on '{}')",
-                            m.k,
+                            "line {line}: `k` = {k}: the conductivity must be a positive number (material on '{}')",
                             m.group.get_ref()
                         ),
                     ));
@@ -1437,7 +1473,8 @@ fn build_thermal(
                 }
                 regions.push(RegionSpec {
                     group: m.group.get_ref().clone(),
-                    k0: m.k,
+                    // Values from a file replace it once the model is built.
+                    k0: m.k.uniform().unwrap_or(1.0),
                     law: m.law.clone(),
                     source: m.source,
                 });
@@ -1536,6 +1573,20 @@ fn build_thermal(
     }
     let linear = LinearChoice::parse(&spec.solver.linear).map_err(run_err)?;
     let mut problem = ThermalProblem::new(mesh, &regions, &bcs, terms, linear).map_err(run_err)?;
+    for m in spec.thermal.iter().flat_map(|t| &t.materials) {
+        let model = &problem.model;
+        let r = model.regions.iter().position(|x| x.name == *m.group.get_ref());
+        let elements = model.regions[r.expect("a region per material")].elements.clone();
+        let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
+        let at = ConstantAt { group: &m.group, table: "[[thermal.material]]", key: "k" };
+        if let Some(values) = element_constant(file, &problem.mesh, &m.k, &at, &tags, |v| {
+            (v <= 0.0).then_some("the conductivity must be positive")
+        })? {
+            for (&e, v) in elements.iter().zip(values) {
+                problem.model.k_elem[e] = v;
+            }
+        }
+    }
     problem.newton.rel_tol = spec.solver.rel_tol;
     problem.newton.abs_tol = spec.solver.abs_tol;
     problem.newton.max_iterations = spec.solver.max_iterations;
@@ -1591,6 +1642,42 @@ fn no_repeated_group<'a>(
         seen.push(g);
     }
     Ok(())
+}
+
+/// Where a material constant is given, for its errors.
+struct ConstantAt<'a> {
+    group: &'a toml::Spanned<String>,
+    table: &'a str,
+    key: &'a str,
+}
+
+/// A material constant given as values per element: the value of each element (by its tag),
+/// read and checked by `check` (which says why a value is refused); `None` for one number,
+/// which the caller checks.
+fn element_constant(
+    file: &ProblemFile,
+    mesh: &gradfem_mesh::Mesh,
+    values: &crate::element_values::ElementValues,
+    at: &ConstantAt,
+    tags: &[u64],
+    check: impl Fn(f64) -> Option<&'static str>,
+) -> Result<Option<Vec<f64>>, AppError> {
+    let crate::element_values::ElementValues::File(source) = values else { return Ok(None) };
+    let base = file.path.parent().unwrap_or(Path::new(""));
+    let where_ = || {
+        format!(
+            "line {}: `{}` of {} on '{}'",
+            file.line_of(at.group),
+            at.key,
+            at.table,
+            at.group.get_ref()
+        )
+    };
+    let by_tag = crate::element_values::read_element_values(source, base, mesh, tags)
+        .map_err(|e| invalid(file, &format!("{}: {e}", where_())))?;
+    crate::element_values::per_element(&by_tag, tags, check)
+        .map(Some)
+        .map_err(|e| invalid(file, &format!("{}: {}: {e}", where_(), source.file)))
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {

@@ -7,6 +7,7 @@
 pub mod ansys_import;
 pub mod app;
 pub mod electrothermal;
+pub mod element_values;
 pub mod finite_strain;
 pub mod hyperelastic_file;
 pub mod identify;

@@ -228,8 +228,8 @@ pub struct PlaneGroupSpec {
 #[serde(deny_unknown_fields)]
 pub struct ThermalMaterialSpec {
     pub group: Spanned<String>,
-    /// Conductivity k₀ [W/(m·K)].
-    pub k: f64,
+    /// Conductivity k₀ [W/(m·K)]: one number, or values per element from a file.
+    pub k: crate::element_values::ElementValues,
     /// Volumetric source [W/m³].
     #[serde(default)]
     pub source: f64,
@@ -295,8 +295,8 @@ pub struct ObjectiveSpec {
 #[serde(deny_unknown_fields)]
 pub struct MechanicalMaterialSpec {
     pub group: Spanned<String>,
-    /// Young's modulus E [Pa].
-    pub young: f64,
+    /// Young's modulus E [Pa]: one number, or values per element from a file.
+    pub young: crate::element_values::ElementValues,
     /// Poisson's ratio ν.
     pub poisson: f64,
     /// Thermal expansion coefficient α [1/K].
@@ -418,8 +418,8 @@ pub struct MechanicalTemperatureSpec {
 #[serde(deny_unknown_fields)]
 pub struct ConductorFileSpec {
     pub group: Spanned<String>,
-    /// σ₀ [S/m].
-    pub sigma: Option<f64>,
+    /// σ₀ [S/m]: one number, or values per element from a file.
+    pub sigma: Option<crate::element_values::ElementValues>,
     /// ρ₀ [Ω·m].
     pub resistivity: Option<f64>,
     /// α_R [1/K] of a linear law.

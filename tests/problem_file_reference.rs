@@ -127,7 +127,26 @@ fn any_sites() -> Vec<AnySite> {
             }
         })
         .collect();
+    // A material constant: a number, or a file of values per element (every key in one
+    // sample, so that the walk sees them all).
+    let element_values = || {
+        let mut file = toml::Table::new();
+        file.insert("file".into(), toml::Value::String("results.h5".into()));
+        file.insert("dataset".into(), toml::Value::String("/steps/0/conductivity".into()));
+        file.insert("field".into(), toml::Value::String("conductivity".into()));
+        file.insert("step".into(), toml::Value::Integer(0));
+        vec![toml::Value::Float(34.0), toml::Value::Table(file)]
+    };
+    let element_site = |path: &'static str| AnySite {
+        path,
+        what: "gradfem::element_values::ElementValues (a number or a table of values per element)",
+        tag: None,
+        samples: element_values(),
+    };
     vec![
+        element_site("thermal.material.k"),
+        element_site("electrical.conductor.sigma"),
+        element_site("mechanical.material.young"),
         AnySite {
             path: "thermal.material.law",
             what: "gradfem_thermal::ConductivityLaw (internally tagged by `kind`)",

@@ -37,6 +37,25 @@ pub fn read_results(path: &Path) -> Result<ResultsData, H5Error> {
     Reader { path: h5_path, file }.read()
 }
 
+/// One floating-point dataset of any HDF5 file (not only a results file): its values in
+/// row-major order and its shape. The element type must be f64; a missing object or another
+/// type is an error naming the file and the object.
+pub fn read_dataset_f64(path: &Path, object: &str) -> Result<(Vec<f64>, Vec<u64>), H5Error> {
+    let file = File::open(path).map_err(|e| match e {
+        hdf5_pure::Error::Io(source) => H5Error::Io { path: path.to_path_buf(), source },
+        source => H5Error::Hdf5 { path: path.to_path_buf(), object: "/".into(), source },
+    })?;
+    let reader = Reader { path: path.to_path_buf(), file };
+    let ds = reader.file.dataset(object).map_err(|e| reader.hdf5(object, e))?;
+    let found = ds.dtype().map_err(|e| reader.hdf5(object, e))?;
+    if found != DType::F64 {
+        return Err(reader.malformed(object, format!("element type {found}, expected f64")));
+    }
+    let shape = ds.shape().map_err(|e| reader.hdf5(object, e))?;
+    let values = ds.read_f64().map_err(|e| reader.hdf5(object, e))?;
+    Ok((values, shape))
+}
+
 struct Reader {
     path: PathBuf,
     file: File,
