@@ -361,7 +361,7 @@ impl Problem {
     }
 
     /// True when the forward state is solved for the current parameters.
-    fn is_solved(&self) -> bool {
+    pub fn is_solved(&self) -> bool {
         if let Some(tr) = &self.transient {
             return tr.is_solved();
         }

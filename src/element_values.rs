@@ -205,12 +205,15 @@ pub fn read_element_values(
     Ok(by_cell)
 }
 
+/// Values in the mesh's cell order turned into values by element tag, checked for their count.
+type InOrder<'a> = dyn Fn(Vec<f64>, &str) -> Result<HashMap<u64, f64>, ElementValuesError> + 'a;
+
 /// A CSV file of values per cell: one column in the mesh's order, or `element_tag,value`.
 fn read_csv(
     path: &Path,
     mesh: &Mesh,
     cells: &[CellId],
-    in_order: &dyn Fn(Vec<f64>, &str) -> Result<HashMap<u64, f64>, ElementValuesError>,
+    in_order: &InOrder,
 ) -> Result<HashMap<u64, f64>, ElementValuesError> {
     let text = std::fs::read_to_string(path).map_err(|e| ElementValuesError::Read {
         path: path.to_path_buf(),

@@ -5,6 +5,7 @@
 //! holds problem files, the thermal problem with its gradient, and the CLI's building blocks.
 
 pub mod ansys_import;
+pub mod api;
 pub mod app;
 pub mod electrothermal;
 pub mod element_values;

@@ -129,6 +129,9 @@ pub struct MeshSpec {
     pub unit: Option<Spanned<String>>,
     /// A factor from a mesh file's coordinates to metres (instead of `unit`).
     pub scale: Option<Spanned<f64>>,
+    /// A mesh built in code ([`crate::api::Model::mesh`]), in metres; not a problem-file key.
+    #[serde(skip)]
+    pub given: Option<std::sync::Arc<Mesh>>,
 }
 
 /// Metres per unit of a length unit name; None for an unknown name.
@@ -943,9 +946,26 @@ impl ProblemFile {
 
     fn base_mesh(&self) -> Result<Mesh, ProblemError> {
         let m = &self.spec.mesh;
-        let sources = [m.file.is_some(), m.generated.is_some(), m.actuator.is_some()];
+        let sources =
+            [m.file.is_some(), m.generated.is_some(), m.actuator.is_some(), m.given.is_some()];
         if sources.iter().filter(|&&b| b).count() != 1 {
-            return Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`"));
+            return Err(self.invalid(if m.given.is_some() {
+                "a mesh given in code cannot also have `file`, `box` or `actuator`"
+            } else {
+                "[mesh] needs exactly one of `file`, `box` or `actuator`"
+            }));
+        }
+        if let Some(mesh) = &m.given {
+            if m.unit.is_some() || m.scale.is_some() {
+                return Err(self.invalid(
+                    "[mesh] `unit` and `scale` convert a mesh file's coordinates; a mesh given in code is in metres",
+                ));
+            }
+            mesh.validate().map_err(|e| ProblemError::Mesh {
+                file: self.path.clone(),
+                message: e.to_string(),
+            })?;
+            return Ok(mesh.as_ref().clone());
         }
         if let Some(a) = &m.actuator {
             return self.actuator_mesh(a);

@@ -49,6 +49,10 @@ pub enum ObjectiveKind {
     /// Σᵢ Tᵢ² over every node of the model (a mesh-dependent algebraic objective, used by the
     /// cross-code benchmark).
     NodalSumSquares,
+    /// Σᵢ wᵢ Tᵢ over the nodes: a cotangent `weights` (one per node) paired with the
+    /// temperature field, whose gradient is the vector-Jacobian product of the whole field.
+    /// Nodes without a temperature (outside the thermal field) contribute nothing.
+    Linear { weights: Vec<f64> },
 }
 
 /// A weighted objective term.
@@ -336,6 +340,26 @@ pub fn evaluate(
                     if v.is_finite() {
                         total += v * v;
                         *d += w * 2.0 * v;
+                    }
+                }
+                total
+            }
+            ObjectiveKind::Linear { weights } => {
+                if weights.len() != n_nodes {
+                    return Err(ThermalError::InvalidValue {
+                        what: format!(
+                            "the number of weights of a temperature cotangent ({} nodes)",
+                            n_nodes
+                        ),
+                        requirement: "one weight per node",
+                        value: weights.len() as f64,
+                    });
+                }
+                let mut total = 0.0;
+                for ((d, &v), &wi) in out.d_temperature.iter_mut().zip(t).zip(weights) {
+                    if v.is_finite() {
+                        total += wi * v;
+                        *d += w * wi;
                     }
                 }
                 total

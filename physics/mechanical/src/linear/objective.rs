@@ -35,6 +35,9 @@ pub enum ObjectiveKind {
     Compliance,
     /// (∫ σ_vm^p / ∫ 1)^{1/p} over a volume group.
     VonMisesPNorm { group: String, p: f64 },
+    /// Σ wₖ uₖ over the dofs (`3·n_nodes` weights, node-major): a cotangent paired with the
+    /// displacement field, whose gradient is the vector-Jacobian product of the whole field.
+    Linear { weights: Vec<f64> },
 }
 
 /// A weighted objective term.
@@ -435,6 +438,24 @@ pub fn evaluate(
                     })?;
                     average_volume(model, els, *direction, u, acc)
                 }
+            }
+            ObjectiveKind::Linear { weights } => {
+                if weights.len() != u.len() {
+                    return Err(MechanicalError::InvalidValue {
+                        what: format!(
+                            "the number of weights of a displacement cotangent ({} dofs)",
+                            u.len()
+                        ),
+                        requirement: "three weights per node",
+                        value: weights.len() as f64,
+                    });
+                }
+                let mut v = 0.0;
+                for ((d, &wi), &ui) in acc.du.iter_mut().zip(weights).zip(u) {
+                    v += wi * ui;
+                    *d += w * wi;
+                }
+                v
             }
             ObjectiveKind::Compliance => {
                 let f = model.load_vector();

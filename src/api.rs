@@ -1,0 +1,1137 @@
+//! The library API: build a problem in code or read a problem file, solve it, read its fields
+//! and quantities, change any registered parameter by name and solve again, and differentiate:
+//! the gradient of the objective, the vector-Jacobian product of any output field or quantity,
+//! and the Taylor test.
+//!
+//! A [`Model`] speaks the vocabulary of problem files (`docs/problem-file.md`): a mesh (a gmsh
+//! or ANSYS file, a generated box, the built-in actuator, or a [`Mesh`] made from arrays),
+//! materials per volume group, conditions per surface group, objectives and the parameters to
+//! differentiate by. [`Model::build`] goes through the same set-up and the same checks as a
+//! problem file, and [`Model::to_toml`] writes the problem file it stands for (an error of a
+//! model built in code names the line of that text).
+//!
+//! ```
+//! use gradfem::api::{Model, Objective};
+//!
+//! // A heated plate held at 300 K on one face and cooled by air on the top.
+//! let mut sim = Model::new("plate")
+//!     .mesh_box([0.1, 0.05, 0.01], [10, 5, 2], "tet4")
+//!     .conductivity("domain", 120.0)
+//!     .heat_source("domain", 5.0e6)
+//!     .fixed_temperature("xmin", 300.0)
+//!     .convection("zmax", 25.0, 293.0)
+//!     .objective(Objective::AverageTemperature { group: "domain".into() }, 1.0)
+//!     .register("thermal.k.domain")
+//!     .build()?;
+//! let q = sim.quantities()?;
+//! assert!(q["max_temperature"] > 300.0);
+//! let g = sim.gradient()?;
+//! assert!(g.scalar("thermal.k.domain").unwrap() < 0.0); // better conduction, cooler plate
+//!
+//! // Change a parameter by name and solve again (patterns and orderings are kept).
+//! sim.set_parameter("thermal.k.domain", 240.0)?;
+//! assert!(sim.quantities()?["mean_temperature"] < q["mean_temperature"]);
+//! # Ok::<(), gradfem::api::ApiError>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use gradfem_mesh::Mesh;
+use gradfem_solvers::params::ParamVector;
+use gradfem_solvers::taylor::{TaylorParams, TaylorResult};
+use toml::{Table, Value};
+
+use crate::app::{self, AppError, ObjectiveSet, Problem};
+use crate::electrothermal::TerminalTerm;
+use crate::problem::{ProblemError, ProblemFile};
+use crate::run::RunError;
+
+/// An error of the API: a problem that cannot be built (located in its file, or in the text of
+/// [`Model::to_toml`]), a solve or gradient that failed, or a request the problem cannot meet
+/// (an unknown field, quantity or parameter), which says what it offers.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error(transparent)]
+    Build(Box<AppError>),
+    #[error("{name}: {source}")]
+    Run { name: String, source: Box<RunError> },
+    #[error("{name}: {message}")]
+    Request { name: String, message: String },
+}
+
+impl From<AppError> for ApiError {
+    fn from(e: AppError) -> Self {
+        ApiError::Build(Box::new(e))
+    }
+}
+
+impl From<ProblemError> for ApiError {
+    fn from(e: ProblemError) -> Self {
+        AppError::Problem(e).into()
+    }
+}
+
+/// An objective term of a [`Model`] (the `[[objective]]` kinds of problem files).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Objective {
+    /// Temperature at a point [K].
+    PointTemperature { point: [f64; 3] },
+    /// Mean temperature over a volume group (`"*"`: the whole model) [K].
+    AverageTemperature { group: String },
+    /// Smooth maximum (p-norm mean) of the temperature over a volume group [K].
+    MaxTemperature { group: String, p: f64 },
+    /// Kreisselmeier–Steinhauser bound of the peak nodal temperature, sharpness `rho` [1/K].
+    PeakTemperature { group: String, rho: f64 },
+    /// ∫ T² over a volume group [K² m³].
+    IntegralSquareTemperature { group: String },
+    /// ½ Σ (T(xₛ) − dₛ)² over the sensors of a CSV file (x, y, z, value) [K²].
+    SensorMisfit { sensors: PathBuf },
+    /// Current into the device through a terminal [A].
+    Current { terminal: String },
+    /// Voltage of a terminal [V].
+    Voltage { terminal: String },
+    /// (V_drive − V_reference) / I_drive [Ω].
+    Resistance { drive: String, reference: String },
+    /// d · u at a point [m].
+    PointDisplacement { point: [f64; 3], direction: [f64; 3] },
+    /// d · ū, the mean over a volume or surface group [m].
+    AverageDisplacement { group: String, direction: [f64; 3] },
+    /// fᵀu, the work of the loads [J].
+    Compliance,
+    /// (∫ σ_vm^p / ∫ 1)^{1/p} over a volume group [Pa].
+    VonMisesPNorm { group: String, p: f64 },
+}
+
+impl Objective {
+    /// The `[[objective]]` table of this term with `weight`.
+    fn table(&self, weight: f64) -> Table {
+        let mut t = Table::new();
+        let mut put = |k: &str, v: Value| {
+            t.insert(k.into(), v);
+        };
+        let s = |v: &str| Value::String(v.into());
+        let (kind, rest): (&str, Vec<(&str, Value)>) = match self {
+            Objective::PointTemperature { point } => ("point", vec![("point", floats(point))]),
+            Objective::AverageTemperature { group } => ("average", vec![("group", s(group))]),
+            Objective::MaxTemperature { group, p } => {
+                ("max", vec![("group", s(group)), ("p", Value::Float(*p))])
+            }
+            Objective::PeakTemperature { group, rho } => {
+                ("peak", vec![("group", s(group)), ("rho", Value::Float(*rho))])
+            }
+            Objective::IntegralSquareTemperature { group } => {
+                ("integral_square", vec![("group", s(group))])
+            }
+            Objective::SensorMisfit { sensors } => {
+                ("misfit", vec![("sensors", s(&sensors.to_string_lossy()))])
+            }
+            Objective::Current { terminal } => ("current", vec![("terminal", s(terminal))]),
+            Objective::Voltage { terminal } => ("voltage", vec![("terminal", s(terminal))]),
+            Objective::Resistance { drive, reference } => {
+                ("resistance", vec![("drive", s(drive)), ("reference", s(reference))])
+            }
+            Objective::PointDisplacement { point, direction } => {
+                ("displacement", vec![("point", floats(point)), ("direction", floats(direction))])
+            }
+            Objective::AverageDisplacement { group, direction } => (
+                "average_displacement",
+                vec![("group", s(group)), ("direction", floats(direction))],
+            ),
+            Objective::Compliance => ("compliance", vec![]),
+            Objective::VonMisesPNorm { group, p } => {
+                ("von_mises", vec![("group", s(group)), ("p", Value::Float(*p))])
+            }
+        };
+        put("kind", s(kind));
+        for (k, v) in rest {
+            put(k, v);
+        }
+        put("weight", Value::Float(weight));
+        t
+    }
+}
+
+fn floats(v: &[f64]) -> Value {
+    Value::Array(v.iter().map(|&x| Value::Float(x)).collect())
+}
+
+/// A problem described in code, in the vocabulary of problem files; [`Model::build`] sets it
+/// up. Each method adds to one table of the problem file it stands for ([`Model::to_toml`]);
+/// a material or a condition on a group that already has one changes it.
+#[derive(Clone, Debug)]
+pub struct Model {
+    name: String,
+    base_dir: PathBuf,
+    doc: Table,
+    mesh: Option<Arc<Mesh>>,
+}
+
+impl Model {
+    /// An empty model named `name` (its errors and its default output directory use it);
+    /// relative paths resolve against the current directory.
+    pub fn new(name: &str) -> Self {
+        let mut doc = Table::new();
+        doc.insert("title".into(), Value::String(name.into()));
+        Model { name: name.into(), base_dir: PathBuf::new(), doc, mesh: None }
+    }
+
+    /// Resolve relative paths (mesh files, sensors, value files) against `dir`.
+    pub fn base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.base_dir = dir.into();
+        self
+    }
+
+    fn table(&mut self, path: &[&str]) -> &mut Table {
+        let mut t = &mut self.doc;
+        for key in path {
+            t = t
+                .entry(key.to_string())
+                .or_insert_with(|| Value::Table(Table::new()))
+                .as_table_mut()
+                .expect("a table");
+        }
+        t
+    }
+
+    /// The entry of the array of tables `path` (e.g. `thermal.material`) whose `group` is
+    /// `group`, created when missing.
+    fn entry(&mut self, path: &[&str], group: &str) -> &mut Table {
+        let (last, parents) = path.split_last().expect("a path");
+        let parent = self.table(parents);
+        let list = parent
+            .entry(last.to_string())
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .expect("an array of tables");
+        let at = list.iter().position(|v| v.get("group").and_then(Value::as_str) == Some(group));
+        let i = at.unwrap_or_else(|| {
+            let mut t = Table::new();
+            t.insert("group".into(), Value::String(group.into()));
+            list.push(Value::Table(t));
+            list.len() - 1
+        });
+        list[i].as_table_mut().expect("a table")
+    }
+
+    fn set(mut self, path: &[&str], group: &str, pairs: Vec<(&str, Value)>) -> Self {
+        let t = self.entry(path, group);
+        for (k, v) in pairs {
+            t.insert(k.into(), v);
+        }
+        self
+    }
+
+    /// A condition on a group: replaces the group's condition of that field.
+    fn condition(mut self, path: &[&str], group: &str, pairs: Vec<(&str, Value)>) -> Self {
+        let t = self.entry(path, group);
+        t.retain(|k, _| k == "group");
+        for (k, v) in pairs {
+            t.insert(k.into(), v);
+        }
+        self
+    }
+
+    fn set_mesh(mut self, key: &str, value: Value) -> Self {
+        let m = self.table(&["mesh"]);
+        m.retain(|k, _| !matches!(k, "file" | "box" | "actuator"));
+        m.insert(key.into(), value);
+        self.mesh = None;
+        self
+    }
+
+    /// The mesh of a gmsh (`.msh`) or ANSYS (`.cdb`, `.rst`, `.rth`) file.
+    pub fn mesh_file(self, path: impl AsRef<Path>) -> Self {
+        let p = path.as_ref().to_string_lossy().into_owned();
+        self.set_mesh("file", Value::String(p))
+    }
+
+    /// A generated box at the origin: `lengths` [m], `divisions` per axis, `cell` one of
+    /// `tet4`, `tet10`, `hex8`, `hex20`; its groups are `domain`, `xmin`, `xmax`, … `zmax`.
+    pub fn mesh_box(self, lengths: [f64; 3], divisions: [usize; 3], cell: &str) -> Self {
+        let mut b = Table::new();
+        b.insert("lengths".into(), floats(&lengths));
+        b.insert(
+            "divisions".into(),
+            Value::Array(divisions.iter().map(|&d| Value::Integer(d as i64)).collect()),
+        );
+        b.insert("cell".into(), Value::String(cell.into()));
+        self.set_mesh("box", Value::Table(b))
+    }
+
+    /// The two-hot-arm microactuator built by gradfem (its default dimensions, tet4 cells).
+    pub fn mesh_actuator(self) -> Self {
+        self.set_mesh("actuator", Value::Table(Table::new()))
+    }
+
+    /// A mesh made in code (e.g. with [`mesh_from_arrays`]), coordinates in metres.
+    pub fn mesh(mut self, mesh: Mesh) -> Self {
+        self.table(&["mesh"]).retain(|k, _| !matches!(k, "file" | "box" | "actuator"));
+        self.mesh = Some(Arc::new(mesh));
+        self
+    }
+
+    /// The length unit of a mesh file's coordinates (`mm`, `um`, …).
+    pub fn mesh_unit(mut self, unit: &str) -> Self {
+        self.table(&["mesh"]).insert("unit".into(), Value::String(unit.into()));
+        self
+    }
+
+    /// Straighten second-order cells that the mesh generator folded.
+    pub fn straighten_inverted(mut self) -> Self {
+        self.table(&["mesh"]).insert("straighten_inverted".into(), Value::Boolean(true));
+        self
+    }
+
+    /// A surface group `name` of the exterior facets on the plane `axis` (x, y or z) = `value`.
+    pub fn plane_group(mut self, name: &str, axis: &str, value: f64) -> Self {
+        let mut t = Table::new();
+        t.insert("name".into(), Value::String(name.into()));
+        t.insert("axis".into(), Value::String(axis.into()));
+        t.insert("value".into(), Value::Float(value));
+        let m = self.table(&["mesh"]);
+        let list = m
+            .entry("plane_group")
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .expect("an array");
+        list.push(Value::Table(t));
+        self
+    }
+
+    /// Thermal conductivity k₀ [W/(m·K)] of a volume group.
+    pub fn conductivity(self, group: &str, k: f64) -> Self {
+        self.set(&["thermal", "material"], group, vec![("k", Value::Float(k))])
+    }
+
+    /// Thermal conductivity per element from a file (see `[thermal.material.k]` of the
+    /// problem-file reference): a CSV or HDF5 path, and for HDF5 a dataset or a results field.
+    pub fn conductivity_from_file(self, group: &str, file: &str, select: FileSelect) -> Self {
+        self.set(&["thermal", "material"], group, vec![("k", select.value(file))])
+    }
+
+    /// Volumetric heat source [W/m³] of a volume group that has a conductivity.
+    pub fn heat_source(self, group: &str, q: f64) -> Self {
+        self.set(&["thermal", "material"], group, vec![("source", Value::Float(q))])
+    }
+
+    /// A fixed temperature [K] on a surface group.
+    pub fn fixed_temperature(self, group: &str, value: f64) -> Self {
+        self.condition(
+            &["thermal", "bc"],
+            group,
+            vec![("kind", Value::String("temperature".into())), ("value", Value::Float(value))],
+        )
+    }
+
+    /// A heat flux into the body [W/m²] on a surface group.
+    pub fn heat_flux(self, group: &str, q_in: f64) -> Self {
+        self.condition(
+            &["thermal", "bc"],
+            group,
+            vec![("kind", Value::String("heat_flux".into())), ("q_in", Value::Float(q_in))],
+        )
+    }
+
+    /// Convection to an ambient `t_inf` [K] with film coefficient `h` [W/(m²·K)].
+    pub fn convection(self, group: &str, h: f64, t_inf: f64) -> Self {
+        self.condition(
+            &["thermal", "bc"],
+            group,
+            vec![
+                ("kind", Value::String("convection".into())),
+                ("h", Value::Float(h)),
+                ("t_inf", Value::Float(t_inf)),
+            ],
+        )
+    }
+
+    /// An electrical conductor: σ₀ [S/m] of a volume group (makes the problem electro-thermal).
+    pub fn conductor(self, group: &str, sigma: f64) -> Self {
+        self.set(&["electrical", "conductor"], group, vec![("sigma", Value::Float(sigma))])
+    }
+
+    /// A linear temperature coefficient α_R [1/K] of a conductor's resistivity about `t_ref`
+    /// [K]: the coupling becomes two-way.
+    pub fn resistivity_coefficient(self, group: &str, alpha_r: f64, t_ref: f64) -> Self {
+        self.set(
+            &["electrical", "conductor"],
+            group,
+            vec![("alpha_r", Value::Float(alpha_r)), ("t_ref", Value::Float(t_ref))],
+        )
+    }
+
+    /// The reference temperature [K] of a conductor's resistivity law.
+    pub fn conductor_reference_temperature(self, group: &str, t_ref: f64) -> Self {
+        self.set(&["electrical", "conductor"], group, vec![("t_ref", Value::Float(t_ref))])
+    }
+
+    /// A voltage terminal [V] on a surface group.
+    pub fn voltage(self, group: &str, value: f64) -> Self {
+        self.condition(
+            &["electrical", "terminal"],
+            group,
+            vec![("kind", Value::String("voltage".into())), ("value", Value::Float(value))],
+        )
+    }
+
+    /// A grounded terminal (0 V) on a surface group.
+    pub fn ground(self, group: &str) -> Self {
+        self.condition(
+            &["electrical", "terminal"],
+            group,
+            vec![("kind", Value::String("ground".into()))],
+        )
+    }
+
+    /// A terminal that drives `current` [A] into the device.
+    pub fn current(self, group: &str, current: f64) -> Self {
+        self.condition(
+            &["electrical", "terminal"],
+            group,
+            vec![("kind", Value::String("current".into())), ("current", Value::Float(current))],
+        )
+    }
+
+    /// A linear elastic material: Young's modulus [Pa] and Poisson's ratio of a volume group.
+    pub fn elastic(self, group: &str, young: f64, poisson: f64) -> Self {
+        self.set(
+            &["mechanical", "material"],
+            group,
+            vec![("young", Value::Float(young)), ("poisson", Value::Float(poisson))],
+        )
+    }
+
+    /// Thermal expansion α [1/K] of an elastic material, stress-free at `t_ref` [K].
+    pub fn thermal_expansion(self, group: &str, alpha: f64, t_ref: f64) -> Self {
+        self.set(
+            &["mechanical", "material"],
+            group,
+            vec![("alpha", Value::Float(alpha)), ("t_ref", Value::Float(t_ref))],
+        )
+    }
+
+    /// A body force per volume [N/m³] on an elastic material.
+    pub fn body_force(self, group: &str, force: [f64; 3]) -> Self {
+        self.set(&["mechanical", "material"], group, vec![("body_force", floats(&force))])
+    }
+
+    /// All displacement components held at zero on a group.
+    pub fn fixed(self, group: &str) -> Self {
+        self.condition(&["mechanical", "bc"], group, vec![("kind", Value::String("fixed".into()))])
+    }
+
+    /// The listed components (`"x"`, `"y"`, `"z"`) held at zero on a group.
+    pub fn roller(self, group: &str, components: &[&str]) -> Self {
+        let c = Value::Array(components.iter().map(|c| Value::String(c.to_string())).collect());
+        self.condition(
+            &["mechanical", "bc"],
+            group,
+            vec![("kind", Value::String("roller".into())), ("components", c)],
+        )
+    }
+
+    /// A prescribed displacement [m] on a group.
+    pub fn displacement(self, group: &str, value: [f64; 3]) -> Self {
+        self.condition(
+            &["mechanical", "bc"],
+            group,
+            vec![("kind", Value::String("displacement".into())), ("value", floats(&value))],
+        )
+    }
+
+    /// A traction [Pa] on a surface group.
+    pub fn traction(self, group: &str, traction: [f64; 3]) -> Self {
+        self.condition(
+            &["mechanical", "bc"],
+            group,
+            vec![("kind", Value::String("traction".into())), ("traction", floats(&traction))],
+        )
+    }
+
+    /// A pressure [Pa] on a surface group (positive pushes into the body).
+    pub fn pressure(self, group: &str, pressure: f64) -> Self {
+        self.condition(
+            &["mechanical", "bc"],
+            group,
+            vec![("kind", Value::String("pressure".into())), ("pressure", Value::Float(pressure))],
+        )
+    }
+
+    /// The group whose mean displacement is reported as `tip_displacement`.
+    pub fn tip(mut self, group: &str) -> Self {
+        self.table(&["mechanical"]).insert("tip".into(), Value::String(group.into()));
+        self
+    }
+
+    /// A morph: the scalar design parameter `morph.<name>` (initial `value`) moves the nodes
+    /// by (s − value) · f(coordinate `axis`) · `direction`, f linear between `knots`
+    /// (coordinate, factor) pairs; `bounds` for optimization.
+    pub fn morph(
+        mut self,
+        name: &str,
+        value: f64,
+        axis: &str,
+        knots: &[[f64; 2]],
+        direction: [f64; 3],
+        bounds: Option<[f64; 2]>,
+    ) -> Self {
+        let mut t = Table::new();
+        t.insert("name".into(), Value::String(name.into()));
+        t.insert("value".into(), Value::Float(value));
+        t.insert("axis".into(), Value::String(axis.into()));
+        t.insert("knots".into(), Value::Array(knots.iter().map(|k| floats(k)).collect()));
+        t.insert("direction".into(), floats(&direction));
+        if let Some(b) = bounds {
+            t.insert("bounds".into(), floats(&b));
+        }
+        self.push("morph", t);
+        self
+    }
+
+    fn push(&mut self, key: &str, t: Table) {
+        let list = self
+            .doc
+            .entry(key)
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .expect("an array of tables");
+        list.push(Value::Table(t));
+    }
+
+    /// Add a weighted term to the objective J.
+    pub fn objective(mut self, term: Objective, weight: f64) -> Self {
+        self.push("objective", term.table(weight));
+        self
+    }
+
+    /// Differentiate by the parameter `name` (e.g. `thermal.k.domain`, `mesh.coordinates`;
+    /// see "Registrable parameter names" in the problem-file reference).
+    pub fn register(mut self, name: &str) -> Self {
+        let p = self.table(&["parameters"]);
+        let list = p
+            .entry("register")
+            .or_insert_with(|| Value::Array(Vec::new()))
+            .as_array_mut()
+            .expect("an array");
+        if !list.iter().any(|v| v.as_str() == Some(name)) {
+            list.push(Value::String(name.into()));
+        }
+        self
+    }
+
+    /// Bounds of a registered parameter (for optimization and the Taylor test).
+    pub fn bounds(mut self, name: &str, lower: f64, upper: f64) -> Self {
+        let b = self.table(&["parameters", "bounds"]);
+        b.insert(name.into(), floats(&[lower, upper]));
+        self
+    }
+
+    /// The linear solver: `auto`, `cholesky`, `lu` or `amg-cg`.
+    pub fn linear_solver(mut self, name: &str) -> Self {
+        self.table(&["solver"]).insert("linear".into(), Value::String(name.into()));
+        self
+    }
+
+    /// Any other key of the problem file, as a TOML value at a dotted table path, e.g.
+    /// `set("transient", "end_time", 1e-3.into())`.
+    pub fn set_key(mut self, table: &str, key: &str, value: Value) -> Self {
+        let path: Vec<&str> = table.split('.').filter(|s| !s.is_empty()).collect();
+        self.table(&path).insert(key.into(), value);
+        self
+    }
+
+    /// The problem file this model stands for. A mesh given in code is not part of it (a
+    /// comment says so).
+    pub fn to_toml(&self) -> String {
+        let text = toml::to_string(&self.doc).expect("a TOML table");
+        if self.mesh.is_some() { format!("# [mesh]: a mesh given in code\n{text}") } else { text }
+    }
+
+    /// Set the problem up: the same parsing, checks and set-up as a problem file.
+    pub fn build(self) -> Result<Simulation, ApiError> {
+        let text = self.to_toml();
+        let path = self.base_dir.join(format!("{} (model)", self.name));
+        let mut file = ProblemFile::parse(&path, text)?;
+        file.spec.mesh.given = self.mesh;
+        Simulation::from_problem_file(file)
+    }
+}
+
+/// Which values of an HDF5 file [`Model::conductivity_from_file`] reads (nothing for CSV).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum FileSelect {
+    /// A CSV file: one value per cell, or `element_tag,value` rows.
+    #[default]
+    Csv,
+    /// An f64 dataset of an HDF5 file, by its path.
+    Dataset(String),
+    /// A cell field of a gradfem results file, at a step (default: the last holding it).
+    Field { name: String, step: Option<usize> },
+}
+
+impl FileSelect {
+    fn value(&self, file: &str) -> Value {
+        let mut t = Table::new();
+        t.insert("file".into(), Value::String(file.into()));
+        match self {
+            FileSelect::Csv => {}
+            FileSelect::Dataset(d) => {
+                t.insert("dataset".into(), Value::String(d.clone()));
+            }
+            FileSelect::Field { name, step } => {
+                t.insert("field".into(), Value::String(name.clone()));
+                if let Some(s) = step {
+                    t.insert("step".into(), Value::Integer(*s as i64));
+                }
+            }
+        }
+        Value::Table(t)
+    }
+}
+
+/// A mesh from plain arrays: node coordinates, the cells of each type as flat connectivity
+/// (0-based node indices, gmsh node order), and named groups as (name, block index, cell
+/// indices in that block). Element tags are the cells' 1-based positions over all blocks. The
+/// mesh is validated (indices in range, groups of one dimension).
+///
+/// ```
+/// use gradfem::api::mesh_from_arrays;
+/// use gradfem::mesh::CellType;
+/// let points = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]];
+/// let mesh = mesh_from_arrays(
+///     &points,
+///     &[(CellType::Tet4, vec![0, 1, 2, 3]), (CellType::Tri3, vec![0, 1, 2])],
+///     &[("solid", 0, vec![0]), ("bottom", 1, vec![0])],
+/// )?;
+/// assert_eq!(mesh.n_cells_of_dim(3), 1);
+/// # Ok::<(), gradfem::mesh::MeshError>(())
+/// ```
+pub fn mesh_from_arrays(
+    points: &[[f64; 3]],
+    cells: &[(gradfem_mesh::CellType, Vec<usize>)],
+    groups: &[(&str, usize, Vec<usize>)],
+) -> Result<Mesh, gradfem_mesh::MeshError> {
+    use gradfem_mesh::mesh::{CellBlock, CellId, PhysicalGroup};
+    let mut blocks = Vec::with_capacity(cells.len());
+    let mut tag = 0u64;
+    for (b, (cell_type, connectivity)) in cells.iter().enumerate() {
+        let n = cell_type.n_nodes();
+        if connectivity.len() % n != 0 {
+            return Err(gradfem_mesh::MeshError::Inconsistent(format!(
+                "block {b} ({}): {} node indices are not a whole number of {n}-node cells",
+                cell_type.name(),
+                connectivity.len()
+            )));
+        }
+        let count = connectivity.len() / n;
+        let tags = (0..count)
+            .map(|_| {
+                tag += 1;
+                tag
+            })
+            .collect();
+        blocks.push(CellBlock { cell_type: *cell_type, connectivity: connectivity.clone(), tags });
+    }
+    let mut out_groups = Vec::with_capacity(groups.len());
+    for (i, (name, block, indices)) in groups.iter().enumerate() {
+        let Some(dim) = blocks.get(*block).map(|b: &CellBlock| b.cell_type.dim()) else {
+            return Err(gradfem_mesh::MeshError::Inconsistent(format!(
+                "group '{name}': block {block} does not exist ({} blocks)",
+                blocks.len()
+            )));
+        };
+        let mut cells: Vec<CellId> =
+            indices.iter().map(|&index| CellId { block: *block, index }).collect();
+        cells.sort();
+        out_groups.push(PhysicalGroup { name: name.to_string(), tag: i as i32 + 1, dim, cells });
+    }
+    let mesh = Mesh {
+        coords: points.to_vec(),
+        node_tags: (1..=points.len() as u64).collect(),
+        blocks,
+        groups: out_groups,
+    };
+    mesh.validate()?;
+    Ok(mesh)
+}
+
+/// The gradient of a scalar (the objective, or a cotangent's pairing with the outputs) with
+/// respect to every registered parameter, by name: one entry for a scalar parameter, one per
+/// entry for a vector one (per-element fields in their group's cell order, node coordinates
+/// x, y, z per node).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gradients {
+    /// The scalar differentiated.
+    pub value: f64,
+    /// dvalue/dp per registered parameter.
+    pub by_name: BTreeMap<String, Vec<f64>>,
+}
+
+impl Gradients {
+    /// The derivative by a parameter.
+    pub fn get(&self, name: &str) -> Option<&[f64]> {
+        self.by_name.get(name).map(Vec::as_slice)
+    }
+
+    /// The derivative by a scalar parameter.
+    pub fn scalar(&self, name: &str) -> Option<f64> {
+        self.get(name).filter(|v| v.len() == 1).map(|v| v[0])
+    }
+}
+
+/// A cotangent on the outputs of a problem: weights on whole nodal fields and on quantities.
+/// [`Simulation::vjp`] returns the gradient of ⟨cotangent, outputs⟩, the vector-Jacobian
+/// product a loss computed outside gradfem (PyTorch, JAX) needs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cotangent {
+    fields: Vec<(String, Vec<f64>)>,
+    quantities: Vec<(String, f64)>,
+}
+
+impl Cotangent {
+    /// No weights.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Weights on a nodal field: `temperature` (one per node) or `displacement` (three per
+    /// node, x y z).
+    pub fn field(mut self, name: &str, weights: Vec<f64>) -> Self {
+        self.fields.push((name.into(), weights));
+        self
+    }
+
+    /// A weight on a differentiable quantity (see [`Simulation::differentiable_quantities`]).
+    pub fn quantity(mut self, name: &str, weight: f64) -> Self {
+        self.quantities.push((name.into(), weight));
+        self
+    }
+}
+
+/// A problem set up and ready to solve, from a problem file or a [`Model`].
+pub struct Simulation {
+    file: ProblemFile,
+    problem: Problem,
+}
+
+impl std::fmt::Debug for Simulation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulation").field("file", &self.file.path).finish_non_exhaustive()
+    }
+}
+
+/// The nodal fields a solved problem offers.
+const FIELD_NAMES: [&str; 3] = ["temperature", "potential", "displacement"];
+
+impl Simulation {
+    /// Read and set up a problem file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ApiError> {
+        Self::from_problem_file(ProblemFile::read(path.as_ref())?)
+    }
+
+    /// Set up problem-file text; `path` names it in errors and anchors relative paths.
+    pub fn from_toml(path: impl AsRef<Path>, text: &str) -> Result<Self, ApiError> {
+        Self::from_problem_file(ProblemFile::parse(path.as_ref(), text.to_string())?)
+    }
+
+    /// Set up a parsed problem file.
+    pub fn from_problem_file(file: ProblemFile) -> Result<Self, ApiError> {
+        let problem = app::build_problem(&file)?;
+        Ok(Simulation { file, problem })
+    }
+
+    fn name(&self) -> String {
+        self.file.path.display().to_string()
+    }
+
+    fn run<T>(&self, r: Result<T, RunError>) -> Result<T, ApiError> {
+        r.map_err(|source| ApiError::Run { name: self.name(), source: Box::new(source) })
+    }
+
+    fn request(&self, message: String) -> ApiError {
+        ApiError::Request { name: self.name(), message }
+    }
+
+    /// The problem file (parsed) behind this simulation.
+    pub fn problem_file(&self) -> &ProblemFile {
+        &self.file
+    }
+
+    /// The set-up problem, for what the API does not wrap.
+    pub fn problem(&mut self) -> &mut Problem {
+        &mut self.problem
+    }
+
+    /// The mesh (in metres, with its groups).
+    pub fn mesh(&self) -> &Mesh {
+        &self.problem.thermal().mesh
+    }
+
+    /// Solve the forward problem (all fields, load steps or time steps).
+    pub fn solve(&mut self) -> Result<(), ApiError> {
+        let r = self.problem.solve();
+        self.run(r)
+    }
+
+    fn ensure_solved(&mut self) -> Result<(), ApiError> {
+        if !self.problem.is_solved() { self.solve() } else { Ok(()) }
+    }
+
+    /// The objective J at the solution (solving first when needed).
+    pub fn objective(&mut self) -> Result<f64, ApiError> {
+        let r = self.problem.objective_terms();
+        Ok(self.run(r)?.0)
+    }
+
+    /// The names of the nodal fields of this problem (`temperature`, `potential`,
+    /// `displacement`).
+    pub fn field_names(&self) -> Vec<&'static str> {
+        let p = &self.problem;
+        FIELD_NAMES
+            .into_iter()
+            .filter(|n| match *n {
+                "temperature" => true,
+                "potential" => p.electro_thermal().is_some(),
+                _ => p.mechanical.is_some() || p.hyperelastic.is_some(),
+            })
+            .collect()
+    }
+
+    /// A nodal field of the solution: `temperature` [K] (one value per node; NaN at nodes
+    /// outside the thermal field), `potential` [V], `displacement` [m] (x, y, z per node; the
+    /// last load step of a finite-strain problem). None before a solve or for a field the
+    /// problem does not have.
+    pub fn field(&self, name: &str) -> Option<&[f64]> {
+        let p = &self.problem;
+        match name {
+            "temperature" => p.thermal().temperature(),
+            "potential" => p.electro_thermal().and_then(|e| e.potential()),
+            "displacement" => match (&p.mechanical, &p.hyperelastic) {
+                (Some(m), _) => m.displacement(),
+                (None, Some(h)) => h.states().last().map(|s| s.1),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The quantities of the solution (solving first when needed), in SI units:
+    /// `objective`, `max_temperature`, `min_temperature`, `mean_temperature` [K]; with an
+    /// electrical field `current` [A], `voltage` [V], `resistance` [Ω] of the drive terminal,
+    /// `joule_power` [W] and `terminal.<group>.current`, `terminal.<group>.voltage`; with a
+    /// mechanical field `max_displacement` [m], `max_von_mises` [Pa] (linear elasticity) and,
+    /// with a tip group, `tip_displacement.x|y|z` [m].
+    pub fn quantities(&mut self) -> Result<BTreeMap<String, f64>, ApiError> {
+        self.ensure_solved()?;
+        let s = app::summary(&self.file.spec.title, &self.problem);
+        let s = self.run(s)?;
+        let mut q = BTreeMap::new();
+        q.insert("objective".into(), s.objective);
+        q.insert("max_temperature".into(), s.max_temperature_k);
+        q.insert("min_temperature".into(), s.min_temperature_k);
+        q.insert("mean_temperature".into(), s.mean_temperature_k);
+        let mut opt = |k: &str, v: Option<f64>| {
+            if let Some(v) = v {
+                q.insert(k.into(), v);
+            }
+        };
+        opt("current", s.current_a);
+        opt("voltage", s.voltage_v);
+        opt("resistance", s.resistance_ohm);
+        opt("joule_power", s.joule_power_w);
+        opt("max_displacement", s.max_displacement_m);
+        opt("max_von_mises", s.max_von_mises_pa);
+        if let Some(tip) = s.tip_displacement_m {
+            for (axis, v) in ["x", "y", "z"].iter().zip(tip) {
+                q.insert(format!("tip_displacement.{axis}"), v);
+            }
+        }
+        for t in s.terminals.iter().flatten() {
+            q.insert(format!("terminal.{}.current", t.name), t.current_a);
+            q.insert(format!("terminal.{}.voltage", t.name), t.voltage_v);
+        }
+        Ok(q)
+    }
+
+    /// Every parameter name the problem can register.
+    pub fn parameter_names(&self) -> Vec<String> {
+        self.problem.available_parameters()
+    }
+
+    /// The registered parameters, in registration order (what [`gradient`](Self::gradient)
+    /// and [`vjp`](Self::vjp) differentiate by).
+    pub fn registered(&self) -> Vec<String> {
+        self.problem.registry().names().map(str::to_owned).collect()
+    }
+
+    /// Register a parameter by name (nothing when it is registered already).
+    pub fn register(&mut self, name: &str) -> Result<(), ApiError> {
+        if self.problem.registry().contains(name) {
+            return Ok(());
+        }
+        let r = self.problem.register(name, None).map(|_| ());
+        self.run(r)
+    }
+
+    /// The value(s) of a parameter (registering it when needed).
+    pub fn parameter(&mut self, name: &str) -> Result<Vec<f64>, ApiError> {
+        self.register(name)?;
+        let reg = self.problem.registry();
+        let id = reg.id(name).expect("registered");
+        Ok(reg.values(id).to_vec())
+    }
+
+    /// Set a scalar parameter by name (registering it when needed); the next output solves
+    /// again, reusing the sparsity patterns and symbolic factorizations.
+    pub fn set_parameter(&mut self, name: &str, value: f64) -> Result<(), ApiError> {
+        self.set_parameter_values(name, &[value])
+    }
+
+    /// Set a parameter's values by name: one for a scalar, one per cell of the group for a
+    /// per-element field (`thermal.k_elem.<group>`, …, in the group's cell order), 3 per node
+    /// for `mesh.coordinates`. A wrong count names the expected one.
+    pub fn set_parameter_values(&mut self, name: &str, values: &[f64]) -> Result<(), ApiError> {
+        self.register(name)?;
+        let reg = self.problem.registry();
+        let id = reg.id(name).expect("registered");
+        let expected = reg.values(id).len();
+        if values.len() != expected {
+            return Err(self.request(format!(
+                "'{name}' takes {expected} value(s) ({}), given {}",
+                reg.get(id).kind,
+                values.len()
+            )));
+        }
+        if let Err(e) = self.problem.registry_mut().set_values(id, values) {
+            return Err(self.request(e.to_string()));
+        }
+        let r = self.problem.apply_parameters();
+        self.run(r)
+    }
+
+    /// The objective J and its gradient by every registered parameter (the adjoint method:
+    /// one reverse sweep through the coupled fields).
+    pub fn gradient(&mut self) -> Result<Gradients, ApiError> {
+        self.ensure_solved()?;
+        let r = self.problem.gradient();
+        let (value, g, _, _) = self.run(r)?;
+        Ok(self.by_name(value, &g))
+    }
+
+    fn by_name(&self, value: f64, g: &gradfem_solvers::params::Gradient) -> Gradients {
+        let reg = self.problem.registry();
+        let by_name =
+            reg.iter().map(|(id, spec)| (spec.name.clone(), g.get(id).to_vec())).collect();
+        Gradients { value, by_name }
+    }
+
+    /// The quantities a [`Cotangent`] may weigh: `objective`, `mean_temperature`; with an
+    /// electrical field `current`, `voltage`, `resistance` (of the drive terminal) and
+    /// `terminal.<group>.current|voltage`; with a linear mechanical field that names a tip
+    /// group (`[mechanical] tip`, [`Model::tip`]) `tip_displacement.x|y|z`.
+    pub fn differentiable_quantities(&self) -> Vec<String> {
+        let mut out = vec!["objective".to_string(), "mean_temperature".to_string()];
+        if let Some(et) = self.problem.electro_thermal() {
+            out.extend(["current", "voltage", "resistance"].map(String::from));
+            for t in &et.electrical.terminals {
+                out.push(format!("terminal.{}.current", t.name));
+                out.push(format!("terminal.{}.voltage", t.name));
+            }
+        }
+        if self.problem.mechanical.as_ref().is_some_and(|m| m.tip_group.is_some()) {
+            out.extend(["x", "y", "z"].map(|a| format!("tip_displacement.{a}")));
+        }
+        out
+    }
+
+    /// The vector-Jacobian product: the gradient of ⟨w, outputs⟩ (the cotangent's weights on
+    /// whole nodal fields and on quantities) by every registered parameter, by one adjoint
+    /// sweep. The problem's own objective is left as it was.
+    pub fn vjp(&mut self, cotangent: &Cotangent) -> Result<Gradients, ApiError> {
+        if self.problem.transient.is_some() || self.problem.hyperelastic.is_some() {
+            return Err(self.request(
+                "vector-Jacobian products of transient and finite-strain problems are not available yet; their `gradient` differentiates the objective".into(),
+            ));
+        }
+        let set = self.cotangent_objective(cotangent)?;
+        self.ensure_solved()?;
+        let old = self.problem.swap_objective(set);
+        let r = self.problem.gradient();
+        self.problem.swap_objective(old);
+        let (value, g, _, _) = self.run(r)?;
+        Ok(self.by_name(value, &g))
+    }
+
+    /// The objective whose gradient is the VJP of `cotangent`.
+    fn cotangent_objective(&self, c: &Cotangent) -> Result<ObjectiveSet, ApiError> {
+        use gradfem_mechanical::linear::objective::{
+            ObjectiveKind as MechKind, ObjectiveTerm as MechTerm,
+        };
+        use gradfem_thermal::{ObjectiveKind, ObjectiveTerm};
+        let p = &self.problem;
+        let n_nodes = self.mesh().n_nodes();
+        let mut set = ObjectiveSet::default();
+        for (name, w) in &c.fields {
+            match name.as_str() {
+                "temperature" => {
+                    if w.len() != n_nodes {
+                        return Err(self.request(format!(
+                            "a temperature cotangent has one weight per node: expected {n_nodes}, given {}",
+                            w.len()
+                        )));
+                    }
+                    set.thermal.push(ObjectiveTerm {
+                        weight: 1.0,
+                        kind: ObjectiveKind::Linear { weights: w.clone() },
+                    });
+                }
+                "displacement" if p.mechanical.is_some() => {
+                    if w.len() != 3 * n_nodes {
+                        return Err(self.request(format!(
+                            "a displacement cotangent has three weights per node: expected {}, given {}",
+                            3 * n_nodes,
+                            w.len()
+                        )));
+                    }
+                    set.mechanical.push(MechTerm {
+                        weight: 1.0,
+                        kind: MechKind::Linear { weights: w.clone() },
+                    });
+                }
+                other => {
+                    return Err(self.request(format!(
+                        "no cotangent on the field '{other}'; this problem takes cotangents on: {}",
+                        if p.mechanical.is_some() {
+                            "temperature, displacement"
+                        } else {
+                            "temperature"
+                        }
+                    )));
+                }
+            }
+        }
+        for (name, w) in &c.quantities {
+            let w = *w;
+            let unknown = || {
+                self.request(format!(
+                    "'{name}' is not a differentiable quantity of this problem; it has: {}",
+                    self.differentiable_quantities().join(", ")
+                ))
+            };
+            let terminal = |kind: &str| -> Result<TerminalTerm, ApiError> {
+                use gradfem_electrical::TerminalFunctional as F;
+                let et = p.electro_thermal().ok_or_else(unknown)?;
+                let names = |i: usize| et.electrical.terminals[i].name.clone();
+                let (drive, reference) = et.default_terminals().ok_or_else(unknown)?;
+                let functional = match kind {
+                    "current" => F::Current { terminal: names(drive) },
+                    "voltage" => F::Voltage { terminal: names(drive) },
+                    _ => F::Resistance { drive: names(drive), reference: names(reference) },
+                };
+                Ok(TerminalTerm { weight: w, functional })
+            };
+            match name.as_str() {
+                "objective" => {
+                    // The problem's own terms, scaled.
+                    let own = self.own_objective();
+                    set.thermal.extend(own.thermal.into_iter().map(|mut t| {
+                        t.weight *= w;
+                        t
+                    }));
+                    set.electrical.extend(own.electrical.into_iter().map(|mut t| {
+                        t.weight *= w;
+                        t
+                    }));
+                    set.mechanical.extend(own.mechanical.into_iter().map(|mut t| {
+                        t.weight *= w;
+                        t
+                    }));
+                }
+                "mean_temperature" => set.thermal.push(ObjectiveTerm {
+                    weight: w,
+                    kind: ObjectiveKind::Average { group: "*".into() },
+                }),
+                "current" | "voltage" | "resistance" => set.electrical.push(terminal(name)?),
+                _ => {
+                    if let Some(rest) = name.strip_prefix("terminal.") {
+                        use gradfem_electrical::TerminalFunctional as F;
+                        let et = p.electro_thermal().ok_or_else(unknown)?;
+                        let (group, what) = rest.rsplit_once('.').ok_or_else(unknown)?;
+                        if !et.electrical.terminals.iter().any(|t| t.name == group) {
+                            return Err(unknown());
+                        }
+                        let terminal = group.to_string();
+                        let functional = match what {
+                            "current" => F::Current { terminal },
+                            "voltage" => F::Voltage { terminal },
+                            _ => return Err(unknown()),
+                        };
+                        set.electrical.push(TerminalTerm { weight: w, functional });
+                    } else if let Some(axis) = name.strip_prefix("tip_displacement.") {
+                        let m = p.mechanical.as_ref().ok_or_else(unknown)?;
+                        let k =
+                            ["x", "y", "z"].iter().position(|a| *a == axis).ok_or_else(unknown)?;
+                        let mut direction = [0.0; 3];
+                        direction[k] = 1.0;
+                        let group = m.tip_group.clone().ok_or_else(unknown)?;
+                        set.mechanical.push(MechTerm {
+                            weight: w,
+                            kind: MechKind::AverageDisplacement { group, direction },
+                        });
+                    } else {
+                        return Err(unknown());
+                    }
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// A copy of the problem's own objective terms.
+    fn own_objective(&self) -> ObjectiveSet {
+        let p = &self.problem;
+        ObjectiveSet {
+            thermal: p.thermal().objective.clone(),
+            electrical: p
+                .electro_thermal()
+                .map(|e| e.electrical_objective.clone())
+                .unwrap_or_default(),
+            mechanical: p.mechanical.as_ref().map(|m| m.objective.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// The Taylor test of the gradient over every registered parameter, with the `[taylor]`
+    /// settings of the problem (h0, steps); the result's `passed` tells whether the
+    /// remainders fall at rate ≈ 2.
+    pub fn taylor_test(&mut self) -> Result<TaylorResult, ApiError> {
+        if self.problem.registry().is_empty() {
+            return Err(self.request("the Taylor test needs a registered parameter".into()));
+        }
+        let t = &self.file.spec.taylor;
+        let params = TaylorParams { h0: t.h0, steps: t.steps, min_rate: t.min_rate };
+        let r = self.problem.taylor_test(&params, |_| {});
+        self.run(r)
+    }
+
+    /// The flat vector of every registered parameter's values, in registration order (the
+    /// layout of [`Gradients`] flattened the same way by [`Simulation::flatten`]).
+    pub fn parameter_vector(&self) -> Vec<f64> {
+        let reg = self.problem.registry();
+        ParamVector::all(reg).gather(reg)
+    }
+
+    /// A [`Gradients`] flattened in the order of [`parameter_vector`](Self::parameter_vector).
+    pub fn flatten(&self, g: &Gradients) -> Vec<f64> {
+        let reg = self.problem.registry();
+        reg.names().flat_map(|n| g.by_name.get(n).cloned().unwrap_or_default()).collect()
+    }
+
+    /// Write `results.xdmf` and `results.h5` (every field of the solution, and the gradient's
+    /// per-element and shape fields when given) into `dir`; returns the XDMF path.
+    pub fn write_results(&mut self, dir: &Path) -> Result<PathBuf, ApiError> {
+        self.ensure_solved()?;
+        Ok(app::write_results(dir, &self.problem, None)?)
+    }
+}
