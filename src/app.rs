@@ -58,9 +58,24 @@ pub struct Problem {
     pub transient: Option<Box<TransientRun>>,
     /// Finite-strain hyperelasticity (`[hyperelastic]`): load steps, their adjoint.
     pub hyperelastic: Option<Box<HyperelasticRun>>,
+    /// A transient problem with a mechanical field: its quasi-static state at every time
+    /// step of the last run.
+    pub mechanical_history: Option<MechanicalHistory>,
     /// The unit of the objective J ([`objective_unit`]); empty for a problem not built from a
     /// problem file.
     pub objective_unit: String,
+}
+
+/// The mechanical field of a transient problem at every state of the last run: quasi-static,
+/// solved with that state's temperature.
+#[derive(Clone, Debug, Default)]
+pub struct MechanicalHistory {
+    /// The mechanical objective terms (weighted sum) at each state.
+    pub objective: Vec<f64>,
+    /// The mean displacement of the tip group at each state [m] (empty without a tip group).
+    pub tip: Vec<[f64; 3]>,
+    /// The nodal displacement (`3·n_nodes`) at each state [m].
+    pub displacement: Vec<Vec<f64>>,
 }
 
 /// The objective (or a constraint quantity) of a problem, per field.
@@ -79,6 +94,7 @@ impl From<Box<ThermalProblem>> for Problem {
             mechanical: None,
             transient: None,
             hyperelastic: None,
+            mechanical_history: None,
             objective_unit: String::new(),
         };
         p.coupling = p.physical_graph();
@@ -94,6 +110,7 @@ impl From<Box<ElectroThermalProblem>> for Problem {
             mechanical: None,
             transient: None,
             hyperelastic: None,
+            mechanical_history: None,
             objective_unit: String::new(),
         };
         p.coupling = p.physical_graph();
@@ -262,6 +279,7 @@ impl Problem {
 
     /// Copy the registry's values into the models (invalidates the solution).
     pub fn apply_parameters(&mut self) -> Result<(), RunError> {
+        self.mechanical_history = None;
         match &mut self.fields {
             Fields::Thermal(p) => p.apply_parameters()?,
             Fields::ElectroThermal(p) => p.apply_parameters()?,
@@ -314,8 +332,28 @@ impl Problem {
     /// field with their temperature.
     pub fn solve(&mut self) -> Result<(), RunError> {
         if let Some(tr) = &mut self.transient {
-            let th = self.fields.thermal_mut();
-            return tr.solve(th);
+            // The graph's stages in time: the electrical field and its Joule heat once (a
+            // step of the voltage at t = 0), the thermal field stepped in time, and the
+            // mechanical field quasi-static at every state.
+            self.mechanical_history = None;
+            if let Fields::ElectroThermal(et) = &mut self.fields {
+                et.solve_source()?;
+            }
+            tr.solve(self.fields.thermal_mut())?;
+            if let Some(m) = &mut self.mechanical {
+                let (_, states) = tr.states().expect("solved above");
+                let mut history = MechanicalHistory::default();
+                for t in states {
+                    let u = m.solve(Some(t))?.to_vec();
+                    history.objective.push(m.objective_terms()?.0);
+                    if let Some(tip) = &m.tip_group {
+                        history.tip.push(m.mean_displacement(tip)?);
+                    }
+                    history.displacement.push(u);
+                }
+                self.mechanical_history = Some(history);
+            }
+            return Ok(());
         }
         // The stages of the coupling graph in order: the electrical and thermal fields (one
         // coupled stage when ρ depends on T, else electrical then thermal: the electro-thermal
@@ -363,7 +401,8 @@ impl Problem {
     /// True when the forward state is solved for the current parameters.
     pub fn is_solved(&self) -> bool {
         if let Some(tr) = &self.transient {
-            return tr.is_solved();
+            return tr.is_solved()
+                && (self.mechanical.is_none() || self.mechanical_history.is_some());
         }
         let up = match &self.fields {
             Fields::Thermal(p) => p.temperature().is_some(),
@@ -381,8 +420,8 @@ impl Problem {
         if !self.is_solved() {
             self.solve()?;
         }
-        if let Some(tr) = &self.transient {
-            let j = tr.objective_value(self.thermal())?;
+        if self.transient.is_some() {
+            let j = self.transient_objective()?;
             return Ok((j, vec![j]));
         }
         if let Some(h) = &self.hyperelastic {
@@ -403,6 +442,16 @@ impl Problem {
         Ok((value, terms))
     }
 
+    /// J = Σₙ wₙ (j_thermal(Tⁿ) + j_mechanical(uⁿ)) of a solved transient problem.
+    fn transient_objective(&self) -> Result<f64, RunError> {
+        let tr = self.transient.as_ref().expect("a transient problem");
+        let mut j = tr.objective_value(self.thermal())?;
+        if let Some(h) = &self.mechanical_history {
+            j += tr.state_weights().iter().zip(&h.objective).map(|(w, v)| w * v).sum::<f64>();
+        }
+        Ok(j)
+    }
+
     /// J and its gradient, with the total timings and, for the coupled problem, per block.
     /// With a mechanical field the reverse sweep starts there: its adjoint hands the
     /// temperature seed T̄ to the upstream fields' adjoint.
@@ -414,8 +463,40 @@ impl Problem {
         }
         let t0 = std::time::Instant::now();
         if let Some(tr) = &mut self.transient {
-            let th = self.fields.thermal();
-            let (j, g) = tr.gradient(th)?;
+            // Reverse order of the stages: the mechanical adjoint of every weighted state
+            // seeds dJ/dTⁿ, the thermal adjoint runs back in time and hands dJ/dQ of the
+            // Joule heat to the electrical adjoint.
+            let mut g_mech = Gradient::zeros(&self.fields.thermal().registry);
+            let mut seeds: Vec<Option<(f64, Vec<f64>)>> = Vec::new();
+            if let Some(m) = &mut self.mechanical {
+                let weights = tr.state_weights();
+                let states: Vec<Vec<f64>> = tr.states().expect("solved").1.to_vec();
+                let shape = &self.fields.thermal().shape;
+                let mut timings = crate::mechanical::MechanicalGradientTimings::default();
+                seeds = vec![None; states.len()];
+                for (n, t) in states.iter().enumerate() {
+                    let w = weights[n];
+                    if w == 0.0 {
+                        continue;
+                    }
+                    m.solve(Some(t))?;
+                    let mut g = Gradient::zeros(&self.fields.thermal().registry);
+                    let (j, t_bar) = m.adjoint(shape, &mut g, &mut timings)?;
+                    g_mech.add_scaled(w, &g);
+                    seeds[n] = Some((w * j, t_bar.iter().map(|v| w * v).collect()));
+                }
+                if let Some(last) = states.last() {
+                    m.solve(Some(last))?;
+                }
+                m.last_gradient = timings;
+            }
+            let (j, mut g, q_bar) = tr.gradient_seeded(self.fields.thermal(), &seeds)?;
+            g.add_scaled(1.0, &g_mech);
+            if let Fields::ElectroThermal(et) = &mut self.fields
+                && !q_bar.is_empty()
+            {
+                et.source_adjoint(&q_bar, &mut g)?;
+            }
             let timings =
                 GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
             return Ok((j, g, timings, None));
@@ -953,13 +1034,10 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         problem.hyperelastic = Some(Box::new(run));
     }
     if let Some(ts) = &spec.transient {
-        if problem.electro_thermal().is_some()
-            || problem.mechanical.is_some()
-            || problem.hyperelastic.is_some()
-        {
+        if problem.hyperelastic.is_some() {
             return Err(invalid(
                 file,
-                "[transient] steps the thermal field alone; remove [electrical], [mechanical] and [hyperelastic]",
+                "[transient] steps the thermal field with the electrical and linear mechanical fields quasi-static; finite strain ([hyperelastic]) is not stepped in time yet",
             ));
         }
         let th = problem.thermal();
@@ -1813,7 +1891,7 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         s.coupling = Some(p.last_solve.clone());
     }
     if let Some(tr) = &problem.transient {
-        let j = tr.objective_value(problem.thermal())?;
+        let j = problem.transient_objective()?;
         s.objective = j;
         s.objective_terms = vec![j];
         s.transient = Some(tr.report.clone());
@@ -1838,9 +1916,11 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         }
     }
     if let Some(m) = &problem.mechanical {
-        let (value, terms) = m.objective_terms()?;
-        s.objective += value;
-        s.objective_terms.extend(terms);
+        if problem.transient.is_none() {
+            let (value, terms) = m.objective_terms()?;
+            s.objective += value;
+            s.objective_terms.extend(terms);
+        }
         if let Some(tip) = &m.tip_group {
             s.tip_displacement_m = Some(m.mean_displacement(tip)?);
         }
@@ -2023,20 +2103,28 @@ pub fn write_results(
     }
     match &whole.transient {
         Some(tr) => {
+            // Every output state holds the temperature and, with a mechanical field, its
+            // quasi-static displacement; the last one every field.
             let states = tr.output_states();
+            let indices = tr.output_indices();
             let last = states.len().saturating_sub(1);
             for (i, (time, t)) in states.iter().enumerate() {
                 if i == last {
                     results.add_step(Step { time: *time, fields: std::mem::take(&mut fields) });
                 } else {
-                    results.add_step(Step {
-                        time: *time,
-                        fields: vec![Field::node(
-                            "temperature",
-                            "K",
-                            FieldValues::Scalar(t.to_vec()),
-                        )],
-                    });
+                    let mut step =
+                        vec![Field::node("temperature", "K", FieldValues::Scalar(t.to_vec()))];
+                    if let Some(h) = &whole.mechanical_history {
+                        let u = &h.displacement[indices[i]];
+                        step.push(Field::node(
+                            "displacement",
+                            "m",
+                            FieldValues::Vector(
+                                u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
+                            ),
+                        ));
+                    }
+                    results.add_step(Step { time: *time, fields: step });
                 }
             }
         }

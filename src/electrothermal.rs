@@ -499,6 +499,43 @@ impl ElectroThermalProblem {
         s
     }
 
+    /// The electrical field alone and its Joule heat as the thermal model's source, for a
+    /// thermal field that is then solved some other way (stepped in time). Only for a one-way
+    /// coupling: with a resistivity that depends on T, φ and T are solved together.
+    pub fn solve_source(&mut self) -> Result<(), RunError> {
+        if self.is_two_way() {
+            return Err(setup(
+                "a transient electro-thermal problem needs a resistivity independent of T (no `alpha_r` or resistivity `law`, no registered α_R): the two-way coupling is not stepped in time yet",
+            ));
+        }
+        let phi = self.solve_electrical(None)?;
+        let q = self.electrical.joule_heat_qp(&phi, None);
+        let q = self.joule_to_thermal(&q);
+        self.thermal.model.set_external_source(Some(q));
+        self.phi = Some(phi);
+        Ok(())
+    }
+
+    /// The reverse of [`solve_source`](Self::solve_source): with dJ/dQ per thermal quadrature
+    /// point (`q_bar`, from the thermal field's adjoint), adds the electrical parameters'
+    /// gradient (σ₀, terminal voltages and currents, coordinates) into `grad`, through the
+    /// Joule transfer and one transposed electrical solve.
+    pub fn source_adjoint(&mut self, q_bar: &[f64], grad: &mut Gradient) -> Result<(), RunError> {
+        let mut tape: Tape<ElectroThermalProblem> = Tape::new();
+        let n_nodes = self.electrical.n_nodes();
+        let n_qp = *self.electrical.qp_offsets().last().expect("offsets");
+        let phi_var = tape.add_variable("potential", n_nodes);
+        let q_var = tape.add_variable("joule heat", n_qp);
+        let u_bar = vec![0.0; self.electrical.n_unknowns()];
+        tape.push(Box::new(ElectricalSolveBlock { phi: phi_var, u_bar }));
+        tape.push(Box::new(JouleBlock { phi: phi_var, q: q_var }));
+        let mut adj = Adjoints::new(&self.thermal.registry, tape.variable_lens());
+        adj.vars[q_var] = self.thermal_to_joule(q_bar);
+        tape.reverse(self, &mut adj)?;
+        grad.add_scaled(1.0, &adj.grad);
+        Ok(())
+    }
+
     /// Solve φ, Q and T: in topological order (one-way) or staggered (two-way).
     pub fn solve(&mut self) -> Result<(), RunError> {
         let mut timings = CoupledSolveTimings::default();

@@ -22,6 +22,7 @@ pub mod progress;
 pub mod run;
 pub mod shape;
 pub mod thermal;
+pub mod time_history;
 pub mod transient;
 pub mod transient_file;
 

@@ -543,6 +543,21 @@ fn print_correlation(c: &gradfem::identify::Correlation) {
     }
 }
 
+/// `results.xdmf`/`results.h5` and, for a transient problem, `time_history.csv` and
+/// `time_history.png`; returns the XDMF path.
+fn write_outputs(
+    dir: &Path,
+    pf: &ProblemFile,
+    problem: &app::Problem,
+    grad: Option<&gradfem_solvers::params::Gradient>,
+) -> Result<PathBuf> {
+    let xdmf = app::write_results(dir, problem, grad)?;
+    if let Some(h) = gradfem::time_history::TimeHistory::of(problem)? {
+        h.write(dir, &pf.spec.title).map_err(|e| anyhow::anyhow!("cannot write: {e}"))?;
+    }
+    Ok(xdmf)
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
     ALLOW_LARGE.store(cli.allow_large, std::sync::atomic::Ordering::Relaxed);
@@ -553,7 +568,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             solve(&mut problem, &pf, quiet || json)?;
             let s = app::summary(&pf.spec.title, &problem)?;
             let dir = output_dir(&pf, output);
-            let xdmf = app::write_results(&dir, &problem, None)?;
+            let xdmf = write_outputs(&dir, &pf, &problem, None)?;
             let stale = dir.join("gradients.json");
             if stale.exists() {
                 tracing::warn!(
@@ -585,7 +600,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report.timings.forward_total_s = Some(forward_s);
             report.timings.gradient_total_s = Some(gradient_s);
             let dir = output_dir(&pf, output);
-            let xdmf = app::write_results(&dir, &problem, Some(&grad))?;
+            let xdmf = write_outputs(&dir, &pf, &problem, Some(&grad))?;
             let gpath = dir.join("gradients.json");
             app::write_gradients(&gpath, &report)?;
             if json {

@@ -314,6 +314,9 @@ pub struct TransientGradient {
     pub heat_capacity: Vec<f64>,
     /// Per node: dJ/dT⁰ (zero at fixed nodes, whose initial value is the fixed one).
     pub initial: Vec<f64>,
+    /// Per quadrature point of the volume elements: dJ/dQ of the external source (the Joule
+    /// heat of an electrical field upstream), held constant in time; empty without one.
+    pub external_source: Vec<f64>,
     /// Per node: dJ/dX (when requested).
     pub coords: Option<Vec<[f64; 3]>>,
     /// Work and memory of the reverse sweep.
@@ -589,7 +592,8 @@ impl TransientProblem {
         Ok(j)
     }
 
-    fn step_info(&self, n: usize) -> StepInfo {
+    /// Where state n lies in time (its step, time and neighbouring step sizes).
+    pub fn step_info(&self, n: usize) -> StepInfo {
         StepInfo {
             step: n,
             n_steps: self.n_steps,
@@ -632,6 +636,10 @@ impl TransientProblem {
             heat_capacity_elem: vec![0.0; n_vol],
             heat_capacity: vec![0.0; model.regions.len()],
             initial: vec![0.0; n_nodes],
+            external_source: match model.external_source() {
+                Some(q) => vec![0.0; q.len()],
+                None => Vec::new(),
+            },
             coords: want.coords.then(|| vec![[0.0; 3]; n_nodes]),
             stats: SweepStats::default(),
         };
@@ -915,6 +923,10 @@ impl<'p> Stepper<'p> {
             }
         }
         let new_prev: Vec<f64> = m_mu.iter().map(|m| -a2 * m / dt).collect();
+        // A source constant in time enters both ends of the step, weights θ and 1 − θ: Q̄ −= μᵀ ∂R/∂Q.
+        if !g.external_source.is_empty() {
+            sub_into(&mut g.external_source, &model.external_source_vjp(&mu_nodal));
+        }
         // p̄ −= θ(∂R/∂p)ᵀ|_{k+1}μ + (1 − θ)(∂R/∂p)ᵀ|_kμ.
         let steady = want.conductivity || want.source || want.boundary || want.temperature;
         for (tt, c) in [(t1, theta), (t0, 1.0 - theta)] {

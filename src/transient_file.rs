@@ -35,8 +35,8 @@ use toml::Spanned;
 use crate::run::RunError;
 use crate::thermal::ThermalProblem;
 use crate::transient::{
-    AdaptInfo, AdaptParams, MassKind, StepWeights, TimeScheme, Trajectory, TransientGradient,
-    TransientProblem, TransientSpec, WeightedTerms,
+    AdaptInfo, AdaptParams, MassKind, StepInfo, StepWeights, TimeObjective, TimeScheme, Trajectory,
+    TransientGradient, TransientProblem, TransientSpec, WeightedTerms,
 };
 
 /// One material's heat capacity.
@@ -431,8 +431,33 @@ impl TransientRun {
 
     /// J and dJ/dp for every registered parameter by the checkpointed discrete adjoint.
     pub fn gradient(&mut self, thermal: &ThermalProblem) -> Result<(f64, Gradient), RunError> {
+        let (j, g, _) = self.gradient_seeded(thermal, &[])?;
+        Ok((j, g))
+    }
+
+    /// The time weight w_n of each state of the last run (J = Σ_n w_n j_n).
+    pub fn state_weights(&self) -> Vec<f64> {
+        let Some((p, traj)) = &self.run else { return Vec::new() };
+        (0..traj.temperatures.len()).map(|n| self.weights.weight(p.step_info(n))).collect()
+    }
+
+    /// Times and nodal temperatures of every state of the last run.
+    pub fn states(&self) -> Option<(&[f64], &[Vec<f64>])> {
+        self.run.as_ref().map(|(_, traj)| (traj.times.as_slice(), traj.temperatures.as_slice()))
+    }
+
+    /// As [`gradient`](Self::gradient), with `seeds[n]` = (value, ∂/∂T per node) of state n
+    /// added to the objective (the weighted adjoints of quasi-static fields downstream of
+    /// the temperature; shorter than the run or `None`: nothing). Also returns dJ/dQ per
+    /// quadrature point of the thermal model's external source (empty without one), for the
+    /// field upstream that makes it.
+    pub fn gradient_seeded(
+        &mut self,
+        thermal: &ThermalProblem,
+        seeds: &[Option<(f64, Vec<f64>)>],
+    ) -> Result<(f64, Gradient, Vec<f64>), RunError> {
         let (p, _) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let obj = Self::objective(thermal, &self.weights);
+        let obj = SeededTerms { terms: Self::objective(thermal, &self.weights), seeds };
         let g: TransientGradient =
             p.gradient(&obj, self.memory, thermal.vjp_request()).map_err(transient_err)?;
         let mut grad = Gradient::zeros(&thermal.registry);
@@ -452,16 +477,57 @@ impl TransientRun {
         }
         self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
         self.report.peak_stored_states = Some(g.stats.max_stored_states);
-        Ok((g.value, grad))
+        Ok((g.value, grad, g.external_source))
     }
 
     /// The states to write: (time, nodal temperature) every `output_every` steps and the last.
     pub fn output_states(&self) -> Vec<(f64, &[f64])> {
         let Some((_, traj)) = &self.run else { return Vec::new() };
-        let n = traj.temperatures.len();
-        (0..n)
-            .filter(|&i| i % self.output_every == 0 || i == n - 1)
+        self.output_indices()
+            .into_iter()
             .map(|i| (traj.times[i], traj.temperatures[i].as_slice()))
             .collect()
+    }
+
+    /// The indices of the states [`output_states`](Self::output_states) writes.
+    pub fn output_indices(&self) -> Vec<usize> {
+        let Some((_, traj)) = &self.run else { return Vec::new() };
+        let n = traj.temperatures.len();
+        (0..n).filter(|&i| i % self.output_every == 0 || i == n - 1).collect()
+    }
+}
+
+/// The thermal objective terms weighted in time, plus per-state seeds (value, ∂/∂T) of the
+/// fields downstream.
+struct SeededTerms<'a> {
+    terms: WeightedTerms,
+    seeds: &'a [Option<(f64, Vec<f64>)>],
+}
+
+impl TimeObjective for SeededTerms<'_> {
+    fn eval(
+        &self,
+        model: &gradfem_thermal::ThermalModel,
+        at: StepInfo,
+        t: &[f64],
+        with_coords: bool,
+    ) -> Result<Option<gradfem_thermal::ObjectiveEval>, gradfem_thermal::ThermalError> {
+        let own = if self.terms.terms.is_empty() {
+            None
+        } else {
+            self.terms.eval(model, at, t, with_coords)?
+        };
+        let Some(Some((value, d_t))) = self.seeds.get(at.step) else { return Ok(own) };
+        let mut e = own.unwrap_or_else(|| gradfem_thermal::ObjectiveEval {
+            value: 0.0,
+            terms: Vec::new(),
+            d_temperature: vec![0.0; t.len()],
+            d_coords: with_coords.then(|| vec![[0.0; 3]; t.len()]),
+        });
+        e.value += value;
+        for (a, b) in e.d_temperature.iter_mut().zip(d_t) {
+            *a += b;
+        }
+        Ok(Some(e))
     }
 }

@@ -948,6 +948,11 @@ impl ThermalModel {
         &self.qp_offsets
     }
 
+    /// The external source per quadrature point, if one is set.
+    pub fn external_source(&self) -> Option<&[f64]> {
+        self.external_source.as_deref()
+    }
+
     /// Set (or clear) an external source per quadrature point of the volume elements [W/m³],
     /// added to the regions' sources: the Joule heat of the electrical field.
     pub fn set_external_source(&mut self, source: Option<Vec<f64>>) {
