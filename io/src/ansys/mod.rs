@@ -101,6 +101,13 @@ pub enum AnsysError {
     /// The file ends before a record or value that should be there.
     #[error("{file}: truncated at byte {offset}: {needed} more bytes needed")]
     Truncated { file: PathBuf, offset: u64, needed: u64 },
+    /// The file is shorter than the length its standard header declares (a cut copy or an
+    /// interrupted write), even where the records read so far are whole.
+    #[error(
+        "{file}: truncated: the standard header declares {declared} bytes (word 27: {} words), the file has {found}; it was cut short (an interrupted copy or write)",
+        declared / 4
+    )]
+    ShorterThanDeclared { file: PathBuf, declared: u64, found: u64 },
     /// A record is inconsistent (lengths, compression, counts).
     #[error("{file}: bad record at byte {offset}: {message}")]
     BadRecord { file: PathBuf, offset: u64, message: String },

@@ -233,6 +233,16 @@ impl RstFile {
         if std_h.len() < 100 {
             return Err(b.bad(0, format!("standard header has {} words, not 100", std_h.len())));
         }
+        // Word 27 of the standard header is the file's length in 4-byte words; MAPDL pads the
+        // file beyond it to whole blocks, so a longer file is normal and a shorter one cut.
+        let declared = 4 * u64::from(std_h[26].max(0) as u32);
+        if (data.len() as u64) < declared {
+            return Err(AnsysError::ShorterThanDeclared {
+                file: path.to_path_buf(),
+                declared,
+                found: data.len() as u64,
+            });
+        }
         let fun = std_h[0];
         if fun != 12 {
             return Err(AnsysError::UnsupportedFormat {
