@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# Run gradfem's whole test suite, as CI does.
+# Run gradfem's whole test suite, as CI does: the Rust tests, then the Python package's.
 #
-# Everything builds from crates.io alone (HDF5 output is pure Rust), so the Rust toolchain is
-# all a new machine needs. One check reads our HDF5 files back with h5py (the reference reader
-# most users have). It runs in the project's own virtual environment, `.venv` (ignored by
-# git): this script creates it (seeing the system's packages, so an h5py already installed is
-# used as it is), installs h5py and numpy into it from PyPI when they are missing, and then
-# requires that check to run rather than skip.
+# Everything Rust builds from crates.io alone (HDF5 output is pure Rust). The Python side runs
+# in the project's own virtual environment, `.venv` (ignored by git): this script creates it
+# (seeing the system's packages, so an h5py or torch already installed is used as it is),
+# installs what is missing from PyPI once — h5py and numpy (the HDF5 cross-check), maturin and
+# pytest (the Python package), torch (its PyTorch bridge; PyPI's build, a few GB) and scipy — then builds
+# the package from python/ into it (`pip install ./python`) and runs its pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if command -v python3 >/dev/null 2>&1; then
-  venv=.venv
-  if [ ! -x "$venv/bin/python" ]; then
-    echo "scripts/test.sh: creating the project's Python environment in $venv" >&2
-    python3 -m venv --system-site-packages "$venv"
-  fi
-  if ! "$venv/bin/python" -c "import h5py, numpy" >/dev/null 2>&1; then
-    echo "scripts/test.sh: installing h5py and numpy into $venv for the HDF5 cross-check" >&2
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check h5py numpy
-  fi
-  GRADFEM_PYTHON="$(pwd)/$venv/bin/python"
-  export GRADFEM_PYTHON
-  export GRADFEM_REQUIRE_H5PY=1
-else
-  echo "scripts/test.sh: python3 not found; the h5py cross-check will be skipped" >&2
+if ! command -v python3 >/dev/null 2>&1; then
+  echo "scripts/test.sh: python3 is needed (the HDF5 cross-check and the Python package tests)" >&2
+  exit 1
 fi
+venv=.venv
+if [ ! -x "$venv/bin/python" ]; then
+  echo "scripts/test.sh: creating the project's Python environment in $venv" >&2
+  python3 -m venv --system-site-packages "$venv"
+fi
+py="$(pwd)/$venv/bin/python"
+need() { # need MODULE PIP_SPEC...: install the specs when MODULE does not import
+  local module=$1
+  shift
+  if ! "$py" -c "import $module" >/dev/null 2>&1; then
+    echo "scripts/test.sh: installing $* into $venv" >&2
+    "$py" -m pip install --quiet --disable-pip-version-check "$@"
+  fi
+}
+need "h5py, numpy" h5py numpy
+need maturin "maturin>=1.7,<2"
+need pytest "pytest>=7"
+need torch torch
+need scipy scipy
+export GRADFEM_PYTHON="$py"
+export GRADFEM_REQUIRE_H5PY=1
 
-exec cargo test --release --workspace "$@"
+# The extension crate links against the interpreter that loads it: pytest tests it.
+cargo test --release --workspace --exclude gradfem-python "$@"
+
+echo "scripts/test.sh: building the Python package (pip install ./python)" >&2
+PATH="$(pwd)/$venv/bin:$PATH" "$py" -m pip install --quiet --disable-pip-version-check \
+  --no-build-isolation ./python
+GRADFEM_BIN="$(pwd)/target/release/gradfem" "$py" -m pytest -q python/tests

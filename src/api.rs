@@ -177,6 +177,14 @@ impl Model {
         Model { name: name.into(), base_dir: PathBuf::new(), doc, mesh: None }
     }
 
+    /// A model from the tables of a problem file (what a TOML file holds, as a table: the
+    /// bindings of other languages build one from their own dictionaries).
+    pub fn from_table(name: &str, table: Table) -> Self {
+        let mut doc = table;
+        doc.entry("title").or_insert_with(|| Value::String(name.into()));
+        Model { name: name.into(), base_dir: PathBuf::new(), doc, mesh: None }
+    }
+
     /// Resolve relative paths (mesh files, sensors, value files) against `dir`.
     pub fn base_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.base_dir = dir.into();
@@ -866,6 +874,23 @@ impl Simulation {
         self.problem.registry().names().map(str::to_owned).collect()
     }
 
+    /// True when the registered parameter `name` is one number (a scalar), false for a
+    /// per-element field, node coordinates or another vector; None when it is not
+    /// registered.
+    pub fn is_scalar_parameter(&self, name: &str) -> Option<bool> {
+        let reg = self.problem.registry();
+        let id = reg.id(name).ok()?;
+        Some(matches!(reg.get(id).kind, gradfem_solvers::params::ParamKind::Scalar))
+    }
+
+    /// The bounds (lower, upper) of a registered parameter; None where unbounded, or when
+    /// it is not registered.
+    pub fn parameter_bounds(&self, name: &str) -> Option<(Option<f64>, Option<f64>)> {
+        let reg = self.problem.registry();
+        let spec = reg.get(reg.id(name).ok()?);
+        Some((spec.lower, spec.upper))
+    }
+
     /// Register a parameter by name (nothing when it is registered already).
     pub fn register(&mut self, name: &str) -> Result<(), ApiError> {
         if self.problem.registry().contains(name) {
@@ -891,7 +916,8 @@ impl Simulation {
 
     /// Set a parameter's values by name: one for a scalar, one per cell of the group for a
     /// per-element field (`thermal.k_elem.<group>`, …, in the group's cell order), 3 per node
-    /// for `mesh.coordinates`. A wrong count names the expected one.
+    /// for `mesh.coordinates`. A wrong count names the expected one. Setting the values it
+    /// has already keeps the solution.
     pub fn set_parameter_values(&mut self, name: &str, values: &[f64]) -> Result<(), ApiError> {
         self.register(name)?;
         let reg = self.problem.registry();
@@ -903,6 +929,12 @@ impl Simulation {
                 reg.get(id).kind,
                 values.len()
             )));
+        }
+        // The same values keep the solution (a re-solve from it would differ in the last bits
+        // where Newton or a coupled iteration starts from the previous state).
+        let same = reg.values(id).iter().zip(values).all(|(a, b)| a.to_bits() == b.to_bits());
+        if same {
+            return Ok(());
         }
         if let Err(e) = self.problem.registry_mut().set_values(id, values) {
             return Err(self.request(e.to_string()));
