@@ -444,12 +444,20 @@ impl Problem {
 
     /// J = Σₙ wₙ (j_thermal(Tⁿ) + j_mechanical(uⁿ)) of a solved transient problem.
     fn transient_objective(&self) -> Result<f64, RunError> {
+        Ok(self.transient_state_objective()?.0)
+    }
+
+    /// The objective terms' values jₙ at every state of a solved transient problem (thermal
+    /// and mechanical), J = F(j₀ … j_N) of its `[transient] objective` rule, and dJ/djₙ.
+    fn transient_state_objective(&self) -> Result<(f64, Vec<f64>), RunError> {
         let tr = self.transient.as_ref().expect("a transient problem");
-        let mut j = tr.objective_value(self.thermal())?;
+        let mut j = tr.state_objective(self.thermal())?;
         if let Some(h) = &self.mechanical_history {
-            j += tr.state_weights().iter().zip(&h.objective).map(|(w, v)| w * v).sum::<f64>();
+            for (a, b) in j.iter_mut().zip(&h.objective) {
+                *a += b;
+            }
         }
-        Ok(j)
+        tr.aggregate(&j)
     }
 
     /// J and its gradient, with the total timings and, for the coupled problem, per block.
@@ -466,10 +474,20 @@ impl Problem {
             // Reverse order of the stages: the mechanical adjoint of every weighted state
             // seeds dJ/dTⁿ, the thermal adjoint runs back in time and hands dJ/dQ of the
             // Joule heat to the electrical adjoint.
+            // J = F(j₀ … j_N): its derivative by each state's terms weighs their adjoints.
+            let (j, weights) = {
+                let tr: &TransientRun = tr;
+                let mut j = tr.state_objective(self.fields.thermal())?;
+                if let Some(h) = &self.mechanical_history {
+                    for (a, b) in j.iter_mut().zip(&h.objective) {
+                        *a += b;
+                    }
+                }
+                tr.aggregate(&j)?
+            };
             let mut g_mech = Gradient::zeros(&self.fields.thermal().registry);
             let mut seeds: Vec<Option<(f64, Vec<f64>)>> = Vec::new();
             if let Some(m) = &mut self.mechanical {
-                let weights = tr.state_weights();
                 let states: Vec<Vec<f64>> = tr.states().expect("solved").1.to_vec();
                 let shape = &self.fields.thermal().shape;
                 let mut timings = crate::mechanical::MechanicalGradientTimings::default();
@@ -490,7 +508,7 @@ impl Problem {
                 }
                 m.last_gradient = timings;
             }
-            let (j, mut g, q_bar) = tr.gradient_seeded(self.fields.thermal(), &seeds)?;
+            let (_, mut g, q_bar) = tr.gradient_seeded(self.fields.thermal(), &seeds, &weights)?;
             g.add_scaled(1.0, &g_mech);
             if let Fields::ElectroThermal(et) = &mut self.fields
                 && !q_bar.is_empty()
@@ -1043,7 +1061,14 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         let th = problem.thermal();
         let initial =
             spec.initial_state.as_ref().map(|_| th.model.nodal_temperature(th.unknowns()));
-        let run = TransientRun::new(ts, th, initial).map_err(run_err)?;
+        let measured = match &ts.measured {
+            Some(path) => Some(
+                crate::transient_file::read_time_series(&file.resolve_path(path))
+                    .map_err(run_err)?,
+            ),
+            None => None,
+        };
+        let run = TransientRun::new(ts, th, initial, measured).map_err(run_err)?;
         problem.transient = Some(Box::new(run));
     }
     if problem.electro_thermal().is_none()
@@ -1358,7 +1383,13 @@ pub fn objective_unit(
         [one] => one.clone(),
         many => return format!("mixed ({})", many.join(", ")),
     };
-    if transient_weights == Some("integral") { format!("{unit}·s") } else { unit }
+    match transient_weights {
+        Some("integral") => format!("{unit}·s"),
+        // ½ Σ (j(t) − d)²
+        Some("misfit") if unit.chars().all(char::is_alphanumeric) => format!("{unit}²"),
+        Some("misfit") => format!("({unit})²"),
+        _ => unit,
+    }
 }
 
 /// The objective terms of `[[objective]]`-shaped entries (also used by `[[optimize.constraint]]`):

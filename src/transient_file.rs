@@ -75,6 +75,14 @@ pub struct TransientFileSpec {
     pub initial_temperature: Option<f64>,
     #[serde(default = "final_state")]
     pub objective: String,
+    /// `objective = "at"`: the time [s] at which the objective terms are taken.
+    pub time: Option<f64>,
+    /// `objective = "max"`: the sharpness ρ of the Kreisselmeier–Steinhauser maximum over
+    /// the states [1/(the terms' unit)].
+    pub sharpness: Option<f64>,
+    /// `objective = "misfit"`: a CSV file of (time [s], value) rows, relative to the problem
+    /// file: J = ½ Σₖ (j(tₖ) − dₖ)².
+    pub measured: Option<String>,
     #[serde(default)]
     pub checkpoints: usize,
     #[serde(default = "one")]
@@ -120,6 +128,126 @@ pub struct TransientReport {
     pub peak_stored_states: Option<usize>,
 }
 
+/// How J is made of the objective terms' values jₙ at the states.
+#[derive(Clone, Debug, PartialEq)]
+enum TimeAggregate {
+    /// Σₙ wₙ jₙ with fixed weights: the final state, every state, the trapezoidal integral.
+    Weighted(StepWeights),
+    /// j(t) at a time t, linear between the states around it.
+    At(f64),
+    /// The Kreisselmeier–Steinhauser maximum over the states with sharpness ρ:
+    /// max ≤ J ≤ max + ln(N + 1)/ρ.
+    Max { rho: f64 },
+    /// ½ Σₖ (j(tₖ) − dₖ)² over measured (tₖ, dₖ), j linear between the states.
+    Misfit(Vec<[f64; 2]>),
+}
+
+/// The weights (wₙ, wₙ₊₁) that interpolate linearly at `t` between the states at `times`, with
+/// the index n; an error outside [t₀, t_N].
+fn interpolation(times: &[f64], t: f64, what: &str) -> Result<(usize, f64, f64), RunError> {
+    let last = *times.last().expect("the initial state at least");
+    let tol = 1e-12 * last.abs().max(f64::MIN_POSITIVE);
+    if !(t >= times[0] - tol && t <= last + tol) {
+        return Err(setup(format!(
+            "[transient] {what}: t = {t} s lies outside the run, 0 … {last} s"
+        )));
+    }
+    let n = times.partition_point(|&x| x <= t).clamp(1, times.len().max(2) - 1) - 1;
+    if times.len() == 1 {
+        return Ok((0, 1.0, 0.0));
+    }
+    let (a, b) = (times[n], times[n + 1]);
+    let s = ((t - a) / (b - a)).clamp(0.0, 1.0);
+    Ok((n, 1.0 - s, s))
+}
+
+impl TimeAggregate {
+    /// J from the values jₙ at the states at `times`, and dJ/djₙ.
+    fn value_and_weights(
+        &self,
+        j: &[f64],
+        times: &[f64],
+        info: impl Fn(usize) -> StepInfo,
+    ) -> Result<(f64, Vec<f64>), RunError> {
+        let mut w = vec![0.0; j.len()];
+        let value = match self {
+            TimeAggregate::Weighted(sw) => {
+                for (n, wn) in w.iter_mut().enumerate() {
+                    *wn = sw.weight(info(n));
+                }
+                j.iter().zip(&w).map(|(a, b)| a * b).sum()
+            }
+            TimeAggregate::At(t) => {
+                let (n, a, b) = interpolation(times, *t, "objective = \"at\"")?;
+                w[n] += a;
+                if b != 0.0 {
+                    w[n + 1] += b;
+                }
+                a * j[n] + if b != 0.0 { b * j[n + 1] } else { 0.0 }
+            }
+            TimeAggregate::Max { rho } => {
+                let m = j.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = j.iter().map(|v| (rho * (v - m)).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for (wn, en) in w.iter_mut().zip(&e) {
+                    *wn = en / sum;
+                }
+                m + sum.ln() / rho
+            }
+            TimeAggregate::Misfit(data) => {
+                let mut total = 0.0;
+                for (k, [t, d]) in data.iter().enumerate() {
+                    let (n, a, b) =
+                        interpolation(times, *t, &format!("measured row {} (time {t} s)", k + 1))?;
+                    let jt = a * j[n] + if b != 0.0 { b * j[n + 1] } else { 0.0 };
+                    let r = jt - d;
+                    total += 0.5 * r * r;
+                    w[n] += r * a;
+                    if b != 0.0 {
+                        w[n + 1] += r * b;
+                    }
+                }
+                total
+            }
+        };
+        Ok((value, w))
+    }
+}
+
+/// Read a measured time series: `time,value` rows (blank lines, `#` comments and a non-numeric
+/// first row skipped), times increasing; errors name the file and line.
+pub fn read_time_series(path: &std::path::Path) -> Result<Vec<[f64; 2]>, RunError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| setup(format!("{}: cannot read: {e}", path.display())))?;
+    let mut out: Vec<[f64; 2]> = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let cols: Vec<&str> = line.split(',').map(str::trim).collect();
+        let nums: Vec<Option<f64>> = cols.iter().map(|c| c.parse::<f64>().ok()).collect();
+        if out.is_empty() && nums.iter().all(Option::is_none) {
+            continue; // a header
+        }
+        let at = |m: String| setup(format!("{}:{}: {m}", path.display(), i + 1));
+        let [Some(t), Some(v)] = nums[..] else {
+            return Err(at(format!("expected two numbers, time (s) and value; got '{line}'")));
+        };
+        if !(t.is_finite() && v.is_finite()) {
+            return Err(at("time and value must be finite".into()));
+        }
+        if out.last().is_some_and(|p| t <= p[0]) {
+            return Err(at(format!("time {t} s does not increase")));
+        }
+        out.push([t, v]);
+    }
+    if out.is_empty() {
+        return Err(setup(format!("{}: no (time, value) rows", path.display())));
+    }
+    Ok(out)
+}
+
 /// A transient run set up from a problem file.
 pub struct TransientRun {
     scheme: TimeScheme,
@@ -131,7 +259,7 @@ pub struct TransientRun {
     pub heat_capacity: Vec<f64>,
     /// Uniform initial temperature, or the nodal field of `[initial_state]`.
     initial: Initial,
-    weights: StepWeights,
+    aggregate: TimeAggregate,
     memory: Checkpointing,
     /// Every k-th state is written to the results.
     pub output_every: usize,
@@ -164,6 +292,7 @@ impl TransientRun {
         spec: &TransientFileSpec,
         thermal: &ThermalProblem,
         initial_nodal: Option<Vec<f64>>,
+        measured: Option<Vec<[f64; 2]>>,
     ) -> Result<Self, RunError> {
         let scheme = match spec.scheme.as_str() {
             "implicit_euler" => TimeScheme::Theta { theta: 1.0 },
@@ -240,13 +369,48 @@ impl TransientRun {
             (None, Some(field)) => Initial::Nodal(field),
             (None, None) => Initial::Uniform(model.reference_temperature()),
         };
-        let weights = match spec.objective.as_str() {
-            "final" => StepWeights::Final,
-            "sum" => StepWeights::EveryStep,
-            "integral" => StepWeights::Trapezoid,
+        let kind = spec.objective.as_str();
+        let takes = |key: &str, given: bool, wanted: &str| -> Result<(), RunError> {
+            match (given, kind == wanted) {
+                (true, false) => Err(setup(format!(
+                    "[transient] `{key}` goes with objective = \"{wanted}\", not \"{kind}\""
+                ))),
+                (false, true) => {
+                    Err(setup(format!("[transient] objective = \"{wanted}\" needs `{key}`")))
+                }
+                _ => Ok(()),
+            }
+        };
+        takes("time", spec.time.is_some(), "at")?;
+        takes("sharpness", spec.sharpness.is_some(), "max")?;
+        takes("measured", spec.measured.is_some(), "misfit")?;
+        let aggregate = match kind {
+            "final" => TimeAggregate::Weighted(StepWeights::Final),
+            "sum" => TimeAggregate::Weighted(StepWeights::EveryStep),
+            "integral" => TimeAggregate::Weighted(StepWeights::Trapezoid),
+            "at" => {
+                let t = spec.time.expect("checked");
+                if !(t.is_finite() && t >= 0.0) {
+                    return Err(setup(format!("[transient] time = {t}: a time ≥ 0 s")));
+                }
+                TimeAggregate::At(t)
+            }
+            "max" => {
+                let rho = spec.sharpness.expect("checked");
+                if !(rho.is_finite() && rho > 0.0) {
+                    return Err(setup(format!(
+                        "[transient] sharpness = {rho}: a positive number (1/the terms' unit)"
+                    )));
+                }
+                TimeAggregate::Max { rho }
+            }
+            "misfit" => TimeAggregate::Misfit(
+                measured
+                    .ok_or_else(|| setup("[transient] objective = \"misfit\" needs `measured`"))?,
+            ),
             other => {
                 return Err(setup(format!(
-                    "[transient] objective '{other}': expected final, sum or integral"
+                    "[transient] objective '{other}': expected final, sum, integral, at, max or misfit"
                 )));
             }
         };
@@ -266,7 +430,7 @@ impl TransientRun {
             adaptive,
             heat_capacity,
             initial,
-            weights,
+            aggregate,
             memory,
             output_every: spec.output_every,
             bindings: Vec::new(),
@@ -412,8 +576,32 @@ impl TransientRun {
         Ok(())
     }
 
-    fn objective(thermal: &ThermalProblem, weights: &StepWeights) -> WeightedTerms {
-        WeightedTerms { terms: thermal.objective.clone(), weights: weights.clone() }
+    fn objective(thermal: &ThermalProblem, weights: StepWeights) -> WeightedTerms {
+        WeightedTerms { terms: thermal.objective.clone(), weights }
+    }
+
+    /// The thermal objective terms' value jₙ at every state of the last run (zeros without
+    /// thermal terms).
+    pub fn state_objective(&self, thermal: &ThermalProblem) -> Result<Vec<f64>, RunError> {
+        let (_, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        if thermal.objective.is_empty() {
+            return Ok(vec![0.0; traj.temperatures.len()]);
+        }
+        traj.temperatures
+            .iter()
+            .map(|t| {
+                gradfem_thermal::objective::evaluate(&thermal.model, &thermal.objective, t, false)
+                    .map(|e| e.value)
+                    .map_err(RunError::from)
+            })
+            .collect()
+    }
+
+    /// J = F(j₀ … j_N) of the `[transient] objective` rule for the values jₙ of the objective
+    /// terms at the states, and dJ/djₙ.
+    pub fn aggregate(&self, j: &[f64]) -> Result<(f64, Vec<f64>), RunError> {
+        let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        self.aggregate.value_and_weights(j, &traj.times, |n| p.step_info(n))
     }
 
     /// The heat balance of the last step of the last run, stored heat included (None before a
@@ -423,22 +611,16 @@ impl TransientRun {
         p.last_step_heat_balance(traj)
     }
 
-    /// J of the last run, J = Σ_n w_n j(T^n) with j the `[[objective]]` terms.
+    /// J of the last run from the `[[objective]]` terms at its states.
     pub fn objective_value(&self, thermal: &ThermalProblem) -> Result<f64, RunError> {
-        let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        p.objective_of(traj, &Self::objective(thermal, &self.weights)).map_err(transient_err)
+        Ok(self.aggregate(&self.state_objective(thermal)?)?.0)
     }
 
     /// J and dJ/dp for every registered parameter by the checkpointed discrete adjoint.
     pub fn gradient(&mut self, thermal: &ThermalProblem) -> Result<(f64, Gradient), RunError> {
-        let (j, g, _) = self.gradient_seeded(thermal, &[])?;
+        let (j, w) = self.aggregate(&self.state_objective(thermal)?)?;
+        let (_, g, _) = self.gradient_seeded(thermal, &[], &w)?;
         Ok((j, g))
-    }
-
-    /// The time weight w_n of each state of the last run (J = Σ_n w_n j_n).
-    pub fn state_weights(&self) -> Vec<f64> {
-        let Some((p, traj)) = &self.run else { return Vec::new() };
-        (0..traj.temperatures.len()).map(|n| self.weights.weight(p.step_info(n))).collect()
     }
 
     /// Times and nodal temperatures of every state of the last run.
@@ -446,18 +628,21 @@ impl TransientRun {
         self.run.as_ref().map(|(_, traj)| (traj.times.as_slice(), traj.temperatures.as_slice()))
     }
 
-    /// As [`gradient`](Self::gradient), with `seeds[n]` = (value, ∂/∂T per node) of state n
-    /// added to the objective (the weighted adjoints of quasi-static fields downstream of
-    /// the temperature; shorter than the run or `None`: nothing). Also returns dJ/dQ per
-    /// quadrature point of the thermal model's external source (empty without one), for the
-    /// field upstream that makes it.
+    /// The adjoint of Σₙ wₙ jₙ(Tⁿ) + the seeds: `weights` (dJ/djₙ, from
+    /// [`aggregate`](Self::aggregate)) weigh the thermal terms at each state, and `seeds[n]` =
+    /// (value, ∂/∂T per node) of state n is added (the weighted adjoints of quasi-static
+    /// fields downstream of the temperature; shorter than the run or `None`: nothing).
+    /// Returns that sum, dJ/dp, and dJ/dQ per quadrature point of the thermal model's
+    /// external source (empty without one), for the field upstream that makes it.
     pub fn gradient_seeded(
         &mut self,
         thermal: &ThermalProblem,
         seeds: &[Option<(f64, Vec<f64>)>],
+        weights: &[f64],
     ) -> Result<(f64, Gradient, Vec<f64>), RunError> {
         let (p, _) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let obj = SeededTerms { terms: Self::objective(thermal, &self.weights), seeds };
+        let weights = StepWeights::Custom(weights.to_vec());
+        let obj = SeededTerms { terms: Self::objective(thermal, weights), seeds };
         let g: TransientGradient =
             p.gradient(&obj, self.memory, thermal.vjp_request()).map_err(transient_err)?;
         let mut grad = Gradient::zeros(&thermal.registry);

@@ -127,12 +127,22 @@ fn a_long_run_ends_at_the_steady_solution() {
 }
 
 #[rstest::rstest]
-#[case::end_time("final")]
-#[case::time_integral("integral")]
-fn every_parameter_passes_its_taylor_test(#[case] objective: &str) {
+#[case::end_time("final", "")]
+#[case::time_integral("integral", "")]
+#[case::between_two_states("at", "time = 0.325")]
+#[case::maximum_over_time("max", "sharpness = 50.0")]
+#[case::misfit_to_a_history("misfit", "measured = \"measured.csv\"")]
+fn every_parameter_passes_its_taylor_test(#[case] objective: &str, #[case] key: &str) {
     let dir = tempfile::tempdir().unwrap();
+    // Measured deflections (µm) that the bar at 0.5 V does not quite reach.
+    std::fs::write(
+        dir.path().join("measured.csv"),
+        "time_s,tip_um\n0.1,0.02\n0.3,0.05\n0.55,0.07\n",
+    )
+    .unwrap();
     // 0.6 s: the bar is still heating, so ρc matters.
-    let (_, mut p) = build(dir.path(), &bar(&step(0.05, 12, objective), "")).unwrap();
+    let (_, mut p) =
+        build(dir.path(), &bar(&format!("{}\n{key}", step(0.05, 12, objective)), "")).unwrap();
     let params = TaylorParams { h0: 1e-2, steps: 4, min_rate: 1.9 };
     let parts = p.taylor_test_per_parameter(&params, |_| {}).unwrap();
     assert_eq!(parts.len(), 7);
@@ -191,4 +201,56 @@ fn a_temperature_dependent_resistivity_is_refused_in_time() {
     let (_, mut p) = build(dir.path(), &bar(&step(0.1, 5, "final"), "alpha_r = 1.0e-3")).unwrap();
     let e = p.solve().unwrap_err().to_string();
     assert!(e.contains("resistivity independent of T") && e.contains("alpha_r"), "{e}");
+}
+
+/// J of the bar with the `[transient]` objective rule `objective` and its extra key.
+fn j_of(dir: &Path, objective: &str, key: &str) -> f64 {
+    let (_, mut p) = build(dir, &bar(&format!("{}\n{key}", step(0.1, 20, objective)), "")).unwrap();
+    p.objective_terms().unwrap().0
+}
+
+#[test]
+fn the_time_rules_agree_with_the_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let last = j_of(dir.path(), "final", "");
+    assert!((j_of(dir.path(), "at", "time = 2.0") - last).abs() <= 1e-12 * last);
+    // Between the states at 1.0 s and 1.1 s: linear.
+    let (a, b) = (j_of(dir.path(), "at", "time = 1.0"), j_of(dir.path(), "at", "time = 1.1"));
+    let mid = j_of(dir.path(), "at", "time = 1.025");
+    assert!((mid - (0.75 * a + 0.25 * b)).abs() <= 1e-12 * mid, "{mid} vs {a}, {b}");
+    // The deflection rises monotonically: its smooth maximum lies within ln(N + 1)/ρ above
+    // the final value.
+    let rho = 200.0;
+    let ks = j_of(dir.path(), "max", &format!("sharpness = {rho}"));
+    assert!(ks >= last && ks <= last + (21.0f64).ln() / rho, "{ks} vs {last}");
+    // A history measured on the model itself fits exactly.
+    let rows: String = [0.3, 0.75, 1.5]
+        .iter()
+        .map(|t| format!("{t},{:e}\n", j_of(dir.path(), "at", &format!("time = {t}"))))
+        .collect();
+    std::fs::write(dir.path().join("self.csv"), format!("# t, u (um)\n{rows}")).unwrap();
+    let fit = j_of(dir.path(), "misfit", "measured = \"self.csv\"");
+    assert!(fit.abs() < 1e-24, "{fit}");
+}
+
+#[rstest::rstest]
+#[case::after_the_run("at", "time = 2.5", "t = 2.5 s lies outside the run, 0 … 2 s")]
+#[case::no_sharpness("max", "", "objective = \"max\" needs `sharpness`")]
+#[case::stray_time("final", "time = 1.0", "`time` goes with objective = \"at\", not \"final\"")]
+#[case::bad_row("misfit", "measured = \"bad.csv\"", "bad.csv:3: expected two numbers")]
+#[case::time_not_increasing(
+    "misfit",
+    "measured = \"back.csv\"",
+    "back.csv:2: time 0.5 s does not increase"
+)]
+fn bad_time_rules_are_refused(#[case] objective: &str, #[case] key: &str, #[case] message: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.csv"), "t,u\n0.5,1\n1.0\n").unwrap();
+    std::fs::write(dir.path().join("back.csv"), "1.0,1\n0.5,2\n").unwrap();
+    let text = bar(&format!("{}\n{key}", step(0.1, 20, objective)), "");
+    let e = match build(dir.path(), &text) {
+        Err(e) => e,
+        Ok((_, mut p)) => p.objective_terms().unwrap_err().to_string(),
+    };
+    assert!(e.contains(message), "{e}");
 }
