@@ -83,7 +83,15 @@ fn numbers(sim: &mut Simulation) -> Result<Vec<(String, f64)>, gradfem::api::Api
     Ok(out)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() {
+    // Errors in their located form (file:line, the parameter, what the problem offers).
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let json = std::env::args().any(|a| a == "--json");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut code = actuator(root).build()?;

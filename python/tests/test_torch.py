@@ -93,3 +93,32 @@ def test_gradcheck_through_the_two_way_electro_thermal_coupling():
     g = lambda a, b, c: f(a * scale[0], b * scale[1], c * scale[2])  # noqa: E731
     xs = tuple(torch.tensor(1.0, dtype=torch.float64, requires_grad=True) for _ in range(3))
     assert torch.autograd.gradcheck(g, xs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_node_coordinates_as_an_input():
+    """Shape sensitivity through torch: the mean temperature by every node coordinate."""
+    text = """
+[mesh]
+box = { lengths = [0.02, 0.01, 0.01], divisions = [2, 1, 1], cell = "tet4" }
+
+[[thermal.material]]
+group = "domain"
+k = 40.0
+source = 2.0e6
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[objective]]
+kind = "average"
+group = "domain"
+"""
+    p = gradfem.Problem.from_string(text, "shape.toml")
+    f = gt.function(p, inputs=["mesh.coordinates"], outputs=["mean_temperature"])
+    x0 = torch.as_tensor(p.points.ravel().copy(), dtype=torch.float64)
+    # In units of 1 mm around the mesh, so that gradcheck's step suits every coordinate.
+    g = lambda d: f(x0 + 1e-3 * d)  # noqa: E731
+    d = torch.zeros_like(x0, requires_grad=True)
+    assert torch.autograd.gradcheck(g, (d,), eps=1e-4, atol=1e-6, rtol=1e-5)
