@@ -10,3 +10,13 @@ def test_the_network_learns_the_conductivity_field():
     m = runpy.run_path(str(EXAMPLES / "conductivity_network.py"))
     losses = m["main"](steps=40)["losses"]
     assert losses[-1] < 0.05 * losses[0], losses
+
+
+def test_the_monte_carlo_check_agrees_with_first_order():
+    m = runpy.run_path(str(EXAMPLES / "monte_carlo_robustness.py"))
+    r = m["main"](samples=32, noise=0.01, seed=1)
+    # The verdict follows the rule, and the sampled loss is the first-order one within the
+    # sampling error of 32 draws (a χ² of one degree of freedom: ±√(2/32) ≈ 25 % on the mean).
+    assert r["accepted"] == (r["std_loss"] < 0.05 * r["mean_loss"])
+    excess, predicted = r["mean_loss"] - 1.0, r["first_order_mean_loss"] - 1.0
+    assert abs(excess - predicted) < 0.6 * predicted, r
