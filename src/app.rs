@@ -447,9 +447,9 @@ impl Problem {
         Ok(self.transient_state_objective()?.0)
     }
 
-    /// The objective terms' values jₙ at every state of a solved transient problem (thermal
-    /// and mechanical), J = F(j₀ … j_N) of its `[transient] objective` rule, and dJ/djₙ.
-    fn transient_state_objective(&self) -> Result<(f64, Vec<f64>), RunError> {
+    /// The objective terms' values jₙ at every state of a solved transient problem, thermal
+    /// and mechanical terms together (unweighted in time).
+    pub fn transient_state_values(&self) -> Result<Vec<f64>, RunError> {
         let tr = self.transient.as_ref().expect("a transient problem");
         let mut j = tr.state_objective(self.thermal())?;
         if let Some(h) = &self.mechanical_history {
@@ -457,7 +457,14 @@ impl Problem {
                 *a += b;
             }
         }
-        tr.aggregate(&j)
+        Ok(j)
+    }
+
+    /// J = F(j₀ … j_N) of a solved transient problem's `[transient] objective` rule over
+    /// [`transient_state_values`](Self::transient_state_values), and dJ/djₙ.
+    fn transient_state_objective(&self) -> Result<(f64, Vec<f64>), RunError> {
+        let tr = self.transient.as_ref().expect("a transient problem");
+        tr.aggregate(&self.transient_state_values()?)
     }
 
     /// J and its gradient, with the total timings and, for the coupled problem, per block.
@@ -470,21 +477,14 @@ impl Problem {
             self.solve()?;
         }
         let t0 = std::time::Instant::now();
-        if let Some(tr) = &mut self.transient {
+        // J = F(j₀ … j_N) of a transient problem: its derivative by each state's terms weighs
+        // their adjoints.
+        let time_objective =
+            self.transient.is_some().then(|| self.transient_state_objective()).transpose()?;
+        if let (Some((j, weights)), Some(tr)) = (time_objective, &mut self.transient) {
             // Reverse order of the stages: the mechanical adjoint of every weighted state
             // seeds dJ/dTⁿ, the thermal adjoint runs back in time and hands dJ/dQ of the
             // Joule heat to the electrical adjoint.
-            // J = F(j₀ … j_N): its derivative by each state's terms weighs their adjoints.
-            let (j, weights) = {
-                let tr: &TransientRun = tr;
-                let mut j = tr.state_objective(self.fields.thermal())?;
-                if let Some(h) = &self.mechanical_history {
-                    for (a, b) in j.iter_mut().zip(&h.objective) {
-                        *a += b;
-                    }
-                }
-                tr.aggregate(&j)?
-            };
             let mut g_mech = Gradient::zeros(&self.fields.thermal().registry);
             let mut seeds: Vec<Option<(f64, Vec<f64>)>> = Vec::new();
             if let Some(m) = &mut self.mechanical {

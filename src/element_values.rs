@@ -56,21 +56,6 @@ impl ElementValues {
     }
 }
 
-impl From<f64> for ElementValues {
-    fn from(v: f64) -> Self {
-        ElementValues::Uniform(v)
-    }
-}
-
-impl fmt::Display for ElementValues {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ElementValues::Uniform(v) => write!(f, "{v}"),
-            ElementValues::File(s) => write!(f, "the values of {}", s.file),
-        }
-    }
-}
-
 impl<'de> Deserialize<'de> for ElementValues {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;

@@ -27,27 +27,17 @@ impl TimeHistory {
         let Some(tr) = &problem.transient else { return Ok(None) };
         let (times, states) =
             tr.states().ok_or_else(|| RunError::Setup("transient: solve first".into()))?;
-        let thermal = problem.thermal();
-        let mut h = TimeHistory { time: times.to_vec(), ..Default::default() };
-        for (n, t) in states.iter().enumerate() {
-            h.max_temperature.push(
-                t.iter().copied().filter(|v| v.is_finite()).fold(f64::NEG_INFINITY, f64::max),
-            );
-            let mut j = if thermal.objective.is_empty() {
-                0.0
-            } else {
-                gradfem_thermal::objective::evaluate(&thermal.model, &thermal.objective, t, false)?
-                    .value
-            };
-            if let Some(m) = &problem.mechanical_history {
-                j += m.objective[n];
-                if let Some(tip) = m.tip.get(n) {
-                    h.tip.push(*tip);
-                }
-            }
-            h.objective.push(j);
-        }
-        Ok(Some(h))
+        let max_temperature = states
+            .iter()
+            .map(|t| t.iter().copied().filter(|v| v.is_finite()).fold(f64::NEG_INFINITY, f64::max))
+            .collect();
+        let tip = problem.mechanical_history.as_ref().map_or_else(Vec::new, |m| m.tip.clone());
+        Ok(Some(TimeHistory {
+            time: times.to_vec(),
+            max_temperature,
+            tip,
+            objective: problem.transient_state_values()?,
+        }))
     }
 
     /// The CSV text: a header and one row per state.

@@ -152,10 +152,11 @@ fn interpolation(times: &[f64], t: f64, what: &str) -> Result<(usize, f64, f64),
             "[transient] {what}: t = {t} s lies outside the run, 0 … {last} s"
         )));
     }
-    let n = times.partition_point(|&x| x <= t).clamp(1, times.len().max(2) - 1) - 1;
     if times.len() == 1 {
         return Ok((0, 1.0, 0.0));
     }
+    // The step [tₙ, tₙ₊₁] that holds t (the last one for t = t_N).
+    let n = times.partition_point(|&x| x <= t).saturating_sub(1).min(times.len() - 2);
     let (a, b) = (times[n], times[n + 1]);
     let s = ((t - a) / (b - a)).clamp(0.0, 1.0);
     Ok((n, 1.0 - s, s))
@@ -609,18 +610,6 @@ impl TransientRun {
     pub fn heat_balance(&self) -> Option<gradfem_thermal::HeatBalance> {
         let (p, traj) = self.run.as_ref()?;
         p.last_step_heat_balance(traj)
-    }
-
-    /// J of the last run from the `[[objective]]` terms at its states.
-    pub fn objective_value(&self, thermal: &ThermalProblem) -> Result<f64, RunError> {
-        Ok(self.aggregate(&self.state_objective(thermal)?)?.0)
-    }
-
-    /// J and dJ/dp for every registered parameter by the checkpointed discrete adjoint.
-    pub fn gradient(&mut self, thermal: &ThermalProblem) -> Result<(f64, Gradient), RunError> {
-        let (j, w) = self.aggregate(&self.state_objective(thermal)?)?;
-        let (_, g, _) = self.gradient_seeded(thermal, &[], &w)?;
-        Ok((j, g))
     }
 
     /// Times and nodal temperatures of every state of the last run.

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 use gradfem::api::{ApiError, Cotangent, Gradients, Model, Simulation};
 use gradfem::app::AppError;
 use gradfem::problem::ProblemError as FileError;
-use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArrayDyn};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -94,7 +94,6 @@ fn flat_values(v: &Bound<'_, PyAny>) -> PyResult<Vec<f64>> {
     let np = v.py().import("numpy")?;
     let a = np.call_method1("ascontiguousarray", (v, "float64"))?;
     let a: PyReadonlyArrayDyn<'_, f64> = a.extract()?;
-    let _ = a.shape();
     Ok(a.as_slice()?.to_vec())
 }
 
