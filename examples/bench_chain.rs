@@ -175,27 +175,27 @@ fn main() {
     problem.solve().unwrap_or_else(|e| panic!("{e}"));
     let forward_s = t_fwd.elapsed().as_secs_f64();
     let t_grad = Instant::now();
-    let (j, grad, timings, blocks) = problem.gradient().unwrap_or_else(|e| panic!("{e}"));
+    let (j, grad, timings) = problem.gradient().unwrap_or_else(|e| panic!("{e}"));
     let gradient_s = t_grad.elapsed().as_secs_f64();
     let th = problem.thermal();
-    let mech = problem.mechanical.as_ref();
+    let mech = problem.mechanical();
     let out = serde_json::json!({
         "problem": pf.spec.title,
         "nodes": th.model.n_nodes(),
         "thermal_unknowns": th.model.n_unknowns(),
-        "electrical_unknowns": problem.electro_thermal().map(|p| p.electrical.n_unknowns()),
+        "electrical_unknowns": problem.electrical().map(|p| p.model.n_unknowns()),
         "mechanical_unknowns": mech.map(|m| m.model.n_unknowns()),
-        "electrical_solver": problem.electro_thermal().map(|p| p.linear_solver()),
+        "electrical_solver": problem.electrical().map(|p| p.linear_solver()),
         "registered_entries": problem.registry().total_entries(),
         "setup_s": setup_s,
         "forward_s": forward_s,
         "gradient_s": gradient_s,
         "gradient_over_forward": gradient_s / forward_s,
         "thermal_forward": th.last_solve,
-        "coupled_forward": problem.electro_thermal().map(|p| p.last_solve.clone()),
+        "electrical_forward_s": problem.electrical().map(|p| p.last_solve_s),
+        "cycles": problem.cycles(),
         "mechanical_forward": mech.map(|m| m.last_solve.clone()),
         "gradient": timings,
-        "gradient_blocks": blocks,
         "mechanical_gradient": mech.map(|m| m.last_gradient.clone()),
         "peak_rss_mb": peak_rss_mb(),
         "J": j,

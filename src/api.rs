@@ -44,9 +44,9 @@ use gradfem_solvers::taylor::{TaylorParams, TaylorResult};
 use toml::{Table, Value};
 
 use crate::app::{self, AppError, ObjectiveSet, Problem};
-use crate::electrothermal::TerminalTerm;
 use crate::problem::{ProblemError, ProblemFile};
 use crate::run::RunError;
+use gradfem_coupling::fields::electrical::TerminalTerm;
 
 /// An error of the API: a problem that cannot be built (located in its file, or in the text of
 /// [`Model::to_toml`]), a solve or gradient that failed, or a request the problem cannot meet
@@ -774,7 +774,7 @@ impl Simulation {
 
     /// The mesh (in metres, with its groups).
     pub fn mesh(&self) -> &Mesh {
-        &self.problem.thermal().mesh
+        self.problem.mesh()
     }
 
     /// Solve the forward problem (all fields, load steps or time steps).
@@ -801,8 +801,8 @@ impl Simulation {
             .into_iter()
             .filter(|n| match *n {
                 "temperature" => true,
-                "potential" => p.electro_thermal().is_some(),
-                _ => p.mechanical.is_some() || p.hyperelastic.is_some(),
+                "potential" => p.electrical().is_some(),
+                _ => p.mechanical().is_some() || p.hyperelastic().is_some(),
             })
             .collect()
     }
@@ -815,8 +815,8 @@ impl Simulation {
         let p = &self.problem;
         match name {
             "temperature" => p.thermal().temperature(),
-            "potential" => p.electro_thermal().and_then(|e| e.potential()),
-            "displacement" => match (&p.mechanical, &p.hyperelastic) {
+            "potential" => p.electrical().and_then(|e| e.potential()),
+            "displacement" => match (p.mechanical(), p.hyperelastic()) {
                 (Some(m), _) => m.displacement(),
                 (None, Some(h)) => h.states().last().map(|s| s.1),
                 _ => None,
@@ -948,7 +948,7 @@ impl Simulation {
     pub fn gradient(&mut self) -> Result<Gradients, ApiError> {
         self.ensure_solved()?;
         let r = self.problem.gradient();
-        let (value, g, _, _) = self.run(r)?;
+        let (value, g, _) = self.run(r)?;
         Ok(self.by_name(value, &g))
     }
 
@@ -965,14 +965,14 @@ impl Simulation {
     /// group (`[mechanical] tip`, [`Model::tip`]) `tip_displacement.x|y|z`.
     pub fn differentiable_quantities(&self) -> Vec<String> {
         let mut out = vec!["objective".to_string(), "mean_temperature".to_string()];
-        if let Some(et) = self.problem.electro_thermal() {
+        if let Some(et) = self.problem.electrical() {
             out.extend(["current", "voltage", "resistance"].map(String::from));
-            for t in &et.electrical.terminals {
+            for t in &et.model.terminals {
                 out.push(format!("terminal.{}.current", t.name));
                 out.push(format!("terminal.{}.voltage", t.name));
             }
         }
-        if self.problem.mechanical.as_ref().is_some_and(|m| m.tip_group.is_some()) {
+        if self.problem.mechanical().is_some_and(|m| m.tip_group.is_some()) {
             out.extend(["x", "y", "z"].map(|a| format!("tip_displacement.{a}")));
         }
         out
@@ -982,7 +982,7 @@ impl Simulation {
     /// whole nodal fields and on quantities) by every registered parameter, by one adjoint
     /// sweep. The problem's own objective is left as it was.
     pub fn vjp(&mut self, cotangent: &Cotangent) -> Result<Gradients, ApiError> {
-        if self.problem.transient.is_some() || self.problem.hyperelastic.is_some() {
+        if self.problem.is_transient() || self.problem.hyperelastic().is_some() {
             return Err(self.request(
                 "vector-Jacobian products of transient and finite-strain problems are not available yet; their `gradient` differentiates the objective".into(),
             ));
@@ -992,7 +992,7 @@ impl Simulation {
         let old = self.problem.swap_objective(set);
         let r = self.problem.gradient();
         self.problem.swap_objective(old);
-        let (value, g, _, _) = self.run(r)?;
+        let (value, g, _) = self.run(r)?;
         Ok(self.by_name(value, &g))
     }
 
@@ -1019,7 +1019,7 @@ impl Simulation {
                         kind: ObjectiveKind::Linear { weights: w.clone() },
                     });
                 }
-                "displacement" if p.mechanical.is_some() => {
+                "displacement" if p.mechanical().is_some() => {
                     if w.len() != 3 * n_nodes {
                         return Err(self.request(format!(
                             "a displacement cotangent has three weights per node: expected {}, given {}",
@@ -1035,7 +1035,7 @@ impl Simulation {
                 other => {
                     return Err(self.request(format!(
                         "no cotangent on the field '{other}'; this problem takes cotangents on: {}",
-                        if p.mechanical.is_some() {
+                        if p.mechanical().is_some() {
                             "temperature, displacement"
                         } else {
                             "temperature"
@@ -1054,8 +1054,8 @@ impl Simulation {
             };
             let terminal = |kind: &str| -> Result<TerminalTerm, ApiError> {
                 use gradfem_electrical::TerminalFunctional as F;
-                let et = p.electro_thermal().ok_or_else(unknown)?;
-                let names = |i: usize| et.electrical.terminals[i].name.clone();
+                let et = p.electrical().ok_or_else(unknown)?;
+                let names = |i: usize| et.model.terminals[i].name.clone();
                 let (drive, reference) = et.default_terminals().ok_or_else(unknown)?;
                 let functional = match kind {
                     "current" => F::Current { terminal: names(drive) },
@@ -1089,9 +1089,9 @@ impl Simulation {
                 _ => {
                     if let Some(rest) = name.strip_prefix("terminal.") {
                         use gradfem_electrical::TerminalFunctional as F;
-                        let et = p.electro_thermal().ok_or_else(unknown)?;
+                        let et = p.electrical().ok_or_else(unknown)?;
                         let (group, what) = rest.rsplit_once('.').ok_or_else(unknown)?;
-                        if !et.electrical.terminals.iter().any(|t| t.name == group) {
+                        if !et.model.terminals.iter().any(|t| t.name == group) {
                             return Err(unknown());
                         }
                         let terminal = group.to_string();
@@ -1102,7 +1102,7 @@ impl Simulation {
                         };
                         set.electrical.push(TerminalTerm { weight: w, functional });
                     } else if let Some(axis) = name.strip_prefix("tip_displacement.") {
-                        let m = p.mechanical.as_ref().ok_or_else(unknown)?;
+                        let m = p.mechanical().ok_or_else(unknown)?;
                         let k =
                             ["x", "y", "z"].iter().position(|a| *a == axis).ok_or_else(unknown)?;
                         let mut direction = [0.0; 3];
@@ -1126,11 +1126,8 @@ impl Simulation {
         let p = &self.problem;
         ObjectiveSet {
             thermal: p.thermal().objective.clone(),
-            electrical: p
-                .electro_thermal()
-                .map(|e| e.electrical_objective.clone())
-                .unwrap_or_default(),
-            mechanical: p.mechanical.as_ref().map(|m| m.objective.clone()).unwrap_or_default(),
+            electrical: p.electrical().map(|e| e.objective.clone()).unwrap_or_default(),
+            mechanical: p.mechanical().map(|m| m.objective.clone()).unwrap_or_default(),
         }
     }
 

@@ -1,27 +1,37 @@
 //! From a problem file to a solved, differentiable problem, and from results to files.
+//!
+//! [`build_problem`] reads the tables of a problem file into fields of the coupling engine
+//! ([`gradfem_coupling`]) — thermal, electrical, linear mechanical, finite-strain mechanical —
+//! and the transfers between them, registers the parameters and sets the time stepping; the
+//! engine then solves and differentiates whatever combination the file describes. This module
+//! also turns a solved problem into its summary, `results.h5` + `results.xdmf` and
+//! `gradients.json`.
 
+use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 
+use gradfem_coupling::fields::electrical::{ElectricalField, TerminalReport, TerminalTerm};
+use gradfem_coupling::fields::hyperelastic::{HyperelasticField, HyperelasticReport};
+use gradfem_coupling::fields::mechanical::{ForceBalance, MechanicalField, MechanicalSolveTimings};
+use gradfem_coupling::fields::thermal::ThermalField;
+use gradfem_coupling::fields::thermal_transient::{ThermalTransient, TransientReport};
+use gradfem_coupling::{CoupledProblem, CycleParams, CycleReport, CycleScheme};
 use gradfem_io::h5::{CellSelection, Field, FieldValues, Results, Step};
+use gradfem_solvers::graph::CouplingGraph;
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind};
 use gradfem_thermal::{BcSpec, ObjectiveKind, ObjectiveTerm, RegionSpec};
 use serde::Serialize;
 
-use crate::electrothermal::{
-    CoupledGradientTimings, CoupledSolveTimings, CouplingParams, CouplingScheme,
-    ElectroThermalProblem, TerminalReport, TerminalTerm,
-};
-use crate::hyperelastic_file::{HyperelasticReport, HyperelasticRun};
-use crate::mechanical::{ForceBalance, MechanicalField, MechanicalSolveTimings};
 use crate::problem::{ProblemError, ProblemFile, read_sensors};
 use crate::run::{LinearChoice, RunError};
-use crate::thermal::{GradientTimings, SolveTimings, ThermalProblem};
-use crate::transient_file::{TransientReport, TransientRun};
+use crate::thermal::{SolveTimings, ThermalProblem};
 use gradfem_electrical::TerminalFunctional;
 use gradfem_mechanical::linear::objective::{
     ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm,
 };
-use gradfem_solvers::graph::CouplingGraph;
+
+pub use gradfem_coupling::GradientTimings;
+pub use gradfem_coupling::taylor::{ParameterTaylor, TAYLOR_DIRECTION_SEED, TaylorDirection};
 
 /// Any error of the application layer.
 #[derive(Debug, thiserror::Error)]
@@ -39,31 +49,29 @@ pub enum AppError {
 /// The problem file embedded in the binary: `cargo run --release` with no arguments runs it.
 pub const DEFAULT_PROBLEM: &str = include_str!("../examples/microactuator_builtin.toml");
 
-/// The upstream fields of a problem: the thermal field alone, or electro-thermal.
-pub enum Fields {
-    Thermal(Box<ThermalProblem>),
-    ElectroThermal(Box<ElectroThermalProblem>),
-}
-
-/// A problem built from a problem file: the thermal field alone or electro-thermal (when the
-/// file has an `[electrical]` table), and optionally the mechanical field downstream of the
-/// temperature (`[mechanical]`): the chain I → Q → T → σ → u.
+/// A problem built from a problem file: the coupled problem of its fields, and the unit of its
+/// objective. It dereferences to the [`CoupledProblem`] (solve, gradient, parameters, Taylor
+/// tests); the accessors below find the fields a problem file can hold, for reports and
+/// outputs.
 pub struct Problem {
-    /// The coupling graph of the fields present; [`Problem::solve`] follows its schedule.
-    pub coupling: CouplingGraph,
-    pub fields: Fields,
-    pub mechanical: Option<Box<MechanicalField>>,
-    /// Transient heat (`[transient]`): the thermal field is stepped in time instead of solved
-    /// for its steady state.
-    pub transient: Option<Box<TransientRun>>,
-    /// Finite-strain hyperelasticity (`[hyperelastic]`): load steps, their adjoint.
-    pub hyperelastic: Option<Box<HyperelasticRun>>,
-    /// A transient problem with a mechanical field: its quasi-static state at every time
-    /// step of the last run.
-    pub mechanical_history: Option<MechanicalHistory>,
+    /// The coupled problem.
+    pub engine: CoupledProblem,
     /// The unit of the objective J ([`objective_unit`]); empty for a problem not built from a
     /// problem file.
     pub objective_unit: String,
+}
+
+impl Deref for Problem {
+    type Target = CoupledProblem;
+    fn deref(&self) -> &CoupledProblem {
+        &self.engine
+    }
+}
+
+impl DerefMut for Problem {
+    fn deref_mut(&mut self) -> &mut CoupledProblem {
+        &mut self.engine
+    }
 }
 
 /// The mechanical field of a transient problem at every state of the last run: quasi-static,
@@ -86,217 +94,53 @@ pub struct ObjectiveSet {
     pub mechanical: Vec<MechObjectiveTerm>,
 }
 
-impl From<Box<ThermalProblem>> for Problem {
-    fn from(p: Box<ThermalProblem>) -> Self {
-        let mut p = Problem {
-            coupling: CouplingGraph::new(),
-            fields: Fields::Thermal(p),
-            mechanical: None,
-            transient: None,
-            hyperelastic: None,
-            mechanical_history: None,
-            objective_unit: String::new(),
-        };
-        p.coupling = p.physical_graph();
-        p
+impl Problem {
+    /// A problem of the coupled problem `engine`.
+    pub fn new(engine: CoupledProblem) -> Self {
+        Problem { engine, objective_unit: String::new() }
     }
-}
 
-impl From<Box<ElectroThermalProblem>> for Problem {
-    fn from(p: Box<ElectroThermalProblem>) -> Self {
-        let mut p = Problem {
-            coupling: CouplingGraph::new(),
-            fields: Fields::ElectroThermal(p),
-            mechanical: None,
-            transient: None,
-            hyperelastic: None,
-            mechanical_history: None,
-            objective_unit: String::new(),
-        };
-        p.coupling = p.physical_graph();
-        p
+    /// The coupling graph of the fields present.
+    pub fn coupling(&self) -> CouplingGraph {
+        self.engine.graph()
     }
-}
 
-impl Fields {
-    /// The thermal field (alone or inside the coupled problem). A method of the fields rather
-    /// than of [`Problem`], so that it borrows them apart from the other members.
-    pub fn thermal(&self) -> &ThermalProblem {
-        match self {
-            Fields::Thermal(p) => p,
-            Fields::ElectroThermal(p) => &p.thermal,
-        }
+    /// The thermal field (every problem file has one: solved for, or holding a prescribed
+    /// temperature).
+    pub fn thermal(&self) -> &ThermalField {
+        self.engine.find::<ThermalField>().expect("a problem file's problem has a thermal field")
     }
 
     /// The thermal field, mutably.
-    pub fn thermal_mut(&mut self) -> &mut ThermalProblem {
-        match self {
-            Fields::Thermal(p) => p,
-            Fields::ElectroThermal(p) => &mut p.thermal,
-        }
+    pub fn thermal_mut(&mut self) -> &mut ThermalField {
+        self.engine
+            .find_mut::<ThermalField>()
+            .expect("a problem file's problem has a thermal field")
     }
 
-    /// J and dJ/dp of the thermal (or electro-thermal) fields with the extra temperature seed
-    /// `t_bar` (dJ/dT per node from a downstream field) added to their adjoint; the total
-    /// timings and, for the coupled problem, per block.
-    fn gradient_seeded(
-        &mut self,
-        t_bar: Option<&[f64]>,
-    ) -> Result<(f64, Gradient, GradientTimings, Option<CoupledGradientTimings>), RunError> {
-        Ok(match self {
-            Fields::Thermal(p) => {
-                let (j, g, t) = p.gradient_seeded(t_bar)?;
-                (j, g, t, None)
-            }
-            Fields::ElectroThermal(p) => {
-                let (j, g, t) = p.gradient_seeded(t_bar)?;
-                (j, g, t.totals(), Some(t))
-            }
-        })
-    }
-}
-
-impl Problem {
-    /// The coupling graph of the fields present: `electrical -> thermal` (Joule heat),
-    /// `thermal -> electrical` (a temperature-dependent resistivity), `thermal -> mechanical`
-    /// (thermal strain), `thermal -> hyperelastic` (finite-strain thermal expansion
-    /// F_θ = (1 + α (T − T_ref)) I, when the finite-strain field takes the temperature).
-    pub fn physical_graph(&self) -> CouplingGraph {
-        let mut g = CouplingGraph::new();
-        let add = |g: &mut CouplingGraph, f: &str| {
-            g.add_field(f).expect("each field once");
-        };
-        let link = |g: &mut CouplingGraph, name: &str, a: &str, b: &str| {
-            g.add_transfer(name, a, b).expect("fields exist, one transfer each");
-        };
-        if let Some(et) = self.electro_thermal() {
-            add(&mut g, "electrical");
-            add(&mut g, "thermal");
-            link(&mut g, "joule_heat", "electrical", "thermal");
-            if et.is_two_way() {
-                link(&mut g, "resistivity", "thermal", "electrical");
-            }
-        } else {
-            add(&mut g, "thermal");
-        }
-        if self.mechanical.is_some() {
-            add(&mut g, "mechanical");
-            link(&mut g, "thermal_strain", "thermal", "mechanical");
-        }
-        // A finite-strain field driven by the temperature; one without a temperature is
-        // solved on its own after the stages.
-        if self.hyperelastic.as_ref().is_some_and(|h| h.takes_temperature()) {
-            add(&mut g, "hyperelastic");
-            link(&mut g, "thermal_expansion", "thermal", "hyperelastic");
-        }
-        g
+    /// The electrical field, if any.
+    pub fn electrical(&self) -> Option<&ElectricalField> {
+        self.engine.find::<ElectricalField>()
     }
 
-    /// The thermal field (alone or inside the coupled problem).
-    pub fn thermal(&self) -> &ThermalProblem {
-        self.fields.thermal()
+    /// The linear mechanical field, if any.
+    pub fn mechanical(&self) -> Option<&MechanicalField> {
+        self.engine.find::<MechanicalField>()
     }
 
-    fn thermal_mut(&mut self) -> &mut ThermalProblem {
-        self.fields.thermal_mut()
+    /// The linear mechanical field, mutably.
+    pub fn mechanical_mut(&mut self) -> Option<&mut MechanicalField> {
+        self.engine.find_mut::<MechanicalField>()
     }
 
-    /// The electro-thermal problem, when there is an electrical field.
-    pub fn electro_thermal(&self) -> Option<&ElectroThermalProblem> {
-        match &self.fields {
-            Fields::ElectroThermal(p) => Some(p),
-            Fields::Thermal(_) => None,
-        }
+    /// The finite-strain field, if any.
+    pub fn hyperelastic(&self) -> Option<&HyperelasticField> {
+        self.engine.find::<HyperelasticField>()
     }
 
-    /// The one parameter registry.
-    pub fn registry(&self) -> &gradfem_solvers::params::ParamRegistry {
-        &self.thermal().registry
-    }
-
-    /// The one parameter registry, to change values (then call
-    /// [`apply_parameters`](Self::apply_parameters)).
-    pub fn registry_mut(&mut self) -> &mut gradfem_solvers::params::ParamRegistry {
-        &mut self.thermal_mut().registry
-    }
-
-    /// Every parameter name the problem can register.
-    pub fn available_parameters(&self) -> Vec<String> {
-        let mut names = match &self.fields {
-            Fields::Thermal(p) => p.available_parameters(),
-            Fields::ElectroThermal(p) => p.available_parameters(),
-        };
-        if let Some(m) = &self.mechanical {
-            names.extend(m.available_parameters());
-        }
-        if let Some(t) = &self.transient {
-            names.extend(t.available_parameters(self.thermal()));
-        }
-        if let Some(h) = &self.hyperelastic {
-            names.extend(h.available_parameters());
-        }
-        names
-    }
-
-    /// Register a parameter of any field by name (see the fields' `register`).
-    pub fn register(
-        &mut self,
-        name: &str,
-        bounds: Option<[f64; 2]>,
-    ) -> Result<gradfem_solvers::params::ParamId, RunError> {
-        if let Some(m) = &mut self.mechanical
-            && MechanicalField::owns(name)
-        {
-            let reg = &mut self.fields.thermal_mut().registry;
-            return m.register(reg, name, bounds);
-        }
-        if let Some(h) = &mut self.hyperelastic
-            && HyperelasticRun::owns(name)
-        {
-            let reg = &mut self.fields.thermal_mut().registry;
-            return h.register(reg, name, bounds);
-        }
-        if let Some(t) = &mut self.transient
-            && TransientRun::owns(name)
-        {
-            let th = self.fields.thermal_mut();
-            return t.register(th, name, bounds);
-        }
-        let r = match &mut self.fields {
-            Fields::Thermal(p) => p.register(name, bounds),
-            Fields::ElectroThermal(p) => p.register(name, bounds),
-        };
-        let more_fields =
-            self.mechanical.is_some() || self.transient.is_some() || self.hyperelastic.is_some();
-        r.map_err(|e| match (e, more_fields) {
-            (RunError::Setup(_), true) => RunError::Setup(format!(
-                "cannot register '{name}': this problem offers {}",
-                self.available_parameters().join(", ")
-            )),
-            (e, _) => e,
-        })
-    }
-
-    /// Copy the registry's values into the models (invalidates the solution).
-    pub fn apply_parameters(&mut self) -> Result<(), RunError> {
-        self.mechanical_history = None;
-        match &mut self.fields {
-            Fields::Thermal(p) => p.apply_parameters()?,
-            Fields::ElectroThermal(p) => p.apply_parameters()?,
-        }
-        if let Some(m) = &mut self.mechanical {
-            let t = self.fields.thermal();
-            m.apply_parameters(&t.registry, &t.shape)?;
-        }
-        if let Some(tr) = &mut self.transient {
-            let reg = &self.fields.thermal().registry;
-            tr.apply_parameters(reg);
-        }
-        if let Some(h) = &mut self.hyperelastic {
-            let t = self.fields.thermal();
-            h.apply_parameters(&t.registry, &t.shape)?;
-        }
-        Ok(())
+    /// The thermal field's time stepping, for a transient problem.
+    pub fn transient(&self) -> Option<&ThermalTransient> {
+        self.thermal().transient.as_ref()
     }
 
     /// The largest nodal temperature over a volume group (`"*"`: the whole model) in the
@@ -310,572 +154,233 @@ impl Problem {
     /// Replace the objective; returns the old one. The solution stays valid: only the
     /// functional changes.
     pub fn swap_objective(&mut self, new: ObjectiveSet) -> ObjectiveSet {
-        let mechanical = match &mut self.mechanical {
-            Some(m) => std::mem::replace(&mut m.objective, new.mechanical),
+        let ObjectiveSet { thermal, electrical, mechanical } = new;
+        let mechanical = match self.engine.find_mut::<MechanicalField>() {
+            Some(m) => std::mem::replace(&mut m.objective, mechanical),
             None => Vec::new(),
         };
-        match &mut self.fields {
-            Fields::Thermal(p) => ObjectiveSet {
-                thermal: std::mem::replace(&mut p.objective, new.thermal),
-                electrical: Vec::new(),
-                mechanical,
-            },
-            Fields::ElectroThermal(p) => ObjectiveSet {
-                thermal: std::mem::replace(&mut p.thermal.objective, new.thermal),
-                electrical: std::mem::replace(&mut p.electrical_objective, new.electrical),
-                mechanical,
-            },
-        }
-    }
-
-    /// Solve the forward problem: the upstream fields, then the mechanical or finite-strain
-    /// field with their temperature.
-    pub fn solve(&mut self) -> Result<(), RunError> {
-        if let Some(tr) = &mut self.transient {
-            // The graph's stages in time: the electrical field and its Joule heat once (a
-            // step of the voltage at t = 0), the thermal field stepped in time, and the
-            // mechanical field quasi-static at every state.
-            self.mechanical_history = None;
-            if let Fields::ElectroThermal(et) = &mut self.fields {
-                et.solve_source()?;
-            }
-            tr.solve(self.fields.thermal_mut())?;
-            if let Some(m) = &mut self.mechanical {
-                let (_, states) = tr.states().expect("solved above");
-                let mut history = MechanicalHistory::default();
-                for t in states {
-                    let u = m.solve(Some(t))?.to_vec();
-                    history.objective.push(m.objective_terms()?.0);
-                    if let Some(tip) = &m.tip_group {
-                        history.tip.push(m.mean_displacement(tip)?);
-                    }
-                    history.displacement.push(u);
-                }
-                self.mechanical_history = Some(history);
-            }
-            return Ok(());
-        }
-        // The stages of the coupling graph in order: the electrical and thermal fields (one
-        // coupled stage when ρ depends on T, else electrical then thermal: the electro-thermal
-        // problem solves both, in that order), then the mechanical or finite-strain field.
-        let mut upstream_done = false;
-        let mut hyperelastic_done = false;
-        for stage in self.coupling.schedule_names() {
-            if stage.iter().any(|f| f == "hyperelastic") {
-                let h = self.hyperelastic.as_mut().expect("the graph names it");
-                let t = self.fields.thermal().temperature().ok_or_else(|| {
-                    RunError::Setup("hyperelastic: the thermal field is not solved".into())
-                })?;
-                h.set_temperature(t)?;
-                h.solve()?;
-                hyperelastic_done = true;
-            } else if stage.iter().any(|f| f == "mechanical") {
-                let m = self.mechanical.as_mut().expect("the graph names it");
-                let t = match &self.fields {
-                    Fields::Thermal(p) => p.temperature(),
-                    Fields::ElectroThermal(p) => p.temperature(),
-                };
-                m.solve(t)?;
-                // A prescribed temperature from outside is the problem's temperature field
-                // (summaries and outputs show it, not the placeholder thermal field's).
-                if let Some(imp) = m.imported_temperature() {
-                    let field = imp.field();
-                    self.thermal_mut().set_solution(field);
-                }
-            } else if !upstream_done {
-                match &mut self.fields {
-                    Fields::Thermal(p) => p.solve().map(|_| ())?,
-                    Fields::ElectroThermal(p) => p.solve()?,
-                }
-                upstream_done = true;
-            }
-        }
-        // A finite-strain field without a temperature (the thermal field is then a placeholder
-        // held at fixed values, solved above for summaries).
-        if let Some(h) = self.hyperelastic.as_mut().filter(|_| !hyperelastic_done) {
-            h.solve()?;
-        }
-        Ok(())
-    }
-
-    /// True when the forward state is solved for the current parameters.
-    pub fn is_solved(&self) -> bool {
-        if let Some(tr) = &self.transient {
-            return tr.is_solved()
-                && (self.mechanical.is_none() || self.mechanical_history.is_some());
-        }
-        let up = match &self.fields {
-            Fields::Thermal(p) => p.temperature().is_some(),
-            Fields::ElectroThermal(p) => p.temperature().is_some() && p.potential().is_some(),
+        let electrical = match self.engine.find_mut::<ElectricalField>() {
+            Some(e) => std::mem::replace(&mut e.objective, electrical),
+            None => Vec::new(),
         };
-        if let Some(h) = &self.hyperelastic {
-            return up && h.is_solved();
-        }
-        up && self.mechanical.as_ref().is_none_or(|m| m.displacement().is_some())
+        let thermal = std::mem::replace(&mut self.thermal_mut().objective, thermal);
+        ObjectiveSet { thermal, electrical, mechanical }
     }
 
-    /// J at the last solution (solving first if needed), with each weighted term: thermal
-    /// terms, terminal functionals, then mechanical terms.
-    pub fn objective_terms(&mut self) -> Result<(f64, Vec<f64>), RunError> {
-        if !self.is_solved() {
-            self.solve()?;
-        }
-        if self.transient.is_some() {
-            let j = self.transient_objective()?;
-            return Ok((j, vec![j]));
-        }
-        if let Some(h) = &self.hyperelastic {
-            return h.objective_terms();
-        }
-        let (mut value, mut terms) = match &self.fields {
-            Fields::Thermal(p) => {
-                let e = p.evaluate_objective(false)?;
-                (e.value, e.terms)
-            }
-            Fields::ElectroThermal(p) => p.objective_terms()?,
-        };
-        if let Some(m) = &self.mechanical {
-            let (v, t) = m.objective_terms()?;
-            value += v;
-            terms.extend(t);
-        }
-        Ok((value, terms))
-    }
-
-    /// J = Σₙ wₙ (j_thermal(Tⁿ) + j_mechanical(uⁿ)) of a solved transient problem.
-    fn transient_objective(&self) -> Result<f64, RunError> {
-        Ok(self.transient_state_objective()?.0)
-    }
-
-    /// The objective terms' values jₙ at every state of a solved transient problem, thermal
-    /// and mechanical terms together (unweighted in time).
+    /// The objective terms' values jₙ at every state of a solved transient problem, every
+    /// field's terms together (unweighted in time).
     pub fn transient_state_values(&self) -> Result<Vec<f64>, RunError> {
-        let tr = self.transient.as_ref().expect("a transient problem");
-        let mut j = tr.state_objective(self.thermal())?;
-        if let Some(h) = &self.mechanical_history {
-            for (a, b) in j.iter_mut().zip(&h.objective) {
-                *a += b;
+        self.engine.state_values()
+    }
+
+    /// The mechanical field at every state of the last transient run.
+    pub fn mechanical_history(&self) -> Option<MechanicalHistory> {
+        let history = self.engine.time_history()?;
+        let m = self.engine.field_index("mechanical")?;
+        let k = history.fields.iter().position(|&f| f == m)?;
+        let field = self.mechanical()?;
+        // The downstream fields' terms at each state (the mechanical field's alone unless a
+        // field downstream of it has terms too).
+        let mut out =
+            MechanicalHistory { objective: history.objective.clone(), ..Default::default() };
+        for states in &history.states {
+            let u = states[k].clone();
+            if let Some(tip) = &field.tip_group {
+                out.tip.push(field.mean_displacement_of(&u, tip).ok()?);
             }
+            out.displacement.push(u);
         }
-        Ok(j)
+        Some(out)
     }
 
-    /// J = F(j₀ … j_N) of a solved transient problem's `[transient] objective` rule over
-    /// [`transient_state_values`](Self::transient_state_values), and dJ/djₙ.
-    fn transient_state_objective(&self) -> Result<(f64, Vec<f64>), RunError> {
-        let tr = self.transient.as_ref().expect("a transient problem");
-        tr.aggregate(&self.transient_state_values()?)
+    /// The problem's temperature field as reported and written: the thermal field's, or a
+    /// temperature imported from outside for the mechanical field (the thermal field then only
+    /// holds the mesh's prescribed placeholder values).
+    pub fn reported_temperature(&self) -> Option<Vec<f64>> {
+        if let Some(imp) = self.mechanical().and_then(|m| m.imported_temperature()) {
+            return Some(imp.field());
+        }
+        self.thermal().temperature().map(<[f64]>::to_vec)
     }
 
-    /// J and its gradient, with the total timings and, for the coupled problem, per block.
-    /// With a mechanical field the reverse sweep starts there: its adjoint hands the
-    /// temperature seed T̄ to the upstream fields' adjoint.
-    pub fn gradient(
-        &mut self,
-    ) -> Result<(f64, Gradient, GradientTimings, Option<CoupledGradientTimings>), RunError> {
-        if !self.is_solved() {
-            self.solve()?;
-        }
-        let t0 = std::time::Instant::now();
-        // J = F(j₀ … j_N) of a transient problem: its derivative by each state's terms weighs
-        // their adjoints.
-        let time_objective =
-            self.transient.is_some().then(|| self.transient_state_objective()).transpose()?;
-        if let (Some((j, weights)), Some(tr)) = (time_objective, &mut self.transient) {
-            // Reverse order of the stages: the mechanical adjoint of every weighted state
-            // seeds dJ/dTⁿ, the thermal adjoint runs back in time and hands dJ/dQ of the
-            // Joule heat to the electrical adjoint.
-            let mut g_mech = Gradient::zeros(&self.fields.thermal().registry);
-            let mut seeds: Vec<Option<(f64, Vec<f64>)>> = Vec::new();
-            if let Some(m) = &mut self.mechanical {
-                let states: Vec<Vec<f64>> = tr.states().expect("solved").1.to_vec();
-                let shape = &self.fields.thermal().shape;
-                let mut timings = crate::mechanical::MechanicalGradientTimings::default();
-                seeds = vec![None; states.len()];
-                for (n, t) in states.iter().enumerate() {
-                    let w = weights[n];
-                    if w == 0.0 {
-                        continue;
-                    }
-                    m.solve(Some(t))?;
-                    let mut g = Gradient::zeros(&self.fields.thermal().registry);
-                    let (j, t_bar) = m.adjoint(shape, &mut g, &mut timings)?;
-                    g_mech.add_scaled(w, &g);
-                    seeds[n] = Some((w * j, t_bar.iter().map(|v| w * v).collect()));
-                }
-                if let Some(last) = states.last() {
-                    m.solve(Some(last))?;
-                }
-                m.last_gradient = timings;
-            }
-            let (_, mut g, q_bar) = tr.gradient_seeded(self.fields.thermal(), &seeds, &weights)?;
-            g.add_scaled(1.0, &g_mech);
-            if let Fields::ElectroThermal(et) = &mut self.fields
-                && !q_bar.is_empty()
-            {
-                et.source_adjoint(&q_bar, &mut g)?;
-            }
-            let timings =
-                GradientTimings { gradient_s: t0.elapsed().as_secs_f64(), ..Default::default() };
-            return Ok((j, g, timings, None));
-        }
-        if let Some(h) = &self.hyperelastic {
-            let th = self.fields.thermal();
-            let (mut j, mut g, t_bar) = h.gradient_and_temperature_seed(&th.registry, &th.shape)?;
-            // The T → u transfer: T̄ = dJ/dT seeds the upstream fields' adjoint, whose
-            // parameters (conductivity, convection, sources, voltages, …) get their share.
-            let mut blocks = None;
-            let mut timings = GradientTimings::default();
-            if let Some(t_bar) = t_bar.filter(|_| h.takes_temperature()) {
-                let (ju, gu, tu, bu) = self.fields.gradient_seeded(Some(&t_bar))?;
-                j += ju;
-                g.add_scaled(1.0, &gu);
-                (timings, blocks) = (tu, bu);
-            }
-            timings.gradient_s = t0.elapsed().as_secs_f64();
-            return Ok((j, g, timings, blocks));
-        }
-        let mut mech_part = None;
-        if let Some(m) = &mut self.mechanical {
-            let t = self.fields.thermal();
-            let mut g = Gradient::zeros(&t.registry);
-            let mut timings = crate::mechanical::MechanicalGradientTimings::default();
-            let (j, t_bar) = m.adjoint(&t.shape, &mut g, &mut timings)?;
-            mech_part = Some((j, g, t_bar, timings));
-        }
-        let extra = mech_part.as_ref().map(|(_, _, t, _)| t.as_slice());
-        let (mut j, mut g, mut t, blocks) = self.fields.gradient_seeded(extra)?;
-        if let Some((jm, gm, _, mt)) = mech_part {
-            j += jm;
-            g.add_scaled(1.0, &gm);
-            t.adjoint_solve_s += mt.adjoint_solve_s;
-            t.accumulate_s += mt.accumulate_s;
-            t.gradient_s = t0.elapsed().as_secs_f64();
-            if let Some(m) = &mut self.mechanical {
-                m.last_gradient = mt;
-            }
-        }
-        Ok((j, g, t, blocks))
-    }
-
-    /// Taylor test over every registered parameter; leaves the problem as it was.
-    pub fn taylor_test(
-        &mut self,
-        params: &gradfem_solvers::taylor::TaylorParams,
-        mut progress: impl FnMut(usize),
-    ) -> Result<gradfem_solvers::taylor::TaylorResult, RunError> {
-        if self.mechanical.is_none() && self.transient.is_none() && self.hyperelastic.is_none() {
-            return match &mut self.fields {
-                Fields::Thermal(p) => p.taylor_test(params, progress),
-                Fields::ElectroThermal(p) => p.taylor_test(params, progress),
-            };
-        }
-        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
-        let (_, grad, _, _) = self.gradient()?;
-        let g = grad.flatten(&pv);
-        let m0 = pv.gather(self.registry());
-        let dm = crate::thermal::direction(&m0, &pv, self.registry(), &self.thermal().shape);
-        let mut reg = std::mem::take(self.registry_mut());
-        let mut count = 0;
-        let result = gradfem_solvers::taylor::taylor_test_registry(
-            &mut reg,
-            &pv,
-            &g,
-            &dm,
-            params,
-            |r: &gradfem_solvers::params::ParamRegistry| -> Result<f64, RunError> {
-                *self.registry_mut() = r.clone();
-                self.apply_parameters()?;
-                count += 1;
-                progress(count);
-                Ok(self.objective_terms()?.0)
-            },
-        );
-        *self.registry_mut() = reg;
-        self.apply_parameters()?;
-        self.solve()?;
-        result
-    }
-
-    /// The direction of the combined Taylor test of [`taylor_test`](Self::taylor_test), over
-    /// every registered entry in registration order (see [`TAYLOR_DIRECTION_SEED`]).
-    pub fn taylor_direction(&self) -> Vec<f64> {
-        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
-        let m0 = pv.gather(self.registry());
-        crate::thermal::direction(&m0, &pv, self.registry(), &self.thermal().shape)
-    }
-
-    /// How the combined Taylor test's direction was drawn: seed, scaling, its 2-norm, `h0`.
-    pub fn taylor_direction_report(
-        &self,
-        params: &gradfem_solvers::taylor::TaylorParams,
-    ) -> TaylorDirection {
-        let d = self.taylor_direction();
-        TaylorDirection {
-            seed: Some(TAYLOR_DIRECTION_SEED),
-            scaling: COMBINED_SCALING.to_string(),
-            norm: norm2(&d),
-            h0: params.h0,
-            step: None,
-        }
-    }
-
-    /// Taylor tests of every registered parameter on its own (`gradfem check-gradient
-    /// --per-parameter`): the adjoint gradient, then one test per parameter along the combined
-    /// direction restricted to it — for a scalar the full step ±h0·s (s its magnitude, as in
-    /// the combined direction), for a vector parameter (node coordinates, a per-element field)
-    /// the seeded random entries of its block. Leaves the problem as it was.
-    pub fn taylor_test_per_parameter(
-        &mut self,
-        params: &gradfem_solvers::taylor::TaylorParams,
-        progress: impl FnMut(usize),
-    ) -> Result<Vec<ParameterTaylor>, RunError> {
-        let (_, grad, _, _) = self.gradient()?;
-        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
-        let g = grad.flatten(&pv);
-        self.taylor_test_gradient_per_parameter(&g, params, progress)
-    }
-
-    /// [`taylor_test_per_parameter`](Self::taylor_test_per_parameter) of a given gradient
-    /// `grad`, flat in the order of `ParamVector::all` ([`Gradient::flatten`]) — to check a
-    /// gradient computed elsewhere. An error when its length is not the registry's. Each test
-    /// evaluates `h0`'s `steps` points; `progress` sees the count of forward evaluations
-    /// (1 + parameters × steps in all).
-    pub fn taylor_test_gradient_per_parameter(
-        &mut self,
-        grad: &[f64],
-        params: &gradfem_solvers::taylor::TaylorParams,
-        mut progress: impl FnMut(usize),
-    ) -> Result<Vec<ParameterTaylor>, RunError> {
-        use gradfem_solvers::taylor::{
-            TaylorPart, direction_within_bounds, random_direction, restrict,
-            taylor_test_parts_registry,
-        };
-        if !(params.h0 > 0.0 && params.h0.is_finite()) || params.steps < 2 {
-            return Err(RunError::Setup(format!(
-                "Taylor test: h0 = {} must be a positive number and steps = {} at least 2",
-                params.h0, params.steps
-            )));
-        }
-        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
-        if grad.len() != pv.len() {
-            return Err(RunError::Setup(format!(
-                "Taylor test: the gradient has {} entries, the registered parameters {}",
-                grad.len(),
-                pv.len()
-            )));
-        }
-        if !self.is_solved() {
-            self.solve()?;
-        }
-        let m0 = pv.gather(self.registry());
-        let d = self.taylor_direction();
-        let u = random_direction(m0.len(), TAYLOR_DIRECTION_SEED);
-        let (lo, hi) = pv.bounds();
-        let mut parts = Vec::new();
-        let mut described = Vec::new();
-        for &id in pv.ids() {
-            let spec = self.registry().get(id);
-            let range = pv.range(id).expect("in the vector");
-            let mut dm = restrict(&d, range.clone());
-            let scalar = matches!(spec.kind, ParamKind::Scalar) && range.len() == 1;
-            if scalar {
-                // The whole scale s of the entry, with the random entry's sign: d = u s.
-                let i = range.start;
-                dm[i] = if u[i] != 0.0 {
-                    d[i] / u[i].abs()
-                } else if m0[i] != 0.0 {
-                    m0[i].abs()
-                } else {
-                    1e-3
-                };
-            }
-            let dm = direction_within_bounds(&m0, &dm, &lo, &hi, params.h0);
-            let direction = if scalar {
-                TaylorDirection {
-                    seed: None,
-                    scaling: SCALAR_SCALING.to_string(),
-                    norm: norm2(&dm),
-                    h0: params.h0,
-                    step: Some(params.h0 * dm[range.start]),
-                }
-            } else {
-                TaylorDirection {
-                    seed: Some(TAYLOR_DIRECTION_SEED),
-                    scaling: if matches!(spec.kind, ParamKind::NodeCoordinates) {
-                        COORDINATE_SCALING.to_string()
-                    } else {
-                        BLOCK_SCALING.to_string()
-                    },
-                    norm: norm2(&dm),
-                    h0: params.h0,
-                    step: None,
-                }
-            };
-            described.push((spec.name.clone(), spec.kind.to_string(), range.len(), direction));
-            parts.push(TaylorPart { name: spec.name.clone(), dm });
-        }
-        // Newton starts from the converged state at every evaluation (and at the final solve),
-        // so the evaluations differ by the parameters only.
-        let restart = self.transient.is_none();
-        let converged = self.thermal().unknowns().to_vec();
-        let mut reg = std::mem::take(self.registry_mut());
-        let mut count = 0;
-        let results = taylor_test_parts_registry(
-            &mut reg,
-            &pv,
-            grad,
-            &parts,
-            params,
-            |r: &gradfem_solvers::params::ParamRegistry| -> Result<f64, RunError> {
-                *self.registry_mut() = r.clone();
-                if restart {
-                    self.thermal_mut().set_unknowns(converged.clone());
-                }
-                self.apply_parameters()?;
-                count += 1;
-                progress(count);
-                Ok(self.objective_terms()?.0)
-            },
-        );
-        *self.registry_mut() = reg;
-        if restart {
-            self.thermal_mut().set_unknowns(converged);
-        }
-        self.apply_parameters()?;
-        self.solve()?;
-        Ok(described
-            .into_iter()
-            .zip(results?)
-            .map(|((name, kind, entries, direction), result)| ParameterTaylor {
-                name,
-                kind,
-                entries,
-                direction,
-                dj_dm: result.dj_dm,
-                remainders: result.remainders.clone(),
-                rates: result.rates.clone(),
-                rates_zeroth: result.rates_zeroth.clone(),
-                rates_used: result.rates_used,
-                observed_min_rate: result.min_rate(),
-                min_rate: result.threshold,
-                passed: result.passed,
-                verdict: result.verdict().to_string(),
-                note: result.note.clone(),
-                result,
-            })
-            .collect())
-    }
-
-    /// The thermal field, mutably (for set-up).
-    pub fn thermal_field_mut(&mut self) -> &mut ThermalProblem {
-        self.thermal_mut()
+    /// What the last solve of each cycle did (iterations, residuals or changes, timings).
+    pub fn cycles(&self) -> &[CycleReport] {
+        &self.engine.cycle_reports
     }
 }
 
-/// The seed of the Taylor directions of `gradfem check-gradient`: the combined direction
-/// ([`crate::thermal::direction`]) draws its entries u_i ∈ [−1, 1) from SplitMix64 with it
-/// ([`gradfem_solvers::taylor::random_direction`]), and the per-parameter directions are its
-/// restrictions.
-pub const TAYLOR_DIRECTION_SEED: u64 = 7;
-
-/// How the combined direction is scaled (see [`crate::thermal::direction`]).
-const COMBINED_SCALING: &str = "dm_i = u_i s_i: s_i = |m_i|, 1e-3 where m_i = 0 (a morph at 0: \
-     its move of a thousandth of the mesh size), node coordinates: 1e-3 of their range";
-/// How a scalar's direction is scaled.
-const SCALAR_SCALING: &str =
-    "dm = ±s: s = |m|, 1e-3 where m = 0 (a morph at 0: its move of a thousandth of the mesh size)";
-/// How the block of a vector parameter is scaled.
-const BLOCK_SCALING: &str =
-    "dm_i = u_i s_i on the block, 0 elsewhere: s_i = |m_i|, 1e-3 where m_i = 0";
-/// How the block of the node coordinates is scaled.
-const COORDINATE_SCALING: &str =
-    "dm_i = u_i s on the block, 0 elsewhere: s = 1e-3 of the coordinates' range";
-
-fn norm2(v: &[f64]) -> f64 {
-    v.iter().map(|x| x * x).sum::<f64>().sqrt()
-}
-
-/// How the direction `dm` of a Taylor test was drawn (`gradfem check-gradient` reports it).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct TaylorDirection {
-    /// Seed of the pseudo-random entries u_i ∈ [−1, 1) ([`TAYLOR_DIRECTION_SEED`]); `None` for
-    /// a scalar, stepped by its whole scale.
-    pub seed: Option<u64>,
-    /// How the entries are scaled.
-    pub scaling: String,
-    /// ‖dm‖₂.
-    pub norm: f64,
-    /// The first step: the points are m + h_i dm with h_i = h0 / 2^i.
-    pub h0: f64,
-    /// For a scalar: the first perturbation h0·dm of its value (in its unit); `None` for the
-    /// others.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<f64>,
-}
-
-/// The Taylor test of one registered parameter in a direction of its own
-/// ([`Problem::taylor_test_per_parameter`]); serialized for `check-gradient --json`.
-#[derive(Clone, Debug, Serialize)]
-pub struct ParameterTaylor {
-    /// Registry name.
-    pub name: String,
-    /// Its kind (`scalar`, `node coordinates`, `per-element (group)`, `field`).
-    pub kind: String,
-    /// Number of entries.
-    pub entries: usize,
-    /// The direction it was tested in.
-    pub direction: TaylorDirection,
-    /// ⟨∇J, dm⟩ from the gradient under test.
-    pub dj_dm: f64,
-    /// First-order remainders |J(m + h_i dm) − J(m) − h_i dJ|, one per step h_i = h0 / 2^i.
-    pub remainders: Vec<f64>,
-    /// Observed rates of the first-order remainder (2 for a right gradient).
-    pub rates: Vec<f64>,
-    /// Observed rates of the zeroth-order remainder (1).
-    pub rates_zeroth: Vec<f64>,
-    /// How many leading rates entered the decision (those before round-off).
-    pub rates_used: usize,
-    /// The smallest rate among those used (`null` in JSON when none could be measured).
-    pub observed_min_rate: f64,
-    /// The threshold: the smallest rate that passes (`[taylor] min_rate`).
-    pub min_rate: f64,
-    /// Whether the parameter's derivative passed.
-    pub passed: bool,
-    /// `passed`, `passed (remainders at round-off)`, `gradient zero, residual at round-off`
-    /// or `FAILED`.
-    pub verdict: String,
-    /// Why the decision was not a plain comparison of rates, if so.
-    pub note: Option<String>,
-    /// The whole test, for its table.
-    #[serde(skip)]
-    pub result: gradfem_solvers::taylor::TaylorResult,
-}
-
-/// Build the thermal problem described by a problem file; a file with an `[electrical]` or
-/// `[mechanical]` table is an error here (use [`build_problem`]).
+/// Build the thermal problem described by a problem file; a file with more fields than the
+/// thermal one is an error here (use [`build_problem`]).
 pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
-    let p = build_problem(file)?;
-    match (p.fields, p.mechanical) {
-        (Fields::Thermal(p), None) => Ok(*p),
-        _ => Err(invalid(
+    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
+    let spec = &file.spec;
+    if spec.electrical.is_some()
+        || spec.mechanical.is_some()
+        || spec.hyperelastic.is_some()
+        || spec.transient.is_some()
+    {
+        return Err(invalid(
             file,
             "this problem has more fields than the thermal one; build it with app::build_problem",
-        )),
+        ));
     }
-}
-pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
-    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
-    let (mut thermal, terminal_terms, mechanical_terms) = build_thermal(file)?;
-    let spec = &file.spec;
+    let mesh = file.build_mesh()?;
+    let (thermal, _, _) = build_thermal(file, &mesh)?;
+    let mut problem = ThermalProblem::from_field(mesh, thermal).map_err(run_err)?;
     for m in &spec.morphs {
         let morph = m
-            .build(&thermal.model.coords, &thermal.mesh.node_tags, &file.resolve_path("."))
+            .build(&problem.model.coords, &problem.mesh().node_tags, &file.resolve_path("."))
             .map_err(|e| invalid(file, &e.to_string()))?;
-        thermal.shape.define_morph(morph).map_err(|e| invalid(file, &e.to_string()))?;
+        problem
+            .problem_mut()
+            .shape_mut()
+            .define_morph(morph)
+            .map_err(|e| invalid(file, &e.to_string()))?;
     }
+    for name in &spec.parameters.register {
+        let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
+        problem.register(name.get_ref(), bounds).map_err(|e| {
+            AppError::Problem(ProblemError::invalid(
+                &file.path,
+                format!("line {}: {e}", file.line_of(name)),
+            ))
+        })?;
+    }
+    Ok(problem)
+}
+
+/// The electrical field of a problem file's `[electrical]` table, with its terminal objective
+/// terms.
+fn build_electrical(
+    file: &ProblemFile,
+    thermal_mesh: &gradfem_mesh::Mesh,
+    el: &crate::problem::ElectricalSpec,
+    terminal_terms: Vec<(usize, TerminalTerm)>,
+) -> Result<ElectricalField, AppError> {
+    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
+    let spec = &file.spec;
+    let mut conductors = Vec::new();
+    no_repeated_group(file, "[[electrical.conductor]]", el.conductors.iter().map(|c| &c.group))?;
+    for c in &el.conductors {
+        file.check_group(thermal_mesh, &c.group, "[[electrical.conductor]]")?;
+        let line = file.line_of(&c.group);
+        let law = match (c.alpha_r, &c.law) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    file,
+                    &format!("line {line}: give either `alpha_r` or `law`, not both"),
+                ));
+            }
+            (Some(a), None) => gradfem_electrical::ResistivityLaw::Linear { alpha_r: a },
+            (None, Some(l)) => l.clone(),
+            (None, None) => gradfem_electrical::ResistivityLaw::Constant,
+        };
+        if c.sigma.is_some() == c.resistivity.is_some() {
+            return Err(invalid(
+                file,
+                &format!(
+                    "line {line}: a conductor needs exactly one of `sigma` (S/m) and `resistivity` (Ω·m)"
+                ),
+            ));
+        }
+        conductors.push(gradfem_electrical::ConductorSpec {
+            group: c.group.get_ref().clone(),
+            // Values from a file replace it once the model is built.
+            sigma: c.sigma.as_ref().map(|s| s.uniform().unwrap_or(1.0)),
+            resistivity: c.resistivity,
+            law,
+            t_ref: c.t_ref.unwrap_or(293.15),
+        });
+    }
+    let mut terminals = Vec::new();
+    for t in &el.terminals {
+        file.check_group(thermal_mesh, &t.group, "[[electrical.terminal]]")?;
+        let line = file.line_of(&t.kind);
+        let need = |v: Option<f64>, key: &str| {
+            v.ok_or_else(|| {
+                invalid(
+                    file,
+                    &format!("line {line}: a '{}' terminal needs `{key}`", t.kind.get_ref()),
+                )
+            })
+        };
+        let kind = match t.kind.get_ref().as_str() {
+            "voltage" => {
+                gradfem_electrical::TerminalKind::Voltage { value: need(t.value, "value")? }
+            }
+            "ground" => gradfem_electrical::TerminalKind::Ground,
+            "current" => {
+                gradfem_electrical::TerminalKind::Current { current: need(t.current, "current")? }
+            }
+            other => {
+                return Err(invalid(
+                    file,
+                    &format!(
+                        "line {line}: unknown terminal kind '{other}'; expected voltage, ground or current"
+                    ),
+                ));
+            }
+        };
+        terminals.push(gradfem_electrical::TerminalSpec { group: t.group.get_ref().clone(), kind });
+    }
+    let names: Vec<String> = terminals.iter().map(|t| t.group.clone()).collect();
+    for (line, term) in &terminal_terms {
+        let named: Vec<&String> = match &term.functional {
+            TerminalFunctional::Current { terminal } | TerminalFunctional::Voltage { terminal } => {
+                vec![terminal]
+            }
+            TerminalFunctional::Resistance { drive, reference } => vec![drive, reference],
+        };
+        for n in named {
+            if !names.contains(n) {
+                return Err(invalid(
+                    file,
+                    &format!(
+                        "line {line}: '{n}' is not a terminal; the terminals are: {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    let mut field = ElectricalField::new(
+        thermal_mesh,
+        &conductors,
+        &terminals,
+        terminal_terms.into_iter().map(|(_, t)| t).collect(),
+    )
+    .map_err(run_err)?;
+    for c in &el.conductors {
+        let Some(sigma) = &c.sigma else { continue };
+        let model = &field.model;
+        let k = model.conductors.iter().position(|x| x.name == *c.group.get_ref());
+        let elements = model.conductors[k.expect("a conductor per spec")].elements.clone();
+        let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
+        let at = ConstantAt { group: &c.group, table: "[[electrical.conductor]]", key: "sigma" };
+        if let Some(values) = element_constant(file, thermal_mesh, sigma, &at, &tags, |v| {
+            (v <= 0.0).then_some("the conductivity must be positive")
+        })? {
+            for (&e, v) in elements.iter().zip(values) {
+                field.model.sigma_elem[e] = v;
+            }
+        }
+    }
+    field.set_linear(
+        LinearChoice::parse(&spec.solver.linear).map_err(run_err)?,
+        spec.solver.cg_rel_tol,
+    );
+    Ok(field)
+}
+
+/// Build the problem a problem file describes: its fields, the transfers between them, the
+/// time stepping and the registered parameters.
+pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
+    let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
+    let spec = &file.spec;
+    let mesh = file.build_mesh()?;
+    let (mut thermal, terminal_terms, mechanical_terms) = build_thermal(file, &mesh)?;
     let mechanical = match &spec.mechanical {
-        Some(ms) => Some(Box::new(build_mechanical(file, &thermal.mesh, ms, mechanical_terms)?)),
+        Some(ms) => Some(build_mechanical(file, &mesh, ms, mechanical_terms)?),
         None => {
             if !mechanical_terms.is_empty() {
                 return Err(invalid(
@@ -886,195 +391,14 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             None
         }
     };
-    let mut problem = match &spec.electrical {
-        None => {
-            if spec.coupling.as_ref().is_some_and(|c| c.transfers.is_none()) {
-                return Err(invalid(
-                    file,
-                    "[coupling] sets how the electro-thermal cycle is solved and needs an [electrical] table (or declares `transfers`)",
-                ));
-            }
-            Problem::from(Box::new(thermal))
-        }
-        Some(el) => {
-            let mut conductors = Vec::new();
-            no_repeated_group(
-                file,
-                "[[electrical.conductor]]",
-                el.conductors.iter().map(|c| &c.group),
-            )?;
-            for c in &el.conductors {
-                file.check_group(&thermal.mesh, &c.group, "[[electrical.conductor]]")?;
-                let line = file.line_of(&c.group);
-                let law = match (c.alpha_r, &c.law) {
-                    (Some(_), Some(_)) => {
-                        return Err(invalid(
-                            file,
-                            &format!("line {line}: give either `alpha_r` or `law`, not both"),
-                        ));
-                    }
-                    (Some(a), None) => gradfem_electrical::ResistivityLaw::Linear { alpha_r: a },
-                    (None, Some(l)) => l.clone(),
-                    (None, None) => gradfem_electrical::ResistivityLaw::Constant,
-                };
-                if c.sigma.is_some() == c.resistivity.is_some() {
-                    return Err(invalid(
-                        file,
-                        &format!(
-                            "line {line}: a conductor needs exactly one of `sigma` (S/m) and `resistivity` (Ω·m)"
-                        ),
-                    ));
-                }
-                conductors.push(gradfem_electrical::ConductorSpec {
-                    group: c.group.get_ref().clone(),
-                    // Values from a file replace it once the model is built.
-                    sigma: c.sigma.as_ref().map(|s| s.uniform().unwrap_or(1.0)),
-                    resistivity: c.resistivity,
-                    law,
-                    t_ref: c.t_ref.unwrap_or(293.15),
-                });
-            }
-            let mut terminals = Vec::new();
-            for t in &el.terminals {
-                file.check_group(&thermal.mesh, &t.group, "[[electrical.terminal]]")?;
-                let line = file.line_of(&t.kind);
-                let need = |v: Option<f64>, key: &str| {
-                    v.ok_or_else(|| {
-                        invalid(
-                            file,
-                            &format!(
-                                "line {line}: a '{}' terminal needs `{key}`",
-                                t.kind.get_ref()
-                            ),
-                        )
-                    })
-                };
-                let kind = match t.kind.get_ref().as_str() {
-                    "voltage" => {
-                        gradfem_electrical::TerminalKind::Voltage { value: need(t.value, "value")? }
-                    }
-                    "ground" => gradfem_electrical::TerminalKind::Ground,
-                    "current" => gradfem_electrical::TerminalKind::Current {
-                        current: need(t.current, "current")?,
-                    },
-                    other => {
-                        return Err(invalid(
-                            file,
-                            &format!(
-                                "line {line}: unknown terminal kind '{other}'; expected voltage, ground or current"
-                            ),
-                        ));
-                    }
-                };
-                terminals.push(gradfem_electrical::TerminalSpec {
-                    group: t.group.get_ref().clone(),
-                    kind,
-                });
-            }
-            let cs = spec.coupling.clone().unwrap_or_default();
-            let coupling = CouplingParams {
-                scheme: CouplingScheme::parse(&cs.scheme).map_err(run_err)?,
-                tol: cs.tol,
-                max_iterations: cs.max_iterations,
-            };
-            let names: Vec<String> = terminals.iter().map(|t| t.group.clone()).collect();
-            for (line, term) in &terminal_terms {
-                let named: Vec<&String> = match &term.functional {
-                    TerminalFunctional::Current { terminal }
-                    | TerminalFunctional::Voltage { terminal } => vec![terminal],
-                    TerminalFunctional::Resistance { drive, reference } => vec![drive, reference],
-                };
-                for n in named {
-                    if !names.contains(n) {
-                        return Err(invalid(
-                            file,
-                            &format!(
-                                "line {line}: '{n}' is not a terminal; the terminals are: {}",
-                                names.join(", ")
-                            ),
-                        ));
-                    }
-                }
-            }
-            let mut et = ElectroThermalProblem::new(
-                thermal,
-                &conductors,
-                &terminals,
-                terminal_terms.into_iter().map(|(_, t)| t).collect(),
-                coupling,
-            )
-            .map_err(run_err)?;
-            for c in &el.conductors {
-                let Some(sigma) = &c.sigma else { continue };
-                let model = &et.electrical;
-                let k = model.conductors.iter().position(|x| x.name == *c.group.get_ref());
-                let elements = model.conductors[k.expect("a conductor per spec")].elements.clone();
-                let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
-                let at =
-                    ConstantAt { group: &c.group, table: "[[electrical.conductor]]", key: "sigma" };
-                if let Some(values) =
-                    element_constant(file, &et.thermal.mesh, sigma, &at, &tags, |v| {
-                        (v <= 0.0).then_some("the conductivity must be positive")
-                    })?
-                {
-                    for (&e, v) in elements.iter().zip(values) {
-                        et.electrical.sigma_elem[e] = v;
-                    }
-                }
-            }
-            et.set_linear(
-                LinearChoice::parse(&spec.solver.linear).map_err(run_err)?,
-                spec.solver.cg_rel_tol,
-            );
-            Problem::from(Box::new(et))
-        }
-    };
-    problem.mechanical = mechanical;
-    if let Some(hs) = &spec.hyperelastic {
-        let mut run = HyperelasticRun::new(file, &problem.thermal().mesh, hs)?;
-        if let Some(init) = &spec.initial_state {
-            let path = file.resolve_path(&init.ansys);
-            let (u, info) =
-                crate::ansys_import::initial_displacement(&path, init.set, &problem.thermal().mesh)
-                    .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
-            run.set_initial_displacement(u);
-            problem.thermal_mut().initial_state = Some(format!(
-                "{} set {} ({}, {})",
-                info.file,
-                info.set,
-                info.dof,
-                match info.mapping {
-                    crate::ansys_import::MappingKind::ByNodeNumber => "by node number",
-                    crate::ansys_import::MappingKind::Interpolated => "interpolated",
-                }
-            ));
-        }
-        problem.hyperelastic = Some(Box::new(run));
-    }
-    if let Some(ts) = &spec.transient {
-        if problem.hyperelastic.is_some() {
+    if spec.electrical.is_none() {
+        if spec.coupling.as_ref().is_some_and(|c| c.transfers.is_none()) {
             return Err(invalid(
                 file,
-                "[transient] steps the thermal field with the electrical and linear mechanical fields quasi-static; finite strain ([hyperelastic]) is not stepped in time yet",
+                "[coupling] sets how the electro-thermal cycle is solved and needs an [electrical] table (or declares `transfers`)",
             ));
         }
-        let th = problem.thermal();
-        let initial =
-            spec.initial_state.as_ref().map(|_| th.model.nodal_temperature(th.unknowns()));
-        let measured = match &ts.measured {
-            Some(path) => Some(
-                crate::transient_file::read_time_series(&file.resolve_path(path))
-                    .map_err(run_err)?,
-            ),
-            None => None,
-        };
-        let run = TransientRun::new(ts, th, initial, measured).map_err(run_err)?;
-        problem.transient = Some(Box::new(run));
-    }
-    if problem.electro_thermal().is_none()
-        && let Some((line, _)) = terminal_terms_lines(file).first()
-    {
-        {
+        if let Some((line, _)) = terminal_terms_lines(file).first() {
             return Err(invalid(
                 file,
                 &format!(
@@ -1083,6 +407,102 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             ));
         }
     }
+    let electrical = match &spec.electrical {
+        Some(el) => Some(build_electrical(file, &mesh, el, terminal_terms)?),
+        None => None,
+    };
+    let hyperelastic = match &spec.hyperelastic {
+        Some(hs) => {
+            let mut field = crate::hyperelastic_file::build_field(file, &mesh, hs)?;
+            if let Some(init) = &spec.initial_state {
+                let path = file.resolve_path(&init.ansys);
+                let (u, info) =
+                    crate::ansys_import::initial_displacement(&path, init.set, &mesh).map_err(
+                        |source| AppError::InitialState { file: file.path.clone(), source },
+                    )?;
+                field.set_initial_displacement(u);
+                thermal.initial_state = Some(format!(
+                    "{} set {} ({}, {})",
+                    info.file,
+                    info.set,
+                    info.dof,
+                    match info.mapping {
+                        crate::ansys_import::MappingKind::ByNodeNumber => "by node number",
+                        crate::ansys_import::MappingKind::Interpolated => "interpolated",
+                    }
+                ));
+            }
+            Some(field)
+        }
+        None => None,
+    };
+    if let Some(ts) = &spec.transient {
+        let initial = spec
+            .initial_state
+            .as_ref()
+            .map(|_| thermal.model.nodal_temperature(thermal.unknowns()));
+        let stepping = crate::transient_file::build_time_stepping(ts, &thermal.model, initial)
+            .map_err(run_err)?;
+        thermal.transient = Some(stepping);
+    }
+    let takes_temperature = hyperelastic.as_ref().is_some_and(HyperelasticField::takes_temperature);
+    let mut engine = CoupledProblem::new(mesh);
+    for m in &spec.morphs {
+        let morph = m
+            .build(&engine.mesh().coords, &engine.mesh().node_tags, &file.resolve_path("."))
+            .map_err(|e| invalid(file, &e.to_string()))?;
+        engine.shape_mut().define_morph(morph).map_err(|e| invalid(file, &e.to_string()))?;
+    }
+    let cs = spec.coupling.clone().unwrap_or_default();
+    engine.cycle = CycleParams {
+        scheme: CycleScheme::parse(&cs.scheme).map_err(run_err)?,
+        tol: cs.tol,
+        max_iterations: cs.max_iterations,
+        newton: thermal.newton.clone(),
+    };
+    let (has_electrical, has_mechanical) = (electrical.is_some(), mechanical.is_some());
+    let has_hyperelastic = hyperelastic.is_some();
+    // Fields in the order a cycle between them is swept (the electrical field first) and their
+    // objective terms listed thermal, electrical, mechanical, finite-strain.
+    if let Some(e) = electrical {
+        engine.add_field(Box::new(e)).map_err(run_err)?;
+    }
+    engine.add_field(Box::new(thermal)).map_err(run_err)?;
+    if let Some(m) = mechanical {
+        engine.add_field(Box::new(m)).map_err(run_err)?;
+    }
+    if let Some(h) = hyperelastic {
+        engine.add_field(Box::new(h)).map_err(run_err)?;
+    }
+    engine.set_term_order(&["thermal", "electrical", "mechanical", "hyperelastic"]);
+    let transfer = |engine: &mut CoupledProblem, name: &str, a: [&str; 2], b: [&str; 2]| {
+        engine.add_transfer(name, a[0], a[1], b[0], b[1]).map_err(run_err)
+    };
+    if has_electrical {
+        transfer(
+            &mut engine,
+            "joule_heat",
+            ["electrical", "joule_heat"],
+            ["thermal", "heat_source"],
+        )?;
+    }
+    if has_mechanical {
+        transfer(
+            &mut engine,
+            "thermal_strain",
+            ["thermal", "temperature"],
+            ["mechanical", "temperature"],
+        )?;
+    }
+    if has_hyperelastic && takes_temperature {
+        transfer(
+            &mut engine,
+            "thermal_expansion",
+            ["thermal", "temperature"],
+            ["hyperelastic", "temperature"],
+        )?;
+    }
+    let mut problem = Problem::new(engine);
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
@@ -1101,14 +521,34 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         }
     }
     // After registration: a registered α_R makes the electro-thermal coupling two-way.
-    problem.coupling = problem.physical_graph();
+    if problem.electrical().is_some_and(ElectricalField::needs_temperature) {
+        if spec.transient.is_some() {
+            return Err(AppError::Run {
+                file: file.path.clone(),
+                source: RunError::Setup(
+                    "a transient electro-thermal problem needs a resistivity independent of T (no `alpha_r` or resistivity `law`, no registered α_R): the two-way coupling is not stepped in time yet".into(),
+                ),
+            });
+        }
+        transfer(
+            &mut problem.engine,
+            "resistivity",
+            ["thermal", "temperature"],
+            ["electrical", "temperature"],
+        )?;
+    }
+    if let Some(ts) = &spec.transient {
+        let base = file.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let rule = crate::transient_file::time_rule(&base, ts).map_err(run_err)?;
+        problem.engine.set_time_rule(rule);
+    }
     problem.objective_unit = objective_unit(
         &spec.objectives,
         spec.hyperelastic.is_some(),
         spec.transient.as_ref().map(|t| t.objective.as_str()),
     );
     if let Some(declared) = spec.coupling.as_ref().and_then(|c| c.transfers.as_ref()) {
-        check_declared_graph(file, &problem.coupling, declared)?;
+        check_declared_graph(file, &problem.coupling(), declared)?;
     }
     Ok(problem)
 }
@@ -1541,9 +981,9 @@ pub fn objective_terms(
 #[allow(clippy::type_complexity)]
 fn build_thermal(
     file: &ProblemFile,
-) -> Result<(ThermalProblem, Vec<(usize, TerminalTerm)>, Vec<MechObjectiveTerm>), AppError> {
+    mesh: &gradfem_mesh::Mesh,
+) -> Result<(ThermalField, Vec<(usize, TerminalTerm)>, Vec<MechObjectiveTerm>), AppError> {
     let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
-    let mesh = file.build_mesh()?;
     let spec = &file.spec;
     let mut regions = Vec::new();
     let mut bcs = Vec::new();
@@ -1561,7 +1001,7 @@ fn build_thermal(
                 thermal.materials.iter().map(|m| &m.group),
             )?;
             for m in &thermal.materials {
-                file.check_group(&mesh, &m.group, "[[thermal.material]]")?;
+                file.check_group(mesh, &m.group, "[[thermal.material]]")?;
                 let line = file.line_of(&m.group);
                 if let Some(k) = m.k.uniform()
                     && !(k.is_finite() && k > 0.0)
@@ -1589,7 +1029,7 @@ fn build_thermal(
                 });
             }
             for b in &thermal.bcs {
-                file.check_group(&mesh, &b.group, "[[thermal.bc]]")?;
+                file.check_group(mesh, &b.group, "[[thermal.bc]]")?;
                 bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.bc_kind(b)? });
             }
         }
@@ -1599,7 +1039,7 @@ fn build_thermal(
             // (`bc.<group>.temperature`).
             let uniform = mech.temperature.as_ref().and_then(|t| t.uniform);
             for m in &mech.materials {
-                file.check_group(&mesh, &m.group, "[[mechanical.material]]")?;
+                file.check_group(mesh, &m.group, "[[mechanical.material]]")?;
                 regions.push(RegionSpec {
                     group: m.group.get_ref().clone(),
                     k0: 1.0,
@@ -1632,7 +1072,7 @@ fn build_thermal(
                 hyper.materials.iter().map(|m| &m.group),
             )?;
             for m in &hyper.materials {
-                file.check_group(&mesh, &m.group, "[[hyperelastic.material]]")?;
+                file.check_group(mesh, &m.group, "[[hyperelastic.material]]")?;
                 regions.push(RegionSpec {
                     group: m.group.get_ref().clone(),
                     k0: 1.0,
@@ -1666,7 +1106,7 @@ fn build_thermal(
     let parts = if spec.hyperelastic.is_some() {
         ObjectiveParts::default()
     } else {
-        objective_terms(file, &mesh, &spec.objectives, "[[objective]]")?
+        objective_terms(file, mesh, &spec.objectives, "[[objective]]")?
     };
     let no_terms = parts.is_empty();
     let ObjectiveParts { thermal: mut terms, terminal: terminal_terms, mut mechanical } = parts;
@@ -1681,14 +1121,14 @@ fn build_thermal(
         });
     }
     let linear = LinearChoice::parse(&spec.solver.linear).map_err(run_err)?;
-    let mut problem = ThermalProblem::new(mesh, &regions, &bcs, terms, linear).map_err(run_err)?;
+    let mut problem = ThermalField::new(mesh, &regions, &bcs, terms, linear).map_err(run_err)?;
     for m in spec.thermal.iter().flat_map(|t| &t.materials) {
         let model = &problem.model;
         let r = model.regions.iter().position(|x| x.name == *m.group.get_ref());
         let elements = model.regions[r.expect("a region per material")].elements.clone();
         let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
         let at = ConstantAt { group: &m.group, table: "[[thermal.material]]", key: "k" };
-        if let Some(values) = element_constant(file, &problem.mesh, &m.k, &at, &tags, |v| {
+        if let Some(values) = element_constant(file, mesh, &m.k, &at, &tags, |v| {
             (v <= 0.0).then_some("the conductivity must be positive")
         })? {
             for (&e, v) in elements.iter().zip(values) {
@@ -1706,7 +1146,7 @@ fn build_thermal(
         let (t, info) = crate::ansys_import::initial_temperature(
             &path,
             init.set,
-            &problem.mesh,
+            mesh,
             unit,
             "[initial_state]",
         )
@@ -1815,7 +1255,7 @@ pub struct Summary {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_state: Option<String>,
     /// Electro-thermal problems: the drive terminal's current [A] (see
-    /// [`ElectroThermalProblem::default_terminals`]).
+    /// [`ElectricalField::default_terminals`]).
     #[serde(rename = "current_A", skip_serializing_if = "Option::is_none")]
     pub current_a: Option<f64>,
     /// Voltage between the drive and the reference terminal [V].
@@ -1830,9 +1270,12 @@ pub struct Summary {
     /// Every terminal's current and voltage.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub terminals: Option<Vec<TerminalReport>>,
-    /// Timings of the coupled solve.
+    /// What the solve of a strongly coupled group (a cycle such as φ ⇄ T) did.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub coupling: Option<CoupledSolveTimings>,
+    pub coupling: Option<CycleReport>,
+    /// Seconds of the electrical field's last solve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub electrical_s: Option<f64>,
     /// The schedule of the coupling graph, e.g. `[electrical ⇄ thermal] → mechanical`.
     pub coupling_schedule: String,
     /// Mechanical problems: the mean displacement vector over the tip group (`[mechanical]
@@ -1881,8 +1324,11 @@ pub struct PeakReport {
 }
 
 /// The `max` and `peak` terms of the thermal objective with the true peaks of their groups.
-fn temperature_peaks(problem: &ThermalProblem, terms: &[f64]) -> Result<Vec<PeakReport>, RunError> {
-    let Some(t) = problem.temperature() else { return Ok(Vec::new()) };
+fn temperature_peaks(
+    problem: &ThermalField,
+    t: &[f64],
+    terms: &[f64],
+) -> Result<Vec<PeakReport>, RunError> {
     let mut out = Vec::new();
     for (i, term) in problem.objective.iter().enumerate() {
         let (kind, group) = match &term.kind {
@@ -1904,12 +1350,13 @@ fn temperature_peaks(problem: &ThermalProblem, terms: &[f64]) -> Result<Vec<Peak
 
 /// Summarize the solved problem.
 pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
-    let mut s = thermal_summary(title, problem.thermal())?;
-    s.coupling_schedule = problem.coupling.to_string();
-    if let Some(p) = problem.electro_thermal() {
-        let (value, terms) = p.objective_terms()?;
-        s.objective = value;
-        s.objective_terms = terms;
+    let t = problem.reported_temperature().ok_or_else(|| RunError::Setup("solve first".into()))?;
+    let mut s = thermal_summary(title, problem.thermal(), &t)?;
+    s.coupling_schedule = problem.coupling().to_string();
+    let (value, terms) = problem.objective_terms_solved()?;
+    s.objective = value;
+    s.objective_terms = terms;
+    if let Some(p) = problem.electrical() {
         let report = p.terminal_report()?;
         if let Some((d, r)) = p.default_terminals() {
             let v = report[d].voltage_v - report[r].voltage_v;
@@ -1919,21 +1366,16 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
         }
         s.joule_power_w = Some(p.joule_power()?);
         s.terminals = Some(report);
-        s.coupling = Some(p.last_solve.clone());
+        s.electrical_s = Some(p.last_solve_s);
     }
-    if let Some(tr) = &problem.transient {
-        let j = problem.transient_objective()?;
-        s.objective = j;
-        s.objective_terms = vec![j];
+    s.coupling = problem.cycles().first().cloned();
+    if let Some(tr) = problem.transient() {
         s.transient = Some(tr.report.clone());
         if let Some(balance) = tr.heat_balance() {
             s.heat_balance = balance;
         }
     }
-    if let Some(h) = &problem.hyperelastic {
-        let (j, terms) = h.objective_terms()?;
-        s.objective = j;
-        s.objective_terms = terms;
+    if let Some(h) = problem.hyperelastic() {
         s.hyperelastic = Some(h.report.clone());
         if let Some(tip) = &h.tip {
             s.tip_displacement_m = h.mean_displacement(tip);
@@ -1946,12 +1388,7 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
             );
         }
     }
-    if let Some(m) = &problem.mechanical {
-        if problem.transient.is_none() {
-            let (value, terms) = m.objective_terms()?;
-            s.objective += value;
-            s.objective_terms.extend(terms);
-        }
+    if let Some(m) = problem.mechanical() {
         if let Some(tip) = &m.tip_group {
             s.tip_displacement_m = Some(m.mean_displacement(tip)?);
         }
@@ -1968,10 +1405,9 @@ pub fn summary(title: &str, problem: &Problem) -> Result<Summary, RunError> {
     Ok(s)
 }
 
-fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, RunError> {
-    let t = problem.temperature().ok_or_else(|| RunError::Setup("solve first".into()))?;
+fn thermal_summary(title: &str, problem: &ThermalField, t: &[f64]) -> Result<Summary, RunError> {
     let active: Vec<f64> = t.iter().copied().filter(|v| v.is_finite()).collect();
-    let eval = problem.evaluate_objective(false)?;
+    let eval = gradfem_thermal::objective::evaluate(&problem.model, &problem.objective, t, false)?;
     let mean = gradfem_thermal::objective::evaluate(
         &problem.model,
         &[ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Average { group: "*".into() } }],
@@ -1979,7 +1415,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         false,
     )?
     .value;
-    let temperature_peaks = temperature_peaks(problem, &eval.terms)?;
+    let temperature_peaks = temperature_peaks(problem, t, &eval.terms)?;
     Ok(Summary {
         title: title.to_string(),
         nodes: problem.model.n_nodes(),
@@ -1999,6 +1435,7 @@ fn thermal_summary(title: &str, problem: &ThermalProblem) -> Result<Summary, Run
         joule_power_w: None,
         terminals: None,
         coupling: None,
+        electrical_s: None,
         coupling_schedule: String::new(),
         tip_displacement_m: None,
         max_von_mises_pa: None,
@@ -2020,14 +1457,17 @@ pub fn write_results(
     gradient: Option<&Gradient>,
 ) -> Result<PathBuf, AppError> {
     let problem = whole.thermal();
+    let mesh = whole.mesh();
+    let registry = whole.registry();
     let werr = |path: &Path, e: &dyn std::fmt::Display| AppError::Write {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
     std::fs::create_dir_all(dir).map_err(|e| werr(dir, &e))?;
-    let t = problem.temperature().expect("solved before writing");
-    let n_cells = problem.n_output_cells();
-    let index = problem.element_output_index();
+    let t = whole.reported_temperature().expect("solved before writing");
+    let t = t.as_slice();
+    let n_cells = mesh.n_cells_of_dim(mesh.dim());
+    let index = problem.element_output_index(mesh);
     let flux = problem.model.cell_heat_flux(t);
     let mut flux_cells = vec![[f64::NAN; 3]; n_cells];
     let mut k_cells = vec![f64::NAN; n_cells];
@@ -2037,33 +1477,33 @@ pub fn write_results(
     }
     // The unit of dJ/dp for the registered parameter `name`.
     let gradient_unit = |name: &str| {
-        let by = problem.registry.id(name).map_or("", |id| problem.registry.get(id).units.as_str());
+        let by = registry.id(name).map_or("", |id| registry.get(id).units.as_str());
         gradfem_io::h5::derivative_unit(&whole.objective_unit, by)
     };
     let gradient_field = |name: String, values: Vec<f64>| {
         let unit = gradient_unit(name.strip_prefix("dJ/d").unwrap_or(&name));
         Field::cell(name, unit, FieldValues::Scalar(values))
     };
-    let mut results = Results::new(&problem.mesh, CellSelection::TopDimension);
+    let mut results = Results::new(mesh, CellSelection::TopDimension);
     let mut fields = vec![
         Field::node("temperature", "K", FieldValues::Scalar(t.to_vec())),
         Field::cell("heat_flux", "W/m²", FieldValues::Vector(flux_cells)),
         Field::cell("conductivity", "W/(m·K)", FieldValues::Scalar(k_cells)),
     ];
-    if let Some(p) = whole.electro_thermal()
+    if let Some(p) = whole.electrical()
         && let Some(phi) = p.potential()
     {
         fields.push(Field::node("potential", "V", FieldValues::Scalar(phi.to_vec())));
-        let t = if p.is_two_way() { p.temperature() } else { None };
-        let j = p.electrical.cell_current_density(phi, t);
-        let power = p.electrical.joule_power_elements(phi, t);
+        let t = p.temperature();
+        let j = p.model.cell_current_density(phi, t);
+        let power = p.model.joule_power_elements(phi, t);
         let mut j_cells = vec![[f64::NAN; 3]; n_cells];
         let mut q_cells = vec![f64::NAN; n_cells];
         let th_of_cell: std::collections::HashMap<_, _> = (0..problem.model.n_volume_elements())
             .map(|e| (problem.model.element_cell(e), e))
             .collect();
-        for e in 0..p.electrical.n_volume_elements() {
-            if let Some(&te) = th_of_cell.get(&p.electrical.element_cell(e)) {
+        for e in 0..p.model.n_volume_elements() {
+            if let Some(&te) = th_of_cell.get(&p.model.element_cell(e)) {
                 j_cells[index[te]] = j[e];
                 q_cells[index[te]] = power[e];
             }
@@ -2072,10 +1512,10 @@ pub fn write_results(
         // The Joule power of each cell (its integral over the cell).
         fields.push(Field::cell("joule_power", "W", FieldValues::Scalar(q_cells)));
     }
-    if let Some(m) = &whole.mechanical
+    if let Some(m) = whole.mechanical()
         && let Some(u) = m.displacement()
     {
-        let cell_of = m.cell_output_index(&problem.mesh);
+        let cell_of = m.cell_output_index(mesh);
         mechanical_fields(m, u, &cell_of, n_cells, &mut fields);
         if let Some(g) = gradient {
             for (id, values) in m.element_gradient_fields(g) {
@@ -2085,24 +1525,32 @@ pub fn write_results(
                         cells[*c] = values[e];
                     }
                 }
-                let name = format!("dJ/d{}", problem.registry.get(id).name);
+                let name = format!("dJ/d{}", registry.get(id).name);
                 fields.push(gradient_field(name, cells));
             }
         }
     }
-    if let (Some(g), Some(p)) = (gradient, whole.electro_thermal()) {
-        for (name, values) in p.element_gradient_fields(g) {
-            fields.push(gradient_field(name, values));
+    if let (Some(g), Some(p)) = (gradient, whole.electrical()) {
+        for (id, elements, values) in p.element_gradients(g) {
+            let tags = elements.iter().map(|&e| p.model.element_cell_tag(e));
+            let cell_of = gradfem_coupling::fields::mechanical::output_cell_index(mesh, tags);
+            let mut cells = vec![f64::NAN; n_cells];
+            for (c, v) in cell_of.iter().zip(values) {
+                if let Some(c) = c {
+                    cells[*c] = v;
+                }
+            }
+            fields.push(gradient_field(format!("dJ/d{}", registry.get(id).name), cells));
         }
     }
     if let Some(g) = gradient {
-        for (name, values) in problem.element_gradient_fields(g) {
-            fields.push(gradient_field(name, values));
+        for (id, values) in problem.element_gradient_fields(mesh, g) {
+            fields.push(gradient_field(format!("dJ/d{}", registry.get(id).name), values));
         }
-        if let Ok(id) = problem.registry.id("mesh.coordinates") {
+        if let Ok(id) = registry.id("mesh.coordinates") {
             // The shape gradient: dJ/dx of every node, a vector per node.
             let dx = g.get(id);
-            if dx.len() == 3 * problem.mesh.n_nodes() {
+            if dx.len() == 3 * mesh.n_nodes() {
                 fields.push(Field::node(
                     "dJ/dmesh.coordinates",
                     gradient_unit("mesh.coordinates"),
@@ -2111,14 +1559,15 @@ pub fn write_results(
             }
         }
     }
-    if let Some(h) = &whole.hyperelastic {
+    if let Some(h) = whole.hyperelastic() {
         // One output step per load step (time = load factor): displacement, reactions, Cauchy
         // stress, J and stretches; the last step also holds the upstream fields.
         let loads: Vec<f64> = h.states().iter().map(|s| s.0).collect();
-        let cell_of = h.cell_output_index(&problem.mesh);
+        let cell_of = h.cell_output_index(mesh);
         let herr = |e: RunError| werr(dir, &format!("the finite-strain output: {e}"));
         for (i, &load) in loads.iter().enumerate() {
-            let mut step_fields = h.step_fields(i, &cell_of, n_cells).map_err(herr)?;
+            let mut step_fields =
+                crate::hyperelastic_file::step_fields(h, i, &cell_of, n_cells).map_err(herr)?;
             if i + 1 == loads.len() {
                 fields.retain(|f| {
                     !matches!(f.name.as_str(), "temperature" | "heat_flux" | "conductivity")
@@ -2132,8 +1581,9 @@ pub fn write_results(
         results.write(&path).map_err(|e| werr(&path, &e))?;
         return Ok(path);
     }
-    match &whole.transient {
+    match whole.transient() {
         Some(tr) => {
+            let history = whole.mechanical_history();
             // Every output state holds the temperature and, with a mechanical field, its
             // quasi-static displacement; the last one every field.
             let states = tr.output_states();
@@ -2145,7 +1595,7 @@ pub fn write_results(
                 } else {
                     let mut step =
                         vec![Field::node("temperature", "K", FieldValues::Scalar(t.to_vec()))];
-                    if let Some(h) = &whole.mechanical_history {
+                    if let Some(h) = &history {
                         let u = &h.displacement[indices[i]];
                         step.push(Field::node(
                             "displacement",
@@ -2214,18 +1664,19 @@ pub struct EntityTags {
 pub struct GradientReportTimings {
     pub forward: SolveTimings,
     pub gradient: GradientTimings,
-    /// Electro-thermal: per-field forward timings and coupling iterations.
+    /// Strongly coupled groups (cycles): scheme, iterations forward and adjoint, timings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cycles: Vec<CycleReport>,
+    /// The electrical field's forward solve (s).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub coupled_forward: Option<CoupledSolveTimings>,
-    /// Electro-thermal: adjoint timings per tape block.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub blocks: Option<CoupledGradientTimings>,
+    pub electrical_forward_s: Option<f64>,
     /// The mechanical field's solve.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mechanical_forward: Option<MechanicalSolveTimings>,
     /// The mechanical field's share of the gradient (its adjoint solve and accumulation).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub mechanical_gradient: Option<crate::mechanical::MechanicalGradientTimings>,
+    pub mechanical_gradient:
+        Option<gradfem_coupling::fields::mechanical::MechanicalGradientTimings>,
     /// The finite-strain field's load stepping (s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hyperelastic_forward_s: Option<f64>,
@@ -2253,26 +1704,25 @@ pub fn gradient_report(
     objective: f64,
     grad: &Gradient,
     timings: GradientTimings,
-    blocks: Option<CoupledGradientTimings>,
 ) -> GradientReport {
     let problem = whole.thermal();
-    let coupled_forward = whole.electro_thermal().map(|p| p.last_solve.clone());
+    let mesh = whole.mesh();
     let mut gradients = std::collections::BTreeMap::new();
     let mut values = std::collections::BTreeMap::new();
     let mut units = std::collections::BTreeMap::new();
     let mut gradient_units = std::collections::BTreeMap::new();
     let mut element_tags: Vec<(ParamId, Vec<u64>)> = problem.element_parameter_tags();
-    if let Some(p) = whole.electro_thermal() {
+    if let Some(p) = whole.electrical() {
         element_tags.extend(p.element_parameter_tags());
     }
-    if let Some(m) = &whole.mechanical {
+    if let Some(m) = whole.mechanical() {
         element_tags.extend(m.element_parameter_tags());
     }
-    if let Some(h) = &whole.hyperelastic {
+    if let Some(h) = whole.hyperelastic() {
         element_tags.extend(h.problem.element_parameter_tags());
     }
     let mut tags = std::collections::BTreeMap::new();
-    for (id, spec) in problem.registry.iter() {
+    for (id, spec) in whole.registry().iter() {
         let as_value = |v: &[f64]| {
             if matches!(spec.kind, ParamKind::Scalar) {
                 GradValue::Scalar(v[0])
@@ -2292,10 +1742,9 @@ pub fn gradient_report(
             let entry = EntityTags { entity: "element", per_entity: 1, tags: t.clone() };
             tags.insert(spec.name.clone(), entry);
         } else if matches!(spec.kind, ParamKind::NodeCoordinates)
-            && spec.values.len() == 3 * problem.mesh.n_nodes()
+            && spec.values.len() == 3 * mesh.n_nodes()
         {
-            let entry =
-                EntityTags { entity: "node", per_entity: 3, tags: problem.mesh.node_tags.clone() };
+            let entry = EntityTags { entity: "node", per_entity: 3, tags: mesh.node_tags.clone() };
             tags.insert(spec.name.clone(), entry);
         }
     }
@@ -2310,11 +1759,11 @@ pub fn gradient_report(
         timings: GradientReportTimings {
             forward: problem.last_solve.clone(),
             gradient: timings,
-            coupled_forward,
-            blocks,
-            mechanical_forward: whole.mechanical.as_ref().map(|m| m.last_solve.clone()),
-            mechanical_gradient: whole.mechanical.as_ref().map(|m| m.last_gradient.clone()),
-            hyperelastic_forward_s: whole.hyperelastic.as_ref().map(|h| h.report.solve_s),
+            cycles: whole.cycles().to_vec(),
+            electrical_forward_s: whole.electrical().map(|p| p.last_solve_s),
+            mechanical_forward: whole.mechanical().map(|m| m.last_solve.clone()),
+            mechanical_gradient: whole.mechanical().map(|m| m.last_gradient.clone()),
+            hyperelastic_forward_s: whole.hyperelastic().map(|h| h.report.solve_s),
             forward_total_s: None,
             gradient_total_s: None,
         },

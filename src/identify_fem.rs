@@ -65,14 +65,14 @@ use gradfem_solvers::params::{ParamId, ParamRegistry};
 use serde::Serialize;
 use toml::Spanned;
 
-use crate::hyperelastic_file::HyperelasticRun;
 use crate::identify_report::{
     Correlation, ExperimentFit, FemFitInfo, FitSpec, IdentifyError, IdentifyReport, IdentifySpec,
     OGDEN_CONVENTION, Progress, StartValues, cholesky_solve, dot, draw_data_and_fit, draw_legend,
     normal_equations, standard_errors, write_outputs,
 };
 use crate::problem::ProblemFile;
-use crate::shape::Shape;
+use gradfem_coupling::Field;
+use gradfem_coupling::fields::hyperelastic::HyperelasticField;
 
 /// A fitted parameter with its bounds and starting values.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +99,7 @@ struct Misfit {
 struct FemExperiment {
     name: String,
     problem: PathBuf,
-    run: HyperelasticRun,
+    run: HyperelasticField,
     registry: ParamRegistry,
     ids: Vec<ParamId>,
     misfits: Vec<Misfit>,
@@ -270,7 +270,7 @@ impl FemIdentification {
                 ));
             };
             let mesh = pf.build_mesh().map_err(in_problem)?;
-            let run = HyperelasticRun::new(&pf, &mesh, hs).map_err(in_problem)?;
+            let run = crate::hyperelastic_file::build_field(&pf, &mesh, hs).map_err(in_problem)?;
             let misfits: Vec<Misfit> = run
                 .misfit_terms()
                 .into_iter()
@@ -489,13 +489,12 @@ impl FemIdentification {
             return Ok(());
         }
         self.solved_at = None;
-        let shape = Shape::new(Vec::new());
         for e in &mut self.experiments {
             for (&id, &v) in e.ids.iter().zip(x) {
                 e.registry.set_values(id, &[v]).map_err(|m| e.failed(&self.path, m))?;
             }
-            e.run.apply_parameters(&e.registry, &shape).map_err(|m| e.failed(&self.path, m))?;
-            e.run.solve().map_err(|m| e.failed(&self.path, format!("at {x:?}: {m}")))?;
+            e.run.apply_parameters(&e.registry, None).map_err(|m| e.failed(&self.path, m))?;
+            e.run.run_load_steps().map_err(|m| e.failed(&self.path, format!("at {x:?}: {m}")))?;
         }
         self.forward_runs += 1;
         self.solved_at = Some(x.to_vec());

@@ -1,31 +1,30 @@
 //! gradfem: differentiable multiphysics finite elements.
 //!
-//! This facade wires the crates together: meshes ([`gradfem_mesh`]), files ([`gradfem_io`]),
-//! fields ([`gradfem_thermal`]) and solvers with the adjoint engine ([`gradfem_solvers`]), and
-//! holds problem files, the thermal problem with its gradient, and the CLI's building blocks.
+//! This facade puts the crates together for users: meshes ([`gradfem_mesh`]), files
+//! ([`gradfem_io`]), the coupling engine with its fields ([`gradfem_coupling`]) and solvers with
+//! the adjoint machinery ([`gradfem_solvers`]). It holds problem files and their translation
+//! into fields of the engine, the library API, outputs and the CLI's building blocks.
 
 pub mod ansys_import;
 pub mod api;
 pub mod app;
-pub mod electrothermal;
 pub mod element_values;
-pub mod finite_strain;
 pub mod hyperelastic_file;
 pub mod identify;
 pub mod identify_fem;
 pub mod identify_report;
-pub mod mechanical;
 pub mod mesh_report;
 pub mod optimize;
 pub mod problem;
 pub mod progress;
-pub mod run;
-pub mod shape;
 pub mod thermal;
 pub mod time_history;
-pub mod transient;
 pub mod transient_file;
 
+pub use gradfem_coupling as coupling;
+pub use gradfem_coupling::error as run;
+pub use gradfem_coupling::fields::{electrical, finite_strain, mechanical, transient};
+pub use gradfem_coupling::shape;
 pub use gradfem_io as io;
 pub use gradfem_mesh as mesh;
 pub use gradfem_solvers as solvers;

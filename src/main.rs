@@ -232,9 +232,14 @@ fn print_summary(s: &app::Summary) {
         println!("  coupling: {}", s.coupling_schedule);
     }
     if let Some(c) = &s.coupling {
+        let per_field: Vec<String> =
+            c.fields.iter().zip(&c.field_s).map(|(f, t)| format!("{f} {t:.3} s")).collect();
         println!(
-            "  coupling: {} iteration(s); electrical {:.3} s, Joule {:.3} s, thermal {:.3} s",
-            c.coupling_iterations, c.electrical_s, c.joule_s, c.thermal_s
+            "  coupling: {} {} iteration(s); {}, transfers {:.3} s",
+            c.scheme,
+            c.iterations,
+            per_field.join(", "),
+            c.transfer_s
         );
     }
     let hb = &s.heat_balance;
@@ -593,10 +598,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let forward_s = started.elapsed().as_secs_f64();
             let pb = spinner(quiet || json, "adjoint gradient");
             let started = std::time::Instant::now();
-            let (j, grad, timings, blocks) = problem.gradient()?;
+            let (j, grad, timings) = problem.gradient()?;
             let gradient_s = started.elapsed().as_secs_f64();
             pb.finish();
-            let mut report = app::gradient_report(&problem, j, &grad, timings, blocks);
+            let mut report = app::gradient_report(&problem, j, &grad, timings);
             report.timings.forward_total_s = Some(forward_s);
             report.timings.gradient_total_s = Some(gradient_s);
             let dir = output_dir(&pf, output);
@@ -922,10 +927,10 @@ fn run_default(quiet: bool) -> Result<ExitCode> {
     }
     let pb = spinner(quiet, "adjoint gradient");
     let gradient_started = std::time::Instant::now();
-    let (j, grad, timings, blocks) = problem.gradient()?;
+    let (j, grad, timings) = problem.gradient()?;
     let gradient_s = gradient_started.elapsed().as_secs_f64();
     pb.finish();
-    let mut report = app::gradient_report(&problem, j, &grad, timings, blocks);
+    let mut report = app::gradient_report(&problem, j, &grad, timings);
     report.timings.forward_total_s = Some(forward_s);
     report.timings.gradient_total_s = Some(gradient_s);
     if !quiet {

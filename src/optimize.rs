@@ -150,13 +150,13 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
             )));
         }
     }
-    let mesh = &problem.thermal().mesh;
+    let mesh = problem.mesh();
     let mut constraints = Vec::new();
     for c in &spec.constraints {
         let parts = objective_terms(file, mesh, &[c.quantity()], "[[optimize.constraint]]")?;
-        let missing = if !parts.terminal.is_empty() && problem.electro_thermal().is_none() {
+        let missing = if !parts.terminal.is_empty() && problem.electrical().is_none() {
             Some("electrical")
-        } else if !parts.mechanical.is_empty() && problem.mechanical.is_none() {
+        } else if !parts.mechanical.is_empty() && problem.mechanical().is_none() {
             Some("mechanical")
         } else {
             None
@@ -326,7 +326,7 @@ impl Evaluator<'_> {
         self.problem.apply_parameters()?;
         self.problem.solve()?;
         self.count += 1;
-        let (j, g, _, _) = self.problem.gradient()?;
+        let (j, g, _) = self.problem.gradient()?;
         let flat = g.flatten(&self.pv);
         let grad: Vec<f64> = flat.iter().zip(&self.scale).map(|(d, s)| self.sign * d * s).collect();
         let param_gradient = self
@@ -342,7 +342,7 @@ impl Evaluator<'_> {
             let old = self.problem.swap_objective(c.quantity.clone());
             let result = self.problem.gradient();
             self.problem.swap_objective(old);
-            let (v, gc, _, _) = result?;
+            let (v, gc, _) = result?;
             let peak =
                 c.peak.as_ref().map(|p| self.problem.temperature_peak(&p.group)).transpose()?;
             let exact = self.exact_peaks && c.peak.as_ref().is_some_and(|p| p.aggregate_is_ks);

@@ -24,14 +24,14 @@ pub struct TimeHistory {
 impl TimeHistory {
     /// The history of a solved transient problem (None for a steady one).
     pub fn of(problem: &Problem) -> Result<Option<Self>, RunError> {
-        let Some(tr) = &problem.transient else { return Ok(None) };
+        let Some(tr) = problem.transient() else { return Ok(None) };
         let (times, states) =
             tr.states().ok_or_else(|| RunError::Setup("transient: solve first".into()))?;
         let max_temperature = states
             .iter()
             .map(|t| t.iter().copied().filter(|v| v.is_finite()).fold(f64::NEG_INFINITY, f64::max))
             .collect();
-        let tip = problem.mechanical_history.as_ref().map_or_else(Vec::new, |m| m.tip.clone());
+        let tip = problem.mechanical_history().map_or_else(Vec::new, |m| m.tip);
         Ok(Some(TimeHistory {
             time: times.to_vec(),
             max_temperature,

@@ -284,7 +284,7 @@ fn the_chain_gradient_is_the_same_for_both_coupling_schemes() {
     for scheme in ["monolithic", "staggered"] {
         let mut p = build(&chain(scheme, 2e-3, OBJECTIVES, register));
         p.solve().unwrap();
-        let (j, g, _, _) = p.gradient().unwrap();
+        let (j, g, _) = p.gradient().unwrap();
         let pv = gradfem_solvers::params::ParamVector::all(p.registry());
         grads.push((j, g.flatten(&pv)));
     }
@@ -300,7 +300,7 @@ fn the_morph_gradient_is_the_coordinate_gradient_contracted_with_its_field() {
     let mut p =
         build(&chain("monolithic", 2e-3, OBJECTIVES, "\"mesh.coordinates\", \"morph.width\""));
     p.solve().unwrap();
-    let (_, g, _, _) = p.gradient().unwrap();
+    let (_, g, _) = p.gradient().unwrap();
     let reg = p.registry();
     let dx = g.by_name(reg, "mesh.coordinates").unwrap();
     let dm = g.by_name(reg, "morph.width").unwrap()[0];
@@ -334,9 +334,9 @@ fn the_coupling_graph_orders_the_fields_and_a_declared_graph_must_match_the_phys
     let register = "\"load.xmin.voltage\"";
     let one_way = chain("monolithic", 0.0, OBJECTIVES, register);
     let p = build(&one_way);
-    assert_eq!(p.coupling.to_string(), "electrical → thermal → mechanical");
+    assert_eq!(p.coupling().to_string(), "electrical → thermal → mechanical");
     let two_way = build(&chain("monolithic", 2e-3, OBJECTIVES, register));
-    assert_eq!(two_way.coupling.to_string(), "[electrical ⇄ thermal] → mechanical");
+    assert_eq!(two_way.coupling().to_string(), "[electrical ⇄ thermal] → mechanical");
 
     let declare = |text: &str, transfers: &str| {
         text.replace("[coupling]\n", &format!("[coupling]\ntransfers = [{transfers}]\n"))

@@ -531,7 +531,7 @@ fn a_wrong_derivative_fails_the_per_parameter_check() {
     let pf = gradfem::problem::ProblemFile::read(&file).unwrap();
     let mut problem = gradfem::app::build_problem(&pf).unwrap();
     problem.solve().unwrap();
-    let (_, grad, _, _) = problem.gradient().unwrap();
+    let (_, grad, _) = problem.gradient().unwrap();
     let pv = gradfem::solvers::params::ParamVector::all(problem.registry());
     let mut g = grad.flatten(&pv);
     let wrong = problem.registry().id("bc.zmax.h").unwrap();

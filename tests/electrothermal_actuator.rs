@@ -118,13 +118,11 @@ register = ["electrical.sigma.polysilicon_layer", "electrical.alpha_r.polysilico
         let t0 = Instant::now();
         p.solve().expect("solve");
         let solve_s = t0.elapsed().as_secs_f64();
-        let (_, _, gt, blocks) = p.gradient().expect("gradient");
-        let Some(et) = p.electro_thermal() else { panic!() };
+        let (_, _, gt) = p.gradient().expect("gradient");
+        let cycle = &p.cycles()[0];
         eprintln!(
             "actuator two-way {scheme}: {} coupling iterations, solve {solve_s:.3} s, gradient {:.3} s, adjoint iterations {}",
-            et.last_solve.coupling_iterations,
-            gt.gradient_s,
-            blocks.map_or(0, |b| b.adjoint_iterations)
+            cycle.iterations, gt.gradient_s, cycle.adjoint_iterations
         );
         let r = p.taylor_test(&Default::default(), |_| {}).unwrap_or_else(|e| panic!("{e}"));
         assert!(r.passed && r.min_rate() >= 1.9, "{scheme}:\n{}", r.table());

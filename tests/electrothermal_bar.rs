@@ -64,9 +64,9 @@ fn build(text: &str) -> Problem {
 fn joule_heated_bar_matches_the_closed_form() {
     let mut p = build(&bar("hex20", [8, 1, 1], ""));
     p.solve().expect("solve");
-    let Some(et) = p.electro_thermal() else { panic!("electro-thermal expected") };
-    let t = et.temperature().expect("solved");
-    let coords = &et.thermal.model.coords;
+    assert!(p.electrical().is_some(), "electro-thermal expected");
+    let t = p.thermal().temperature().expect("solved");
+    let coords = &p.thermal().model.coords;
     let mut err: f64 = 0.0;
     for (n, x) in coords.iter().enumerate() {
         let x = x[0];

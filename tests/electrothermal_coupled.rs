@@ -110,16 +110,14 @@ fn coupled_bar_matches_a_fine_1d_reference(#[values("monolithic", "staggered")] 
     let t_ref = reference(n);
     let mut p = build(&bar_with("hex20", [16, 1, 1], scheme, ""));
     p.solve().expect("solve");
-    let Some(et) = p.electro_thermal() else { panic!("electro-thermal expected") };
-    assert!(et.is_two_way());
-    assert!(et.last_solve.coupling_iterations > 2, "{:?}", et.last_solve.coupling_history);
-    eprintln!(
-        "{scheme}: {} iterations, history {:?}",
-        et.last_solve.coupling_iterations, et.last_solve.coupling_history
-    );
-    let t = et.temperature().unwrap();
+    assert!(p.electrical().is_some(), "electro-thermal expected");
+    assert!(p.has_cycle(), "two-way: φ ⇄ T is a cycle");
+    let cycle = &p.cycles()[0];
+    assert!(cycle.iterations > 2, "{:?}", cycle.history);
+    eprintln!("{scheme}: {} iterations, history {:?}", cycle.iterations, cycle.history);
+    let t = p.thermal().temperature().unwrap();
     let mut err: f64 = 0.0;
-    for (node, x) in et.thermal.model.coords.iter().enumerate() {
+    for (node, x) in p.thermal().model.coords.iter().enumerate() {
         let s = x[0] / L * n as f64;
         let i = (s.floor() as usize).min(n - 1);
         let f = s - i as f64;
@@ -193,9 +191,8 @@ fn monolithic_and_staggered_gradients_agree() {
     for scheme in ["monolithic", "staggered"] {
         let mut p = build(&with_convection(scheme, &objective, register));
         p.solve().expect("solve");
-        let (j, g, _, blocks) = p.gradient().expect("gradient");
-        let blocks = blocks.expect("coupled timings");
-        assert_eq!(blocks.blocks.len(), 1, "one coupled block");
+        let (j, g, _) = p.gradient().expect("gradient");
+        assert_eq!(p.cycles().len(), 1, "one coupled block");
         let pv = gradfem::solvers::params::ParamVector::all(p.registry());
         grads.push((j, g.flatten(&pv)));
     }
@@ -227,7 +224,7 @@ fn alpha_r_at_zero_is_differentiated_through_the_coupling(
         .replace(&format!("alpha_r = {ALPHA}"), "alpha_r = 0.0");
     let mut p = build(&text);
     p.solve().expect("solve");
-    let (_, g, _, _) = p.gradient().expect("gradient");
+    let (_, g, _) = p.gradient().expect("gradient");
     assert!(g.get(p.registry().id("electrical.alpha_r.domain").unwrap())[0] < 0.0);
     let params = gradfem::solvers::taylor::TaylorParams { h0: 1e-3, ..Default::default() };
     // A zero parameter gets the Taylor direction's floor scale 1e-3: steps of 1e-6 /K.
@@ -247,9 +244,9 @@ fn iterative_solvers_give_the_gradient_of_direct_ones() {
             + &format!("\n[solver]\nlinear = \"{linear}\"\ncg_rel_tol = 1e-13\n");
         let mut p = build(&text);
         p.solve().expect("solve");
-        let et = p.electro_thermal().expect("electro-thermal");
+        let et = p.electrical().expect("electro-thermal");
         assert_eq!(et.linear_solver(), if linear == "cholesky" { "cholesky" } else { "amg-cg" });
-        let (j, g, _, _) = p.gradient().expect("gradient");
+        let (j, g, _) = p.gradient().expect("gradient");
         let pv = gradfem::solvers::params::ParamVector::all(p.registry());
         grads.push((j, g.flatten(&pv)));
     }

@@ -49,7 +49,7 @@ fn objective(dir: &Path, text: &str) -> f64 {
 /// cell.
 fn tags_and_field(dir: &Path) -> (Vec<u64>, Vec<f64>) {
     let p = build(dir, &heated_block("1.0")).unwrap();
-    let mesh = &p.thermal().mesh;
+    let mesh = p.mesh();
     let tags: Vec<u64> = volume_cells(mesh).iter().map(|&c| mesh.cell_tag(c)).collect();
     let k = (0..tags.len()).map(|i| 20.0 + 7.0 * ((i * 5) % 11) as f64).collect();
     (tags, k)
@@ -172,7 +172,7 @@ fn young_per_element_from_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let n = {
         let p = build(dir.path(), &cantilever("1e9")).unwrap();
-        volume_cells(&p.thermal().mesh).len()
+        volume_cells(p.mesh()).len()
     };
     write(dir.path(), "e.csv", &one_column(&vec![2e9; n]));
     let j1 = objective(dir.path(), &cantilever("1e9"));
@@ -225,7 +225,7 @@ fn sigma_per_element_from_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let n = {
         let p = build(dir.path(), &bar("1e4")).unwrap();
-        volume_cells(&p.thermal().mesh).len()
+        volume_cells(p.mesh()).len()
     };
     write(dir.path(), "s.csv", &one_column(&vec![3e4; n]));
     let i1 = objective(dir.path(), &bar("1e4"));

@@ -128,19 +128,19 @@ fn every_example_solves_and_passes_its_taylor_test() {
 fn sensor_data_fit_the_parameters_they_were_made_with() {
     let (_pf, mut problem) = build(&examples_dir().join("sensor_misfit.toml"));
     let j_guess = problem.objective_value().unwrap();
-    let k = problem.registry.id("thermal.k.domain").unwrap();
-    let h = problem.registry.id("bc.zmax.h").unwrap();
-    assert_eq!(problem.registry.values(k), &[80.0]);
-    problem.registry.set_values(k, &[100.0]).unwrap();
-    problem.registry.set_values(h, &[40.0]).unwrap();
+    let k = problem.registry().id("thermal.k.domain").unwrap();
+    let h = problem.registry().id("bc.zmax.h").unwrap();
+    assert_eq!(problem.registry().values(k), &[80.0]);
+    problem.registry_mut().set_values(k, &[100.0]).unwrap();
+    problem.registry_mut().set_values(h, &[40.0]).unwrap();
     problem.apply_parameters().unwrap();
     let j_true = problem.objective_value().unwrap();
     // Readings are rounded to 0.01 K: 8 sensors leave at most ½·8·0.005² = 1e-4.
     assert!(j_true <= 1e-4, "misfit at the true parameters {j_true:e}");
     assert!(j_guess > 1.0, "the starting guess should be visibly off: {j_guess}");
     // From the guess, the gradient points towards more conductivity and more convection.
-    problem.registry.set_values(k, &[80.0]).unwrap();
-    problem.registry.set_values(h, &[25.0]).unwrap();
+    problem.registry_mut().set_values(k, &[80.0]).unwrap();
+    problem.registry_mut().set_values(h, &[25.0]).unwrap();
     problem.apply_parameters().unwrap();
     let (_, grad, _) = problem.gradient().unwrap();
     assert!(grad.get(k)[0] < 0.0 && grad.get(h)[0] < 0.0, "{:?} {:?}", grad.get(k), grad.get(h));
@@ -165,7 +165,7 @@ fn nonlinear_example_takes_several_newton_steps_and_converges_fast() {
 fn per_element_and_shape_gradients_have_their_lengths() {
     let (_pf, mut problem) = build(&examples_dir().join("conductivity_field.toml"));
     let (_, grad, _) = problem.gradient().unwrap();
-    let id = problem.registry.id("thermal.k_elem.domain").unwrap();
+    let id = problem.registry().id("thermal.k_elem.domain").unwrap();
     assert_eq!(grad.get(id).len(), problem.model.n_volume_elements());
     let fields = problem.element_gradient_fields(&grad);
     assert_eq!(fields.len(), 1);
@@ -173,9 +173,9 @@ fn per_element_and_shape_gradients_have_their_lengths() {
     assert!(fields[0].1.iter().all(|v| v.is_finite()), "every cell is in the domain group");
 
     let (_pf, mut problem) = build(&examples_dir().join("beam_tet10.toml"));
-    assert_eq!(problem.mesh.n_nodes(), 6590);
+    assert_eq!(problem.mesh().n_nodes(), 6590);
     let (_, grad, _) = problem.gradient().unwrap();
-    let id = problem.registry.id("mesh.coordinates").unwrap();
+    let id = problem.registry().id("mesh.coordinates").unwrap();
     assert_eq!(grad.get(id).len(), 3 * 6590);
 }
 

@@ -128,7 +128,7 @@ tip = "end"
         let mut p = app::build_problem(&pf).unwrap_or_else(|e| panic!("{e}"));
         p.solve().unwrap();
         let s = app::summary("beam", &p).unwrap();
-        let u = p.hyperelastic.as_ref().unwrap().states().last().unwrap().1.to_vec();
+        let u = p.hyperelastic().unwrap().states().last().unwrap().1.to_vec();
         (s, u)
     };
     let (s0, u0) = solve(false);

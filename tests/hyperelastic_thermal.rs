@@ -98,7 +98,7 @@ direction = [1.0, 0.0, 0.0]
 fn a_heated_free_bar_expands_by_one_plus_alpha_delta_t(#[case] temperature: String) {
     let mut problem = build(&bar(2e8, &format!("[hyperelastic]\nsteps = 2\n{temperature}\n")));
     problem.solve().unwrap();
-    let h = problem.hyperelastic.as_ref().unwrap();
+    let h = problem.hyperelastic().unwrap();
     assert!(h.takes_temperature());
     let states = h.states();
     assert_eq!(states.len(), 2);
@@ -136,7 +136,7 @@ fn a_clamped_heated_bar_reacts_with_the_thermal_stress(#[case] dt: f64) {
     );
     let mut problem = build(&bar(kappa, &extra));
     problem.solve().unwrap();
-    let h = problem.hyperelastic.as_ref().unwrap();
+    let h = problem.hyperelastic().unwrap();
     let area = 0.01 * 0.01;
     let reaction = |g: &str| h.report.reactions.iter().find(|(n, _)| n == g).unwrap().1;
     let (rmin, rmax) = (reaction("xmin"), reaction("xmax"));
@@ -260,13 +260,13 @@ fn assert_taylor(problem: &mut app::Problem, what: &str) {
 fn thermal_parameters_pass_taylor_tests_through_the_chain(#[case] names: &[&str]) {
     let mut problem = chain_problem(names);
     problem.solve().unwrap();
-    let h = problem.hyperelastic.as_ref().unwrap();
+    let h = problem.hyperelastic().unwrap();
     assert_eq!(h.loads.len(), 3);
-    assert_eq!(problem.coupling.to_string(), "thermal → hyperelastic");
+    assert_eq!(problem.coupling().to_string(), "thermal → hyperelastic");
     let t = problem.thermal().temperature().unwrap();
     let (lo, hi) = t.iter().fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
     assert!(hi - lo > 20.0, "T from {lo} to {hi}");
-    let (j, g, _, _) = problem.gradient().unwrap();
+    let (j, g, _) = problem.gradient().unwrap();
     assert!(j.is_finite());
     if let [name] = names {
         // Central differences of J in the one parameter.
@@ -316,11 +316,11 @@ register = ["load.xmax.voltage", "electrical.sigma.domain", "thermal.k.domain"]
     );
     let mut problem = build(&text);
     problem.solve().unwrap();
-    assert_eq!(problem.coupling.to_string(), "electrical → thermal → hyperelastic");
+    assert_eq!(problem.coupling().to_string(), "electrical → thermal → hyperelastic");
     let t = problem.thermal().temperature().unwrap();
     assert!(t.iter().fold(0.0f64, |m, &v| m.max(v)) > 310.0, "Joule heating too weak");
-    let (_, g, _, blocks) = problem.gradient().unwrap();
-    assert!(blocks.is_some());
+    let (_, g, _) = problem.gradient().unwrap();
+    assert!(problem.electrical().is_some());
     let v = problem.registry().id("load.xmax.voltage").unwrap();
     assert!(g.get(v)[0] != 0.0);
     assert_taylor(&mut problem, "voltage, σ, k");
@@ -354,8 +354,8 @@ fn inconsistent_temperature_tables_are_named_errors() {
     // Without a temperature the field is solved alone, with no transfer.
     let mut alone = build(&bar(2e8, "[hyperelastic]\nsteps = 1\n"));
     alone.solve().unwrap();
-    assert!(!alone.hyperelastic.as_ref().unwrap().takes_temperature());
-    assert_eq!(alone.coupling.to_string(), "thermal");
+    assert!(!alone.hyperelastic().unwrap().takes_temperature());
+    assert_eq!(alone.coupling().to_string(), "thermal, hyperelastic");
 }
 
 /// Without `[thermal]`, a prescribed uniform temperature is a parameter too
@@ -370,8 +370,8 @@ fn a_prescribed_temperature_is_a_parameter() {
                  [parameters]\nregister = [\"bc.domain.temperature\", \"hyperelastic.alpha.domain\"]\n";
     let mut problem = build(&bar(2e7, extra));
     problem.solve().unwrap();
-    assert_eq!(problem.coupling.to_string(), "thermal → hyperelastic");
-    let (_, g, _, _) = problem.gradient().unwrap();
+    assert_eq!(problem.coupling().to_string(), "thermal → hyperelastic");
+    let (_, g, _) = problem.gradient().unwrap();
     let t = problem.registry().id("bc.domain.temperature").unwrap();
     // Heating relaxes the pulled bar: less force.
     assert!(g.get(t)[0] < 0.0, "{:?}", g.get(t));
@@ -391,7 +391,7 @@ fn the_example_heats_then_stretches_the_strip() {
     let (q, l, k, h) = (4e4, 0.06, 0.25, 25.0);
     let rise = q * l * (1.0 + h * l / (2.0 * k)) * l / (k + h * l) - q * l * l / (2.0 * k);
     let t = problem.thermal().temperature().unwrap();
-    let hyper = problem.hyperelastic.as_ref().unwrap();
+    let hyper = problem.hyperelastic().unwrap();
     for &n in hyper.problem.model.group_nodes("xmax").unwrap() {
         assert!((t[n] - 293.15 - rise).abs() < 1e-9 * rise, "T = {} vs {}", t[n], 293.15 + rise);
     }

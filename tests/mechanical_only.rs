@@ -75,7 +75,7 @@ fn an_ansys_temperature_drives_the_mechanical_field_on_the_ansys_mesh() {
         build(&text.replace("register = []", "register = [\"mechanical.alpha.material_1\"]"))
             .unwrap();
     p.solve().unwrap();
-    let m = p.mechanical.as_ref().unwrap();
+    let m = p.mechanical().unwrap();
     let imported = m.imported_temperature().expect("imported");
     let (lo, hi) = imported
         .values
@@ -112,7 +112,7 @@ fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
     let reg1 = "\"mechanical.temperature.offset\"";
     let only_tip = |t: String| t.replace("weight = 1e-8", "weight = 0.0");
     let mut p = build(&only_tip(plate(&temp, reg1))).unwrap();
-    let (j0, g, _, _) = p.gradient().unwrap();
+    let (j0, g, _) = p.gradient().unwrap();
     let id = p.registry().id("mechanical.temperature.offset").unwrap();
     let d = g.get(id)[0];
     p.registry_mut().set_values(id, &[-2.0]).unwrap();
@@ -163,7 +163,7 @@ register = ["bc.domain.temperature"]
     assert!((s.tip_displacement_m.unwrap()[0] - want).abs() < 1e-12, "{:?}", s.tip_displacement_m);
     // The default objective of a mechanical problem is the compliance (zero here: no loads).
     assert_eq!(s.objective_terms.len(), 1);
-    let (_, g, _, _) = p.gradient().unwrap();
+    let (_, g, _) = p.gradient().unwrap();
     assert_eq!(g.get(p.registry().id("bc.domain.temperature").unwrap()).len(), 1);
 }
 

@@ -179,14 +179,28 @@ impl CouplingGraph {
     }
 }
 
+/// The schedule as text: stages in order, a cycle in brackets (`[electrical ⇄ thermal]`), an
+/// arrow before a stage that some earlier stage feeds and a comma before one that no earlier
+/// stage feeds (`electrical → thermal → mechanical`, `thermal, hyperelastic`).
 impl fmt::Display for CouplingGraph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stages: Vec<String> = self
-            .schedule_names()
-            .into_iter()
-            .map(|s| if s.len() == 1 { s[0].clone() } else { format!("[{}]", s.join(" ⇄ ")) })
-            .collect();
-        write!(f, "{}", stages.join(" → "))
+        let schedule = self.schedule();
+        for (k, stage) in schedule.iter().enumerate() {
+            if k > 0 {
+                let fed = self.transfers.iter().any(|t| {
+                    stage.fields.contains(&t.to)
+                        && schedule[..k].iter().any(|s| s.fields.contains(&t.from))
+                });
+                write!(f, "{}", if fed { " → " } else { ", " })?;
+            }
+            let names: Vec<&str> = stage.fields.iter().map(|&i| self.fields[i].as_str()).collect();
+            if names.len() == 1 {
+                write!(f, "{}", names[0])?;
+            } else {
+                write!(f, "[{}]", names.join(" ⇄ "))?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -287,6 +301,14 @@ mod tests {
         assert!(s[0].is_coupled() && !s[1].is_coupled());
         assert_eq!(g.schedule_names(), vec![vec!["electrical", "thermal"], vec!["mechanical"]]);
         assert_eq!(g.to_string(), "[electrical ⇄ thermal] → mechanical");
+    }
+
+    #[test]
+    fn a_stage_no_earlier_stage_feeds_follows_a_comma() {
+        let g = graph(&["thermal", "hyperelastic"], &[]);
+        assert_eq!(g.to_string(), "thermal, hyperelastic");
+        let g = graph(&["a", "b", "c"], &[("a", "c")]);
+        assert_eq!(g.to_string(), "a, b → c");
     }
 
     #[rstest]

@@ -129,7 +129,7 @@ fn steady_conduction_matches_mapdl_node_by_node() {
     let mut max_abs = 0.0f64;
     let mut worst = 0;
     for (n, (&a, &b)) in t.iter().zip(&reference).enumerate() {
-        assert!(b.is_finite(), "node {} has no MAPDL temperature", p.mesh.node_tags[n]);
+        assert!(b.is_finite(), "node {} has no MAPDL temperature", p.mesh().node_tags[n]);
         if (a - b).abs() > max_abs {
             max_abs = (a - b).abs();
             worst = n;
@@ -139,7 +139,7 @@ fn steady_conduction_matches_mapdl_node_by_node() {
         "file.rth: {} nodes, max |T_gradfem − T_MAPDL| = {max_abs:.3e} K at node {} \
          ({:.3e} of the {range} K range); T in [{:.6}, {:.6}]",
         t.len(),
-        p.mesh.node_tags[worst],
+        p.mesh().node_tags[worst],
         max_abs / range,
         t.iter().copied().fold(f64::INFINITY, f64::min),
         t.iter().copied().fold(f64::NEG_INFINITY, f64::max),

@@ -73,15 +73,15 @@ fn recovers_two_conductivities(#[case] noise: f64, #[case] tol: f64) {
     let mut p = problem([1.0, 1.0], sensors, 1.0 / scale);
     p.register("thermal.k.left", Some([0.1, 100.0])).expect("register");
     p.register("thermal.k.right", Some([0.1, 100.0])).expect("register");
-    let pv = ParamVector::all(&p.registry);
+    let pv = ParamVector::all(p.registry());
     let (lower, upper) = pv.bounds();
-    let x0 = pv.gather(&p.registry);
+    let x0 = pv.gather(p.registry());
     // J is O(1) at the start; with noisy data the minimum is J ≈ 1e-5, where a projected
     // gradient much below 1e-8 changes J by less than its round-off (the line search then fails).
     let params = LbfgsbParams { gtol: 1e-8, ftol: 0.0, max_iterations: 200, ..Default::default() };
     let result = minimize_lbfgsb(
         |x: &[f64], g: &mut [f64]| -> Result<f64, RunError> {
-            pv.scatter(&mut p.registry, x)?;
+            pv.scatter(p.registry_mut(), x)?;
             p.apply_parameters()?;
             let (j, grad, _) = p.gradient()?;
             g.copy_from_slice(&grad.flatten(&pv));

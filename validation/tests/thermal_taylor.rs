@@ -92,7 +92,7 @@ struct Snapshot {
 
 fn snapshot(p: &ThermalProblem) -> Snapshot {
     Snapshot {
-        values: p.registry.specs().iter().map(|s| s.values.clone()).collect(),
+        values: p.registry().specs().iter().map(|s| s.values.clone()).collect(),
         k_elem: p.model.k_elem.clone(),
         coords: p.model.coords.clone(),
         sources: p.model.regions.iter().map(|r| r.source).collect(),
@@ -163,21 +163,21 @@ fn all_parameters_together_along_own_direction(
     for name in PARAMS.iter().filter(|n| **n != "thermal.k.domain") {
         p.register(name, None).expect("register");
     }
-    let pv = ParamVector::all(&p.registry);
+    let pv = ParamVector::all(p.registry());
     let (_, grad, _) = p.gradient().expect("gradient");
     let g = grad.flatten(&pv);
-    let m0 = pv.gather(&p.registry);
-    let coords = pv.range(p.registry.id("mesh.coordinates").unwrap()).unwrap();
+    let m0 = pv.gather(p.registry());
+    let coords = pv.range(p.registry().id("mesh.coordinates").unwrap()).unwrap();
     let dm: Vec<f64> = random_direction(m0.len(), 12345)
         .iter()
         .enumerate()
         .map(|(i, d)| if coords.contains(&i) { d * 1e-3 } else { d * m0[i].abs().max(1.0) })
         .collect();
-    let mut reg = p.registry.clone();
+    let mut reg = p.registry().clone();
     let r = taylor_test(
         |x: &[f64]| -> Result<f64, gradfem::run::RunError> {
             pv.scatter(&mut reg, x)?;
-            p.registry = reg.clone();
+            *p.registry_mut() = reg.clone();
             p.apply_parameters()?;
             p.objective_value()
         },

@@ -1180,6 +1180,33 @@ impl ElectricalModel {
         });
     }
 
+    /// The Joule heat's Jacobian at the points of volume element `e`, added row-major into the
+    /// (points × nodes) buffers: ∂Q_q/∂φ_b = 2σ ∇φ·∇N_b and ∂Q_q/∂T_b = ∂σ/∂T |∇φ|² N_b (zero
+    /// without a temperature field). Composed with the receiving residual's ∂R/∂Q it gives the
+    /// monolithic Jacobian's Joule blocks.
+    pub fn joule_qp_jacobian_element(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dq_dphi: &mut [f64],
+        dq_dt: &mut [f64],
+    ) {
+        let nn = self.element_nodes(e).len();
+        let nq = self.qp_offsets[e + 1] - self.qp_offsets[e];
+        assert!(
+            dq_dphi.len() == nq * nn && dq_dt.len() == nq * nn,
+            "buffers must be points × nodes"
+        );
+        self.for_points(e, phi, t, |q, n, g, s| {
+            let gp2 = dot(s.grad_phi, s.grad_phi);
+            for b in 0..nn {
+                dq_dphi[q * nn + b] += 2.0 * s.sigma * dot(s.grad_phi, g[b]);
+                dq_dt[q * nn + b] += s.dsigma_dt * gp2 * n[b];
+            }
+        });
+    }
+
     // ----- outputs -------------------------------------------------------------------------
 
     /// Joule heat Q = σ(T) |∇φ|² [W/m³] at the quadrature points of every volume element

@@ -999,6 +999,30 @@ impl ThermalModel {
         out
     }
 
+    /// ∂R_a/∂Q_q of volume element `e` for the external source at its quadrature points:
+    /// −w_q det J N_a(x_q), added row-major into `out` (element nodes × the element's points).
+    /// False for facets, which take no source.
+    pub fn element_source_tangent(&self, e: usize, out: &mut [f64]) -> bool {
+        if e >= self.n_volume {
+            return false;
+        }
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nn = self.element_nodes(e).len();
+        let nq = blk.table.n_points();
+        assert_eq!(out.len(), nn * nq, "element_source_tangent: buffer of nodes × points");
+        let x = self.element_coords(e);
+        let mut g = [[0.0; 3]; MAX_NODES];
+        for q in 0..nq {
+            let det =
+                geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+            let w = blk.table.weights[q] * det;
+            for (a, na) in blk.table.shape(q).iter().enumerate() {
+                out[a * nq + q] -= w * na;
+            }
+        }
+        true
+    }
+
     /// Set the value of fixed-temperature condition `bc`. A node fixed by several conditions
     /// takes the value of the first (the set-up rejects conflicting values).
     pub fn set_fixed_temperature(&mut self, bc: usize, value: f64) {

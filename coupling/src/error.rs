@@ -1,7 +1,6 @@
 //! What the runs of every field share: the error of a run ([`RunError`]) and the choice of
-//! linear solver ([`LinearChoice`]). The fields' problems (`thermal`, `electrothermal`,
-//! `mechanical`, `finite_strain`, `transient_file`) and the problem-file layer all use them;
-//! this module depends on none of them.
+//! linear solver ([`LinearChoice`]). The engine, every field and the problem-file layer use
+//! them; this module depends on none of them.
 
 use gradfem_solvers::error::SolverError;
 use gradfem_solvers::params::ParamError;
@@ -23,6 +22,9 @@ pub enum RunError {
     Electrical(Box<gradfem_electrical::ElectricalError>),
     #[error("{0}")]
     Setup(String),
+    /// A parameter name no field offers (the engine answers it with the problem's list).
+    #[error("cannot register '{0}': no such parameter")]
+    UnknownParameter(String),
 }
 
 impl From<gradfem_electrical::ElectricalError> for RunError {

@@ -1,16 +1,20 @@
-//! The mechanical field in a problem: small-strain linear thermo-elasticity driven by the
-//! temperature of the thermal field (the T → u transfer of the coupling graph).
+//! The linear mechanical field: small-strain thermo-elasticity driven by a nodal temperature
+//! (its input `temperature`, the `thermal -> mechanical` transfer of the coupling graph), as one
+//! [`Field`] of a coupled problem.
 //!
 //! Forward: K u = f(T, p) with K the stiffness on the free displacement components (symmetric
 //! positive definite once rigid-body motions are constrained), factored by sparse Cholesky.
 //! K depends only on E, ν and the node coordinates, so its factorization is kept across
 //! solves until one of those changes (a new temperature, voltage or load reuses it).
 //!
-//! Reverse (the mechanical end of the tape): with J's seeds ū = ∂J/∂u, solve K λ = ū (K is
-//! symmetric: the same factorization), then p̄ −= λᵀ ∂R/∂p element by element for E, ν, α,
-//! T_ref, loads, prescribed displacements and node coordinates, and hand T̄ = −λᵀ ∂R/∂T (per
-//! node) up the chain as the temperature seed of the thermal field's adjoint.
+//! Reverse: with the seeds ū = ∂J/∂u, solve K λ = ū (K is symmetric: the same factorization),
+//! then p̄ −= λᵀ ∂R/∂p element by element for E, ν, α, T_ref, loads, prescribed displacements
+//! and node coordinates, and hand T̄ = −λᵀ ∂R/∂T (per node) up the graph as the seed of
+//! whatever made the temperature. A temperature imported from outside (an ANSYS result) takes
+//! the place of the input through T = offset + scale · T_imported; T̄ then goes to those two
+//! parameters and nothing flows upstream.
 
+use std::any::Any;
 use std::time::Instant;
 
 use gradfem_mechanical::linear::objective::{
@@ -25,8 +29,8 @@ use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, Param
 use gradfem_solvers::sparse::CsrMatrix;
 use serde::Serialize;
 
-use crate::run::{LinearChoice, RunError};
-use crate::shape::Shape;
+use crate::error::{LinearChoice, RunError};
+use crate::field::{Field, Port, Reverse, Seed, SolveMode};
 
 /// Above this many unknowns, `auto` takes AMG-preconditioned CG. The threshold is higher than
 /// the thermal field's: the aggregation AMG's near-nullspace holds the translations but not
@@ -124,8 +128,12 @@ pub struct MechanicalField {
     /// The factorization no longer matches E, ν or the coordinates.
     stale: bool,
     pub last_solve: MechanicalSolveTimings,
-    /// The mechanical share of the last gradient.
+    /// The mechanical share of the last gradient (its transposed solve; the accumulation is
+    /// timed by the engine).
     pub last_gradient: MechanicalGradientTimings,
+    /// The nodal temperature of the input (`None`: no thermal strain).
+    temperature: Option<Vec<f64>>,
+    solved: bool,
     /// The surface group whose mean displacement the summary reports as the tip displacement.
     pub tip_group: Option<String>,
     /// A temperature from outside (used instead of the thermal field's).
@@ -173,6 +181,8 @@ impl MechanicalField {
             last_gradient: MechanicalGradientTimings::default(),
             tip_group,
             imported: None,
+            temperature: None,
+            solved: false,
         })
     }
 
@@ -224,7 +234,7 @@ impl MechanicalField {
     }
 
     /// Parameter names this field offers.
-    pub fn available_parameters(&self) -> Vec<String> {
+    fn parameter_names(&self) -> Vec<String> {
         let mut names = Vec::new();
         if self.imported.is_some() {
             names.push("mechanical.temperature.scale".into());
@@ -247,7 +257,7 @@ impl MechanicalField {
     }
 
     /// True when `name` is a parameter of this field (whether or not it exists).
-    pub fn owns(name: &str) -> bool {
+    fn owns_name(name: &str) -> bool {
         name.starts_with("mechanical.")
             || name.ends_with(".pressure")
             || name.ends_with(".traction")
@@ -259,7 +269,7 @@ impl MechanicalField {
     /// `mechanical.alpha.<g>`, `mechanical.t_ref.<g>`, `mechanical.body_force.<g>` (3
     /// components), `bc.<g>.pressure`, `bc.<g>.traction` (3 components),
     /// `bc.<g>.displacement` (the condition's prescribed components, in order x, y, z).
-    pub fn register(
+    fn register_param(
         &mut self,
         registry: &mut ParamRegistry,
         name: &str,
@@ -288,12 +298,7 @@ impl MechanicalField {
     }
 
     fn binding_for(&self, name: &str) -> Result<(MBinding, ParamSpec), RunError> {
-        let unknown = || {
-            setup(format!(
-                "cannot register '{name}': the mechanical field offers {}",
-                self.available_parameters().join(", ")
-            ))
-        };
+        let unknown = || RunError::UnknownParameter(name.to_string());
         let m = &self.model;
         if let Some(what) = name.strip_prefix("mechanical.temperature.") {
             let imp = self.imported.as_ref().ok_or_else(unknown)?;
@@ -385,9 +390,13 @@ impl MechanicalField {
         })
     }
 
-    /// Copy the registry's values into the model and the shape's coordinates (when `shape` is
-    /// active). Invalidates the solution; E, ν or coordinates invalidate the factorization.
-    pub fn apply_parameters(&mut self, reg: &ParamRegistry, shape: &Shape) -> Result<(), RunError> {
+    /// Copy the registry's values into the model and the coordinates (when given).
+    /// Invalidates the solution; E, ν or coordinates invalidate the factorization.
+    fn apply(
+        &mut self,
+        reg: &ParamRegistry,
+        coordinates: Option<&[[f64; 3]]>,
+    ) -> Result<(), RunError> {
         for (id, binding) in &self.bindings {
             let v = reg.values(*id);
             let m = &mut self.model;
@@ -452,21 +461,23 @@ impl MechanicalField {
                 )));
             }
         }
-        if shape.is_active() {
-            self.model.coords = shape.coordinates(reg);
+        if let Some(x) = coordinates {
+            self.model.coords = x.to_vec();
             self.model.check_coordinates().map_err(mech)?;
             self.stale = true;
         }
         self.u = None;
+        self.solved = false;
         Ok(())
     }
 
-    /// Solve for the displacement with the nodal temperature `t` (one value per mesh node;
-    /// `None`: no thermal strain). Every node of a mechanical element needs a finite
+    /// Solve for the displacement at the input temperature (one value per mesh node; none: no
+    /// thermal strain) or the imported one. Every node of a mechanical element needs a finite
     /// temperature.
-    pub fn solve(&mut self, t: Option<&[f64]>) -> Result<&[f64], RunError> {
+    pub fn solve_displacement(&mut self) -> Result<&[f64], RunError> {
         let imported = self.imported.as_ref().map(ImportedTemperature::field);
-        let t = imported.as_deref().or(t);
+        let input = self.temperature.take();
+        let t = imported.as_deref().or(input.as_deref());
         if let Some(t) = t {
             let mut bad = None;
             for e in 0..self.model.n_volume_elements() {
@@ -482,7 +493,9 @@ impl MechanicalField {
                 )));
             }
         }
-        self.model.set_temperature(t.map(<[f64]>::to_vec)).map_err(mech)?;
+        let set = self.model.set_temperature(t.map(<[f64]>::to_vec)).map_err(mech);
+        self.temperature = input;
+        set?;
         let n = self.model.n_unknowns();
         let ta = Instant::now();
         let u0 = self.model.nodal_displacement(&vec![0.0; n]);
@@ -536,6 +549,7 @@ impl MechanicalField {
             linear_solver: self.solver.name().to_string(),
         };
         self.u = Some(u);
+        self.solved = true;
         Ok(self.u.as_deref().expect("set above"))
     }
 
@@ -544,51 +558,29 @@ impl MechanicalField {
         self.u.as_deref()
     }
 
-    fn state(&self) -> Result<&[f64], RunError> {
+    fn solved_displacement(&self) -> Result<&[f64], RunError> {
         self.u.as_deref().ok_or_else(|| setup("mechanical: solve first"))
     }
 
     /// The mechanical objective terms at the last solution: (Σ weighted, each weighted term).
     pub fn objective_terms(&self) -> Result<(f64, Vec<f64>), RunError> {
+        self.objective_terms_of(self.solved_displacement()?)
+    }
+
+    /// The objective terms at the nodal displacement `u` (e.g. a state of a transient run's
+    /// history, at the model's current temperature for the von Mises terms).
+    pub fn objective_terms_of(&self, u: &[f64]) -> Result<(f64, Vec<f64>), RunError> {
         if self.objective.is_empty() {
             return Ok((0.0, Vec::new()));
         }
-        let e = evaluate(&self.model, &self.objective, self.state()?, false).map_err(mech)?;
+        let e = evaluate(&self.model, &self.objective, u, false).map_err(mech)?;
         let weighted = e.terms.iter().zip(&self.objective).map(|(v, t)| v * t.weight).collect();
         Ok((e.value, weighted))
     }
 
-    /// The adjoint of the mechanical end of the chain: adds ∂J/∂p − λᵀ ∂R/∂p to `grad` for
-    /// the mechanical and shape parameters and returns (J_mech, T̄ = −λᵀ ∂R/∂T per node).
-    pub fn adjoint(
-        &mut self,
-        shape: &Shape,
-        grad: &mut Gradient,
-        timings: &mut MechanicalGradientTimings,
-    ) -> Result<(f64, Vec<f64>), RunError> {
-        let u = self.state()?.to_vec();
-        let n_nodes = self.model.n_nodes();
-        if self.objective.is_empty() {
-            return Ok((0.0, vec![0.0; n_nodes]));
-        }
-        let with_coords = shape.is_active();
-        let eval = evaluate(&self.model, &self.objective, &u, with_coords).map_err(mech)?;
-        // Explicit partials: E and ν in von Mises terms, coordinates.
-        self.add_material(grad, &eval.d_young_elem, &eval.d_poisson_elem, 1.0);
-        if let Some(dx) = &eval.d_coords {
-            shape.add_partials(grad, dx, 1.0);
-        }
-        let ts = Instant::now();
-        let mut rhs = self.model.dofs.gather(&eval.d_displacement);
-        if !rhs.is_empty() {
-            self.solver.solve_transpose_in_place(&mut rhs)?;
-        }
-        let mut lambda = vec![0.0; 3 * n_nodes];
-        self.model.dofs.scatter(&rhs, &mut lambda);
-        timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
-        let ta = Instant::now();
+    fn want(&self, coords: bool, temperature: bool) -> VjpRequest {
         let has = |f: fn(&MBinding) -> bool| self.bindings.iter().any(|(_, b)| f(b));
-        let want = VjpRequest {
+        VjpRequest {
             material: has(|b| {
                 matches!(b, MBinding::Young(_) | MBinding::YoungElem(_) | MBinding::Poisson(_))
             }),
@@ -597,95 +589,9 @@ impl MechanicalField {
                 matches!(b, MBinding::BodyForce(_) | MBinding::Pressure(_) | MBinding::Traction(_))
             }),
             displacement: has(|b| matches!(b, MBinding::Displacement(..))),
-            temperature: self.model.temperature().is_some(),
-            coords: with_coords,
-        };
-        let vjp = self.model.parameter_vjp(&u, &lambda, want);
-        self.add_material(grad, &vjp.young_elem, &vjp.poisson_elem, -1.0);
-        // Compliance fᵀu depends on the loads explicitly: uᵀ ∂f/∂p = −uᵀ ∂R/∂p.
-        let compliance: f64 = self
-            .objective
-            .iter()
-            .filter(|t| t.kind == MechObjectiveKind::Compliance)
-            .map(|t| t.weight)
-            .sum();
-        let load_vjp = (compliance != 0.0 && want.loads).then(|| {
-            self.model.parameter_vjp(
-                &u,
-                &u,
-                VjpRequest {
-                    material: false,
-                    thermal: false,
-                    loads: true,
-                    displacement: false,
-                    temperature: false,
-                    coords: false,
-                },
-            )
-        });
-        let owner = self.model.constraint_owner();
-        for (id, b) in &self.bindings {
-            let g = grad.get_mut(*id);
-            match b {
-                MBinding::Alpha(r) => g[0] -= vjp.alpha[*r],
-                MBinding::TRef(r) => g[0] -= vjp.t_ref[*r],
-                MBinding::BodyForce(r) => {
-                    for k in 0..3 {
-                        g[k] -= vjp.body_force[*r][k];
-                        if let Some(l) = &load_vjp {
-                            g[k] -= compliance * l.body_force[*r][k];
-                        }
-                    }
-                }
-                MBinding::Pressure(bc) => {
-                    g[0] -= vjp.pressure[*bc];
-                    if let Some(l) = &load_vjp {
-                        g[0] -= compliance * l.pressure[*bc];
-                    }
-                }
-                MBinding::Traction(bc) => {
-                    for k in 0..3 {
-                        g[k] -= vjp.traction[*bc][k];
-                        if let Some(l) = &load_vjp {
-                            g[k] -= compliance * l.traction[*bc][k];
-                        }
-                    }
-                }
-                MBinding::Displacement(bc, comps) => {
-                    for (k, &c) in comps.iter().enumerate() {
-                        let direct: f64 = (0..n_nodes)
-                            .filter(|&n| owner[3 * n + c] == Some(*bc))
-                            .map(|n| eval.d_displacement[3 * n + c])
-                            .sum();
-                        g[k] += direct - vjp.displacement[*bc][c];
-                    }
-                }
-                MBinding::ImportScale | MBinding::ImportOffset => {}
-                MBinding::Young(_) | MBinding::YoungElem(_) | MBinding::Poisson(_) => {}
-            }
+            temperature: temperature && self.model.temperature().is_some(),
+            coords,
         }
-        if let Some(dx) = &vjp.coords {
-            shape.add_partials(grad, dx, -1.0);
-        }
-        let mut t_bar = vjp
-            .temperature
-            .map_or_else(|| vec![0.0; n_nodes], |t| t.into_iter().map(|v| -v).collect());
-        // The imported temperature's transfer takes T̄; nothing flows to the thermal field.
-        if let Some(imp) = &self.imported {
-            for (id, b) in &self.bindings {
-                let d = match b {
-                    MBinding::ImportScale => {
-                        t_bar.iter().zip(&imp.values).map(|(tb, v)| tb * v).sum::<f64>()
-                    }
-                    MBinding::ImportOffset => t_bar.iter().sum::<f64>(),
-                    _ => continue,
-                };
-                grad.get_mut(*id)[0] += d;
-            }
-            t_bar.iter_mut().for_each(|v| *v = 0.0);
-        }
-        timings.accumulate_s += ta.elapsed().as_secs_f64();
-        Ok((eval.value, t_bar))
     }
 
     /// Add per-element E and ν partials (times `scale`) to the registered E/ν parameters.
@@ -717,7 +623,11 @@ impl MechanicalField {
 
     /// The mean displacement vector over a group (volume or surface).
     pub fn mean_displacement(&self, group: &str) -> Result<[f64; 3], RunError> {
-        let u = self.state()?;
+        self.mean_displacement_of(self.solved_displacement()?, group)
+    }
+
+    /// The mean of the nodal displacement `u` over a group (volume or surface).
+    pub fn mean_displacement_of(&self, u: &[f64], group: &str) -> Result<[f64; 3], RunError> {
         let mut out = [0.0; 3];
         for (k, o) in out.iter_mut().enumerate() {
             let mut d = [0.0; 3];
@@ -733,13 +643,13 @@ impl MechanicalField {
 
     /// The largest von Mises stress over the quadrature points (Pa).
     pub fn max_von_mises(&self) -> Result<f64, RunError> {
-        let s = self.model.stress(self.state()?);
+        let s = self.model.stress(self.solved_displacement()?);
         Ok(s.qp_von_mises.iter().copied().fold(0.0, f64::max))
     }
 
     /// Reactions per constraint and the total external load.
     pub fn force_balance(&self) -> Result<ForceBalance, RunError> {
-        let u = self.state()?;
+        let u = self.solved_displacement()?;
         let reactions = self.model.reactions(u);
         let f = self.model.load_vector();
         let mut external = [0.0; 3];
@@ -833,4 +743,230 @@ pub fn output_cell_index(
         acc += blk.len();
     }
     element_tags.map(|t| by_tag.get(&t).copied()).collect()
+}
+
+impl Field for MechanicalField {
+    fn name(&self) -> &str {
+        "mechanical"
+    }
+
+    fn outputs(&self) -> Vec<Port> {
+        vec![Port::nodal("displacement", 3)]
+    }
+
+    fn inputs(&self) -> Vec<Port> {
+        vec![Port::nodal("temperature", 1)]
+    }
+
+    fn available_parameters(&self) -> Vec<String> {
+        self.parameter_names()
+    }
+
+    fn owns(&self, name: &str) -> bool {
+        Self::owns_name(name)
+    }
+
+    fn register(
+        &mut self,
+        registry: &mut ParamRegistry,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<ParamId, RunError> {
+        self.register_param(registry, name, bounds)
+    }
+
+    fn apply_parameters(
+        &mut self,
+        registry: &ParamRegistry,
+        coordinates: Option<&[[f64; 3]]>,
+    ) -> Result<(), RunError> {
+        self.apply(registry, coordinates)
+    }
+
+    fn set_input(&mut self, port: usize, values: &[f64]) -> Result<(), RunError> {
+        debug_assert_eq!(port, 0, "the mechanical field has one input");
+        self.temperature = Some(values.to_vec());
+        self.solved = false;
+        Ok(())
+    }
+
+    fn solve(&mut self, _mode: SolveMode) -> Result<(), RunError> {
+        self.solve_displacement().map(|_| ())
+    }
+
+    fn is_solved(&self) -> bool {
+        self.solved && self.u.is_some()
+    }
+
+    fn state(&self) -> Option<&[f64]> {
+        self.u.as_deref()
+    }
+
+    fn start_state(&self) -> Vec<f64> {
+        vec![0.0; 3 * self.model.n_nodes()]
+    }
+
+    fn objective(&self) -> Result<(f64, Vec<f64>), RunError> {
+        self.objective_terms()
+    }
+
+    fn objective_seed(&self, rev: &mut Reverse) -> Result<Seed, RunError> {
+        if self.objective.is_empty() {
+            return Ok(Seed::default());
+        }
+        let u = self.solved_displacement()?;
+        let eval =
+            evaluate(&self.model, &self.objective, u, rev.wants_coordinates()).map_err(mech)?;
+        // Explicit partials: E and ν in von Mises terms, coordinates.
+        self.add_material(rev.grad, &eval.d_young_elem, &eval.d_poisson_elem, 1.0);
+        if let Some(dx) = &eval.d_coords {
+            rev.add_coordinates(dx, 1.0);
+        }
+        // Compliance fᵀu depends on the loads explicitly: uᵀ ∂f/∂p = −uᵀ ∂R/∂p.
+        let compliance: f64 = self
+            .objective
+            .iter()
+            .filter(|t| t.kind == MechObjectiveKind::Compliance)
+            .map(|t| t.weight)
+            .sum();
+        if compliance != 0.0 && self.want(false, false).loads {
+            let load_only = VjpRequest {
+                material: false,
+                thermal: false,
+                loads: true,
+                displacement: false,
+                temperature: false,
+                coords: false,
+            };
+            let l = self.model.parameter_vjp(u, u, load_only);
+            for (id, b) in &self.bindings {
+                let g = rev.grad.get_mut(*id);
+                match b {
+                    MBinding::BodyForce(r) => {
+                        for k in 0..3 {
+                            g[k] -= compliance * l.body_force[*r][k];
+                        }
+                    }
+                    MBinding::Pressure(bc) => g[0] -= compliance * l.pressure[*bc],
+                    MBinding::Traction(bc) => {
+                        for k in 0..3 {
+                            g[k] -= compliance * l.traction[*bc][k];
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Seed { state: eval.d_displacement, ..Default::default() })
+    }
+
+    fn adjoint_solve(
+        &mut self,
+        state_bar: &[f64],
+        _unknowns_bar: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        let ts = Instant::now();
+        let mut rhs = self.model.dofs.gather(state_bar);
+        if !rhs.is_empty() {
+            self.solver.solve_transpose_in_place(&mut rhs)?;
+        }
+        let mut lambda = vec![0.0; 3 * self.model.n_nodes()];
+        self.model.dofs.scatter(&rhs, &mut lambda);
+        self.last_gradient.adjoint_solve_s = ts.elapsed().as_secs_f64();
+        Ok(lambda)
+    }
+
+    fn input_vjp(&self, port: usize, lambda: &[f64]) -> Result<Vec<f64>, RunError> {
+        debug_assert_eq!(port, 0, "the mechanical field has one input");
+        let n_nodes = self.model.n_nodes();
+        if self.imported.is_some() || self.model.temperature().is_none() {
+            return Ok(vec![0.0; n_nodes]);
+        }
+        let only = VjpRequest {
+            material: false,
+            thermal: false,
+            loads: false,
+            displacement: false,
+            temperature: true,
+            coords: false,
+        };
+        let vjp = self.model.parameter_vjp(self.solved_displacement()?, lambda, only);
+        Ok(vjp
+            .temperature
+            .map_or_else(|| vec![0.0; n_nodes], |t| t.into_iter().map(|v| -v).collect()))
+    }
+
+    fn accumulate(
+        &self,
+        lambda: &[f64],
+        state_bar: &[f64],
+        rev: &mut Reverse,
+        inputs: &[usize],
+    ) -> Result<Vec<(usize, Vec<f64>)>, RunError> {
+        let u = self.solved_displacement()?;
+        let n_nodes = self.model.n_nodes();
+        let wants_t = inputs.contains(&0) || self.imported.is_some();
+        let want = self.want(rev.wants_coordinates(), wants_t);
+        let vjp = self.model.parameter_vjp(u, lambda, want);
+        self.add_material(rev.grad, &vjp.young_elem, &vjp.poisson_elem, -1.0);
+        let owner = self.model.constraint_owner();
+        for (id, b) in &self.bindings {
+            let g = rev.grad.get_mut(*id);
+            match b {
+                MBinding::Alpha(r) => g[0] -= vjp.alpha[*r],
+                MBinding::TRef(r) => g[0] -= vjp.t_ref[*r],
+                MBinding::BodyForce(r) => {
+                    for k in 0..3 {
+                        g[k] -= vjp.body_force[*r][k];
+                    }
+                }
+                MBinding::Pressure(bc) => g[0] -= vjp.pressure[*bc],
+                MBinding::Traction(bc) => {
+                    for k in 0..3 {
+                        g[k] -= vjp.traction[*bc][k];
+                    }
+                }
+                MBinding::Displacement(bc, comps) => {
+                    for (k, &c) in comps.iter().enumerate() {
+                        let direct: f64 = (0..n_nodes)
+                            .filter(|&n| owner[3 * n + c] == Some(*bc))
+                            .map(|n| state_bar[3 * n + c])
+                            .sum();
+                        g[k] += direct - vjp.displacement[*bc][c];
+                    }
+                }
+                MBinding::ImportScale | MBinding::ImportOffset => {}
+                MBinding::Young(_) | MBinding::YoungElem(_) | MBinding::Poisson(_) => {}
+            }
+        }
+        if let Some(dx) = &vjp.coords {
+            rev.add_coordinates(dx, -1.0);
+        }
+        let t_bar = vjp
+            .temperature
+            .map_or_else(|| vec![0.0; n_nodes], |t| t.into_iter().map(|v| -v).collect::<Vec<_>>());
+        // The imported temperature's transfer takes T̄; nothing flows upstream.
+        if let Some(imp) = &self.imported {
+            for (id, b) in &self.bindings {
+                let d = match b {
+                    MBinding::ImportScale => {
+                        t_bar.iter().zip(&imp.values).map(|(tb, v)| tb * v).sum::<f64>()
+                    }
+                    MBinding::ImportOffset => t_bar.iter().sum::<f64>(),
+                    _ => continue,
+                };
+                rev.grad.get_mut(*id)[0] += d;
+            }
+            return Ok(inputs.iter().map(|&p| (p, vec![0.0; n_nodes])).collect());
+        }
+        Ok(if inputs.contains(&0) { vec![(0, t_bar)] } else { Vec::new() })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
 }

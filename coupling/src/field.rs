@@ -1,0 +1,352 @@
+//! What every field of a coupled problem offers the engine: its ports, its parameters, its
+//! solve at given inputs, its objective terms and the vector-Jacobian products of all of these.
+//!
+//! A field f has a state u_f (its solution, handed out as a nodal vector) that solves its
+//! residual R_f(u_f; x_f, p) = 0 at given inputs x_f (other fields' outputs, brought by the
+//! transfers of the coupling graph) and parameters p. Its outputs y = g(u_f, x_f, p) are the
+//! state itself (port 0) and derived quantities (the Joule heat of the electrical field). The
+//! engine ([`crate::CoupledProblem`]) wires outputs to inputs, solves the graph's stages in
+//! order and runs the adjoint in reverse; a field never knows which fields surround it.
+//!
+//! Reverse mode, for the seed ū (∂J/∂u over the state, with everything downstream added):
+//!
+//! 1. [`Field::adjoint_solve`]: (∂R/∂u)ᵀ λ = ū on the unknowns, with the factorization the
+//!    forward solve left (a transposed solve, never a new factorization for a linear field);
+//! 2. [`Field::input_vjp`]: x̄ = −(∂R/∂x)ᵀ λ for each input port, handed upstream;
+//! 3. [`Field::accumulate`]: p̄ −= λᵀ ∂R/∂p for the field's registered parameters and the
+//!    node coordinates, and the direct share of prescribed values (a fixed temperature
+//!    receives ū at its nodes), with step 2 in the same pass where that is cheaper;
+//! 4. [`Field::output_vjp`] for derived outputs: ū += ȳ ∂g/∂u, x̄ += ȳ ∂g/∂x, p̄ += ȳ ∂g/∂p.
+//!
+//! Steps 1, 2 and 4 without parameters are what a staggered cycle's adjoint iterates; step 3
+//! runs once at the converged adjoints.
+
+use std::any::Any;
+
+use gradfem_mesh::CellId;
+use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
+
+use crate::error::RunError;
+use crate::shape::Shape;
+
+/// How the values of a port are laid out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// One value per mesh node and component, the components of a node together:
+    /// `components · n_nodes` values.
+    Nodal {
+        /// Values per node (1 for a scalar field, 3 for a displacement).
+        components: usize,
+    },
+    /// Values at the quadrature points of the field's volume elements, element by element:
+    /// element e's points are `offsets[e]..offsets[e + 1]` and it lies on mesh cell `cells[e]`.
+    /// A transfer between two such ports matches the elements by their cells.
+    Points {
+        /// Offsets of each element's points (length: elements + 1).
+        offsets: Vec<usize>,
+        /// The mesh cell of each element.
+        cells: Vec<CellId>,
+    },
+}
+
+impl Layout {
+    /// Number of values of a port with this layout on a mesh of `n_nodes` nodes.
+    pub fn len(&self, n_nodes: usize) -> usize {
+        match self {
+            Layout::Nodal { components } => components * n_nodes,
+            Layout::Points { offsets, .. } => offsets.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// A named input or output of a field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Port {
+    /// What flows through it (`temperature`, `potential`, `joule_heat`, `heat_source`, …).
+    pub name: String,
+    /// Where its values live.
+    pub layout: Layout,
+}
+
+impl Port {
+    /// A nodal port with `components` values per node.
+    pub fn nodal(name: &str, components: usize) -> Self {
+        Port { name: name.into(), layout: Layout::Nodal { components } }
+    }
+}
+
+/// How the engine asks a field to solve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SolveMode {
+    /// On its own (its inputs are final): the field's own tolerances, warm started.
+    Alone,
+    /// One sweep of a staggered cycle: the inputs change between sweeps, so a warm start
+    /// within the tolerance must not be accepted without a step (a linear field solves from
+    /// zero, a nonlinear one with a tighter tolerance).
+    InCycle,
+}
+
+/// The seeds of the objective terms a field owns: ∂J/∂u over its state (nodal), ∂J/∂u over
+/// unknowns that are not nodal values (e.g. a current terminal's voltage is, but a functional
+/// may be given on the unknowns directly) and ∂J/∂x per input port.
+#[derive(Clone, Debug, Default)]
+pub struct Seed {
+    /// ∂J/∂u per state entry (the layout of output port 0).
+    pub state: Vec<f64>,
+    /// ∂J/∂u on the field's unknowns, added to the adjoint's right-hand side (empty: none).
+    pub unknowns: Vec<f64>,
+    /// (input port, ∂J/∂x) for objective terms that read an input directly.
+    pub inputs: Vec<(usize, Vec<f64>)>,
+}
+
+/// The reverse of a derived output: ū (over the state) and x̄ per input port.
+#[derive(Clone, Debug, Default)]
+pub struct OutputVjp {
+    /// ȳ ∂g/∂u over the state (empty: zero).
+    pub state: Vec<f64>,
+    /// (input port, ȳ ∂g/∂x).
+    pub inputs: Vec<(usize, Vec<f64>)>,
+}
+
+/// What a field's reverse-mode parameter products write into: the gradient and the shape (node
+/// coordinate and morph parameters, to which coordinate partials are handed).
+pub struct Reverse<'a> {
+    /// The registry the gradient is shaped by.
+    pub registry: &'a ParamRegistry,
+    /// The shape parameters.
+    pub shape: &'a Shape,
+    /// dJ/dp, accumulated.
+    pub grad: &'a mut Gradient,
+}
+
+impl Reverse<'_> {
+    /// True when coordinate derivatives are wanted (a shape parameter is registered).
+    pub fn wants_coordinates(&self) -> bool {
+        self.shape.is_active()
+    }
+
+    /// Add `scale · ∂/∂X` (per node) to the shape parameters' gradient.
+    pub fn add_coordinates(&mut self, dx: &[[f64; 3]], scale: f64) {
+        self.shape.add_partials(self.grad, dx, scale);
+    }
+}
+
+/// One field of a coupled problem (see the module docs). Implementations live with the
+/// physics they wire (`crate::fields`); the engine knows them only through this trait.
+pub trait Field: Any + Send {
+    /// Its name in the coupling graph (`thermal`, `electrical`, `mechanical`, `hyperelastic`).
+    fn name(&self) -> &str;
+
+    /// Its outputs; port 0 is the state.
+    fn outputs(&self) -> Vec<Port>;
+
+    /// Its inputs (ports other fields' outputs feed).
+    fn inputs(&self) -> Vec<Port> {
+        Vec::new()
+    }
+
+    // ----- parameters ------------------------------------------------------------------
+
+    /// The parameter names the field offers (without the shape's `mesh.coordinates` and
+    /// `morph.*`, which the engine holds).
+    fn available_parameters(&self) -> Vec<String>;
+
+    /// True when `name` is in this field's name space (whether or not it exists), so that
+    /// registering it is this field's business.
+    fn owns(&self, name: &str) -> bool;
+
+    /// Register `name` into `registry`; returns its id. An unknown name is
+    /// `RunError::Setup` (the engine then lists the whole problem's names).
+    fn register(
+        &mut self,
+        registry: &mut ParamRegistry,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<ParamId, RunError>;
+
+    /// Copy the registry's values into the model, with the node coordinates when a shape
+    /// parameter is registered. Invalidates the solution.
+    fn apply_parameters(
+        &mut self,
+        registry: &ParamRegistry,
+        coordinates: Option<&[[f64; 3]]>,
+    ) -> Result<(), RunError>;
+
+    // ----- forward ---------------------------------------------------------------------
+
+    /// Take the values of input port `port` (the layout of [`inputs`](Self::inputs)).
+    /// Invalidates the solution.
+    fn set_input(&mut self, port: usize, values: &[f64]) -> Result<(), RunError>;
+
+    /// Solve R(u; x, p) = 0 at the inputs set, keeping what the adjoint needs (the
+    /// factorization at the converged state).
+    fn solve(&mut self, mode: SolveMode) -> Result<(), RunError>;
+
+    /// True when the state is solved for the current inputs and parameters.
+    fn is_solved(&self) -> bool;
+
+    /// The solved state (output port 0), `None` before a solve.
+    fn state(&self) -> Option<&[f64]>;
+
+    /// The value of derived output `port` ≥ 1 at the solved state.
+    fn output(&self, port: usize) -> Result<Vec<f64>, RunError> {
+        Err(RunError::Setup(format!("{}: no output port {port}", self.name())))
+    }
+
+    // ----- objective -------------------------------------------------------------------
+
+    /// The value of the field's objective terms at the solved state (their weighted sum; J is
+    /// the sum over the fields) and each term as the field reports it.
+    fn objective(&self) -> Result<(f64, Vec<f64>), RunError>;
+
+    /// The seeds of the field's objective terms; their direct parameter and coordinate
+    /// partials go into `rev`.
+    fn objective_seed(&self, rev: &mut Reverse) -> Result<Seed, RunError>;
+
+    // ----- reverse ---------------------------------------------------------------------
+
+    /// Solve (∂R/∂u)ᵀ λ = ū (+ `unknowns_bar` on the unknowns) with the factorization of the
+    /// last solve; λ per state entry (zero where the state is prescribed).
+    fn adjoint_solve(
+        &mut self,
+        state_bar: &[f64],
+        unknowns_bar: &[f64],
+    ) -> Result<Vec<f64>, RunError>;
+
+    /// x̄ = −(∂R/∂x)ᵀ λ for input port `port`.
+    fn input_vjp(&self, port: usize, lambda: &[f64]) -> Result<Vec<f64>, RunError>;
+
+    /// p̄ −= λᵀ ∂R/∂p for the field's registered parameters and the coordinates, and the
+    /// direct share of prescribed state values (their entries of `state_bar`); returns
+    /// x̄ = −(∂R/∂x)ᵀ λ for each input port in `inputs` (computed in the same pass where the
+    /// field can).
+    fn accumulate(
+        &self,
+        lambda: &[f64],
+        state_bar: &[f64],
+        rev: &mut Reverse,
+        inputs: &[usize],
+    ) -> Result<Vec<(usize, Vec<f64>)>, RunError>;
+
+    /// The reverse of derived output `port` ≥ 1 for the seed `y_bar`; with `rev`, also its
+    /// parameter and coordinate partials.
+    fn output_vjp(
+        &self,
+        port: usize,
+        y_bar: &[f64],
+        rev: Option<&mut Reverse>,
+    ) -> Result<OutputVjp, RunError> {
+        let _ = (y_bar, rev);
+        Err(RunError::Setup(format!("{}: no output port {port}", self.name())))
+    }
+
+    // ----- capabilities ------------------------------------------------------------------
+
+    /// The state Newton or a staggered sweep starts from before the first solve (the state
+    /// itself once solved).
+    fn start_state(&self) -> Vec<f64>;
+
+    /// The element-level view a monolithic cycle assembles, at the placed state and inputs;
+    /// `None` when the field offers none (its cycles are then solved staggered).
+    fn cell_kernels(&self) -> Option<Box<dyn crate::cell::CellKernels + '_>> {
+        None
+    }
+
+    /// The unknowns of the current state or start (a monolithic cycle's Newton starts there).
+    fn cell_unknowns(&self) -> Vec<f64> {
+        Vec::new()
+    }
+
+    /// Place the state of `unknowns` in the field without solving (its element kernels and
+    /// outputs then read it; the field is not solved).
+    fn place_unknowns(&mut self, unknowns: &[f64]) {
+        let _ = unknowns;
+    }
+
+    /// Take the placed state as the solution after a monolithic cycle's Newton converged with
+    /// `info` (residual history, timings).
+    fn finish_cycle_solve(
+        &mut self,
+        info: &gradfem_solvers::newton::NewtonInfo,
+    ) -> Result<(), RunError> {
+        let _ = info;
+        Err(RunError::Setup(format!("{}: no element-level view", self.name())))
+    }
+
+    /// Newton's start as the field keeps it (Taylor tests restore it before every evaluation,
+    /// so that the evaluations differ by the parameters only); empty when the field keeps
+    /// none.
+    fn warm_start(&self) -> Vec<f64> {
+        Vec::new()
+    }
+
+    /// Restore a start taken by [`warm_start`](Self::warm_start) (forgets the solution).
+    fn set_warm_start(&mut self, start: Vec<f64>) {
+        let _ = start;
+    }
+
+    /// The field's time stepping, when it has a capacity term and is stepped in time.
+    fn dynamic(&self) -> Option<&dyn Dynamic> {
+        None
+    }
+
+    /// The field's time stepping, mutably.
+    fn dynamic_mut(&mut self) -> Option<&mut dyn Dynamic> {
+        None
+    }
+
+    /// The field as `Any`, for callers that know its type (reports, outputs).
+    fn as_any(&self) -> &dyn Any;
+
+    /// The field as mutable `Any`.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// Where a state of a time-stepped run lies.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepInfo {
+    /// State index n (0 = the initial state).
+    pub step: usize,
+    /// Number of steps N.
+    pub n_steps: usize,
+    /// Time t_n.
+    pub time: f64,
+    /// The step that ends at state n (0 for n = 0).
+    pub dt_before: f64,
+    /// The step that starts at state n (0 for n = N).
+    pub dt_after: f64,
+}
+
+/// A field stepped in time: M du/dt + R(u; x, p) = 0 from an initial state, its inputs held
+/// constant in time (they come from fields upstream that do not depend on it), with the
+/// discrete adjoint of its steps. The engine solves the fields downstream at every state and
+/// hands their adjoints back as per-state seeds.
+pub trait Dynamic {
+    /// Run the time stepping at the current inputs and parameters, keeping the trajectory;
+    /// the field then shows its last state.
+    fn simulate(&mut self) -> Result<(), RunError>;
+
+    /// Times and states (output port 0's layout) of the last run.
+    fn trajectory(&self) -> Option<(&[f64], &[Vec<f64>])>;
+
+    /// Where state n lies.
+    fn step_info(&self, n: usize) -> StepInfo;
+
+    /// Show state n as the field's state (fields downstream read it).
+    fn show_state(&mut self, n: usize) -> Result<(), RunError>;
+
+    /// The value of the field's own objective terms at every state of the last run.
+    fn state_objective(&self) -> Result<Vec<f64>, RunError>;
+
+    /// The adjoint of Σₙ wₙ jₙ(uⁿ) + Σₙ ⟨sₙ, uⁿ⟩ (j the field's own terms, sₙ = `seeds[n]`
+    /// the seeds downstream fields put on state n, `None` for none) through the whole run:
+    /// dJ/dp into `rev`, and the seeds of the input ports in `inputs`, accumulated over the
+    /// steps.
+    fn time_gradient(
+        &mut self,
+        weights: &[f64],
+        seeds: &[Option<Vec<f64>>],
+        rev: &mut Reverse,
+        inputs: &[usize],
+    ) -> Result<Vec<(usize, Vec<f64>)>, RunError>;
+}

@@ -1,0 +1,739 @@
+//! The electrical field: steady current conduction R_φ(φ; T, p) = 0 with its Joule heat
+//! Q = σ(T)|∇φ|² as a derived output, as one [`Field`] of a coupled problem.
+//!
+//! Conductors by σ₀ or ρ₀ with ρ(T) = ρ₀ (1 + α_R (T − T₀)) or a table; voltage, ground and
+//! current terminals (a current terminal's surface is one unknown voltage, its row the
+//! terminal's current balance). The state is the nodal potential; the input `temperature` (per
+//! node) is read when a resistivity depends on T (the `thermal -> electrical` transfer; without
+//! it each conductor sits at its reference temperature); the output `joule_heat` lives at the
+//! quadrature points of the conductors' cells. The field is linear in φ: one factorization per
+//! solve (Cholesky), reused by the adjoint.
+//!
+//! Objective terms are terminal functionals (current, voltage, resistance) with their
+//! derivatives on the unknowns (a current terminal's voltage is one).
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::time::Instant;
+
+use gradfem_electrical::{
+    ConductorSpec, ElectricalModel, TerminalFunctional, TerminalKind, TerminalSpec,
+    VjpRequest as ElVjpRequest,
+};
+use gradfem_mesh::{CellId, Mesh};
+use gradfem_solvers::assembly::AssemblyPattern;
+use gradfem_solvers::linear::{CholeskySolver, LinearSolver};
+use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
+use gradfem_solvers::sparse::CsrMatrix;
+use serde::Serialize;
+
+use crate::cell::CellKernels;
+use crate::error::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
+use crate::field::{Field, Layout, OutputVjp, Port, Reverse, Seed, SolveMode};
+
+/// One weighted terminal objective term.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TerminalTerm {
+    pub weight: f64,
+    pub functional: TerminalFunctional,
+}
+
+/// How one registered electrical parameter maps onto the model.
+#[derive(Clone, Debug, PartialEq)]
+enum EBinding {
+    Sigma(usize),
+    SigmaElem(usize),
+    AlphaR(usize),
+    Current(usize),
+    Voltage(usize),
+}
+
+/// Terminal quantities of a solved problem.
+#[derive(Clone, Debug, Serialize)]
+pub struct TerminalReport {
+    pub name: String,
+    #[serde(rename = "current_A")]
+    pub current_a: f64,
+    #[serde(rename = "voltage_V")]
+    pub voltage_v: f64,
+}
+
+/// The electrical field, ready to solve and differentiate.
+pub struct ElectricalField {
+    pub model: ElectricalModel,
+    pattern: AssemblyPattern,
+    matrix: CsrMatrix,
+    solver: Box<dyn LinearSolver>,
+    /// Terminal objective terms.
+    pub objective: Vec<TerminalTerm>,
+    bindings: Vec<(ParamId, EBinding)>,
+    /// Nodal temperature from the thermal field (`None`: reference temperatures).
+    temperature: Option<Vec<f64>>,
+    /// Nodal potential: of the last solve, or placed by a monolithic cycle.
+    phi: Option<Vec<f64>>,
+    solved: bool,
+    /// Seconds of the last solve (assembly, factorization, solve).
+    pub last_solve_s: f64,
+}
+
+fn setup(msg: impl Into<String>) -> RunError {
+    RunError::Setup(msg.into())
+}
+
+impl ElectricalField {
+    /// Set up the field on `mesh`.
+    pub fn new(
+        mesh: &Mesh,
+        conductors: &[ConductorSpec],
+        terminals: &[TerminalSpec],
+        objective: Vec<TerminalTerm>,
+    ) -> Result<Self, RunError> {
+        let model = ElectricalModel::new(mesh, conductors, terminals)?;
+        let pattern =
+            AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
+        let matrix = pattern.new_matrix();
+        Ok(ElectricalField {
+            model,
+            pattern,
+            matrix,
+            solver: Box::new(CholeskySolver::new("electrical")),
+            objective,
+            bindings: Vec::new(),
+            temperature: None,
+            phi: None,
+            solved: false,
+            last_solve_s: 0.0,
+        })
+    }
+
+    /// Choose the linear solver: `Auto` takes sparse Cholesky up to
+    /// [`AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above, unless a current
+    /// terminal is present (its voltage unknown couples every node of the terminal surface: a
+    /// dense row that aggregation handles poorly), when Cholesky stays. A monolithic cycle
+    /// uses LU on the whole system; the staggered scheme uses this solver.
+    pub fn set_linear(&mut self, choice: LinearChoice, cg_rel_tol: f64) {
+        let n = self.model.n_unknowns();
+        let current =
+            self.model.terminals.iter().any(|t| matches!(t.kind, TerminalKind::Current { .. }));
+        let choice = match choice {
+            LinearChoice::Auto if n > AUTO_ITERATIVE_THRESHOLD && !current => LinearChoice::AmgCg,
+            LinearChoice::Auto => LinearChoice::Cholesky,
+            other => other,
+        };
+        self.solver = match choice {
+            LinearChoice::Lu => Box::new(gradfem_solvers::linear::LuSolver::new("electrical")),
+            LinearChoice::AmgCg => {
+                let cg =
+                    gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
+                Box::new(gradfem_solvers::amg::AmgCgSolver::new(
+                    "electrical",
+                    Default::default(),
+                    cg,
+                ))
+            }
+            _ => Box::new(CholeskySolver::new("electrical")),
+        };
+    }
+
+    /// The linear solver's name.
+    pub fn linear_solver(&self) -> &'static str {
+        self.solver.name()
+    }
+
+    /// True when some conductor's resistivity depends on temperature, or may do so: a
+    /// registered α_R is a parameter of the T-dependence even at α_R = 0, so its derivative
+    /// needs the temperature (the `thermal -> electrical` transfer).
+    pub fn needs_temperature(&self) -> bool {
+        self.model.depends_on_temperature()
+            || self.bindings.iter().any(|(_, b)| matches!(b, EBinding::AlphaR(_)))
+    }
+
+    fn binding_for(&self, name: &str) -> Result<(EBinding, ParamSpec), RunError> {
+        let m = &self.model;
+        let conductor = |g: &str| m.conductors.iter().position(|c| c.name == g);
+        if let Some(g) = name.strip_prefix("electrical.sigma_elem.") {
+            let c = conductor(g).ok_or_else(|| RunError::UnknownParameter(name.to_string()))?;
+            let values = m.conductors[c].elements.iter().map(|&e| m.sigma_elem[e]).collect();
+            return Ok((
+                EBinding::SigmaElem(c),
+                ParamSpec::vector(name, ParamKind::PerElement { group: g.to_string() }, values)
+                    .with_bounds(Some(0.0), None)
+                    .with_doc("electrical conductivity σ₀ of each cell of the conductor", "S/m"),
+            ));
+        }
+        if let Some(g) = name.strip_prefix("electrical.sigma.") {
+            let c = conductor(g).ok_or_else(|| RunError::UnknownParameter(name.to_string()))?;
+            let e0 = m.conductors[c].elements[0];
+            return Ok((
+                EBinding::Sigma(c),
+                ParamSpec::scalar(name, m.sigma_elem[e0])
+                    .with_bounds(Some(0.0), None)
+                    .with_doc("electrical conductivity σ₀ of the conductor", "S/m"),
+            ));
+        }
+        if let Some(g) = name.strip_prefix("electrical.alpha_r.") {
+            let c = conductor(g).ok_or_else(|| RunError::UnknownParameter(name.to_string()))?;
+            let a = m.conductors[c].law.alpha_r().ok_or_else(|| {
+                setup(format!(
+                    "cannot register '{name}': conductor '{g}' has no linear resistivity law (give alpha_r)"
+                ))
+            })?;
+            return Ok((
+                EBinding::AlphaR(c),
+                ParamSpec::scalar(name, a)
+                    .with_doc("temperature coefficient of resistance α_R", "1/K"),
+            ));
+        }
+        if let Some(rest) = name.strip_prefix("load.") {
+            let (g, field) = rest
+                .rsplit_once('.')
+                .ok_or_else(|| RunError::UnknownParameter(name.to_string()))?;
+            let k = m
+                .terminals
+                .iter()
+                .position(|t| t.name == g)
+                .ok_or_else(|| RunError::UnknownParameter(name.to_string()))?;
+            return match (field, &m.terminals[k].kind) {
+                ("current", TerminalKind::Current { current }) => Ok((
+                    EBinding::Current(k),
+                    ParamSpec::scalar(name, *current)
+                        .with_doc("current into the device through the terminal", "A"),
+                )),
+                ("voltage", TerminalKind::Voltage { value }) => Ok((
+                    EBinding::Voltage(k),
+                    ParamSpec::scalar(name, *value).with_doc("terminal voltage", "V"),
+                )),
+                _ => Err(RunError::UnknownParameter(name.to_string())),
+            };
+        }
+        Err(RunError::UnknownParameter(name.to_string()))
+    }
+
+    /// Add per-element σ₀ and per-conductor α_R partials (times `scale`) to the gradient.
+    fn add_material(&self, grad: &mut Gradient, d_sigma: &[f64], d_alpha: &[f64], scale: f64) {
+        for (id, b) in &self.bindings {
+            let g = grad.get_mut(*id);
+            match *b {
+                EBinding::Sigma(c) => {
+                    g[0] += scale
+                        * self.model.conductors[c]
+                            .elements
+                            .iter()
+                            .map(|&e| d_sigma[e])
+                            .sum::<f64>();
+                }
+                EBinding::SigmaElem(c) => {
+                    for (gi, &e) in g.iter_mut().zip(&self.model.conductors[c].elements) {
+                        *gi += scale * d_sigma[e];
+                    }
+                }
+                EBinding::AlphaR(c) => g[0] += scale * d_alpha[c],
+                _ => {}
+            }
+        }
+    }
+
+    /// Add per-terminal current and voltage partials (times `scale`) to the gradient.
+    fn add_terminals(&self, grad: &mut Gradient, d_current: &[f64], d_voltage: &[f64], scale: f64) {
+        for (id, b) in &self.bindings {
+            match *b {
+                EBinding::Current(k) => grad.get_mut(*id)[0] += scale * d_current[k],
+                EBinding::Voltage(k) => grad.get_mut(*id)[0] += scale * d_voltage[k],
+                _ => {}
+            }
+        }
+    }
+
+    fn electrical_want(&self, coords: bool) -> ElVjpRequest {
+        let has = |f: fn(&EBinding) -> bool| self.bindings.iter().any(|(_, b)| f(b));
+        ElVjpRequest {
+            conductivity: has(|b| {
+                matches!(b, EBinding::Sigma(_) | EBinding::SigmaElem(_) | EBinding::AlphaR(_))
+            }),
+            terminals: has(|b| matches!(b, EBinding::Current(_) | EBinding::Voltage(_))),
+            temperature: self.temperature.is_some(),
+            coords,
+        }
+    }
+
+    /// Nodal potential of the last solve.
+    pub fn potential(&self) -> Option<&[f64]> {
+        self.phi.as_deref()
+    }
+
+    /// The temperature the field sees (`None`: each conductor at its reference).
+    pub fn temperature(&self) -> Option<&[f64]> {
+        self.temperature.as_deref()
+    }
+
+    fn phi(&self) -> Result<&[f64], RunError> {
+        self.phi.as_deref().ok_or_else(|| setup("electrical: solve first"))
+    }
+
+    /// Terminal currents and voltages of the last solve.
+    pub fn terminal_report(&self) -> Result<Vec<TerminalReport>, RunError> {
+        let phi = self.phi()?;
+        let t = self.temperature();
+        let i = self.model.terminal_currents(phi, t);
+        let v = self.model.terminal_voltages(phi);
+        Ok(self
+            .model
+            .terminals
+            .iter()
+            .enumerate()
+            .map(|(k, term)| TerminalReport {
+                name: term.name.clone(),
+                current_a: i[k],
+                voltage_v: v[k],
+            })
+            .collect())
+    }
+
+    /// The drive terminal (the first current terminal, else the first voltage terminal) and
+    /// the reference (the first ground, else the first other voltage terminal): (drive,
+    /// reference).
+    pub fn default_terminals(&self) -> Option<(usize, usize)> {
+        let ts = &self.model.terminals;
+        let drive = ts
+            .iter()
+            .position(|t| matches!(t.kind, TerminalKind::Current { .. }))
+            .or_else(|| ts.iter().position(|t| matches!(t.kind, TerminalKind::Voltage { .. })))?;
+        let reference = ts
+            .iter()
+            .position(|t| matches!(t.kind, TerminalKind::Ground))
+            .or_else(|| (0..ts.len()).find(|&k| k != drive && ts[k].is_voltage()))?;
+        Some((drive, reference))
+    }
+
+    /// The volume element of each mesh cell the field covers.
+    pub fn element_of_cell(&self) -> std::collections::HashMap<CellId, usize> {
+        (0..self.model.n_volume_elements()).map(|e| (self.model.element_cell(e), e)).collect()
+    }
+
+    /// The mesh's element tags of the entries of each per-element parameter, in the
+    /// parameter's order (for `gradients.json`).
+    pub fn element_parameter_tags(&self) -> Vec<(ParamId, Vec<u64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let EBinding::SigmaElem(c) = *b {
+                let tags = self.model.conductors[c]
+                    .elements
+                    .iter()
+                    .map(|&e| self.model.element_cell_tag(e))
+                    .collect();
+                out.push((*id, tags));
+            }
+        }
+        out
+    }
+
+    /// Per-element σ₀ gradients per volume element of the field: (registry id, conductor
+    /// elements, their gradients).
+    pub fn element_gradients(&self, grad: &Gradient) -> Vec<(ParamId, Vec<usize>, Vec<f64>)> {
+        let mut out = Vec::new();
+        for (id, b) in &self.bindings {
+            if let EBinding::SigmaElem(c) = *b {
+                let elements = self.model.conductors[c].elements.clone();
+                out.push((*id, elements, grad.get(*id).to_vec()));
+            }
+        }
+        out
+    }
+
+    /// Total Joule power ∫ Q dΩ [W].
+    pub fn joule_power(&self) -> Result<f64, RunError> {
+        Ok(self.model.joule_power_elements(self.phi()?, self.temperature()).iter().sum())
+    }
+
+    fn joule_layout(&self) -> Layout {
+        Layout::Points {
+            offsets: self.model.qp_offsets().to_vec(),
+            cells: (0..self.model.n_volume_elements())
+                .map(|e| self.model.element_cell(e))
+                .collect(),
+        }
+    }
+}
+
+impl Field for ElectricalField {
+    fn name(&self) -> &str {
+        "electrical"
+    }
+
+    fn outputs(&self) -> Vec<Port> {
+        vec![
+            Port::nodal("potential", 1),
+            Port { name: "joule_heat".into(), layout: self.joule_layout() },
+        ]
+    }
+
+    fn inputs(&self) -> Vec<Port> {
+        vec![Port::nodal("temperature", 1)]
+    }
+
+    fn available_parameters(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for c in &self.model.conductors {
+            names.push(format!("electrical.sigma.{}", c.name));
+            names.push(format!("electrical.sigma_elem.{}", c.name));
+            if c.law.alpha_r().is_some() {
+                names.push(format!("electrical.alpha_r.{}", c.name));
+            }
+        }
+        for t in &self.model.terminals {
+            match t.kind {
+                TerminalKind::Voltage { .. } => names.push(format!("load.{}.voltage", t.name)),
+                TerminalKind::Current { .. } => names.push(format!("load.{}.current", t.name)),
+                TerminalKind::Ground => {}
+            }
+        }
+        names
+    }
+
+    fn owns(&self, name: &str) -> bool {
+        name.starts_with("electrical.") || name.starts_with("load.")
+    }
+
+    fn register(
+        &mut self,
+        registry: &mut ParamRegistry,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<ParamId, RunError> {
+        let (binding, spec) = self.binding_for(name)?;
+        let conflict = self.bindings.iter().any(|(_, b)| match (b, &binding) {
+            (EBinding::Sigma(a), EBinding::SigmaElem(c))
+            | (EBinding::SigmaElem(a), EBinding::Sigma(c)) => a == c,
+            _ => false,
+        });
+        if conflict {
+            return Err(setup(format!(
+                "'{name}': a conductor's σ₀ is either one scalar (electrical.sigma.<group>) or a per-element field (electrical.sigma_elem.<group>), not both"
+            )));
+        }
+        let spec = match bounds {
+            Some([lo, hi]) => spec.with_bounds(Some(lo), Some(hi)),
+            None => spec,
+        };
+        let id = registry.register(spec)?;
+        self.bindings.push((id, binding));
+        Ok(id)
+    }
+
+    fn apply_parameters(
+        &mut self,
+        registry: &ParamRegistry,
+        coordinates: Option<&[[f64; 3]]>,
+    ) -> Result<(), RunError> {
+        for (id, binding) in self.bindings.clone() {
+            let v = registry.values(id).to_vec();
+            let m = &mut self.model;
+            match binding {
+                EBinding::Sigma(c) => {
+                    for e in m.conductors[c].elements.clone() {
+                        m.sigma_elem[e] = v[0];
+                    }
+                }
+                EBinding::SigmaElem(c) => {
+                    for (i, e) in m.conductors[c].elements.clone().into_iter().enumerate() {
+                        m.sigma_elem[e] = v[i];
+                    }
+                }
+                EBinding::AlphaR(c) => m.set_alpha_r(c, v[0]),
+                EBinding::Current(k) | EBinding::Voltage(k) => m.set_terminal_value(k, v[0]),
+            }
+        }
+        if let Some(x) = coordinates {
+            self.model.coords = x.to_vec();
+            self.model.check_coordinates()?;
+        }
+        self.phi = None;
+        self.solved = false;
+        Ok(())
+    }
+
+    fn set_input(&mut self, port: usize, values: &[f64]) -> Result<(), RunError> {
+        debug_assert_eq!(port, 0, "the electrical field has one input");
+        self.temperature = Some(values.to_vec());
+        self.solved = false;
+        Ok(())
+    }
+
+    fn solve(&mut self, _mode: SolveMode) -> Result<(), RunError> {
+        // Linear in φ: assemble at φ = 0 (prescribed values in the residual), factor, solve.
+        let t0 = Instant::now();
+        let m = &self.model;
+        let n = m.n_unknowns();
+        let zero = m.nodal_potential(&vec![0.0; n]);
+        let t = self.temperature.as_deref();
+        let mut r = vec![0.0; n];
+        self.pattern.assemble_into(&mut self.matrix, &mut r, |e, ke, fe| {
+            m.element_residual_tangent(e, &zero, t, Some(ke), fe)
+        });
+        self.solver.factor(&self.matrix)?;
+        for v in r.iter_mut() {
+            *v = -*v;
+        }
+        self.solver.solve_in_place(&mut r)?;
+        self.phi = Some(self.model.nodal_potential(&r));
+        self.solved = true;
+        self.last_solve_s = t0.elapsed().as_secs_f64();
+        Ok(())
+    }
+
+    fn is_solved(&self) -> bool {
+        self.solved && self.phi.is_some()
+    }
+
+    fn state(&self) -> Option<&[f64]> {
+        self.phi.as_deref()
+    }
+
+    fn start_state(&self) -> Vec<f64> {
+        self.model.nodal_potential(&vec![0.0; self.model.n_unknowns()])
+    }
+
+    fn output(&self, port: usize) -> Result<Vec<f64>, RunError> {
+        debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
+        Ok(self.model.joule_heat_qp(self.phi()?, self.temperature()))
+    }
+
+    fn objective(&self) -> Result<(f64, Vec<f64>), RunError> {
+        let phi = self.phi()?;
+        let t = self.temperature();
+        let mut value = 0.0;
+        let mut terms = Vec::with_capacity(self.objective.len());
+        for term in &self.objective {
+            let v = gradfem_electrical::functional::evaluate(
+                &self.model,
+                &term.functional,
+                phi,
+                t,
+                false,
+            )?
+            .value;
+            terms.push(term.weight * v);
+            value += term.weight * v;
+        }
+        Ok((value, terms))
+    }
+
+    fn objective_seed(&self, rev: &mut Reverse) -> Result<Seed, RunError> {
+        if self.objective.is_empty() {
+            return Ok(Seed::default());
+        }
+        let phi = self.phi()?;
+        let t = self.temperature();
+        let with_coords = rev.wants_coordinates();
+        let mut u_bar = vec![0.0; self.model.n_unknowns()];
+        let mut t_bar = vec![0.0; self.model.n_nodes()];
+        for term in &self.objective {
+            let w = term.weight;
+            let ev = gradfem_electrical::functional::evaluate(
+                &self.model,
+                &term.functional,
+                phi,
+                t,
+                with_coords,
+            )?;
+            for (u, d) in u_bar.iter_mut().zip(&ev.d_unknowns) {
+                *u += w * d;
+            }
+            self.add_material(rev.grad, &ev.d_sigma_elem, &ev.d_alpha_r, w);
+            self.add_terminals(rev.grad, &ev.d_current, &ev.d_voltage, w);
+            if let Some(dx) = &ev.d_coords {
+                rev.add_coordinates(dx, w);
+            }
+            if t.is_some() {
+                for (tb, d) in t_bar.iter_mut().zip(&ev.d_temperature) {
+                    *tb += w * d;
+                }
+            }
+        }
+        let inputs = if t.is_some() { vec![(0, t_bar)] } else { Vec::new() };
+        Ok(Seed { state: Vec::new(), unknowns: u_bar, inputs })
+    }
+
+    fn adjoint_solve(
+        &mut self,
+        state_bar: &[f64],
+        unknowns_bar: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        let mut rhs = self.model.unknowns_adjoint(state_bar);
+        if !unknowns_bar.is_empty() {
+            for (r, u) in rhs.iter_mut().zip(unknowns_bar) {
+                *r += u;
+            }
+        }
+        if !rhs.is_empty() {
+            self.solver.solve_transpose_in_place(&mut rhs)?;
+        }
+        Ok(self.model.nodal_from_unknowns(&rhs))
+    }
+
+    fn input_vjp(&self, port: usize, lambda: &[f64]) -> Result<Vec<f64>, RunError> {
+        debug_assert_eq!(port, 0, "the electrical field has one input");
+        let want = ElVjpRequest {
+            conductivity: false,
+            terminals: false,
+            temperature: true,
+            coords: false,
+        };
+        let pv = self.model.parameter_vjp(self.phi()?, self.temperature(), lambda, want);
+        Ok(pv.temperature.into_iter().map(|v| -v).collect())
+    }
+
+    fn accumulate(
+        &self,
+        lambda: &[f64],
+        state_bar: &[f64],
+        rev: &mut Reverse,
+        inputs: &[usize],
+    ) -> Result<Vec<(usize, Vec<f64>)>, RunError> {
+        let phi = self.phi()?;
+        let mut want = self.electrical_want(rev.wants_coordinates());
+        want.temperature = want.temperature && inputs.contains(&0);
+        let vjp = self.model.parameter_vjp(phi, self.temperature(), lambda, want);
+        self.add_material(rev.grad, &vjp.sigma_elem, &vjp.alpha_r, -1.0);
+        self.add_terminals(rev.grad, &vjp.current, &vjp.voltage, -1.0);
+        if let Some(dx) = &vjp.coords {
+            rev.add_coordinates(dx, -1.0);
+        }
+        // The voltages' direct share: φ̄ at the nodes they hold.
+        let v_bar = self.model.voltage_adjoint(state_bar);
+        let zero = vec![0.0; v_bar.len()];
+        self.add_terminals(rev.grad, &zero, &v_bar, 1.0);
+        Ok(if want.temperature {
+            vec![(0, vjp.temperature.into_iter().map(|v| -v).collect())]
+        } else {
+            Vec::new()
+        })
+    }
+
+    fn output_vjp(
+        &self,
+        port: usize,
+        y_bar: &[f64],
+        rev: Option<&mut Reverse>,
+    ) -> Result<OutputVjp, RunError> {
+        debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
+        let phi = self.phi()?;
+        let t = self.temperature();
+        let coords = rev.as_ref().is_some_and(|r| r.wants_coordinates());
+        let jv = self.model.joule_vjp(phi, t, y_bar, coords);
+        if let Some(rev) = rev {
+            self.add_material(rev.grad, &jv.sigma_elem, &jv.alpha_r, 1.0);
+            if let Some(dx) = &jv.coords {
+                rev.add_coordinates(dx, 1.0);
+            }
+        }
+        let inputs = if t.is_some() { vec![(0, jv.temperature)] } else { Vec::new() };
+        Ok(OutputVjp { state: jv.phi, inputs })
+    }
+
+    fn cell_kernels(&self) -> Option<Box<dyn CellKernels + '_>> {
+        let phi = match &self.phi {
+            Some(phi) => Cow::Borrowed(phi.as_slice()),
+            None => Cow::Owned(self.start_state()),
+        };
+        Some(Box::new(ElectricalCells { model: &self.model, phi, t: self.temperature.as_deref() }))
+    }
+
+    fn cell_unknowns(&self) -> Vec<f64> {
+        match &self.phi {
+            Some(phi) => self.model.unknowns_from_nodal(phi),
+            None => vec![0.0; self.model.n_unknowns()],
+        }
+    }
+
+    fn place_unknowns(&mut self, unknowns: &[f64]) {
+        self.phi = Some(self.model.nodal_potential(unknowns));
+        self.solved = false;
+    }
+
+    fn finish_cycle_solve(
+        &mut self,
+        _info: &gradfem_solvers::newton::NewtonInfo,
+    ) -> Result<(), RunError> {
+        if self.phi.is_none() {
+            return Err(setup("electrical: no placed state"));
+        }
+        self.solved = true;
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// The electrical field's element kernels at a placed potential and temperature.
+struct ElectricalCells<'a> {
+    model: &'a ElectricalModel,
+    phi: Cow<'a, [f64]>,
+    t: Option<&'a [f64]>,
+}
+
+impl CellKernels for ElectricalCells<'_> {
+    fn n_unknowns(&self) -> usize {
+        self.model.n_unknowns()
+    }
+    fn n_elements(&self) -> usize {
+        self.model.n_elements()
+    }
+    fn components(&self) -> usize {
+        1
+    }
+    fn element_dofs(&self, e: usize) -> &[usize] {
+        let o = self.model.element_offsets();
+        &self.model.element_dofs()[o[e]..o[e + 1]]
+    }
+    fn element_nodes(&self, e: usize) -> &[usize] {
+        self.model.element_nodes(e)
+    }
+    fn element_cell(&self, e: usize) -> Option<CellId> {
+        (e < self.model.n_volume_elements()).then(|| self.model.element_cell(e))
+    }
+    fn unknowns_adjoint(&self, state_bar: &[f64]) -> Vec<f64> {
+        self.model.unknowns_adjoint(state_bar)
+    }
+    fn lambda_from_unknowns(&self, lambda: &[f64]) -> Vec<f64> {
+        self.model.nodal_from_unknowns(lambda)
+    }
+    fn element_residual_tangent(&self, e: usize, ke: Option<&mut [f64]>, fe: &mut [f64]) {
+        self.model.element_residual_tangent(e, &self.phi, self.t, ke, fe);
+    }
+    fn element_input_tangent(&self, e: usize, port: usize, out: &mut [f64]) -> bool {
+        debug_assert_eq!(port, 0, "the electrical field has one input");
+        let Some(t) = self.t else { return false };
+        if e >= self.model.n_volume_elements() {
+            return false;
+        }
+        self.model.temperature_tangent_element(e, &self.phi, t, out);
+        true
+    }
+    fn element_output_jacobian(
+        &self,
+        e: usize,
+        port: usize,
+    ) -> Option<(usize, Vec<f64>, Vec<(usize, Vec<f64>)>)> {
+        debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
+        if e >= self.model.n_volume_elements() {
+            return None;
+        }
+        let nn = self.model.element_nodes(e).len();
+        let nq = self.model.qp_offsets()[e + 1] - self.model.qp_offsets()[e];
+        let mut d_phi = vec![0.0; nq * nn];
+        let mut d_t = vec![0.0; nq * nn];
+        self.model.joule_qp_jacobian_element(e, &self.phi, self.t, &mut d_phi, &mut d_t);
+        let inputs = if self.t.is_some() { vec![(0, d_t)] } else { Vec::new() };
+        Some((nq, d_phi, inputs))
+    }
+    fn describe_dof(&self, dof: usize) -> String {
+        self.model.describe_dof(dof)
+    }
+}

@@ -1,0 +1,401 @@
+//! The time stepping of the thermal field: ρc ∂T/∂t − ∇·(k∇T) = Q from an initial
+//! temperature, with the discrete adjoint of [`crate::fields::transient`], as the field's
+//! [`crate::Dynamic`] capability.
+//!
+//! With adaptive steps the first solve chooses the step sizes (step doubling) and later solves
+//! of the same problem — after parameter changes in an optimization or a Taylor test — keep
+//! them: the gradient is that of the discrete map with the step sizes held fixed, and
+//! re-choosing them would make J jump between step sequences.
+//!
+//! Extra parameters: `thermal.rho_c.<group>` (heat capacity of a material) and
+//! `thermal.initial_temperature` (the uniform starting temperature of the free nodes); every
+//! steady thermal parameter (k, Q, boundary values, coordinates, morphs) gets its gradient
+//! through the same checkpointed time adjoint.
+
+use gradfem_solvers::checkpoint::Checkpointing;
+use gradfem_solvers::newton::NewtonParams;
+use gradfem_solvers::params::{ParamId, ParamRegistry, ParamSpec};
+use gradfem_thermal::{ObjectiveTerm, ThermalModel};
+use serde::Serialize;
+
+use crate::error::RunError;
+use crate::field::{Reverse, StepInfo};
+use crate::fields::transient::{
+    AdaptInfo, AdaptParams, MassKind, StepInfo as ThermalStepInfo, TimeObjective, TimeScheme,
+    Trajectory, TransientGradient, TransientProblem, TransientSpec, WeightedTerms,
+};
+
+/// How a registered transient parameter maps onto the run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum TBinding {
+    HeatCapacity(usize),
+    Initial,
+}
+
+/// Timings and counts of a transient run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TransientReport {
+    pub steps: usize,
+    pub final_time_s: f64,
+    pub newton_iterations: usize,
+    pub factorizations: usize,
+    /// The largest nodal temperature over every state [K].
+    #[serde(rename = "max_temperature_over_time_K")]
+    pub max_temperature_over_time_k: f64,
+    /// Adaptive runs: accepted and rejected step pairs and the largest error estimate.
+    pub adaptive_accepted: Option<usize>,
+    pub adaptive_rejected: Option<usize>,
+    pub simulate_s: f64,
+    /// The last gradient's reverse sweep: recomputed steps and the most states held at once.
+    pub recomputed_steps: Option<usize>,
+    pub peak_stored_states: Option<usize>,
+}
+
+/// The time stepping of a thermal field: its integrator, heat capacities, initial temperature
+/// and memory scheme, and the last run.
+pub struct ThermalTransient {
+    /// Integrator.
+    pub scheme: TimeScheme,
+    /// Mass form.
+    pub mass: MassKind,
+    /// Fixed step (or the first adaptive one) [s].
+    pub dt: f64,
+    /// Number of fixed steps.
+    pub steps: usize,
+    /// Adaptive step control.
+    pub adaptive: Option<AdaptParams>,
+    /// ρc per thermal region.
+    pub heat_capacity: Vec<f64>,
+    /// Uniform initial temperature, or the nodal field of `[initial_state]`.
+    pub initial: Initial,
+    /// How the adjoint keeps states.
+    pub memory: Checkpointing,
+    /// Every k-th state is written to the results.
+    pub output_every: usize,
+    bindings: Vec<(ParamId, TBinding)>,
+    /// The problem of the last run (with its chosen step sizes) and its trajectory.
+    run: Option<(TransientProblem, Trajectory)>,
+    /// Adaptive runs: the step sizes the first solve chose, held fixed afterwards.
+    chosen_steps: Option<(Vec<f64>, AdaptInfo)>,
+    pub report: TransientReport,
+}
+
+/// The initial temperature of a run.
+#[derive(Clone, Debug)]
+pub enum Initial {
+    /// The same value at every free node.
+    Uniform(f64),
+    /// A nodal field (one value per node).
+    Nodal(Vec<f64>),
+}
+
+fn setup(msg: impl Into<String>) -> RunError {
+    RunError::Setup(msg.into())
+}
+
+fn transient_err(e: crate::fields::transient::TransientError) -> RunError {
+    RunError::Setup(e.to_string())
+}
+
+impl ThermalTransient {
+    /// Time stepping with these settings for `model` (checked against it: one heat capacity
+    /// per region, ρc > 0, θ in [½, 1], Δt > 0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        model: &ThermalModel,
+        scheme: TimeScheme,
+        mass: MassKind,
+        dt: f64,
+        steps: usize,
+        adaptive: Option<AdaptParams>,
+        heat_capacity: Vec<f64>,
+        initial: Initial,
+        memory: Checkpointing,
+        output_every: usize,
+    ) -> Result<Self, RunError> {
+        let run = ThermalTransient {
+            scheme,
+            mass,
+            dt,
+            steps,
+            adaptive,
+            heat_capacity,
+            initial,
+            memory,
+            output_every,
+            bindings: Vec::new(),
+            run: None,
+            chosen_steps: None,
+            report: TransientReport::default(),
+        };
+        // Fail early on bad values (ρc ≤ 0, θ outside [½, 1], Δt ≤ 0).
+        run.problem(model)?;
+        Ok(run)
+    }
+
+    /// True when `name` is a transient parameter.
+    pub fn owns_name(name: &str) -> bool {
+        name.starts_with("thermal.rho_c.") || name == "thermal.initial_temperature"
+    }
+
+    /// Parameter names of the run.
+    pub fn available_parameters(&self, model: &ThermalModel) -> Vec<String> {
+        let mut names: Vec<String> =
+            model.regions.iter().map(|r| format!("thermal.rho_c.{}", r.name)).collect();
+        if matches!(self.initial, Initial::Uniform(_)) {
+            names.push("thermal.initial_temperature".into());
+        }
+        names
+    }
+
+    /// Register `thermal.rho_c.<group>` or `thermal.initial_temperature`.
+    pub fn register(
+        &mut self,
+        model: &ThermalModel,
+        registry: &mut ParamRegistry,
+        name: &str,
+        bounds: Option<[f64; 2]>,
+    ) -> Result<ParamId, RunError> {
+        let unknown = || RunError::UnknownParameter(name.to_string());
+        let (binding, spec) = if let Some(g) = name.strip_prefix("thermal.rho_c.") {
+            let r = model.regions.iter().position(|r| r.name == g).ok_or_else(unknown)?;
+            (
+                TBinding::HeatCapacity(r),
+                ParamSpec::scalar(name, self.heat_capacity[r])
+                    .with_bounds(Some(0.0), None)
+                    .with_doc("volumetric heat capacity ρc", "J/(m³·K)"),
+            )
+        } else if name == "thermal.initial_temperature" {
+            let Initial::Uniform(t) = self.initial else { return Err(unknown()) };
+            (
+                TBinding::Initial,
+                ParamSpec::scalar(name, t).with_doc("uniform initial temperature", "K"),
+            )
+        } else {
+            return Err(unknown());
+        };
+        let spec = match bounds {
+            Some([lo, hi]) => spec.with_bounds(Some(lo), Some(hi)),
+            None => spec,
+        };
+        let id = registry.register(spec)?;
+        self.bindings.push((id, binding));
+        Ok(id)
+    }
+
+    /// Copy registered values in; forgets the last run.
+    pub fn apply_parameters(&mut self, reg: &ParamRegistry) {
+        for (id, b) in &self.bindings {
+            let v = reg.values(*id)[0];
+            match b {
+                TBinding::HeatCapacity(r) => self.heat_capacity[*r] = v,
+                TBinding::Initial => self.initial = Initial::Uniform(v),
+            }
+        }
+        self.run = None;
+    }
+
+    /// The transient problem of `model` with these settings.
+    pub fn problem(&self, model: &ThermalModel) -> Result<TransientProblem, RunError> {
+        let model = model.clone();
+        let initial = match &self.initial {
+            Initial::Uniform(t) => vec![*t; model.n_nodes()],
+            Initial::Nodal(f) => f.clone(),
+        };
+        let spec = TransientSpec {
+            heat_capacity: self.heat_capacity.clone(),
+            dt: self.dt,
+            n_steps: self.steps,
+            scheme: self.scheme,
+            mass: self.mass,
+        };
+        TransientProblem::new(model, &spec, initial).map_err(transient_err)
+    }
+
+    /// True when the last run matches the parameters.
+    pub fn is_solved(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// Run the time stepping with the current `model` and Newton settings; returns the last
+    /// state (nodal).
+    pub fn solve(
+        &mut self,
+        model: &ThermalModel,
+        newton: &NewtonParams,
+    ) -> Result<Vec<f64>, RunError> {
+        let t0 = std::time::Instant::now();
+        let mut p = self.problem(model)?;
+        p.newton_rtol = newton.rel_tol.min(1e-10);
+        p.newton_max_iterations = newton.max_iterations;
+        let mut adapt: Option<AdaptInfo> = None;
+        match (&self.adaptive, &self.chosen_steps) {
+            (Some(_), Some((steps, info))) => {
+                p.n_steps = steps.len();
+                p.step_sizes = Some(steps.clone());
+                adapt = Some(*info);
+            }
+            (Some(a), None) => {
+                let info = p.adapt_steps(a).map_err(transient_err)?;
+                adapt = Some(info);
+                self.chosen_steps = p.step_sizes.clone().map(|s| (s, info));
+            }
+            (None, _) => {}
+        }
+        let traj = p.simulate().map_err(transient_err)?;
+        let last = traj.temperatures.last().expect("the initial state at least").clone();
+        self.report = TransientReport {
+            steps: p.n_steps,
+            final_time_s: *traj.times.last().expect("times"),
+            newton_iterations: traj.newton_iterations,
+            factorizations: traj.factorizations,
+            max_temperature_over_time_k: traj
+                .temperatures
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|v| v.is_finite())
+                .fold(f64::NEG_INFINITY, f64::max),
+            adaptive_accepted: adapt.map(|a| a.accepted),
+            adaptive_rejected: adapt.map(|a| a.rejected),
+            simulate_s: t0.elapsed().as_secs_f64(),
+            recomputed_steps: None,
+            peak_stored_states: None,
+        };
+        self.run = Some((p, traj));
+        Ok(last)
+    }
+
+    /// The objective terms' value jₙ at every state of the last run (zeros without terms).
+    pub fn state_objective(
+        &self,
+        model: &ThermalModel,
+        objective: &[ObjectiveTerm],
+    ) -> Result<Vec<f64>, RunError> {
+        let (_, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        if objective.is_empty() {
+            return Ok(vec![0.0; traj.temperatures.len()]);
+        }
+        traj.temperatures
+            .iter()
+            .map(|t| {
+                gradfem_thermal::objective::evaluate(model, objective, t, false)
+                    .map(|e| e.value)
+                    .map_err(RunError::from)
+            })
+            .collect()
+    }
+
+    /// Where state n of the last run lies.
+    pub fn step_info(&self, n: usize) -> StepInfo {
+        let (p, _) = self.run.as_ref().expect("a run");
+        let s = p.step_info(n);
+        StepInfo {
+            step: s.step,
+            n_steps: s.n_steps,
+            time: s.time,
+            dt_before: s.dt_before,
+            dt_after: s.dt_after,
+        }
+    }
+
+    /// The heat balance of the last step of the last run, stored heat included (None before a
+    /// run or when it took no step).
+    pub fn heat_balance(&self) -> Option<gradfem_thermal::HeatBalance> {
+        let (p, traj) = self.run.as_ref()?;
+        p.last_step_heat_balance(traj)
+    }
+
+    /// Times and nodal temperatures of every state of the last run.
+    pub fn states(&self) -> Option<(&[f64], &[Vec<f64>])> {
+        self.run.as_ref().map(|(_, traj)| (traj.times.as_slice(), traj.temperatures.as_slice()))
+    }
+
+    /// The adjoint of Σₙ wₙ jₙ(Tⁿ) + Σₙ ⟨sₙ, Tⁿ⟩ (j the `objective` terms, sₙ = `seeds[n]`,
+    /// per node) over the last run: dJ/dp per steady parameter kind (`want`) with ρc and T⁰
+    /// added into `rev` for this run's parameters; returns the whole [`TransientGradient`]
+    /// (the steady kinds' share still to be mapped, and dJ/dQ of the external source).
+    pub fn gradient_seeded(
+        &mut self,
+        model: &ThermalModel,
+        objective: &[ObjectiveTerm],
+        seeds: &[Option<Vec<f64>>],
+        weights: &[f64],
+        want: gradfem_thermal::VjpRequest,
+        rev: &mut Reverse,
+    ) -> Result<TransientGradient, RunError> {
+        let (p, _) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        let terms = WeightedTerms {
+            terms: objective.to_vec(),
+            weights: crate::fields::transient::StepWeights::Custom(weights.to_vec()),
+        };
+        let obj = SeededTerms { terms, seeds };
+        let g: TransientGradient = p.gradient(&obj, self.memory, want).map_err(transient_err)?;
+        let owner = model.fixed_owner();
+        for (id, b) in &self.bindings {
+            let v = rev.grad.get_mut(*id);
+            match b {
+                TBinding::HeatCapacity(r) => v[0] += g.heat_capacity[*r],
+                TBinding::Initial => {
+                    v[0] += (0..owner.len())
+                        .filter(|&n| owner[n].is_none())
+                        .map(|n| g.initial[n])
+                        .sum::<f64>()
+                }
+            }
+        }
+        self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
+        self.report.peak_stored_states = Some(g.stats.max_stored_states);
+        Ok(g)
+    }
+
+    /// The states to write: (time, nodal temperature) every `output_every` steps and the last.
+    pub fn output_states(&self) -> Vec<(f64, &[f64])> {
+        let Some((_, traj)) = &self.run else { return Vec::new() };
+        self.output_indices()
+            .into_iter()
+            .map(|i| (traj.times[i], traj.temperatures[i].as_slice()))
+            .collect()
+    }
+
+    /// The indices of the states [`output_states`](Self::output_states) writes.
+    pub fn output_indices(&self) -> Vec<usize> {
+        let Some((_, traj)) = &self.run else { return Vec::new() };
+        let n = traj.temperatures.len();
+        (0..n).filter(|&i| i % self.output_every == 0 || i == n - 1).collect()
+    }
+}
+
+/// The thermal objective terms weighted in time, plus per-state seeds (∂/∂T per node) of the
+/// fields downstream.
+struct SeededTerms<'a> {
+    terms: WeightedTerms,
+    seeds: &'a [Option<Vec<f64>>],
+}
+
+impl TimeObjective for SeededTerms<'_> {
+    fn eval(
+        &self,
+        model: &gradfem_thermal::ThermalModel,
+        at: ThermalStepInfo,
+        t: &[f64],
+        with_coords: bool,
+    ) -> Result<Option<gradfem_thermal::ObjectiveEval>, gradfem_thermal::ThermalError> {
+        let own = if self.terms.terms.is_empty() {
+            None
+        } else {
+            self.terms.eval(model, at, t, with_coords)?
+        };
+        let Some(Some(d_t)) = self.seeds.get(at.step) else { return Ok(own) };
+        let mut e = own.unwrap_or_else(|| gradfem_thermal::ObjectiveEval {
+            value: 0.0,
+            terms: Vec::new(),
+            d_temperature: vec![0.0; t.len()],
+            d_coords: with_coords.then(|| vec![[0.0; 3]; t.len()]),
+        });
+        for (a, b) in e.d_temperature.iter_mut().zip(d_t) {
+            *a += b;
+        }
+        Ok(Some(e))
+    }
+}

@@ -1,0 +1,408 @@
+//! Time-dependent problems: the coupling graph in time, and objectives on the history.
+//!
+//! One field of the graph is stepped in time ([`Dynamic`]: implicit Euler, Crank–Nicolson or
+//! BDF2, fixed or adaptive steps, with its discrete adjoint and checkpointing). The stages
+//! before it that it does not feed are solved once (their inputs do not change in time: an
+//! electrical field driven by a voltage step at t = 0); the fields it feeds, directly or not,
+//! follow quasi-statically at every state (the mechanical field's displacement at each
+//! temperature). The field stepped in time may not lie on a cycle.
+//!
+//! The objective is a function of the history, J = F(j₀ … j_N), of the values jₙ of every
+//! field's objective terms at state n ([`TimeRule`]: the final state, a sum, the time integral,
+//! the value at a time, a smooth maximum, or a misfit to a measured series); dF/djₙ weighs
+//! each state. The reverse pass runs the downstream fields' adjoints at every weighted state,
+//! hands their seeds on the stepped field's states to its time adjoint, and sends what that
+//! gives its inputs (dJ/dQ of the Joule heat, summed over the steps) to the fields upstream,
+//! whose adjoint then runs once.
+
+use gradfem_solvers::params::Gradient;
+
+use crate::error::RunError;
+use crate::field::{Reverse, SolveMode, StepInfo};
+use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
+
+fn setup(msg: impl Into<String>) -> RunError {
+    RunError::Setup(msg.into())
+}
+
+/// Weights wₙ of a time sum Σₙ wₙ jₙ.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepWeights {
+    /// Only the final state: w_N = 1.
+    Final,
+    /// Every state: wₙ = 1.
+    EveryStep,
+    /// Trapezoidal rule for ∫₀^{t_N} j dt: wₙ = (Δtₙ₋₁ + Δtₙ)/2 (Δt/2 at both ends).
+    Trapezoid,
+}
+
+impl StepWeights {
+    /// wₙ.
+    pub fn weight(&self, at: StepInfo) -> f64 {
+        match self {
+            StepWeights::Final => f64::from(u8::from(at.step == at.n_steps)),
+            StepWeights::EveryStep => 1.0,
+            StepWeights::Trapezoid => 0.5 * (at.dt_before + at.dt_after),
+        }
+    }
+}
+
+/// How J is made of the objective terms' values jₙ at the states.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TimeRule {
+    /// Σₙ wₙ jₙ with fixed weights: the final state, every state, the trapezoidal integral.
+    Weighted(StepWeights),
+    /// j(t) at a time t, linear between the states around it.
+    At(f64),
+    /// The Kreisselmeier–Steinhauser maximum over the states with sharpness ρ:
+    /// max ≤ J ≤ max + ln(N + 1)/ρ.
+    Max {
+        /// Sharpness ρ (1/the terms' unit).
+        rho: f64,
+    },
+    /// ½ Σₖ (j(tₖ) − dₖ)² over measured (tₖ, dₖ), j linear between the states.
+    Misfit(Vec<[f64; 2]>),
+}
+
+/// The weights (wₙ, wₙ₊₁) that interpolate linearly at `t` between the states at `times`, with
+/// the index n; an error outside [t₀, t_N].
+fn interpolation(times: &[f64], t: f64, what: &str) -> Result<(usize, f64, f64), RunError> {
+    let last = *times.last().expect("the initial state at least");
+    let tol = 1e-12 * last.abs().max(f64::MIN_POSITIVE);
+    if !(t >= times[0] - tol && t <= last + tol) {
+        return Err(setup(format!(
+            "[transient] {what}: t = {t} s lies outside the run, 0 … {last} s"
+        )));
+    }
+    if times.len() == 1 {
+        return Ok((0, 1.0, 0.0));
+    }
+    // The step [tₙ, tₙ₊₁] that holds t (the last one for t = t_N).
+    let n = times.partition_point(|&x| x <= t).saturating_sub(1).min(times.len() - 2);
+    let (a, b) = (times[n], times[n + 1]);
+    let s = ((t - a) / (b - a)).clamp(0.0, 1.0);
+    Ok((n, 1.0 - s, s))
+}
+
+impl TimeRule {
+    /// J from the values jₙ at the states at `times`, and dJ/djₙ.
+    pub fn value_and_weights(
+        &self,
+        j: &[f64],
+        times: &[f64],
+        info: impl Fn(usize) -> StepInfo,
+    ) -> Result<(f64, Vec<f64>), RunError> {
+        let mut w = vec![0.0; j.len()];
+        let value = match self {
+            TimeRule::Weighted(sw) => {
+                for (n, wn) in w.iter_mut().enumerate() {
+                    *wn = sw.weight(info(n));
+                }
+                j.iter().zip(&w).map(|(a, b)| a * b).sum()
+            }
+            TimeRule::At(t) => {
+                let (n, a, b) = interpolation(times, *t, "objective = \"at\"")?;
+                w[n] += a;
+                if b != 0.0 {
+                    w[n + 1] += b;
+                }
+                a * j[n] + if b != 0.0 { b * j[n + 1] } else { 0.0 }
+            }
+            TimeRule::Max { rho } => {
+                let m = j.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = j.iter().map(|v| (rho * (v - m)).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                for (wn, en) in w.iter_mut().zip(&e) {
+                    *wn = en / sum;
+                }
+                m + sum.ln() / rho
+            }
+            TimeRule::Misfit(data) => {
+                let mut total = 0.0;
+                for (k, [t, d]) in data.iter().enumerate() {
+                    let (n, a, b) =
+                        interpolation(times, *t, &format!("measured row {} (time {t} s)", k + 1))?;
+                    let jt = a * j[n] + if b != 0.0 { b * j[n + 1] } else { 0.0 };
+                    let r = jt - d;
+                    total += 0.5 * r * r;
+                    w[n] += r * a;
+                    if b != 0.0 {
+                        w[n + 1] += r * b;
+                    }
+                }
+                total
+            }
+        };
+        Ok((value, w))
+    }
+}
+
+/// The quasi-static fields downstream of the stepped one at every state of the last run.
+#[derive(Clone, Debug, Default)]
+pub struct TimeHistory {
+    /// The downstream fields (indices), in stage order.
+    pub fields: Vec<usize>,
+    /// Their objective terms' value at each state.
+    pub objective: Vec<f64>,
+    /// Their states at each state of the run: `states[n][k]` is field `fields[k]`'s.
+    pub states: Vec<Vec<Vec<f64>>>,
+}
+
+/// Where the stages lie relative to the stepped field.
+struct TimeLayout {
+    /// The stepped field.
+    dynamic: usize,
+    /// Stages solved once, before it.
+    before: Vec<Vec<usize>>,
+    /// Stages after it that it feeds (solved at every state), in order.
+    downstream: Vec<Vec<usize>>,
+    /// Stages after it that it does not feed (solved once).
+    after: Vec<Vec<usize>>,
+}
+
+impl CoupledProblem {
+    /// The stepped field and the stages around it.
+    fn time_layout(&self) -> Result<TimeLayout, RunError> {
+        let dynamic: Vec<usize> =
+            (0..self.fields().len()).filter(|&i| self.fields()[i].dynamic().is_some()).collect();
+        let [d] = dynamic[..] else {
+            return Err(setup(format!(
+                "a time-dependent problem needs exactly one field stepped in time; this one has {}",
+                dynamic.len()
+            )));
+        };
+        let schedule = self.schedule();
+        let pos = schedule.iter().position(|s| s.fields.contains(&d)).expect("scheduled");
+        if schedule[pos].is_coupled() {
+            let names: Vec<&str> =
+                schedule[pos].fields.iter().map(|&i| self.fields()[i].name()).collect();
+            return Err(setup(format!(
+                "the {} field is stepped in time but lies on the cycle {}; a cycle is not stepped in time yet (make the coupling one-way, e.g. a resistivity independent of T)",
+                self.fields()[d].name(),
+                names.join(" ⇄ ")
+            )));
+        }
+        // Fields the stepped one feeds, directly or not.
+        let mut fed = vec![false; self.fields().len()];
+        fed[d] = true;
+        for stage in &schedule[pos + 1..] {
+            let reached =
+                self.transfers().iter().any(|t| fed[t.from] && stage.fields.contains(&t.to));
+            if reached {
+                for &f in &stage.fields {
+                    fed[f] = true;
+                }
+            }
+        }
+        let mut layout = TimeLayout {
+            dynamic: d,
+            before: schedule[..pos].iter().map(|s| s.fields.clone()).collect(),
+            downstream: Vec::new(),
+            after: Vec::new(),
+        };
+        for stage in &schedule[pos + 1..] {
+            if fed[stage.fields[0]] {
+                layout.downstream.push(stage.fields.clone());
+            } else {
+                layout.after.push(stage.fields.clone());
+            }
+        }
+        Ok(layout)
+    }
+
+    /// Solve the stages `stages` in order (each a field or a cycle).
+    fn solve_stages(&mut self, stages: &[Vec<usize>]) -> Result<(), RunError> {
+        for stage in stages {
+            if stage.len() > 1 {
+                let report = match self.cycle.scheme {
+                    crate::CycleScheme::Monolithic => self.solve_monolithic(stage)?,
+                    crate::CycleScheme::Staggered => self.solve_staggered(stage)?,
+                };
+                self.cycle_reports.push(report);
+            } else {
+                self.feed(stage[0])?;
+                self.fields_mut()[stage[0]].solve(SolveMode::Alone)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The forward run in time (module docs).
+    pub(crate) fn solve_in_time(&mut self) -> Result<(), RunError> {
+        self.history = None;
+        self.cycle_reports.clear();
+        let layout = self.time_layout()?;
+        self.solve_stages(&layout.before)?;
+        self.solve_stages(&layout.after)?;
+        let d = layout.dynamic;
+        self.feed(d)?;
+        self.fields_mut()[d].dynamic_mut().expect("stepped").simulate()?;
+        let n_states =
+            self.fields()[d].dynamic().expect("stepped").trajectory().map_or(0, |t| t.1.len());
+        let fields: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
+        let mut history = TimeHistory { fields: fields.clone(), ..Default::default() };
+        if !fields.is_empty() {
+            for n in 0..n_states {
+                self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
+                self.solve_stages(&layout.downstream)?;
+                let mut value = 0.0;
+                let mut states = Vec::with_capacity(fields.len());
+                for &f in &fields {
+                    value += self.fields()[f].objective()?.0;
+                    states.push(self.fields()[f].state().map(<[f64]>::to_vec).unwrap_or_default());
+                }
+                history.objective.push(value);
+                history.states.push(states);
+            }
+        }
+        // The last state stays shown (and the downstream fields solved there).
+        self.history = Some(history);
+        Ok(())
+    }
+
+    /// The history of the downstream fields of the last run in time.
+    pub fn time_history(&self) -> Option<&TimeHistory> {
+        self.history.as_ref()
+    }
+
+    /// The values jₙ of every field's objective terms at every state of the last run in time:
+    /// the stepped field's own, the downstream fields' at that state, and the time-independent
+    /// fields' (the same at every state).
+    pub fn state_values(&self) -> Result<Vec<f64>, RunError> {
+        let layout = self.time_layout()?;
+        let dynamic = self.fields()[layout.dynamic].dynamic().expect("stepped");
+        let mut j = dynamic.state_objective()?;
+        let history = self.history.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        for (a, b) in j.iter_mut().zip(&history.objective) {
+            *a += b;
+        }
+        let mut still = 0.0;
+        for &i in layout.before.iter().chain(&layout.after).flatten() {
+            still += self.fields()[i].objective()?.0;
+        }
+        if still != 0.0 {
+            j.iter_mut().for_each(|v| *v += still);
+        }
+        Ok(j)
+    }
+
+    /// J = F(j₀ … j_N) of the time rule, and dJ/djₙ.
+    pub fn time_objective(&self) -> Result<(f64, Vec<f64>), RunError> {
+        let rule = self.time.as_ref().ok_or_else(|| setup("not a time-dependent problem"))?;
+        let layout = self.time_layout()?;
+        let dynamic = self.fields()[layout.dynamic].dynamic().expect("stepped");
+        let (times, _) = dynamic.trajectory().ok_or_else(|| setup("transient: solve first"))?;
+        rule.value_and_weights(&self.state_values()?, times, |n| dynamic.step_info(n))
+    }
+
+    /// J and dJ/dp of a problem in time (module docs).
+    pub(crate) fn gradient_in_time(
+        &mut self,
+        grad: &mut Gradient,
+        timings: &mut GradientTimings,
+    ) -> Result<f64, RunError> {
+        let layout = self.time_layout()?;
+        let (j, weights) = self.time_objective()?;
+        let d = layout.dynamic;
+        let n_states = weights.len();
+        let downstream: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
+        // The downstream fields' adjoints at every weighted state, each a seed on that state;
+        // seeds they put on time-independent fields upstream gather in `bars`.
+        let mut bars = self.zero_bars();
+        let mut seeds: Vec<Option<Vec<f64>>> = vec![None; n_states];
+        if !downstream.is_empty() {
+            for (n, &w) in weights.iter().enumerate() {
+                if w == 0.0 {
+                    continue;
+                }
+                self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
+                self.solve_stages(&layout.downstream)?;
+                let mut g = Gradient::zeros(self.registry());
+                let mut local = self.zero_bars();
+                for &f in &downstream {
+                    self.seed_field(f, &mut local, &mut g)?;
+                }
+                self.reverse_stage_list(&layout.downstream, &mut local, &mut g, timings)?;
+                grad.add_scaled(w, &g);
+                let s = std::mem::take(&mut local.state[d]);
+                seeds[n] = Some(s.into_iter().map(|v| w * v).collect());
+                for (f, s) in local.state.iter().enumerate() {
+                    if f != d && !downstream.contains(&f) && !s.is_empty() {
+                        let scaled: Vec<f64> = s.iter().map(|v| w * v).collect();
+                        add_into(&mut bars.state[f], &scaled);
+                    }
+                }
+            }
+            // Leave the last state shown, the downstream fields solved there.
+            self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n_states - 1)?;
+            self.solve_stages(&layout.downstream)?;
+        }
+        // The stepped field's time adjoint; its inputs' seeds go upstream.
+        let incoming: Vec<(usize, usize)> = self
+            .transfers()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.to == d)
+            .map(|(k, t)| (k, t.to_port))
+            .collect();
+        let ports: Vec<usize> = incoming.iter().map(|&(_, p)| p).collect();
+        let x_bars = {
+            let (registry, shape) = self.parts();
+            let registry = registry.clone();
+            let shape = shape.clone();
+            let mut rev = Reverse { registry: &registry, shape: &shape, grad: &mut *grad };
+            let ts = std::time::Instant::now();
+            let r = self.fields_mut()[d]
+                .dynamic_mut()
+                .expect("stepped")
+                .time_gradient(&weights, &seeds, &mut rev, &ports)?;
+            timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
+            r
+        };
+        // The time-independent fields' own terms count at every state: their weight is Σₙ wₙ.
+        let still_weight: f64 = weights.iter().sum();
+        let mut g_still = Gradient::zeros(self.registry());
+        let mut still = self.zero_bars();
+        for &i in layout.before.iter().chain(&layout.after).flatten() {
+            self.seed_field(i, &mut still, &mut g_still)?;
+        }
+        for f in 0..self.fields().len() {
+            let scale = |v: &[f64]| v.iter().map(|x| still_weight * x).collect::<Vec<f64>>();
+            add_into(&mut bars.state[f], &scale(&still.state[f]));
+            if !still.unknowns[f].is_empty() {
+                bars.unknowns[f] = scale(&still.unknowns[f]);
+            }
+            for (p, x) in still.inputs[f].iter().enumerate() {
+                add_into(&mut bars.inputs[f][p], &scale(x));
+            }
+        }
+        grad.add_scaled(still_weight, &g_still);
+        for (k, port) in incoming {
+            let x = x_bars.iter().find(|(p, _)| *p == port).map(|(_, x)| x.clone());
+            let Some(x) = x else { continue };
+            let t = self.transfers()[k].clone();
+            let (registry, shape) = self.parts();
+            let mut rev = Reverse { registry, shape, grad: &mut *grad };
+            self.to_source(&t, &x, &mut bars, Some(&mut rev))?;
+        }
+        // Upstream (and independent) stages once, in reverse.
+        let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
+        self.reverse_stage_list(&once, &mut bars, grad, timings)?;
+        Ok(j)
+    }
+
+    /// Add field `f`'s objective seeds into `bars` (its direct partials into `grad`).
+    fn seed_field(&self, f: usize, bars: &mut Bars, grad: &mut Gradient) -> Result<(), RunError> {
+        let (registry, shape) = self.parts();
+        let mut rev = Reverse { registry, shape, grad };
+        let seed = self.fields()[f].objective_seed(&mut rev)?;
+        add_into(&mut bars.state[f], &seed.state);
+        if !seed.unknowns.is_empty() {
+            bars.unknowns[f] = seed.unknowns;
+        }
+        for (p, x) in seed.inputs {
+            add_into(&mut bars.inputs[f][p], &x);
+        }
+        Ok(())
+    }
+}
