@@ -74,6 +74,9 @@ impl DerefMut for Problem {
     }
 }
 
+/// The mean displacement of the tip group of a nodal displacement (None without a tip).
+type TipOf<'a> = dyn Fn(&[f64]) -> Option<[f64; 3]> + 'a;
+
 /// The mechanical field of a transient problem at every state of the last run: quasi-static,
 /// solved with that state's temperature.
 #[derive(Clone, Debug, Default)]
@@ -173,20 +176,33 @@ impl Problem {
         self.engine.state_values()
     }
 
-    /// The mechanical field at every state of the last transient run.
+    /// The mechanical field (linear or finite-strain) at every state of the last transient
+    /// run.
     pub fn mechanical_history(&self) -> Option<MechanicalHistory> {
         let history = self.engine.time_history()?;
-        let m = self.engine.field_index("mechanical")?;
-        let k = history.fields.iter().position(|&f| f == m)?;
-        let field = self.mechanical()?;
+        let (name, tip): (&str, Box<TipOf>) = match (self.mechanical(), self.hyperelastic()) {
+            (Some(m), _) => (
+                "mechanical",
+                Box::new(|u: &[f64]| {
+                    let g = m.tip_group.as_ref()?;
+                    m.mean_displacement_of(u, g).ok()
+                }),
+            ),
+            (None, Some(h)) => {
+                ("hyperelastic", Box::new(|u: &[f64]| h.mean_displacement_of(u, h.tip.as_ref()?)))
+            }
+            (None, None) => return None,
+        };
+        let f = self.engine.field_index(name)?;
+        let k = history.fields.iter().position(|&i| i == f)?;
         // The downstream fields' terms at each state (the mechanical field's alone unless a
         // field downstream of it has terms too).
         let mut out =
             MechanicalHistory { objective: history.objective.clone(), ..Default::default() };
         for states in &history.states {
             let u = states[k].clone();
-            if let Some(tip) = &field.tip_group {
-                out.tip.push(field.mean_displacement_of(&u, tip).ok()?);
+            if let Some(t) = tip(&u) {
+                out.tip.push(t);
             }
             out.displacement.push(u);
         }
@@ -1559,63 +1575,93 @@ pub fn write_results(
             }
         }
     }
-    if let Some(h) = whole.hyperelastic() {
-        // One output step per load step (time = load factor): displacement, reactions, Cauchy
-        // stress, J and stretches; the last step also holds the upstream fields.
-        let loads: Vec<f64> = h.states().iter().map(|s| s.0).collect();
+    // A finite-strain field's last load step: displacement, reactions, Cauchy stress, J and
+    // stretches (they replace the fields of the same names).
+    let finite_strain_last = |fields: &mut Vec<Field>| -> Result<(), AppError> {
+        let Some(h) = whole.hyperelastic() else { return Ok(()) };
+        let Some(k) = h.states().len().checked_sub(1) else { return Ok(()) };
         let cell_of = h.cell_output_index(mesh);
         let herr = |e: RunError| werr(dir, &format!("the finite-strain output: {e}"));
-        for (i, &load) in loads.iter().enumerate() {
-            let mut step_fields =
-                crate::hyperelastic_file::step_fields(h, i, &cell_of, n_cells).map_err(herr)?;
-            if i + 1 == loads.len() {
-                fields.retain(|f| {
-                    !matches!(f.name.as_str(), "temperature" | "heat_flux" | "conductivity")
-                        && step_fields.iter().all(|g| g.name != f.name)
-                });
-                step_fields.append(&mut fields);
-            }
-            results.add_step(Step { time: load, fields: step_fields });
-        }
-        let path = dir.join("results.xdmf");
-        results.write(&path).map_err(|e| werr(&path, &e))?;
-        return Ok(path);
-    }
-    match whole.transient() {
-        Some(tr) => {
-            let history = whole.mechanical_history();
-            // Every output state holds the temperature and, with a mechanical field, its
-            // quasi-static displacement; the last one every field.
+        let step = crate::hyperelastic_file::step_fields(h, k, &cell_of, n_cells).map_err(herr)?;
+        fields.retain(|f| step.iter().all(|g| g.name != f.name));
+        fields.extend(step);
+        Ok(())
+    };
+    match (whole.transient(), whole.hyperelastic()) {
+        (Some(tr), _) => {
+            // Every output state holds the temperature and the quasi-static state of every
+            // field downstream of it (the displacement); the last one every field.
             let states = tr.output_states();
             let indices = tr.output_indices();
+            let history = whole.time_history();
             let last = states.len().saturating_sub(1);
             for (i, (time, t)) in states.iter().enumerate() {
                 if i == last {
+                    finite_strain_last(&mut fields)?;
                     results.add_step(Step { time: *time, fields: std::mem::take(&mut fields) });
-                } else {
-                    let mut step =
-                        vec![Field::node("temperature", "K", FieldValues::Scalar(t.to_vec()))];
-                    if let Some(h) = &history {
-                        let u = &h.displacement[indices[i]];
-                        step.push(Field::node(
-                            "displacement",
-                            "m",
-                            FieldValues::Vector(
-                                u.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
-                            ),
-                        ));
-                    }
-                    results.add_step(Step { time: *time, fields: step });
+                    continue;
                 }
+                let mut step =
+                    vec![Field::node("temperature", "K", FieldValues::Scalar(t.to_vec()))];
+                for h in history.iter().filter(|h| !h.states.is_empty()) {
+                    for (k, &f) in h.fields.iter().enumerate() {
+                        let port = &whole.fields()[f].outputs()[0];
+                        if let Some(field) = state_field(port, &h.states[indices[i]][k]) {
+                            step.push(field);
+                        }
+                    }
+                }
+                results.add_step(Step { time: *time, fields: step });
             }
         }
-        None => {
+        (None, Some(h)) => {
+            // One output step per load step (time = load factor): displacement, reactions,
+            // Cauchy stress, J and stretches; the last step also holds the upstream fields.
+            let loads: Vec<f64> = h.states().iter().map(|s| s.0).collect();
+            let cell_of = h.cell_output_index(mesh);
+            let herr = |e: RunError| werr(dir, &format!("the finite-strain output: {e}"));
+            for (i, &load) in loads.iter().enumerate() {
+                let mut step_fields =
+                    crate::hyperelastic_file::step_fields(h, i, &cell_of, n_cells).map_err(herr)?;
+                if i + 1 == loads.len() {
+                    fields.retain(|f| {
+                        !matches!(f.name.as_str(), "temperature" | "heat_flux" | "conductivity")
+                            && step_fields.iter().all(|g| g.name != f.name)
+                    });
+                    step_fields.append(&mut fields);
+                }
+                results.add_step(Step { time: load, fields: step_fields });
+            }
+        }
+        (None, None) => {
             results.add_step(Step { time: 0.0, fields });
         }
     }
     let path = dir.join("results.xdmf");
     results.write(&path).map_err(|e| werr(&path, &e))?;
     Ok(path)
+}
+
+/// A field's nodal state as a results field: its port's name, the unit of the quantities the
+/// fields hold (K, V, m), a scalar or a vector per node; `None` for a layout that is neither.
+fn state_field(port: &gradfem_coupling::Port, values: &[f64]) -> Option<Field> {
+    let unit = match port.name.as_str() {
+        "temperature" => "K",
+        "potential" => "V",
+        "displacement" => "m",
+        _ => "",
+    };
+    match port.layout {
+        gradfem_coupling::Layout::Nodal { components: 1 } => {
+            Some(Field::node(port.name.clone(), unit, FieldValues::Scalar(values.to_vec())))
+        }
+        gradfem_coupling::Layout::Nodal { components: 3 } => Some(Field::node(
+            port.name.clone(),
+            unit,
+            FieldValues::Vector(values.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect()),
+        )),
+        _ => None,
+    }
 }
 
 /// One parameter's gradient in `gradients.json`: a number for scalars, an array otherwise.

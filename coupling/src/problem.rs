@@ -74,7 +74,9 @@ pub struct CycleParams {
     pub tol: f64,
     /// Staggered sweeps at most.
     pub max_iterations: usize,
-    /// Newton settings of the monolithic solve (its relative tolerance is at most 1e-12).
+    /// Newton settings of the monolithic solve (its relative tolerance is at most 1e-12, and
+    /// it is relative to the load ‖R(0)‖; the default has no absolute floor, which would be
+    /// loose for a small problem whose residuals are small numbers).
     #[serde(skip)]
     pub newton: NewtonParams,
 }
@@ -85,7 +87,7 @@ impl Default for CycleParams {
             scheme: CycleScheme::Monolithic,
             tol: 1e-11,
             max_iterations: 100,
-            newton: NewtonParams::default(),
+            newton: NewtonParams { abs_tol: 0.0, ..NewtonParams::default() },
         }
     }
 }

@@ -244,6 +244,11 @@ impl HyperelasticField {
     /// The mean displacement of a group's nodes at the last step.
     pub fn mean_displacement(&self, group: &str) -> Option<[f64; 3]> {
         let (_, u) = *self.states().last()?;
+        self.mean_displacement_of(u, group)
+    }
+
+    /// The mean over a group's nodes of the nodal displacement `u` (3 per node).
+    pub fn mean_displacement_of(&self, u: &[f64], group: &str) -> Option<[f64; 3]> {
         let nodes = self.problem.model.group_nodes(group).ok()?;
         if nodes.is_empty() {
             return None;
