@@ -538,14 +538,6 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     }
     // After registration: a registered α_R makes the electro-thermal coupling two-way.
     if problem.electrical().is_some_and(ElectricalField::needs_temperature) {
-        if spec.transient.is_some() {
-            return Err(AppError::Run {
-                file: file.path.clone(),
-                source: RunError::Setup(
-                    "a transient electro-thermal problem needs a resistivity independent of T (no `alpha_r` or resistivity `law`, no registered α_R): the two-way coupling is not stepped in time yet".into(),
-                ),
-            });
-        }
         transfer(
             &mut problem.engine,
             "resistivity",
@@ -557,6 +549,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         let base = file.path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let rule = crate::transient_file::time_rule(&base, ts).map_err(run_err)?;
         problem.engine.set_time_rule(rule);
+        problem.engine.check_time_setup().map_err(run_err)?;
     }
     problem.objective_unit = objective_unit(
         &spec.objectives,

@@ -2,7 +2,8 @@
 //! field quasi-static, thermal field stepped in time, mechanical field quasi-static at every
 //! state). The long-time state is the steady solution, the gradients of the end-time and the
 //! time-integral objectives pass their Taylor tests parameter by parameter, the CLI writes the
-//! history, and a coupling that is not stepped in time yet is refused with a clear error.
+//! history. With a resistivity that depends on T the φ ⇄ T cycle is stepped as one coupled
+//! solve per step; what it cannot do in time is refused with its reason.
 
 use std::path::Path;
 use std::process::Command;
@@ -195,14 +196,99 @@ fn the_cli_writes_the_step_response() {
     }
 }
 
+/// The bar with a resistivity that depends on T: the φ ⇄ T cycle, stepped in time as one
+/// coupled (monolithic) solve per step.
+fn two_way(transient: &str) -> String {
+    let initial = if transient.is_empty() { "" } else { "\n    \"thermal.initial_temperature\"," };
+    bar(transient, "alpha_r = 1.0e-3").replace(
+        "    \"mechanical.young.domain\",",
+        &format!(
+            "    \"mechanical.young.domain\",\n    \"electrical.alpha_r.domain\",\n    \"bc.xmin.temperature\",{initial}"
+        ),
+    )
+}
+
 #[test]
-fn a_temperature_dependent_resistivity_is_refused_in_time() {
+fn a_resistivity_that_depends_on_t_is_stepped_in_time_to_the_steady_state() {
     let dir = tempfile::tempdir().unwrap();
-    // Refused when the problem is built, before anything is solved.
-    let Err(e) = build(dir.path(), &bar(&step(0.1, 5, "final"), "alpha_r = 1.0e-3")) else {
-        panic!("a two-way electro-thermal problem in time must be refused");
+    let (_, mut steady) = build(dir.path(), &two_way("")).unwrap();
+    assert_eq!(steady.coupling().to_string(), "[electrical ⇄ thermal] → mechanical");
+    let (j_steady, g_steady, _) = steady.gradient().unwrap();
+    let (_, mut long) = build(dir.path(), &two_way(&step(1.5, 100, "final"))).unwrap();
+    long.solve().unwrap();
+    assert!(long.is_solved(), "a run in time leaves every field solved");
+    let (j_long, g_long, _) = long.gradient().unwrap();
+    assert!(long.is_solved(), "the reverse sweep leaves the last state in place");
+    assert!((j_long - j_steady).abs() <= 1e-8 * j_steady, "{j_long} vs steady {j_steady}");
+    for name in ["load.xmin.voltage", "electrical.alpha_r.domain", "thermal.k.domain", "bc.zmax.h"]
+    {
+        let a = g_steady.get(steady.registry().id(name).unwrap())[0];
+        let b = g_long.get(long.registry().id(name).unwrap())[0];
+        assert!((a - b).abs() <= 1e-6 * a.abs(), "{name}: steady {a} vs long run {b}");
+    }
+    // The run's report and history come from the coupled steps.
+    let report = &long.transient().unwrap().report;
+    assert_eq!(report.steps, 100);
+    // Newton steps while the bar heats, none once a step starts at the steady state.
+    assert!(report.newton_iterations > 10 && report.newton_iterations < 100, "{report:?}");
+    assert_eq!(long.transient_state_values().unwrap().len(), 101);
+}
+
+#[rstest::rstest]
+#[case::time_integral("integral", "")]
+#[case::maximum_over_time("max", "sharpness = 50.0")]
+fn a_resistivity_that_depends_on_t_passes_its_taylor_tests_in_time(
+    #[case] objective: &str,
+    #[case] key: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = two_way(&format!("{}\n{key}", step(0.05, 12, objective)))
+        .replace("    \"bc.zmax.h\",", "    \"bc.zmax.h\",\n    \"mesh.coordinates\",");
+    let (_, mut p) = build(dir.path(), &text).unwrap();
+    let params = TaylorParams { h0: 1e-2, steps: 4, min_rate: 1.9 };
+    let parts = p.taylor_test_per_parameter(&params, |_| {}).unwrap();
+    assert_eq!(parts.len(), 11);
+    for part in &parts {
+        assert!(
+            part.passed,
+            "{} ({objective}): {}\n{}",
+            part.name,
+            part.verdict,
+            part.result.table()
+        );
+    }
+    let alpha_r = parts.iter().find(|t| t.name == "electrical.alpha_r.domain").unwrap();
+    assert!(alpha_r.result.dj_dm.abs() > 1e-6 * alpha_r.result.j0.abs(), "α_R matters here");
+}
+
+#[rstest::rstest]
+#[case::crank_nicolson(
+    "scheme = \"bdf2\"",
+    "scheme = \"crank_nicolson\"",
+    "implicit_euler or bdf2"
+)]
+#[case::adaptive(
+    "dt = 0.1\nsteps = 5",
+    "adaptive = { end_time = 0.5, tolerance = 0.01 }",
+    "fixed `dt`"
+)]
+#[case::checkpoints(
+    "objective = \"final\"",
+    "objective = \"final\"\ncheckpoints = 3",
+    "checkpoints = 0"
+)]
+#[case::staggered("[transient]", "[coupling]\nscheme = \"staggered\"\n\n[transient]", "monolithic")]
+fn what_a_cycle_cannot_do_in_time_is_refused_early(
+    #[case] from: &str,
+    #[case] to: &str,
+    #[case] reason: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = two_way(&step(0.1, 5, "final")).replace(from, to);
+    let Err(e) = build(dir.path(), &text) else {
+        panic!("'{to}' with a cycle in time must be refused");
     };
-    assert!(e.contains("resistivity independent of T") && e.contains("alpha_r"), "{e}");
+    assert!(e.contains(reason) && e.contains("bar.toml"), "{e}");
 }
 
 /// J of the bar with the `[transient]` objective rule `objective` and its extra key.

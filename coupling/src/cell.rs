@@ -76,4 +76,15 @@ pub trait CellKernels: Sync {
 
     /// A description of unknown `dof` for error messages (node, position, component).
     fn describe_dof(&self, dof: usize) -> String;
+
+    /// The placed state (the layout of the field's output port 0).
+    fn state(&self) -> &[f64];
+
+    /// The element capacity (mass) matrix of volume element `e` of a field stepped in time,
+    /// added row-major into `out` (element dofs × element dofs); false for a field without a
+    /// capacity term or an element without one.
+    fn element_capacity(&self, e: usize, out: &mut [f64]) -> bool {
+        let _ = (e, out);
+        false
+    }
 }

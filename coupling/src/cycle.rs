@@ -207,6 +207,17 @@ fn couplings_of(
 /// components) — buffers above this size are allocated.
 const STACK: usize = 4096;
 
+/// The capacity term of a field stepped in time inside a cycle, for one step:
+/// M (c₀ uᵏ⁺¹ + h) with c₀ = a₀/Δt and the history h = (a₁uᵏ + a₂uᵏ⁻¹)/Δt (per state entry).
+pub(crate) struct TimeTerm {
+    /// The stepped field's position among the cycle's members.
+    pub member: usize,
+    /// a₀/Δt.
+    pub c0: f64,
+    /// (a₁uᵏ + a₂uᵏ⁻¹)/Δt over the state.
+    pub history: Vec<f64>,
+}
+
 /// The monolithic residual of a cycle over the combined elements.
 struct System<'a> {
     problem: &'a mut CoupledProblem,
@@ -214,6 +225,7 @@ struct System<'a> {
     mono: &'a Layout,
     label: String,
     assembly_s: f64,
+    time: Option<&'a TimeTerm>,
 }
 
 impl System<'_> {
@@ -241,8 +253,9 @@ impl System<'_> {
             .map(|&i| self.problem.fields()[i].cell_kernels().expect("checked when built"))
             .collect();
         let transfers = self.problem.transfers();
+        let time = self.time;
         let kern = |e: usize, ke: Option<&mut [f64]>, fe: &mut [f64]| {
-            combined_kernel(transfers, self.members, &kernels, &self.mono.elements[e], ke, fe)
+            combined_kernel(transfers, self.members, &kernels, &self.mono.elements[e], time, ke, fe)
         };
         match k {
             Some(k) => self.mono.pattern.assemble_into(k, r, |e, ke, fe| kern(e, Some(ke), fe)),
@@ -303,6 +316,7 @@ fn combined_kernel(
     members: &[usize],
     kernels: &[Box<dyn CellKernels + '_>],
     c: &Combined,
+    time: Option<&TimeTerm>,
     mut ke: Option<&mut [f64]>,
     fe: &mut [f64],
 ) {
@@ -311,6 +325,30 @@ fn combined_kernel(
     for part in &c.parts {
         let kern = &kernels[part.member];
         let n = kern.element_dofs(part.element).len();
+        // The capacity of a field stepped in time: M (c₀ u + h) on its rows, c₀ M in its block.
+        if let Some(tt) = time.filter(|tt| tt.member == part.member) {
+            let mut me = vec![0.0; n * n];
+            if kern.element_capacity(part.element, &mut me) {
+                let nodes = kern.element_nodes(part.element);
+                let comps = kern.components();
+                let u = kern.state();
+                let at = |a: usize| nodes[a / comps] * comps + a % comps;
+                for a in 0..n {
+                    let mut s = 0.0;
+                    for b in 0..n {
+                        s += me[a * n + b] * (tt.c0 * u[at(b)] + tt.history[at(b)]);
+                    }
+                    fe[part.offset + a] += s;
+                }
+                if let Some(ke) = ke.as_deref_mut() {
+                    for a in 0..n {
+                        for b in 0..n {
+                            ke[(part.offset + a) * m + part.offset + b] += tt.c0 * me[a * n + b];
+                        }
+                    }
+                }
+            }
+        }
         let fe_part = &mut fe[part.offset..part.offset + n];
         match ke.as_deref_mut() {
             None => kern.element_residual_tangent(part.element, None, fe_part),
@@ -467,7 +505,7 @@ impl CoupledProblem {
         let names: Vec<String> =
             members.iter().map(|&i| self.fields()[i].name().to_string()).collect();
         let mut report = CycleReport {
-            fields: names.clone(),
+            fields: names,
             scheme: "monolithic".into(),
             field_s: vec![0.0; members.len()],
             ..Default::default()
@@ -478,6 +516,25 @@ impl CoupledProblem {
             self.fields_mut()[i].solve(SolveMode::InCycle)?;
             report.field_s[k] += t0.elapsed().as_secs_f64();
         }
+        let info = self.monolithic_newton(members, None)?;
+        *report.field_s.last_mut().expect("a cycle has fields") +=
+            info.time_residual_s + info.time_factor_s + info.time_solve_s;
+        report.iterations = info.iterations;
+        report.history = info.residual_history.clone();
+        Ok(report)
+    }
+
+    /// Newton on the cycle's unknowns from the fields' current states, with the capacity term
+    /// `time` of a step in time (module docs); leaves the converged state, with the inputs it
+    /// makes, in every field and — unless it is a step in time, whose reverse sweep refactors
+    /// at the stored state — the LU factors of the converged Jacobian for the adjoint.
+    pub(crate) fn monolithic_newton(
+        &mut self,
+        members: &[usize],
+        time: Option<&TimeTerm>,
+    ) -> Result<gradfem_solvers::newton::NewtonInfo, RunError> {
+        let names: Vec<String> =
+            members.iter().map(|&i| self.fields()[i].name().to_string()).collect();
         let mut mono = self.take_monolithic(members)?;
         let mut u = Vec::with_capacity(mono.layout.pattern.n_unknowns());
         for &i in members {
@@ -485,8 +542,8 @@ impl CoupledProblem {
         }
         let mut params = self.cycle.newton.clone();
         params.rel_tol = params.rel_tol.min(1e-12);
+        params.factor_at_solution = time.is_none();
         let label = names.join("-");
-        let t1 = Instant::now();
         let result = {
             let Monolithic { layout, solver } = &mut mono;
             let mut sys = System {
@@ -495,6 +552,7 @@ impl CoupledProblem {
                 mono: layout,
                 label: label.clone(),
                 assembly_s: 0.0,
+                time,
             };
             // Tolerance relative to the load ‖R(0)‖, as a single field's.
             let mut r0 = vec![0.0; u.len()];
@@ -503,7 +561,6 @@ impl CoupledProblem {
             params.abs_tol = params.abs_tol.max(params.rel_tol * load);
             newton(&mut sys, &mut u, solver.as_mut(), &params)
         };
-        let newton_s = t1.elapsed().as_secs_f64();
         let info = match result {
             Ok(info) => info,
             Err(e) => {
@@ -514,25 +571,53 @@ impl CoupledProblem {
         // The converged state in every field, with the inputs it makes.
         {
             let mut sys =
-                System { problem: self, members, mono: &mono.layout, label, assembly_s: 0.0 };
+                System { problem: self, members, mono: &mono.layout, label, assembly_s: 0.0, time };
             sys.place(&u)?;
         }
-        let t2 = Instant::now();
         for &i in members {
             self.fields_mut()[i].finish_cycle_solve(&info)?;
         }
-        report.transfer_s += t2.elapsed().as_secs_f64();
-        *report.field_s.last_mut().expect("a cycle has fields") += newton_s;
-        report.iterations = info.iterations;
-        report.history = info.residual_history.clone();
         self.put_monolithic(members, mono);
-        Ok(report)
+        Ok(info)
+    }
+
+    /// Factor the cycle's Jacobian (with the capacity term `time`) at the states placed in its
+    /// fields, for a transposed solve at a state of the past (the reverse sweep in time).
+    pub(crate) fn monolithic_factor_placed(
+        &mut self,
+        members: &[usize],
+        time: Option<&TimeTerm>,
+    ) -> Result<(), RunError> {
+        let names: Vec<String> =
+            members.iter().map(|&i| self.fields()[i].name().to_string()).collect();
+        let mut mono = self.take_monolithic(members)?;
+        let mut u = Vec::with_capacity(mono.layout.pattern.n_unknowns());
+        for &i in members {
+            u.extend(self.fields()[i].cell_unknowns());
+        }
+        let result = {
+            let Monolithic { layout, solver } = &mut mono;
+            let mut sys = System {
+                problem: self,
+                members,
+                mono: layout,
+                label: names.join("-"),
+                assembly_s: 0.0,
+                time,
+            };
+            let mut k = sys.tangent_pattern();
+            let mut r = vec![0.0; u.len()];
+            sys.residual_and_tangent(&u, &mut r, &mut k);
+            solver.factor(&k)
+        };
+        self.put_monolithic(members, mono);
+        result.map_err(RunError::from)
     }
 
     /// Seeds objective terms put on inputs that cycle fields feed each other: carried to the
     /// states (and, through derived outputs, with their parameter partials) before the cycle's
     /// adjoint, since they belong on its right-hand side.
-    fn absorb_internal_inputs(
+    pub(crate) fn absorb_internal_inputs(
         &self,
         members: &[usize],
         bars: &mut Bars,
@@ -557,7 +642,7 @@ impl CoupledProblem {
     /// The parameter products of a cycle at its converged adjoints `lambda`: the transfers'
     /// partials, each field's accumulation with its whole seed, and the seeds of inputs fed
     /// from outside the cycle handed upstream.
-    fn finish_cycle_adjoint(
+    pub(crate) fn finish_cycle_adjoint(
         &self,
         members: &[usize],
         lambda: &[Option<Vec<f64>>],
@@ -642,6 +727,21 @@ impl CoupledProblem {
     ) -> Result<usize, RunError> {
         self.absorb_internal_inputs(members, bars, grad)?;
         let ts = Instant::now();
+        let lambda = self.monolithic_transposed_solve(members, bars)?;
+        timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
+        let ta = Instant::now();
+        self.finish_cycle_adjoint(members, &lambda, bars, grad)?;
+        timings.accumulate_s += ta.elapsed().as_secs_f64();
+        Ok(1)
+    }
+
+    /// The cycle's adjoints from the seeds in `bars` by one transposed solve with the LU factors
+    /// the monolithic system holds; by field index (`None` outside the cycle).
+    pub(crate) fn monolithic_transposed_solve(
+        &mut self,
+        members: &[usize],
+        bars: &Bars,
+    ) -> Result<Vec<Option<Vec<f64>>>, RunError> {
         let mut rhs = Vec::new();
         for &i in members {
             let kern = self.fields()[i].cell_kernels().expect("a monolithic cycle's field");
@@ -661,10 +761,6 @@ impl CoupledProblem {
             let kern = self.fields()[i].cell_kernels().expect("a monolithic cycle's field");
             lambda[i] = Some(kern.lambda_from_unknowns(&rhs[offsets[k]..offsets[k] + sizes[k]]));
         }
-        timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
-        let ta = Instant::now();
-        self.finish_cycle_adjoint(members, &lambda, bars, grad)?;
-        timings.accumulate_s += ta.elapsed().as_secs_f64();
-        Ok(1)
+        Ok(lambda)
     }
 }

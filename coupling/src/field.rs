@@ -349,4 +349,56 @@ pub trait Dynamic {
         rev: &mut Reverse,
         inputs: &[usize],
     ) -> Result<Vec<(usize, Vec<f64>)>, RunError>;
+
+    // ----- stepping under the engine, for a field on a cycle ------------------------------
+    //
+    // A field stepped in time inside a strongly coupled group (the temperature of a φ ⇄ T
+    // cycle) cannot step on its own: every step is one coupled solve. The engine then drives
+    // the steps: M (a₀uᵏ⁺¹ + a₁uᵏ + a₂uᵏ⁻¹)/Δt + R(uᵏ⁺¹; xᵏ⁺¹) = 0 (implicit schemes, θ = 1)
+    // with the capacity from the field's element kernels, and asks the field for the rest.
+
+    /// The steps the engine takes for the field (their sizes and coefficients) and the initial
+    /// state; an error when the field's time settings need more than the engine offers a cycle
+    /// (a θ < 1 scheme, adaptive steps, checkpoints).
+    fn cycle_plan(&self) -> Result<CyclePlan, RunError> {
+        Err(RunError::Setup("this field cannot be stepped in time on a cycle".into()))
+    }
+
+    /// Take the run the engine made (times and states) as the field's trajectory.
+    fn set_cycle_trajectory(
+        &mut self,
+        times: Vec<f64>,
+        states: Vec<Vec<f64>>,
+        newton_iterations: usize,
+    ) -> Result<(), RunError> {
+        let _ = (times, states, newton_iterations);
+        Err(RunError::Setup("this field cannot be stepped in time on a cycle".into()))
+    }
+
+    /// M v over the state entries (zero where the state is prescribed).
+    fn capacity_product(&self, v: &[f64]) -> Vec<f64> {
+        vec![0.0; v.len()]
+    }
+
+    /// −μᵀ (∂M/∂p) w into `rev` for the capacity's parameters and the coordinates.
+    fn capacity_vjp(&self, mu: &[f64], w: &[f64], rev: &mut Reverse) -> Result<(), RunError> {
+        let _ = (mu, w, rev);
+        Ok(())
+    }
+
+    /// The seed `state_bar` on the initial state into the parameters it is made of (the
+    /// initial value of the free entries; prescribed entries' values).
+    fn initial_vjp(&self, state_bar: &[f64], rev: &mut Reverse) {
+        let _ = (state_bar, rev);
+    }
+}
+
+/// How the engine steps a field that lies on a cycle: the initial state and, per step, its
+/// size Δt and the coefficients (a₀, a₁, a₂) of M (a₀uᵏ⁺¹ + a₁uᵏ + a₂uᵏ⁻¹)/Δt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CyclePlan {
+    /// The initial state (output port 0's layout).
+    pub initial: Vec<f64>,
+    /// (Δt, [a₀, a₁, a₂]) of every step.
+    pub steps: Vec<(f64, [f64; 3])>,
 }

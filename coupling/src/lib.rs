@@ -19,7 +19,9 @@ pub mod taylor;
 pub mod time;
 
 pub use error::{LinearChoice, RunError};
-pub use field::{Dynamic, Field, Layout, OutputVjp, Port, Reverse, Seed, SolveMode, StepInfo};
+pub use field::{
+    CyclePlan, Dynamic, Field, Layout, OutputVjp, Port, Reverse, Seed, SolveMode, StepInfo,
+};
 pub use problem::{
     CoupledProblem, CycleParams, CycleReport, CycleScheme, GradientTimings, Transfer,
 };

@@ -212,6 +212,9 @@ pub struct CoupledProblem {
     pub(crate) time: Option<crate::time::TimeRule>,
     /// The downstream fields at every state of the last run in time.
     pub(crate) history: Option<crate::time::TimeHistory>,
+    /// The states of the cycle that holds the stepped field, at every state of the last run in
+    /// time (when the stepped field lies on a cycle).
+    pub(crate) cycle_states: Option<crate::time::CycleStates>,
 }
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -235,6 +238,7 @@ impl CoupledProblem {
             last_gradient: GradientTimings::default(),
             time: None,
             history: None,
+            cycle_states: None,
         }
     }
 

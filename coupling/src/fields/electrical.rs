@@ -736,4 +736,7 @@ impl CellKernels for ElectricalCells<'_> {
     fn describe_dof(&self, dof: usize) -> String {
         self.model.describe_dof(dof)
     }
+    fn state(&self) -> &[f64] {
+        &self.phi
+    }
 }

@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::cell::CellKernels;
 use crate::error::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
-use crate::field::{Dynamic, Field, Layout, Port, Reverse, Seed, SolveMode, StepInfo};
+use crate::field::{CyclePlan, Dynamic, Field, Layout, Port, Reverse, Seed, SolveMode, StepInfo};
 use crate::fields::thermal_transient::ThermalTransient;
 
 /// How one registered parameter maps onto the model.
@@ -719,7 +719,9 @@ impl Field for ThermalField {
             Some(t) => Cow::Borrowed(t.as_slice()),
             None => Cow::Owned(self.model.nodal_temperature(&self.unknowns)),
         };
-        Some(Box::new(ThermalCells { model: &self.model, t }))
+        let capacity =
+            self.transient.as_ref().map(|tr| (tr.heat_capacity_elem(&self.model), tr.lumped()));
+        Some(Box::new(ThermalCells { model: &self.model, t, capacity }))
     }
 
     fn cell_unknowns(&self) -> Vec<f64> {
@@ -811,6 +813,101 @@ impl Dynamic for ThermalField {
             .state_objective(&self.model, &self.objective)
     }
 
+    fn cycle_plan(&self) -> Result<CyclePlan, RunError> {
+        self.transient.as_ref().expect("a transient field").cycle_plan(&self.model)
+    }
+
+    fn set_cycle_trajectory(
+        &mut self,
+        times: Vec<f64>,
+        states: Vec<Vec<f64>>,
+        newton_iterations: usize,
+    ) -> Result<(), RunError> {
+        let last = states.last().cloned().expect("the initial state at least");
+        let tr = self.transient.as_mut().expect("a transient field");
+        tr.set_run(&self.model, times, states, newton_iterations)?;
+        self.set_solution(last);
+        Ok(())
+    }
+
+    fn capacity_product(&self, v: &[f64]) -> Vec<f64> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        let rho_c = tr.heat_capacity_elem(&self.model);
+        let mut out = vec![0.0; self.model.n_nodes()];
+        let mut me = Vec::new();
+        for (e, &rc) in rho_c.iter().enumerate() {
+            let nodes = self.model.element_nodes(e);
+            let nn = nodes.len();
+            me.clear();
+            me.resize(nn * nn, 0.0);
+            self.model.element_mass_into(e, rc, tr.lumped(), &mut me);
+            for a in 0..nn {
+                out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
+            }
+        }
+        for (n, o) in out.iter_mut().enumerate() {
+            if self.model.dofs.unknown_of_node[n].is_none() {
+                *o = 0.0;
+            }
+        }
+        out
+    }
+
+    fn capacity_vjp(&self, mu: &[f64], w: &[f64], rev: &mut Reverse) -> Result<(), RunError> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        if rev.wants_coordinates() && tr.lumped() {
+            return Err(RunError::Setup(
+                "transient: coordinate gradients with a lumped mass matrix (use the consistent mass)".into(),
+            ));
+        }
+        let rho_c = tr.heat_capacity_elem(&self.model);
+        let mut per_region = vec![0.0; self.model.regions.len()];
+        let mut coords = rev.wants_coordinates().then(|| vec![[0.0; 3]; self.model.n_nodes()]);
+        let mut me = Vec::new();
+        for (e, &rc) in rho_c.iter().enumerate() {
+            let nodes = self.model.element_nodes(e);
+            let nn = nodes.len();
+            me.clear();
+            me.resize(nn * nn, 0.0);
+            self.model.element_mass_into(e, 1.0, tr.lumped(), &mut me);
+            let mut s = 0.0;
+            for a in 0..nn {
+                for b in 0..nn {
+                    s += mu[nodes[a]] * me[a * nn + b] * w[nodes[b]];
+                }
+            }
+            per_region[self.model.element_region(e)] += s;
+            if let Some(c) = &mut coords {
+                let local =
+                    crate::fields::transient::mass_coordinate_vjp(&self.model, e, rc, mu, w);
+                for (a, &node) in nodes.iter().enumerate() {
+                    for i in 0..3 {
+                        c[node][i] += local[3 * a + i];
+                    }
+                }
+            }
+        }
+        tr.add_capacity_gradient(&per_region, rev);
+        if let Some(c) = &coords {
+            rev.add_coordinates(c, -1.0);
+        }
+        Ok(())
+    }
+
+    fn initial_vjp(&self, t_bar: &[f64], rev: &mut Reverse) {
+        let tr = self.transient.as_ref().expect("a transient field");
+        tr.add_initial_gradient(&self.model, t_bar, rev);
+        // The fixed temperatures' direct share at the initial state.
+        let owner = self.model.fixed_owner();
+        for (id, binding) in &self.bindings {
+            if let Binding::BcTemperature(b) = *binding {
+                let direct: f64 =
+                    (0..owner.len()).filter(|&n| owner[n] == Some(b)).map(|n| t_bar[n]).sum();
+                rev.grad.get_mut(*id)[0] += direct;
+            }
+        }
+    }
+
     fn time_gradient(
         &mut self,
         weights: &[f64],
@@ -834,6 +931,8 @@ impl Dynamic for ThermalField {
 struct ThermalCells<'a> {
     model: &'a ThermalModel,
     t: Cow<'a, [f64]>,
+    /// ρc per volume element and whether the mass is lumped, for a field stepped in time.
+    capacity: Option<(Vec<f64>, bool)>,
 }
 
 impl CellKernels for ThermalCells<'_> {
@@ -880,5 +979,16 @@ impl CellKernels for ThermalCells<'_> {
     }
     fn describe_dof(&self, dof: usize) -> String {
         self.model.describe_dof(dof)
+    }
+    fn state(&self) -> &[f64] {
+        &self.t
+    }
+    fn element_capacity(&self, e: usize, out: &mut [f64]) -> bool {
+        let Some((rho_c, lumped)) = &self.capacity else { return false };
+        if e >= self.model.n_volume_elements() {
+            return false;
+        }
+        self.model.element_mass_into(e, rho_c[e], *lumped, out);
+        true
     }
 }

@@ -19,7 +19,7 @@ use gradfem_thermal::{ObjectiveTerm, ThermalModel};
 use serde::Serialize;
 
 use crate::error::RunError;
-use crate::field::{Reverse, StepInfo};
+use crate::field::{CyclePlan, Reverse, StepInfo};
 use crate::fields::transient::{
     AdaptInfo, AdaptParams, MassKind, StepInfo as ThermalStepInfo, TimeObjective, TimeScheme,
     Trajectory, TransientGradient, TransientProblem, TransientSpec, WeightedTerms,
@@ -347,6 +347,109 @@ impl ThermalTransient {
         self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
         self.report.peak_stored_states = Some(g.stats.max_stored_states);
         Ok(g)
+    }
+
+    /// ρc of every volume element of `model`.
+    pub fn heat_capacity_elem(&self, model: &ThermalModel) -> Vec<f64> {
+        (0..model.n_volume_elements())
+            .map(|e| self.heat_capacity[model.element_region(e)])
+            .collect()
+    }
+
+    /// Whether the mass matrix is lumped.
+    pub fn lumped(&self) -> bool {
+        self.mass == MassKind::Lumped
+    }
+
+    /// The steps the engine takes when the field lies on a cycle (see
+    /// [`crate::Dynamic::cycle_plan`]): implicit Euler or BDF2 with fixed steps, every state
+    /// kept.
+    pub fn cycle_plan(&self, model: &ThermalModel) -> Result<CyclePlan, RunError> {
+        let why = match (self.scheme, &self.adaptive, self.memory) {
+            (TimeScheme::Theta { theta }, _, _) if theta != 1.0 => Some(format!(
+                "scheme θ = {theta}: a temperature on a cycle (a resistivity that depends on T) is stepped by implicit_euler or bdf2 only"
+            )),
+            (_, Some(_), _) => Some(
+                "adaptive steps: a temperature on a cycle (a resistivity that depends on T) is stepped with a fixed `dt`".into(),
+            ),
+            (_, _, Checkpointing::Binomial { .. }) => Some(
+                "checkpoints: a temperature on a cycle (a resistivity that depends on T) keeps every state (checkpoints = 0)".into(),
+            ),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Err(setup(format!("[transient] {why}")));
+        }
+        let p = self.problem(model)?;
+        let initial = model.nodal_temperature(&model.dofs.gather(&p.initial));
+        let steps = (0..self.steps)
+            .map(|k| {
+                let [a0, a1, a2, _] = self.scheme.coefficients(k);
+                (self.dt, [a0, a1, a2])
+            })
+            .collect();
+        Ok(CyclePlan { initial, steps })
+    }
+
+    /// Take a run the engine made (a temperature on a cycle) as the last run.
+    pub fn set_run(
+        &mut self,
+        model: &ThermalModel,
+        times: Vec<f64>,
+        temperatures: Vec<Vec<f64>>,
+        newton_iterations: usize,
+    ) -> Result<(), RunError> {
+        let p = self.problem(model)?;
+        let traj = Trajectory {
+            times,
+            temperatures,
+            newton_iterations,
+            factorizations: newton_iterations,
+        };
+        self.report = TransientReport {
+            steps: p.n_steps,
+            final_time_s: *traj.times.last().expect("the initial state at least"),
+            newton_iterations,
+            factorizations: newton_iterations,
+            max_temperature_over_time_k: traj
+                .temperatures
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|v| v.is_finite())
+                .fold(f64::NEG_INFINITY, f64::max),
+            adaptive_accepted: None,
+            adaptive_rejected: None,
+            simulate_s: 0.0,
+            recomputed_steps: Some(0),
+            peak_stored_states: Some(traj.temperatures.len()),
+        };
+        self.run = Some((p, traj));
+        Ok(())
+    }
+
+    /// Add −μᵀ (∂M/∂ρc) w per region (`per_region`: Σ over the region's elements of
+    /// μₑᵀ Mₑ(ρc = 1) wₑ) to the registered heat capacities.
+    pub fn add_capacity_gradient(&self, per_region: &[f64], rev: &mut Reverse) {
+        for (id, b) in &self.bindings {
+            if let TBinding::HeatCapacity(r) = b {
+                rev.grad.get_mut(*id)[0] -= per_region[*r];
+            }
+        }
+    }
+
+    /// Add the seed `t_bar` on the initial nodal temperature to the initial temperature (its
+    /// free nodes).
+    pub fn add_initial_gradient(&self, model: &ThermalModel, t_bar: &[f64], rev: &mut Reverse) {
+        for (id, b) in &self.bindings {
+            if let TBinding::Initial = b {
+                let free: f64 = (0..model.n_nodes())
+                    .filter(|&n| model.dofs.unknown_of_node[n].is_some())
+                    .map(|n| t_bar[n])
+                    .sum();
+                rev.grad.get_mut(*id)[0] += free;
+            }
+        }
     }
 
     /// The states to write: (time, nodal temperature) every `output_every` steps and the last.

@@ -69,7 +69,7 @@ impl TimeScheme {
     pub const CRANK_NICOLSON: TimeScheme = TimeScheme::Theta { theta: 0.5 };
 
     /// Coefficients (a₀, a₁, a₂, θ) of step k (module docs).
-    fn coefficients(self, k: usize) -> [f64; 4] {
+    pub fn coefficients(self, k: usize) -> [f64; 4] {
         match self {
             TimeScheme::Theta { theta } => [1.0, -1.0, 0.0, theta],
             TimeScheme::Bdf2 if k == 0 => [1.0, -1.0, 0.0, 1.0],
@@ -993,7 +993,7 @@ impl<'p> Stepper<'p> {
 
 /// μᵀ ∂(M w)/∂X on volume element e (consistent mass): Σ_q w_q det J ρc μ(x_q) w(x_q) (∇N_b)ᵢ
 /// per local node b and direction i (the shape values at the points do not move with X).
-fn mass_coordinate_vjp(
+pub fn mass_coordinate_vjp(
     model: &ThermalModel,
     e: usize,
     rho_c: f64,
