@@ -155,6 +155,24 @@ fn every_parameter_passes_its_taylor_test(#[case] objective: &str, #[case] key: 
 }
 
 #[test]
+fn adaptive_steps_carry_the_whole_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let transient = "[transient]\nadaptive = { end_time = 0.6, tolerance = 0.05, dt_initial = 0.02 }\nscheme = \"implicit_euler\"\nheat_capacity = [{ group = \"domain\", rho_c = 1.6e6 }]\ninitial_temperature = 293.15\nobjective = \"integral\"";
+    let (_, mut p) = build(dir.path(), &bar(transient, "")).unwrap();
+    p.solve().unwrap();
+    let report = p.transient().unwrap().report.clone();
+    assert!((report.final_time_s - 0.6).abs() < 1e-12 && report.steps > 4, "{report:?}");
+    assert!(report.adaptive_accepted.unwrap() > 1, "{report:?}");
+    // The mechanical field follows every chosen state.
+    let history = p.mechanical_history().unwrap();
+    assert_eq!(history.displacement.len(), report.steps + 1);
+    let params = TaylorParams { h0: 1e-2, steps: 4, min_rate: 1.9 };
+    for part in p.taylor_test_per_parameter(&params, |_| {}).unwrap() {
+        assert!(part.passed, "{}: {}\n{}", part.name, part.verdict, part.result.table());
+    }
+}
+
+#[test]
 fn the_cli_writes_the_step_response() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bar.toml");

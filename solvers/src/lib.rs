@@ -1,5 +1,5 @@
-//! Sparse assembly, linear and nonlinear solvers, the parameter registry, the adjoint tape,
-//! Taylor tests and optimizers.
+//! Sparse assembly, linear and nonlinear solvers, the coupling graph's schedule, the parameter
+//! registry, checkpointed reverse sweeps, Taylor tests and optimizers.
 //!
 //! This crate sees operators, residuals, tangents and vector-Jacobian products; it never names
 //! an element type.
@@ -18,7 +18,6 @@ pub mod ordering;
 pub mod params;
 pub mod reuse;
 pub mod sparse;
-pub mod tape;
 pub mod taylor;
 #[cfg(test)]
 pub(crate) mod test_matrices;
