@@ -5,7 +5,8 @@
 # in the project's own virtual environment, `.venv` (ignored by git): this script creates it
 # (seeing the system's packages, so an h5py or torch already installed is used as it is),
 # installs what is missing from PyPI once — h5py and numpy (the HDF5 cross-check), maturin and
-# pytest (the Python package), torch (its PyTorch bridge; PyPI's build, a few GB) and scipy — then builds
+# pytest (the Python package), torch (its PyTorch bridge; PyPI's build, a few GB), scipy and jax
+# (its JAX bridge, CPU) — then builds
 # the package from python/ into it (`pip install ./python`) and runs its pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,7 @@ need maturin "maturin>=1.7,<2"
 need pytest "pytest>=7"
 need torch torch
 need scipy scipy
+need jax jax
 export GRADFEM_PYTHON="$py"
 export GRADFEM_REQUIRE_H5PY=1
 

@@ -456,6 +456,7 @@ impl CoupledProblem {
         let mut prev: Option<Vec<Vec<f64>>> = None;
         let mut converged = false;
         for it in 0..self.cycle.max_iterations {
+            gradfem_solvers::interrupt::check(&names.join("-"), || format!("sweep {}", it + 1))?;
             let mut states = Vec::with_capacity(members.len());
             for (k, &i) in members.iter().enumerate() {
                 let t0 = Instant::now();

@@ -252,6 +252,7 @@ impl CoupledProblem {
         let mut history = TimeHistory { fields: fields.clone(), ..Default::default() };
         if !fields.is_empty() {
             for n in 0..n_states {
+                gradfem_solvers::interrupt::check("time stepping", || format!("state {n}"))?;
                 self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
                 self.solve_stages(&layout.downstream)?;
                 let mut value = 0.0;
@@ -503,6 +504,7 @@ impl CoupledProblem {
         let mut newton_iterations = 0;
         let mut times = vec![0.0];
         for k in 0..=plan.steps.len() {
+            gradfem_solvers::interrupt::check("time stepping", || format!("step {k}"))?;
             if k > 0 {
                 let term = Self::time_term(&plan, k - 1, member, &states);
                 let info = self.monolithic_newton(&members, Some(&term)).map_err(|e| {
@@ -577,6 +579,7 @@ impl CoupledProblem {
         // Seeds the steps put on the fields outside the cycle and the stream (upstream ones).
         let mut outside = self.zero_bars();
         for n in (0..n_states).rev() {
+            gradfem_solvers::interrupt::check("time stepping adjoint", || format!("state {n}"))?;
             self.place_cycle(&members, &states[n])?;
             let mut local = self.zero_bars();
             let mut g = Gradient::zeros(self.registry());

@@ -1,6 +1,7 @@
-//! `gradfem._gradfem`: the library API ([`gradfem::api`]) as a Python extension module. The
-//! Python package `gradfem` (python/gradfem) wraps it: `Problem`, `Solution`, and the PyTorch
-//! bridge `gradfem.torch`.
+//! `gradfem._gradfem`: the library API ([`gradfem::api`]) and the dynamics crate
+//! ([`gradfem_dynamics`], `dynamics.rs`) as a Python extension module. The Python package
+//! `gradfem` (python/gradfem) wraps it: `Problem`, `Solution`, `gradfem.dynamics`, and the
+//! PyTorch bridge `gradfem.torch`.
 //!
 //! Arrays cross as NumPy float64 arrays: nodal fields one value per node (`temperature`,
 //! `potential`) or an (n_nodes, 3) array (`displacement`), per-element parameters in their
@@ -17,6 +18,8 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+
+mod dynamics;
 
 create_exception!(
     gradfem,
@@ -46,6 +49,42 @@ create_exception!(
     "A solve, gradient or Taylor test that failed (a singular system, Newton that did not \
      converge, a non-finite state)."
 );
+
+/// Run `f` on a worker thread with the GIL released while this thread, every 50 ms, takes the
+/// GIL back to run Python's signal handlers. When one raises (KeyboardInterrupt on Ctrl-C),
+/// gradfem is asked to stop at its next safe point (a Newton iteration, a time or load step,
+/// `gradfem::solvers::interrupt`); the worker's result is dropped and the exception raised.
+pub(crate) fn interruptible<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
+    use gradfem::solvers::interrupt;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    std::thread::scope(|scope| {
+        let (tx, mut rx) = mpsc::channel();
+        scope.spawn(move || {
+            let _ = tx.send(f());
+        });
+        loop {
+            // The receiver goes into the GIL-free wait and comes back (it is Send, not Sync).
+            let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(50)), rx));
+            rx = back;
+            match got {
+                Ok(value) => return Ok(value),
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Err(signal) = py.check_signals() {
+                        interrupt::request();
+                        // The worker stops at its next safe point; its result is not wanted.
+                        let _ = py.detach(move || rx.recv());
+                        interrupt::clear();
+                        return Err(signal);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(SolverError::new_err("the computation ended without a result"));
+                }
+            }
+        }
+    })
+}
 
 /// The exception of an error met while setting a problem up or changing it.
 fn problem_err(e: ApiError) -> PyErr {
@@ -110,9 +149,15 @@ impl Problem {
         self.sim.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Run `f` on the simulation with the GIL released, so other Python threads run meanwhile.
-    fn detached<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut Simulation) -> T + Send) -> T {
-        py.detach(|| f(&mut self.sim()))
+    /// Run `f` on the simulation with the GIL released, so other Python threads run meanwhile,
+    /// and Ctrl-C (or any signal whose Python handler raises) stops it at its next safe point
+    /// ([`interruptible`]).
+    fn detached<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Simulation) -> T + Send,
+    ) -> PyResult<T> {
+        interruptible(py, || f(&mut self.sim()))
     }
 
     fn gradients<'py>(&self, py: Python<'py>, g: &Gradients) -> PyResult<Bound<'py, PyDict>> {
@@ -160,7 +205,9 @@ impl Problem {
     /// Solve; returns (quantities, fields): dict of floats and dict of float64 arrays.
     fn solve<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, Bound<'py, PyDict>)> {
         let (quantities, names) = self
-            .detached(py, |s| s.solve().and_then(|()| s.quantities()).map(|q| (q, s.field_names())))
+            .detached(py, |s| {
+                s.solve().and_then(|()| s.quantities()).map(|q| (q, s.field_names()))
+            })?
             .map_err(solve_err)?;
         let q = PyDict::new(py);
         for (k, v) in quantities {
@@ -177,12 +224,12 @@ impl Problem {
 
     /// The objective J (solving first when needed).
     fn objective(&self, py: Python<'_>) -> PyResult<f64> {
-        self.detached(py, |s| s.objective()).map_err(solve_err)
+        self.detached(py, |s| s.objective())?.map_err(solve_err)
     }
 
     /// The quantities of the solution (solving first when needed).
     fn quantities(&self, py: Python<'_>) -> PyResult<BTreeMap<String, f64>> {
-        self.detached(py, |s| s.quantities()).map_err(solve_err)
+        self.detached(py, |s| s.quantities())?.map_err(solve_err)
     }
 
     /// A nodal field of the last solution, or None.
@@ -278,7 +325,7 @@ impl Problem {
 
     /// dJ/dp of the objective by every registered parameter: name -> float or array.
     fn gradient<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let g = self.detached(py, |s| s.gradient()).map_err(solve_err)?;
+        let g = self.detached(py, |s| s.gradient())?.map_err(solve_err)?;
         self.gradients(py, &g)
     }
 
@@ -300,14 +347,14 @@ impl Problem {
                 c = c.quantity(&name, v.extract::<f64>()?);
             }
         }
-        let g = self.detached(py, |s| s.vjp(&c)).map_err(solve_err)?;
+        let g = self.detached(py, |s| s.vjp(&c))?.map_err(solve_err)?;
         self.gradients(py, &g)
     }
 
     /// The Taylor test over every registered parameter: a dict with `passed`, `h`,
     /// `remainders`, `rates`, `threshold` and the table as text.
     fn taylor_test<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let t = self.detached(py, |s| s.taylor_test()).map_err(solve_err)?;
+        let t = self.detached(py, |s| s.taylor_test())?.map_err(solve_err)?;
         let out = PyDict::new(py);
         out.set_item("passed", t.passed)?;
         out.set_item("h", PyList::new(py, &t.h)?)?;
@@ -332,7 +379,7 @@ impl Problem {
 
     /// Write results.xdmf and results.h5 into `directory`; returns the XDMF path.
     fn write_results(&self, py: Python<'_>, directory: std::path::PathBuf) -> PyResult<String> {
-        let p = self.detached(py, |s| s.write_results(&directory)).map_err(solve_err)?;
+        let p = self.detached(py, |s| s.write_results(&directory))?.map_err(solve_err)?;
         Ok(p.display().to_string())
     }
 
@@ -481,6 +528,7 @@ fn mesh_from_arrays(
 #[pymodule]
 fn _gradfem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Problem>()?;
+    m.add_class::<dynamics::Dynamics>()?;
     for (name, t) in [
         ("Error", m.py().get_type::<Error>()),
         ("ProblemError", m.py().get_type::<ProblemError>()),

@@ -20,3 +20,17 @@ def test_the_monte_carlo_check_agrees_with_first_order():
     assert r["accepted"] == (r["std_loss"] < 0.05 * r["mean_loss"])
     excess, predicted = r["mean_loss"] - 1.0, r["first_order_mean_loss"] - 1.0
     assert abs(excess - predicted) < 0.6 * predicted, r
+
+
+def test_the_spring_stiffness_is_calibrated_through_the_dynamics_adjoint():
+    m = runpy.run_path(str(EXAMPLES / "spring_calibration.py"))
+    assert abs(m["k"].item() - 4.0) < 1e-6, m["k"]
+
+
+def test_k_and_h_are_calibrated_from_deflection_curves_in_vacuum_and_in_air():
+    m = runpy.run_path(str(EXAMPLES / "actuator_calibration.py"))
+    r = m["main"]()
+    true = m["TRUE"]
+    assert abs(r["k"] / true[m["K"]] - 1) < 1e-6, r["k"]
+    assert abs(r["h"] / true[m["H"]] - 1) < 1e-6, r["h"]
+    assert r["losses"][-1] < 1e-12 * r["losses"][0], r["losses"]

@@ -52,6 +52,15 @@ pub enum SolverError {
         iteration: usize,
     },
 
+    /// A stop was requested ([`crate::interrupt`]) and the computation ended at a safe point.
+    #[error("{field}: interrupted at {at}")]
+    Interrupted {
+        /// Field (or computation) that stopped.
+        field: String,
+        /// Where it stopped (Newton iteration, time step, …).
+        at: String,
+    },
+
     /// Newton's method did not reach the tolerance: it diverged or ran out of iterations.
     #[error(
         "{field}: Newton did not converge after {iterations} iterations ({reason}); \

@@ -10,6 +10,7 @@ pub mod cg;
 pub mod checkpoint;
 pub mod error;
 pub mod graph;
+pub mod interrupt;
 pub mod linear;
 pub mod mma;
 pub mod newton;

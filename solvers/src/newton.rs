@@ -235,6 +235,7 @@ pub fn newton(
     let mut tangent_at_u = true;
     let mut iteration = 0;
     while norm > tol {
+        crate::interrupt::check(&field, || format!("Newton iteration {iteration}"))?;
         if iteration == params.max_iterations {
             return Err(SolverError::NewtonDiverged {
                 field,

@@ -334,6 +334,14 @@ pub enum FiniteStrainSolveError {
     /// Invalid Newton settings.
     #[error("finite strain: {0}")]
     Params(SolverError),
+    /// A stop was requested (`gradfem_solvers::interrupt`).
+    #[error("finite strain, load step {step}: {source}")]
+    Interrupted {
+        /// Requested step (1-based).
+        step: usize,
+        /// Where it stopped.
+        source: SolverError,
+    },
     /// A registry parameter that cannot be bound, or a registry error.
     #[error("finite strain: {0}")]
     Registry(String),
@@ -1023,6 +1031,10 @@ impl FiniteStrainProblem {
         // Increments cut back because Cholesky found the tangent indefinite.
         let mut indefinite = 0;
         while state.load < target {
+            gradfem_solvers::interrupt::check("finite strain", || {
+                format!("load factor {:.6e}", state.load)
+            })
+            .map_err(|source| FiniteStrainSolveError::Interrupted { step: k + 1, source })?;
             let mut ds = inc.min(target - state.load);
             // Avoid a sliver at the end of the step.
             if target - (state.load + ds) < 1e-3 * ds {

@@ -486,6 +486,9 @@ impl TransientProblem {
         let mut x = self.initial_state();
         let mut temperatures = vec![self.model.nodal_temperature(&x.u)];
         for k in 0..self.n_steps {
+            let time = self.time(k);
+            gradfem_solvers::interrupt::check("transient thermal", || format!("step {k}"))
+                .map_err(|source| TransientError::Solver { step: k, time, source })?;
             x = stepper.borrow_mut().step(k, &x)?;
             temperatures.push(self.model.nodal_temperature(&x.u));
         }
@@ -680,6 +683,15 @@ impl TransientProblem {
             memory,
             |k, x| stepper.borrow_mut().step(k, x),
             |k, xk, xk1| {
+                let time = self.time(k + 1);
+                gradfem_solvers::interrupt::check("transient thermal adjoint", || {
+                    format!("step {k}")
+                })
+                .map_err(|source| TransientError::Solver {
+                    step: k,
+                    time,
+                    source,
+                })?;
                 let t1 = model.nodal_temperature(&xk1.u);
                 objective_term(k + 1, &t1, &mut bar, &mut g)?;
                 let t0 = model.nodal_temperature(&xk.u);

@@ -260,6 +260,9 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
     }
 
     fn advance(&self, pv: &ParamValues, k: usize, x: &[f64]) -> Result<Vec<f64>, DynamicsError> {
+        if gradfem_solvers::interrupt::requested() {
+            return Err(DynamicsError::Interrupted { sweep: "forward", step: k });
+        }
         let y = self.integrator.step(&self.at(pv, k), x);
         if self.check_finite
             && let Some((c, value)) = first_non_finite(&y)
@@ -370,6 +373,9 @@ impl<'a, I: StepVjp> Simulation<'a, I> {
                     // Seed λ_n from the last term.
                     obj.term(n, n, xnext, &pv, Some((&mut lam, &mut p_bar)));
                     self.check_adjoint(n, &lam)?;
+                }
+                if gradfem_solvers::interrupt::requested() {
+                    return Err(DynamicsError::Interrupted { sweep: "adjoint", step: k });
                 }
                 // One adjoint step: λ_k from λ_{k+1}, given x_k.
                 lam = self.integrator.step_vjp(&self.at(&pv, k), xk, &lam, &mut p_bar);

@@ -60,6 +60,14 @@ pub enum DynamicsError {
         /// The principal moments, for a rigid body.
         inertia: Option<[f64; 3]>,
     },
+    /// A stop was requested ([`gradfem_solvers::interrupt`]); the run ended before `step`.
+    #[error("dynamics: interrupted at {sweep} step {step}")]
+    Interrupted {
+        /// "forward" or "adjoint".
+        sweep: &'static str,
+        /// The step not taken.
+        step: usize,
+    },
     /// A parameter registry error (unknown name, out of bounds, …).
     #[error(transparent)]
     Param(#[from] ParamError),
