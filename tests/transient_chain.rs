@@ -279,21 +279,146 @@ fn a_resistivity_that_depends_on_t_passes_its_taylor_tests_in_time(
     assert!(alpha_r.result.dj_dm.abs() > 1e-6 * alpha_r.result.j0.abs(), "α_R matters here");
 }
 
+/// The two-way bar stepped by `scheme` (with its extra keys) for `steps` steps of `dt`.
+fn two_way_scheme(scheme: &str, dt: f64, steps: usize, objective: &str, extra: &str) -> String {
+    let transient = step(dt, steps, objective)
+        .replace("scheme = \"bdf2\"", &format!("scheme = \"{scheme}\"\n{extra}"));
+    two_way(&transient)
+}
+
 #[rstest::rstest]
-#[case::crank_nicolson(
-    "scheme = \"bdf2\"",
-    "scheme = \"crank_nicolson\"",
-    "implicit_euler or bdf2"
-)]
-#[case::adaptive(
+#[case::crank_nicolson("crank_nicolson", "")]
+#[case::theta("theta", "theta = 0.6")]
+#[case::crank_nicolson_checkpointed("crank_nicolson", "checkpoints = 3")]
+fn theta_schemes_on_a_cycle_pass_their_taylor_tests(#[case] scheme: &str, #[case] extra: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = two_way_scheme(scheme, 0.05, 12, "integral", extra)
+        .replace("    \"bc.zmax.h\",", "    \"bc.zmax.h\",\n    \"mesh.coordinates\",");
+    let (_, mut p) = build(dir.path(), &text).unwrap();
+    let params = TaylorParams { h0: 1e-2, steps: 4, min_rate: 1.9 };
+    let parts = p.taylor_test_per_parameter(&params, |_| {}).unwrap();
+    assert_eq!(parts.len(), 11);
+    for part in &parts {
+        assert!(part.passed, "{} ({scheme}): {}\n{}", part.name, part.verdict, part.result.table());
+    }
+}
+
+#[rstest::rstest]
+#[case::crank_nicolson("crank_nicolson", "")]
+#[case::theta("theta", "theta = 0.6")]
+#[case::implicit_euler("implicit_euler", "")]
+fn a_cycle_whose_coupling_vanishes_steps_as_the_field_alone(
+    #[case] scheme: &str,
+    #[case] extra: &str,
+) {
+    // α_R = 1e-13 /K keeps the φ ⇄ T cycle (stepped by the engine, explicit share and all)
+    // while changing ρ by 1e-10 at most: J agrees with the one-way chain, whose temperature
+    // the thermal field steps on its own.
+    let dir = tempfile::tempdir().unwrap();
+    let cycle = two_way_scheme(scheme, 0.05, 12, "integral", extra)
+        .replace("alpha_r = 1.0e-3", "alpha_r = 1.0e-13");
+    let (_, mut coupled) = build(dir.path(), &cycle).unwrap();
+    assert_eq!(coupled.coupling().to_string(), "[electrical ⇄ thermal] → mechanical");
+    let transient = step(0.05, 12, "integral")
+        .replace("scheme = \"bdf2\"", &format!("scheme = \"{scheme}\"\n{extra}"));
+    let (_, mut alone) = build(dir.path(), &bar(&transient, "")).unwrap();
+    assert_eq!(alone.coupling().to_string(), "electrical → thermal → mechanical");
+    let (a, b) = (coupled.objective_terms().unwrap().0, alone.objective_terms().unwrap().0);
+    assert!((a - b).abs() <= 1e-9 * b.abs(), "{scheme}: cycle {a} vs alone {b}");
+    let (_, ga, _) = coupled.gradient().unwrap();
+    let (_, gb, _) = alone.gradient().unwrap();
+    for name in ["load.xmin.voltage", "thermal.k.domain", "bc.zmax.h", "thermal.rho_c.domain"] {
+        let x = ga.get(coupled.registry().id(name).unwrap())[0];
+        let y = gb.get(alone.registry().id(name).unwrap())[0];
+        assert!((x - y).abs() <= 1e-8 * y.abs(), "{scheme} {name}: cycle {x} vs alone {y}");
+    }
+}
+
+#[rstest::rstest]
+#[case::implicit_euler("implicit_euler", 1.0)]
+#[case::crank_nicolson("crank_nicolson", 2.0)]
+#[case::bdf2("bdf2", 2.0)]
+fn the_cycle_in_time_converges_at_the_order_of_its_scheme(
+    #[case] scheme: &str,
+    #[case] order: f64,
+) {
+    // The tip displacement at t = 0.4 s (the bar still heating, τ ≈ 0.5 s) with 8, 16 and 32
+    // steps: successive differences shrink by 2^order.
+    let dir = tempfile::tempdir().unwrap();
+    let j: Vec<f64> = [8, 16, 32]
+        .iter()
+        .map(|&n| {
+            let text = two_way_scheme(scheme, 0.4 / n as f64, n, "final", "");
+            build(dir.path(), &text).unwrap().1.objective_terms().unwrap().0
+        })
+        .collect();
+    let rate = ((j[0] - j[1]) / (j[1] - j[2])).abs().log2();
+    assert!((rate - order).abs() < 0.15, "{scheme}: J {j:?}, observed order {rate:.3}");
+}
+
+#[rstest::rstest]
+#[case::bdf2("bdf2")]
+#[case::crank_nicolson("crank_nicolson")]
+fn checkpoints_on_a_cycle_give_the_gradient_of_every_state_kept(#[case] scheme: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut all) =
+        build(dir.path(), &two_way_scheme(scheme, 0.05, 20, "integral", "")).unwrap();
+    let (_, mut few) =
+        build(dir.path(), &two_way_scheme(scheme, 0.05, 20, "integral", "checkpoints = 3"))
+            .unwrap();
+    let (ja, ga, _) = all.gradient().unwrap();
+    let (jf, gf, _) = few.gradient().unwrap();
+    assert_eq!(ja, jf, "the same forward run");
+    for (name, _) in all.registry().iter().map(|(id, s)| (s.name.clone(), id)).collect::<Vec<_>>() {
+        let x = ga.get(all.registry().id(&name).unwrap());
+        let y = gf.get(few.registry().id(&name).unwrap());
+        for (a, b) in x.iter().zip(y) {
+            assert!((a - b).abs() <= 1e-13 * a.abs().max(1e-300), "{scheme} {name}: {a} vs {b}");
+        }
+    }
+    let report = &few.transient().unwrap().report;
+    assert!(report.recomputed_steps.unwrap() > 0, "{report:?}");
+    assert!(report.peak_stored_states.unwrap() <= 3, "{report:?}");
+    assert!(few.is_solved(), "the reverse sweep leaves the last state in place");
+    assert_eq!(few.objective_terms().unwrap().0, jf);
+}
+
+#[test]
+fn adaptive_steps_on_a_cycle_are_chosen_once_and_pass_the_taylor_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let transient = "[transient]\nadaptive = { end_time = 0.6, tolerance = 0.05, dt_initial = 0.02 }\nscheme = \"crank_nicolson\"\nheat_capacity = [{ group = \"domain\", rho_c = 1.6e6 }]\ninitial_temperature = 293.15\nobjective = \"integral\"";
+    let (_, mut p) = build(dir.path(), &two_way(transient)).unwrap();
+    p.solve().unwrap();
+    let report = p.transient().unwrap().report.clone();
+    assert!((report.final_time_s - 0.6).abs() < 1e-12 && report.steps > 4, "{report:?}");
+    assert!(report.adaptive_accepted.unwrap() > 1, "{report:?}");
+    // The mechanical field follows every chosen state.
+    assert_eq!(p.mechanical_history().unwrap().displacement.len(), report.steps + 1);
+    // The steps hold when a parameter changes (the Taylor test relies on it).
+    let params = TaylorParams { h0: 1e-2, steps: 4, min_rate: 1.9 };
+    for part in p.taylor_test_per_parameter(&params, |_| {}).unwrap() {
+        assert!(part.passed, "{}: {}\n{}", part.name, part.verdict, part.result.table());
+    }
+    assert_eq!(p.transient().unwrap().report.steps, report.steps);
+    // The error of J against a fine fixed-step run follows the tolerance down.
+    let fine = two_way_scheme("crank_nicolson", 0.6 / 400.0, 400, "integral", "");
+    let j_fine = build(dir.path(), &fine).unwrap().1.objective_terms().unwrap().0;
+    let loose = (p.objective_terms().unwrap().0 - j_fine).abs() / j_fine;
+    let tight = two_way(&transient.replace("tolerance = 0.05", "tolerance = 0.005"));
+    let (_, mut t) = build(dir.path(), &tight).unwrap();
+    let tight = (t.objective_terms().unwrap().0 - j_fine).abs() / j_fine;
+    assert!(
+        loose < 5e-3 && tight < 0.5 * loose,
+        "relative errors: {loose:.3e} (0.05 K), {tight:.3e} (0.005 K)"
+    );
+    assert!(t.transient().unwrap().report.steps > report.steps);
+}
+
+#[rstest::rstest]
+#[case::adaptive_bdf2(
     "dt = 0.1\nsteps = 5",
     "adaptive = { end_time = 0.5, tolerance = 0.01 }",
-    "fixed `dt`"
-)]
-#[case::checkpoints(
-    "objective = \"final\"",
-    "objective = \"final\"\ncheckpoints = 3",
-    "checkpoints = 0"
+    "θ-scheme"
 )]
 #[case::staggered("[transient]", "[coupling]\nscheme = \"staggered\"\n\n[transient]", "monolithic")]
 fn what_a_cycle_cannot_do_in_time_is_refused_early(

@@ -207,15 +207,19 @@ fn couplings_of(
 /// components) — buffers above this size are allocated.
 const STACK: usize = 4096;
 
-/// The capacity term of a field stepped in time inside a cycle, for one step:
-/// M (c₀ uᵏ⁺¹ + h) with c₀ = a₀/Δt and the history h = (a₁uᵏ + a₂uᵏ⁻¹)/Δt (per state entry).
+/// The time terms of a field stepped in time inside a cycle, for one step:
+/// M (c₀ uᵏ⁺¹ + h) + e on its rows, with c₀ = a₀/(θΔt), the history h = (a₁uᵏ + a₂uᵏ⁻¹)/(θΔt)
+/// (per state entry) and e = (1 − θ)/θ R(uᵏ; xᵏ) (per unknown), the explicit share of a
+/// θ < 1 scheme.
 pub(crate) struct TimeTerm {
     /// The stepped field's position among the cycle's members.
     pub member: usize,
-    /// a₀/Δt.
+    /// a₀/(θΔt).
     pub c0: f64,
-    /// (a₁uᵏ + a₂uᵏ⁻¹)/Δt over the state.
+    /// (a₁uᵏ + a₂uᵏ⁻¹)/(θΔt) over the state.
     pub history: Vec<f64>,
+    /// (1 − θ)/θ R(uᵏ; xᵏ) over the field's unknowns (θ < 1 only).
+    pub explicit: Option<Vec<f64>>,
 }
 
 /// The monolithic residual of a cycle over the combined elements.
@@ -260,6 +264,14 @@ impl System<'_> {
         match k {
             Some(k) => self.mono.pattern.assemble_into(k, r, |e, ke, fe| kern(e, Some(ke), fe)),
             None => self.mono.pattern.assemble_vector_into(r, |e, fe| kern(e, None, fe)),
+        }
+        if let Some(tt) = time
+            && let Some(explicit) = &tt.explicit
+        {
+            let o = self.mono.offsets[tt.member];
+            for (ri, e) in r[o..o + explicit.len()].iter_mut().zip(explicit) {
+                *ri += e;
+            }
         }
         self.assembly_s += t0.elapsed().as_secs_f64();
     }
@@ -734,6 +746,80 @@ impl CoupledProblem {
         self.finish_cycle_adjoint(members, &lambda, bars, grad)?;
         timings.accumulate_s += ta.elapsed().as_secs_f64();
         Ok(1)
+    }
+
+    /// The rows of member `member` of the cycle's residual (no time terms) at the states placed
+    /// in its fields: R(u; x) of that field with the inputs the cycle feeds it.
+    pub(crate) fn monolithic_residual_rows(
+        &mut self,
+        members: &[usize],
+        member: usize,
+    ) -> Result<Vec<f64>, RunError> {
+        let names: Vec<String> =
+            members.iter().map(|&i| self.fields()[i].name().to_string()).collect();
+        let mono = self.take_monolithic(members)?;
+        let mut u = Vec::with_capacity(mono.layout.pattern.n_unknowns());
+        for &i in members {
+            u.extend(self.fields()[i].cell_unknowns());
+        }
+        let mut r = vec![0.0; u.len()];
+        {
+            let mut sys = System {
+                problem: self,
+                members,
+                mono: &mono.layout,
+                label: names.join("-"),
+                assembly_s: 0.0,
+                time: None,
+            };
+            sys.residual(&u, &mut r);
+        }
+        let (o, n) = (mono.layout.offsets[member], mono.layout.n_unknowns[member]);
+        self.put_monolithic(members, mono);
+        Ok(r[o..o + n].to_vec())
+    }
+
+    /// (∂R/∂u)ᵀ μ of field `field`'s own residual against its own free state entries, at the
+    /// placed state and inputs (the inputs held), for μ over the state (zero where
+    /// prescribed); over the state, zero at prescribed entries.
+    pub(crate) fn own_tangent_transpose(
+        &self,
+        field: usize,
+        mu: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        let f = &self.fields()[field];
+        let kern = f
+            .cell_kernels()
+            .ok_or_else(|| setup(format!("the {} field has no element-level form", f.name())))?;
+        let comps = kern.components();
+        let (mut ke, mut fe) = (Vec::new(), Vec::new());
+        let mut out = vec![0.0; mu.len()];
+        for e in 0..kern.n_elements() {
+            let dofs = kern.element_dofs(e);
+            let nodes = kern.element_nodes(e);
+            let n = dofs.len();
+            ke.clear();
+            ke.resize(n * n, 0.0);
+            fe.clear();
+            fe.resize(n, 0.0);
+            kern.element_residual_tangent(e, Some(&mut ke), &mut fe);
+            let at = |a: usize| nodes[a / comps] * comps + a % comps;
+            for a in 0..n {
+                if dofs[a] == CONSTRAINED {
+                    continue;
+                }
+                let m = mu[at(a)];
+                if m == 0.0 {
+                    continue;
+                }
+                for b in 0..n {
+                    if dofs[b] != CONSTRAINED {
+                        out[at(b)] += ke[a * n + b] * m;
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The cycle's adjoints from the seeds in `bars` by one transposed solve with the LU factors

@@ -354,13 +354,21 @@ pub trait Dynamic {
     //
     // A field stepped in time inside a strongly coupled group (the temperature of a φ ⇄ T
     // cycle) cannot step on its own: every step is one coupled solve. The engine then drives
-    // the steps: M (a₀uᵏ⁺¹ + a₁uᵏ + a₂uᵏ⁻¹)/Δt + R(uᵏ⁺¹; xᵏ⁺¹) = 0 (implicit schemes, θ = 1)
+    // the steps,
+    //   M (a₀uᵏ⁺¹ + a₁uᵏ + a₂uᵏ⁻¹)/(θΔt) + R(uᵏ⁺¹; xᵏ⁺¹) + (1 − θ)/θ R(uᵏ; xᵏ) = 0,
     // with the capacity from the field's element kernels, and asks the field for the rest.
+    // The field's unknowns are entries of its state (a nodal temperature).
 
-    /// The steps the engine takes for the field (their sizes and coefficients) and the initial
-    /// state; an error when the field's time settings need more than the engine offers a cycle
-    /// (a θ < 1 scheme, adaptive steps, checkpoints).
+    /// The steps the engine takes for the field (sizes, coefficients, θ, or the rule that
+    /// chooses them), the initial state and how the reverse sweep keeps states; an error when
+    /// the field's time settings cannot be stepped on a cycle.
     fn cycle_plan(&self) -> Result<CyclePlan, RunError> {
+        Err(RunError::Setup("this field cannot be stepped in time on a cycle".into()))
+    }
+
+    /// Keep the step sizes the engine chose for an adaptive plan (later plans use them).
+    fn set_cycle_steps(&mut self, steps: Vec<f64>, choice: StepChoice) -> Result<(), RunError> {
+        let _ = (steps, choice);
         Err(RunError::Setup("this field cannot be stepped in time on a cycle".into()))
     }
 
@@ -373,6 +381,12 @@ pub trait Dynamic {
     ) -> Result<(), RunError> {
         let _ = (times, states, newton_iterations);
         Err(RunError::Setup("this field cannot be stepped in time on a cycle".into()))
+    }
+
+    /// What the engine's reverse sweep over the cycle's steps cost: steps recomputed from
+    /// checkpoints and the most states held at once.
+    fn set_cycle_sweep_stats(&mut self, recomputed_steps: usize, peak_stored_states: usize) {
+        let _ = (recomputed_steps, peak_stored_states);
     }
 
     /// M v over the state entries (zero where the state is prescribed).
@@ -393,12 +407,57 @@ pub trait Dynamic {
     }
 }
 
-/// How the engine steps a field that lies on a cycle: the initial state and, per step, its
-/// size Δt and the coefficients (a₀, a₁, a₂) of M (a₀uᵏ⁺¹ + a₁uᵏ + a₂uᵏ⁻¹)/Δt.
+/// How the engine steps a field that lies on a cycle: the initial state, the steps (or the
+/// rule that chooses them) and how the reverse sweep keeps states.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CyclePlan {
     /// The initial state (output port 0's layout).
     pub initial: Vec<f64>,
-    /// (Δt, [a₀, a₁, a₂]) of every step.
-    pub steps: Vec<(f64, [f64; 3])>,
+    /// Every step; empty when `adaptive` is still to choose them.
+    pub steps: Vec<CycleStep>,
+    /// Step doubling on a θ-scheme, when the steps are not chosen yet.
+    pub adaptive: Option<CycleAdapt>,
+    /// How the reverse sweep keeps the cycle's states (all, or binomial checkpoints).
+    pub memory: gradfem_solvers::checkpoint::Checkpointing,
+}
+
+/// One step of a [`CyclePlan`]: M (a₀uᵏ⁺¹ + a₁uᵏ + a₂uᵏ⁻¹)/(θΔt) + R(uᵏ⁺¹) + (1 − θ)/θ R(uᵏ).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CycleStep {
+    /// Δt.
+    pub dt: f64,
+    /// (a₀, a₁, a₂).
+    pub a: [f64; 3],
+    /// θ ∈ [½, 1] (1 for implicit Euler and BDF2).
+    pub theta: f64,
+}
+
+/// Step doubling for a field on a cycle: a step of Δt against two of Δt/2 from the same state,
+/// the difference over 2^order − 1 (max norm over the state) as the local error estimate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CycleAdapt {
+    /// The end time.
+    pub end_time: f64,
+    /// The largest accepted error estimate.
+    pub tolerance: f64,
+    /// The first step tried.
+    pub dt_initial: f64,
+    /// The smallest step (accepted whatever its error).
+    pub dt_min: f64,
+    /// The largest step.
+    pub dt_max: f64,
+    /// θ of the scheme.
+    pub theta: f64,
+}
+
+/// What choosing adaptive steps did: accepted step pairs, rejected attempts and the largest
+/// accepted error estimate.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepChoice {
+    /// Accepted step pairs (each two steps of the run).
+    pub accepted: usize,
+    /// Rejected attempts.
+    pub rejected: usize,
+    /// Largest error estimate of an accepted pair.
+    pub max_error: f64,
 }

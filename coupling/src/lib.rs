@@ -17,10 +17,12 @@ pub mod problem;
 pub mod shape;
 pub mod taylor;
 pub mod time;
+mod time_cycle;
 
 pub use error::{LinearChoice, RunError};
 pub use field::{
-    CyclePlan, Dynamic, Field, Layout, OutputVjp, Port, Reverse, Seed, SolveMode, StepInfo,
+    CycleAdapt, CyclePlan, CycleStep, Dynamic, Field, Layout, OutputVjp, Port, Reverse, Seed,
+    SolveMode, StepChoice, StepInfo,
 };
 pub use problem::{
     CoupledProblem, CycleParams, CycleReport, CycleScheme, GradientTimings, Transfer,

@@ -212,9 +212,9 @@ pub struct CoupledProblem {
     pub(crate) time: Option<crate::time::TimeRule>,
     /// The downstream fields at every state of the last run in time.
     pub(crate) history: Option<crate::time::TimeHistory>,
-    /// The states of the cycle that holds the stepped field, at every state of the last run in
-    /// time (when the stepped field lies on a cycle).
-    pub(crate) cycle_states: Option<crate::time::CycleStates>,
+    /// What the last run in time left for the reverse sweep of the cycle that holds the
+    /// stepped field (when it lies on one): its states, all or the first and last.
+    pub(crate) cycle_states: Option<crate::time_cycle::CycleRecord>,
 }
 
 fn setup(msg: impl Into<String>) -> RunError {

@@ -5,7 +5,8 @@
 //! before it that it does not feed are solved once (their inputs do not change in time: an
 //! electrical field driven by a voltage step at t = 0); the fields it feeds, directly or not,
 //! follow quasi-statically at every state (the mechanical field's displacement at each
-//! temperature). The field stepped in time may not lie on a cycle.
+//! temperature). When the stepped field lies on a cycle, the engine takes its steps as coupled
+//! solves (`time_cycle.rs`).
 //!
 //! The objective is a function of the history, J = F(j₀ … j_N), of the values jₙ of every
 //! field's objective terms at state n ([`TimeRule`]: the final state, a sum, the time integral,
@@ -18,7 +19,7 @@
 use gradfem_solvers::params::Gradient;
 
 use crate::error::RunError;
-use crate::field::{CyclePlan, Reverse, SolveMode, StepInfo};
+use crate::field::{Reverse, SolveMode, StepInfo};
 use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -149,17 +150,17 @@ pub struct TimeHistory {
 }
 
 /// Where the stages lie relative to the stepped field.
-struct TimeLayout {
+pub(crate) struct TimeLayout {
     /// The stepped field.
-    dynamic: usize,
+    pub(crate) dynamic: usize,
     /// The stage the stepped field lies in: itself, or the cycle that holds it.
-    stage: Vec<usize>,
+    pub(crate) stage: Vec<usize>,
     /// Stages solved once, before it.
-    before: Vec<Vec<usize>>,
+    pub(crate) before: Vec<Vec<usize>>,
     /// Stages after it that it feeds (solved at every state), in order.
-    downstream: Vec<Vec<usize>>,
+    pub(crate) downstream: Vec<Vec<usize>>,
     /// Stages after it that it does not feed (solved once).
-    after: Vec<Vec<usize>>,
+    pub(crate) after: Vec<Vec<usize>>,
 }
 
 impl CoupledProblem {
@@ -216,7 +217,7 @@ impl CoupledProblem {
     }
 
     /// Solve the stages `stages` in order (each a field or a cycle).
-    fn solve_stages(&mut self, stages: &[Vec<usize>]) -> Result<(), RunError> {
+    pub(crate) fn solve_stages(&mut self, stages: &[Vec<usize>]) -> Result<(), RunError> {
         for stage in stages {
             if stage.len() > 1 {
                 let report = match self.cycle.scheme {
@@ -416,7 +417,12 @@ impl CoupledProblem {
     }
 
     /// Add field `f`'s objective seeds into `bars` (its direct partials into `grad`).
-    fn seed_field(&self, f: usize, bars: &mut Bars, grad: &mut Gradient) -> Result<(), RunError> {
+    pub(crate) fn seed_field(
+        &self,
+        f: usize,
+        bars: &mut Bars,
+        grad: &mut Gradient,
+    ) -> Result<(), RunError> {
         let (registry, shape) = self.parts();
         let mut rev = Reverse { registry, shape, grad };
         let seed = self.fields()[f].objective_seed(&mut rev)?;
@@ -431,280 +437,8 @@ impl CoupledProblem {
     }
 }
 
-/// The states of a cycle's fields at every state of a run in time: (unknowns, state) per
-/// field, in the cycle's order.
-pub(crate) type CycleStates = Vec<Vec<(Vec<f64>, Vec<f64>)>>;
-
-impl CoupledProblem {
-    /// Place a stored state of the cycle's fields and refresh the inputs they feed each other.
-    fn place_cycle(
-        &mut self,
-        members: &[usize],
-        states: &[(Vec<f64>, Vec<f64>)],
-    ) -> Result<(), RunError> {
-        for (&i, (u, _)) in members.iter().zip(states) {
-            self.fields_mut()[i].place_unknowns(u);
-        }
-        for k in 0..self.transfers().len() {
-            let t = &self.transfers()[k];
-            if members.contains(&t.from) && members.contains(&t.to) && t.from_port == 0 {
-                self.feed_transfer(k)?;
-            }
-        }
-        for k in 0..self.transfers().len() {
-            let t = &self.transfers()[k];
-            if members.contains(&t.from) && members.contains(&t.to) && t.from_port != 0 {
-                self.feed_transfer(k)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The capacity term of step `k` of `plan` for the stepped field `d` (position `member` in
-    /// the cycle), from the stored states.
-    fn time_term(
-        plan: &CyclePlan,
-        k: usize,
-        member: usize,
-        states: &CycleStates,
-    ) -> crate::cycle::TimeTerm {
-        let (dt, [a0, a1, a2]) = plan.steps[k];
-        let uk = &states[k][member].1;
-        let history = match k.checked_sub(1) {
-            Some(km) if a2 != 0.0 => {
-                let um = &states[km][member].1;
-                uk.iter().zip(um).map(|(a, b)| (a1 * a + a2 * b) / dt).collect()
-            }
-            _ => uk.iter().map(|a| a1 * a / dt).collect(),
-        };
-        crate::cycle::TimeTerm { member, c0: a0 / dt, history }
-    }
-
-    /// The forward run in time of a stepped field on a cycle (monolithic, module docs).
-    fn solve_cycle_in_time(&mut self, layout: &TimeLayout) -> Result<(), RunError> {
-        let d = layout.dynamic;
-        let members = layout.stage.clone();
-        let member = members.iter().position(|&i| i == d).expect("on its cycle");
-        let plan = self.fields()[d].dynamic().expect("stepped").cycle_plan()?;
-        // State 0: the stepped field at its initial state, the others of the cycle solved at it.
-        self.fields_mut()[d].dynamic_mut().expect("stepped").set_cycle_trajectory(
-            vec![0.0],
-            vec![plan.initial.clone()],
-            0,
-        )?;
-        for &i in members.iter().filter(|&&i| i != d) {
-            self.feed(i)?;
-            self.fields_mut()[i].solve(SolveMode::InCycle)?;
-        }
-        let mut states: CycleStates = Vec::with_capacity(plan.steps.len() + 1);
-        let mut history = TimeHistory {
-            fields: layout.downstream.iter().flatten().copied().collect(),
-            ..Default::default()
-        };
-        let mut newton_iterations = 0;
-        let mut times = vec![0.0];
-        for k in 0..=plan.steps.len() {
-            gradfem_solvers::interrupt::check("time stepping", || format!("step {k}"))?;
-            if k > 0 {
-                let term = Self::time_term(&plan, k - 1, member, &states);
-                let info = self.monolithic_newton(&members, Some(&term)).map_err(|e| {
-                    setup(format!(
-                        "time step {} (t = {:.6e} s): {e}",
-                        k,
-                        times[k - 1] + plan.steps[k - 1].0
-                    ))
-                })?;
-                newton_iterations += info.iterations;
-                times.push(times[k - 1] + plan.steps[k - 1].0);
-            }
-            states.push(
-                members
-                    .iter()
-                    .map(|&i| {
-                        let f = &self.fields()[i];
-                        (f.cell_unknowns(), f.state().map(<[f64]>::to_vec).unwrap_or_default())
-                    })
-                    .collect(),
-            );
-            // The other fields of the cycle and the downstream fields at this state.
-            let mut value = 0.0;
-            for &i in members.iter().filter(|&&i| i != d) {
-                value += self.fields()[i].objective()?.0;
-            }
-            self.solve_stages(&layout.downstream)?;
-            let mut down = Vec::new();
-            for &f in &history.fields {
-                value += self.fields()[f].objective()?.0;
-                down.push(self.fields()[f].state().map(<[f64]>::to_vec).unwrap_or_default());
-            }
-            history.objective.push(value);
-            history.states.push(down);
-        }
-        // The last state stays placed, the cycle's fields solved there and the stepped one
-        // holding the run.
-        let last = states.last().expect("the initial state at least").clone();
-        self.place_cycle(&members, &last)?;
-        for &i in members.iter().filter(|&&i| i != d) {
-            self.fields_mut()[i].finish_cycle_solve(&Default::default())?;
-        }
-        let temperatures = states.iter().map(|s| s[member].1.clone()).collect();
-        self.fields_mut()[d].dynamic_mut().expect("stepped").set_cycle_trajectory(
-            times,
-            temperatures,
-            newton_iterations,
-        )?;
-        self.history = Some(history);
-        self.cycle_states = Some(states);
-        Ok(())
-    }
-
-    /// J and dJ/dp of a run in time whose stepped field lies on a cycle: the reverse sweep
-    /// over the steps, each one transposed solve with the step's coupled Jacobian (refactored
-    /// at the stored state), its parameter products, and the capacity's history terms.
-    fn gradient_cycle_in_time(
-        &mut self,
-        layout: &TimeLayout,
-        grad: &mut Gradient,
-        timings: &mut GradientTimings,
-    ) -> Result<f64, RunError> {
-        let (j, weights) = self.time_objective()?;
-        let d = layout.dynamic;
-        let members = layout.stage.clone();
-        let member = members.iter().position(|&i| i == d).expect("on its cycle");
-        let plan = self.fields()[d].dynamic().expect("stepped").cycle_plan()?;
-        let states = self.cycle_states.clone().ok_or_else(|| setup("transient: solve first"))?;
-        let downstream: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
-        let n_states = states.len();
-        let mut pending: Vec<Vec<f64>> = vec![vec![0.0; states[0][member].1.len()]; n_states];
-        // Seeds the steps put on the fields outside the cycle and the stream (upstream ones).
-        let mut outside = self.zero_bars();
-        for n in (0..n_states).rev() {
-            gradfem_solvers::interrupt::check("time stepping adjoint", || format!("state {n}"))?;
-            self.place_cycle(&members, &states[n])?;
-            let mut local = self.zero_bars();
-            let mut g = Gradient::zeros(self.registry());
-            let w = weights[n];
-            if w != 0.0 {
-                // The cycle's own terms at state n (the stepped field's among them) and the
-                // downstream fields' adjoints at that state.
-                for &i in &members {
-                    self.seed_field(i, &mut local, &mut g)?;
-                }
-                if !downstream.is_empty() {
-                    self.solve_stages(&layout.downstream)?;
-                    for &f in &downstream {
-                        self.seed_field(f, &mut local, &mut g)?;
-                    }
-                    self.reverse_stage_list(&layout.downstream, &mut local, &mut g, timings)?;
-                }
-                scale_bars(&mut local, w);
-                grad.add_scaled(w, &g);
-            }
-            add_into(&mut local.state[d], &pending[n]);
-            let ts = std::time::Instant::now();
-            if n >= 1 {
-                let term = Self::time_term(&plan, n - 1, member, &states);
-                self.absorb_internal_inputs(&members, &mut local, grad)?;
-                self.monolithic_factor_placed(&members, Some(&term))?;
-                let lambda = self.monolithic_transposed_solve(&members, &local)?;
-                timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
-                let ta = std::time::Instant::now();
-                self.finish_cycle_adjoint(&members, &lambda, &mut local, grad)?;
-                let mu = lambda[d].as_ref().expect("the stepped field's adjoint");
-                // The capacity: −μᵀ(∂M/∂p)w, w = (a₀uⁿ + a₁uⁿ⁻¹ + a₂uⁿ⁻²)/Δt (zero at prescribed
-                // entries, where the couplings cancel: a₀ + a₁ + a₂ = 0).
-                let (dt, [a0, a1, a2]) = plan.steps[n - 1];
-                let un = &states[n][member].1;
-                let u1 = &states[n - 1][member].1;
-                let m_one = self.fields()[d]
-                    .dynamic()
-                    .expect("stepped")
-                    .capacity_product(&vec![1.0; un.len()]);
-                let free = |i: usize| m_one[i] != 0.0;
-                let w_cap: Vec<f64> = (0..un.len())
-                    .map(|i| {
-                        let older =
-                            if a2 != 0.0 && n >= 2 { a2 * states[n - 2][member].1[i] } else { 0.0 };
-                        if free(i) { (a0 * un[i] + a1 * u1[i] + older) / dt } else { 0.0 }
-                    })
-                    .collect();
-                {
-                    let (registry, shape) = self.parts();
-                    let mut rev = Reverse { registry, shape, grad: &mut *grad };
-                    self.fields()[d]
-                        .dynamic()
-                        .expect("stepped")
-                        .capacity_vjp(mu, &w_cap, &mut rev)?;
-                }
-                // The history: ū_{n−1} −= a₁Mμ/Δt, ū_{n−2} −= a₂Mμ/Δt.
-                let m_mu = self.fields()[d].dynamic().expect("stepped").capacity_product(mu);
-                for (p, m) in pending[n - 1].iter_mut().zip(&m_mu) {
-                    *p -= a1 * m / dt;
-                }
-                if a2 != 0.0 && n >= 2 {
-                    for (p, m) in pending[n - 2].iter_mut().zip(&m_mu) {
-                        *p -= a2 * m / dt;
-                    }
-                }
-                timings.accumulate_s += ta.elapsed().as_secs_f64();
-            } else {
-                // State 0: the other fields of the cycle were solved at the initial state, in
-                // order; their adjoints run in reverse, each handing its inputs' seeds back.
-                self.absorb_internal_inputs(&members, &mut local, grad)?;
-                for &i in members.iter().filter(|&&i| i != d) {
-                    self.feed(i)?;
-                    self.fields_mut()[i].solve(SolveMode::InCycle)?;
-                }
-                for &i in members.iter().filter(|&&i| i != d).rev() {
-                    let state_bar = std::mem::take(&mut local.state[i]);
-                    let unknowns_bar = std::mem::take(&mut local.unknowns[i]);
-                    let lambda = self.fields_mut()[i].adjoint_solve(&state_bar, &unknowns_bar)?;
-                    self.accumulate_and_hand_back(i, &lambda, &state_bar, &mut local, grad, &[])?;
-                }
-                let (registry, shape) = self.parts();
-                let mut rev = Reverse { registry, shape, grad: &mut *grad };
-                self.fields()[d].dynamic().expect("stepped").initial_vjp(&local.state[d], &mut rev);
-                timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
-            }
-            // Seeds on fields outside the cycle and the downstream stages go upstream.
-            for f in 0..self.fields().len() {
-                if members.contains(&f) || downstream.contains(&f) {
-                    continue;
-                }
-                add_into(&mut outside.state[f], &local.state[f]);
-                for (p, x) in local.inputs[f].iter().enumerate() {
-                    add_into(&mut outside.inputs[f][p], x);
-                }
-            }
-        }
-        // Leave the last state placed, the downstream fields solved there.
-        let last = states.last().expect("states").clone();
-        self.place_cycle(&members, &last)?;
-        for &i in members.iter().filter(|&&i| i != d) {
-            self.fields_mut()[i].finish_cycle_solve(&Default::default())?;
-        }
-        if let Some(n) = n_states.checked_sub(1) {
-            self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
-        }
-        self.solve_stages(&layout.downstream)?;
-        // The time-independent fields: their own terms weigh Σₙ wₙ; their adjoint runs once.
-        let still_weight: f64 = weights.iter().sum();
-        let mut g_still = Gradient::zeros(self.registry());
-        let mut still = self.zero_bars();
-        for &i in layout.before.iter().chain(&layout.after).flatten() {
-            self.seed_field(i, &mut still, &mut g_still)?;
-        }
-        scale_bars(&mut still, still_weight);
-        merge_bars(&mut outside, &still);
-        grad.add_scaled(still_weight, &g_still);
-        let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
-        self.reverse_stage_list(&once, &mut outside, grad, timings)?;
-        Ok(j)
-    }
-}
-
 /// Multiply every seed of `bars` by `w`.
-fn scale_bars(bars: &mut Bars, w: f64) {
+pub(crate) fn scale_bars(bars: &mut Bars, w: f64) {
     for v in bars
         .state
         .iter_mut()
@@ -716,7 +450,7 @@ fn scale_bars(bars: &mut Bars, w: f64) {
 }
 
 /// a += b, seed by seed.
-fn merge_bars(a: &mut Bars, b: &Bars) {
+pub(crate) fn merge_bars(a: &mut Bars, b: &Bars) {
     for f in 0..a.state.len() {
         add_into(&mut a.state[f], &b.state[f]);
         if !b.unknowns[f].is_empty() {

@@ -23,7 +23,9 @@ use serde::Serialize;
 
 use crate::cell::CellKernels;
 use crate::error::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
-use crate::field::{CyclePlan, Dynamic, Field, Layout, Port, Reverse, Seed, SolveMode, StepInfo};
+use crate::field::{
+    CyclePlan, Dynamic, Field, Layout, Port, Reverse, Seed, SolveMode, StepChoice, StepInfo,
+};
 use crate::fields::thermal_transient::ThermalTransient;
 
 /// How one registered parameter maps onto the model.
@@ -815,6 +817,18 @@ impl Dynamic for ThermalField {
 
     fn cycle_plan(&self) -> Result<CyclePlan, RunError> {
         self.transient.as_ref().expect("a transient field").cycle_plan(&self.model)
+    }
+
+    fn set_cycle_steps(&mut self, steps: Vec<f64>, choice: StepChoice) -> Result<(), RunError> {
+        self.transient.as_mut().expect("a transient field").set_chosen_steps(steps, choice);
+        Ok(())
+    }
+
+    fn set_cycle_sweep_stats(&mut self, recomputed_steps: usize, peak_stored_states: usize) {
+        self.transient
+            .as_mut()
+            .expect("a transient field")
+            .set_sweep_stats(recomputed_steps, peak_stored_states);
     }
 
     fn set_cycle_trajectory(

@@ -19,7 +19,7 @@ use gradfem_thermal::{ObjectiveTerm, ThermalModel};
 use serde::Serialize;
 
 use crate::error::RunError;
-use crate::field::{CyclePlan, Reverse, StepInfo};
+use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, StepChoice, StepInfo};
 use crate::fields::transient::{
     AdaptInfo, AdaptParams, MassKind, StepInfo as ThermalStepInfo, TimeObjective, TimeScheme,
     Trajectory, TransientGradient, TransientProblem, TransientSpec, WeightedTerms,
@@ -362,33 +362,84 @@ impl ThermalTransient {
     }
 
     /// The steps the engine takes when the field lies on a cycle (see
-    /// [`crate::Dynamic::cycle_plan`]): implicit Euler or BDF2 with fixed steps, every state
-    /// kept.
+    /// [`crate::Dynamic::cycle_plan`]): the scheme's coefficients with fixed steps, the steps
+    /// an adaptive run chose, or the rule that chooses them (θ-schemes only).
     pub fn cycle_plan(&self, model: &ThermalModel) -> Result<CyclePlan, RunError> {
-        let why = match (self.scheme, &self.adaptive, self.memory) {
-            (TimeScheme::Theta { theta }, _, _) if theta != 1.0 => Some(format!(
-                "scheme θ = {theta}: a temperature on a cycle (a resistivity that depends on T) is stepped by implicit_euler or bdf2 only"
-            )),
-            (_, Some(_), _) => Some(
-                "adaptive steps: a temperature on a cycle (a resistivity that depends on T) is stepped with a fixed `dt`".into(),
-            ),
-            (_, _, Checkpointing::Binomial { .. }) => Some(
-                "checkpoints: a temperature on a cycle (a resistivity that depends on T) keeps every state (checkpoints = 0)".into(),
-            ),
-            _ => None,
-        };
-        if let Some(why) = why {
-            return Err(setup(format!("[transient] {why}")));
-        }
         let p = self.problem(model)?;
         let initial = model.nodal_temperature(&model.dofs.gather(&p.initial));
-        let steps = (0..self.steps)
-            .map(|k| {
-                let [a0, a1, a2, _] = self.scheme.coefficients(k);
-                (self.dt, [a0, a1, a2])
-            })
-            .collect();
-        Ok(CyclePlan { initial, steps })
+        let coefficients = |k: usize| {
+            let [a0, a1, a2, theta] = self.scheme.coefficients(k);
+            ([a0, a1, a2], theta)
+        };
+        let (steps, adaptive) = match (&self.adaptive, &self.chosen_steps) {
+            (None, _) => {
+                let steps = (0..self.steps)
+                    .map(|k| {
+                        let (a, theta) = coefficients(k);
+                        CycleStep { dt: self.dt, a, theta }
+                    })
+                    .collect();
+                (steps, None)
+            }
+            (Some(_), Some((sizes, _))) => {
+                let steps = sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &dt)| {
+                        let (a, theta) = coefficients(k);
+                        CycleStep { dt, a, theta }
+                    })
+                    .collect();
+                (steps, None)
+            }
+            (Some(a), None) => {
+                let TimeScheme::Theta { theta } = self.scheme else {
+                    return Err(setup(
+                        "[transient] adaptive steps need a θ-scheme (implicit_euler, crank_nicolson or theta), not bdf2",
+                    ));
+                };
+                let rule = CycleAdapt {
+                    end_time: a.t_end,
+                    tolerance: a.tolerance,
+                    dt_initial: a.dt_initial,
+                    dt_min: a.dt_min,
+                    dt_max: a.dt_max,
+                    theta,
+                };
+                (Vec::new(), Some(rule))
+            }
+        };
+        Ok(CyclePlan { initial, steps, adaptive, memory: self.memory })
+    }
+
+    /// Keep the step sizes the engine chose on a cycle (an adaptive plan) for later runs.
+    pub fn set_chosen_steps(&mut self, steps: Vec<f64>, choice: StepChoice) {
+        let info = AdaptInfo {
+            accepted: choice.accepted,
+            rejected: choice.rejected,
+            max_error: choice.max_error,
+            factorizations: 0,
+        };
+        self.chosen_steps = Some((steps, info));
+    }
+
+    /// Record what the engine's reverse sweep over a cycle's steps cost.
+    pub fn set_sweep_stats(&mut self, recomputed_steps: usize, peak_stored_states: usize) {
+        self.report.recomputed_steps = Some(recomputed_steps);
+        self.report.peak_stored_states = Some(peak_stored_states);
+    }
+
+    /// The transient problem with the step sizes an adaptive run chose.
+    fn problem_with_chosen_steps(
+        &self,
+        model: &ThermalModel,
+    ) -> Result<TransientProblem, RunError> {
+        let mut p = self.problem(model)?;
+        if let (Some(_), Some((steps, _))) = (&self.adaptive, &self.chosen_steps) {
+            p.n_steps = steps.len();
+            p.step_sizes = Some(steps.clone());
+        }
+        Ok(p)
     }
 
     /// Take a run the engine made (a temperature on a cycle) as the last run.
@@ -399,13 +450,14 @@ impl ThermalTransient {
         temperatures: Vec<Vec<f64>>,
         newton_iterations: usize,
     ) -> Result<(), RunError> {
-        let p = self.problem(model)?;
+        let p = self.problem_with_chosen_steps(model)?;
         let traj = Trajectory {
             times,
             temperatures,
             newton_iterations,
             factorizations: newton_iterations,
         };
+        let adapt = self.adaptive.and(self.chosen_steps.as_ref().map(|(_, info)| *info));
         self.report = TransientReport {
             steps: p.n_steps,
             final_time_s: *traj.times.last().expect("the initial state at least"),
@@ -418,11 +470,11 @@ impl ThermalTransient {
                 .copied()
                 .filter(|v| v.is_finite())
                 .fold(f64::NEG_INFINITY, f64::max),
-            adaptive_accepted: None,
-            adaptive_rejected: None,
+            adaptive_accepted: adapt.map(|a| a.accepted),
+            adaptive_rejected: adapt.map(|a| a.rejected),
             simulate_s: 0.0,
-            recomputed_steps: Some(0),
-            peak_stored_states: Some(traj.temperatures.len()),
+            recomputed_steps: None,
+            peak_stored_states: None,
         };
         self.run = Some((p, traj));
         Ok(())
