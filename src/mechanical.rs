@@ -200,7 +200,15 @@ impl MechanicalField {
                 };
                 let cg =
                     gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
-                Box::new(gradfem_solvers::amg::AmgCgSolver::new("mechanical", amg, cg))
+                let solver = gradfem_solvers::amg::AmgCgSolver::new("mechanical", amg, cg);
+                let modes = gradfem_solvers::amg::NearNullspace::rigid_body_modes(
+                    &self.model.coords,
+                    &self.model.unknown_components(),
+                );
+                Box::new(match modes {
+                    Ok(m) => solver.with_near_nullspace(m),
+                    Err(_) => solver,
+                })
             }
             _ => Box::new(CholeskySolver::new("mechanical")),
         };
@@ -221,6 +229,11 @@ impl MechanicalField {
     /// The linear solver's name.
     pub fn linear_solver(&self) -> &'static str {
         self.solver.name()
+    }
+
+    /// CG iterations of the last linear solve (`None` with a direct solver).
+    pub fn last_cg_iterations(&self) -> Option<usize> {
+        self.solver.last_iterations()
     }
 
     /// Parameter names this field offers.

@@ -55,6 +55,11 @@ pub trait LinearSolver: Send {
     fn solve_transpose_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError>;
     /// A short name for logs and `Info` (`"cholesky"`, `"lu"`, `"amg-cg"`).
     fn name(&self) -> &'static str;
+    /// Iterations of the last solve for iterative solvers (`None` for direct ones, and
+    /// before the first solve).
+    fn last_iterations(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// ‖A x − b‖₂, the residual norm of a linear solve.
