@@ -256,39 +256,23 @@ impl ElectroThermalProblem {
         })
     }
 
-    /// Choose the electrical field's linear solver: `Auto` takes sparse Cholesky up to
-    /// [`crate::run::AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above,
-    /// unless a current terminal is present (its voltage unknown couples every node of the
-    /// terminal surface: a dense row that aggregation handles poorly), when Cholesky stays.
+    /// Choose the electrical field's linear solver: `Auto` routes by predicted cost between
+    /// sparse Cholesky and AMG-preconditioned CG ([`crate::run::spd_solver`]), unless a current
+    /// terminal is present (its voltage unknown couples every node of the terminal surface: a
+    /// dense row that aggregation handles poorly), when Cholesky stays.
     /// The monolithic two-way Newton always uses LU; the staggered scheme uses this solver.
     pub fn set_linear(&mut self, choice: crate::run::LinearChoice, cg_rel_tol: f64) {
         use crate::run::LinearChoice;
-        let n = self.electrical.n_unknowns();
         let current = self
             .electrical
             .terminals
             .iter()
             .any(|t| matches!(t.kind, TerminalKind::Current { .. }));
         let choice = match choice {
-            LinearChoice::Auto if n > crate::run::AUTO_ITERATIVE_THRESHOLD && !current => {
-                LinearChoice::AmgCg
-            }
-            LinearChoice::Auto => LinearChoice::Cholesky,
+            LinearChoice::Auto if current => LinearChoice::Cholesky,
             other => other,
         };
-        self.solver = match choice {
-            LinearChoice::Lu => Box::new(gradfem_solvers::linear::LuSolver::new("electrical")),
-            LinearChoice::AmgCg => {
-                let cg =
-                    gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
-                Box::new(gradfem_solvers::amg::AmgCgSolver::new(
-                    "electrical",
-                    Default::default(),
-                    cg,
-                ))
-            }
-            _ => Box::new(CholeskySolver::new("electrical")),
-        };
+        self.solver = crate::run::spd_solver("electrical", choice, cg_rel_tol, None);
     }
 
     /// The electrical field's linear solver.

@@ -11,7 +11,7 @@ use std::time::Instant;
 use gradfem_mesh::Mesh;
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::error::SolverError;
-use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
+use gradfem_solvers::linear::{CholeskySolver, LinearSolver};
 use gradfem_solvers::newton::{NewtonInfo, NewtonParams, NonlinearProblem, newton};
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
@@ -19,7 +19,7 @@ use gradfem_solvers::tape::{Adjoints, Block, Tape};
 use gradfem_thermal::{BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, ThermalModel};
 use serde::Serialize;
 
-use crate::run::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
+use crate::run::{LinearChoice, RunError};
 
 /// How one registered parameter maps onto the model.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,27 +164,11 @@ impl ThermalProblem {
     }
 
     fn make_solver(&self) -> Box<dyn LinearSolver> {
-        let n = self.model.n_unknowns();
-        let symmetric = self.model.is_symmetric();
         let choice = match self.linear_choice {
-            LinearChoice::Auto if !symmetric => LinearChoice::Lu,
-            LinearChoice::Auto if n > AUTO_ITERATIVE_THRESHOLD => LinearChoice::AmgCg,
-            LinearChoice::Auto => LinearChoice::Cholesky,
-            LinearChoice::Cholesky if !symmetric => LinearChoice::Lu,
-            LinearChoice::AmgCg if !symmetric => LinearChoice::Lu,
+            _ if !self.model.is_symmetric() => LinearChoice::Lu,
             other => other,
         };
-        match choice {
-            LinearChoice::Lu => Box::new(LuSolver::new("thermal")),
-            LinearChoice::AmgCg => {
-                let cg = gradfem_solvers::cg::CgParams {
-                    rel_tol: self.cg_rel_tol,
-                    ..Default::default()
-                };
-                Box::new(gradfem_solvers::amg::AmgCgSolver::new("thermal", Default::default(), cg))
-            }
-            _ => Box::new(CholeskySolver::new("thermal")),
-        }
+        crate::run::spd_solver("thermal", choice, self.cg_rel_tol, None)
     }
 
     /// Register a parameter by name: `thermal.k.<group>`, `thermal.k_elem.<group>`,

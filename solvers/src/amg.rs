@@ -1600,6 +1600,17 @@ impl AmgCgSolver {
         self.last_info.as_ref()
     }
 
+    /// A copy of the matrix of the last `factor` (`None` before it).
+    pub fn matrix(&self) -> Option<CsrMatrix> {
+        self.a.as_ref().map(|a| CsrMatrix {
+            n_rows: a.n_rows,
+            n_cols: a.n_cols,
+            row_ptr: a.row_ptr.clone(),
+            col_idx: a.col.iter().map(|&c| c as usize).collect(),
+            values: a.val.clone(),
+        })
+    }
+
     /// The current hierarchy (`None` before `factor`).
     pub fn hierarchy(&self) -> Option<&AmgHierarchy> {
         self.hierarchy.as_ref()

@@ -17,6 +17,7 @@ pub mod optimize;
 pub mod ordering;
 pub mod params;
 pub mod reuse;
+pub mod route;
 pub mod sparse;
 pub mod tape;
 pub mod taylor;
