@@ -21,7 +21,7 @@ mod kuhn;
 
 use std::time::Instant;
 
-use gradfem_solvers::amg::{AmgCgSolver, AmgParams, NearNullspace, Smoother};
+use gradfem_solvers::amg::{AmgCgSolver, AmgHierarchy, AmgParams, NearNullspace, Smoother};
 use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::linear::LinearSolver;
 
@@ -80,13 +80,26 @@ fn main() {
         gradfem_solvers::amg::DEFAULT_RECYCLED_DIRECTIONS
     };
     let mut solver =
-        AmgCgSolver::new("thermal", params, CgParams::default()).with_recycling(recycle);
+        AmgCgSolver::new("thermal", params.clone(), CgParams::default()).with_recycling(recycle);
+    let nns = modes.clone();
     if let Some(m) = modes {
         solver = solver.with_near_nullspace(m);
     }
+    // `--repeat R`: the set-up time is the fastest of R hierarchies built anew
+    let repeat: usize = arg(&args, "--repeat").unwrap_or(1);
+    let mut setup_s = f64::INFINITY;
+    for _ in 1..repeat {
+        let t0 = Instant::now();
+        let h = match &nns {
+            Some(m) => AmgHierarchy::with_near_nullspace(&a, &params, m.clone().into()),
+            None => AmgHierarchy::new(&a, &params),
+        };
+        h.expect("AMG setup");
+        setup_s = setup_s.min(t0.elapsed().as_secs_f64());
+    }
     let t0 = Instant::now();
     solver.factor(&a).expect("AMG setup");
-    let setup_s = t0.elapsed().as_secs_f64();
+    setup_s = setup_s.min(t0.elapsed().as_secs_f64());
 
     let mut x = b.clone();
     let t0 = Instant::now();

@@ -397,6 +397,58 @@ impl Csr32 {
         Csr32 { n_rows: a.n_rows, n_cols: a.n_cols, row_ptr, col, val }
     }
 
+    /// The entries of `a` that [`Self::from_csr`] with `drop` leaves out (i ≠ j with
+    /// |a_ij| ≤ DROP_TOL √(|a_ii a_jj|)): with that copy it sums to `a`.
+    fn dropped_of(a: &CsrMatrix) -> Self {
+        assert!(a.n_cols < u32::MAX as usize, "{} columns do not fit 32-bit indices", a.n_cols);
+        let diag = a.diagonal();
+        let n_chunks = a.n_rows.div_ceil(PRODUCT_ROWS);
+        let parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)> = (0..n_chunks)
+            .into_par_iter()
+            .map(|c| {
+                let rows = c * PRODUCT_ROWS..((c + 1) * PRODUCT_ROWS).min(a.n_rows);
+                let (mut lens, mut col, mut val) = (Vec::new(), Vec::new(), Vec::new());
+                for i in rows {
+                    let (cols, vals) = a.row(i);
+                    let before = col.len();
+                    for (&j, &v) in cols.iter().zip(vals) {
+                        if j != i && v.abs() <= DROP_TOL * (diag[i] * diag[j]).abs().sqrt() {
+                            col.push(j as u32);
+                            val.push(v);
+                        }
+                    }
+                    lens.push(col.len() - before);
+                }
+                (lens, col, val)
+            })
+            .collect();
+        let (row_ptr, col, val) = concat_rows(a.n_rows, parts);
+        Csr32 { n_rows: a.n_rows, n_cols: a.n_cols, row_ptr, col, val }
+    }
+
+    /// `self + other` for two matrices with disjoint patterns, as a `CsrMatrix`.
+    fn merged(&self, other: &Csr32) -> CsrMatrix {
+        let mut row_ptr = Vec::with_capacity(self.n_rows + 1);
+        row_ptr.push(0);
+        let mut col_idx = Vec::with_capacity(self.nnz() + other.nnz());
+        let mut values = Vec::with_capacity(self.nnz() + other.nnz());
+        for i in 0..self.n_rows {
+            let mut row: Vec<(u32, f64)> = (self.row_ptr[i]..self.row_ptr[i + 1])
+                .map(|k| (self.col[k], self.val[k]))
+                .chain(
+                    (other.row_ptr[i]..other.row_ptr[i + 1]).map(|k| (other.col[k], other.val[k])),
+                )
+                .collect();
+            row.sort_unstable_by_key(|e| e.0);
+            for (j, v) in row {
+                col_idx.push(j as usize);
+                values.push(v);
+            }
+            row_ptr.push(col_idx.len());
+        }
+        CsrMatrix { n_rows: self.n_rows, n_cols: self.n_cols, row_ptr, col_idx, values }
+    }
+
     fn diagonal(&self) -> Vec<f64> {
         (0..self.n_rows)
             .map(|i| {
@@ -1515,8 +1567,11 @@ pub struct AmgCgSolver {
     field: String,
     amg: AmgParams,
     cg: CgParams,
-    /// The exact matrix CG multiplies with (32-bit column indices).
-    a: Option<Csr32>,
+    /// The entries of A that the hierarchy's finest level leaves out (numerically zero):
+    /// CG multiplies with that level, and with it plus these where it checks convergence.
+    rest: Option<Csr32>,
+    /// The pattern of the last factored matrix (rows, entries, hash).
+    pattern: Option<(usize, usize, u64)>,
     hierarchy: Option<AmgHierarchy>,
     last_info: Option<CgInfo>,
     /// Most search directions kept for recycling (0: none).
@@ -1557,7 +1612,8 @@ impl AmgCgSolver {
             field: field.to_string(),
             amg,
             cg,
-            a: None,
+            rest: None,
+            pattern: None,
             hierarchy: None,
             last_info: None,
             recycle_limit: DEFAULT_RECYCLED_DIRECTIONS,
@@ -1602,13 +1658,8 @@ impl AmgCgSolver {
 
     /// A copy of the matrix of the last `factor` (`None` before it).
     pub fn matrix(&self) -> Option<CsrMatrix> {
-        self.a.as_ref().map(|a| CsrMatrix {
-            n_rows: a.n_rows,
-            n_cols: a.n_cols,
-            row_ptr: a.row_ptr.clone(),
-            col_idx: a.col.iter().map(|&c| c as usize).collect(),
-            values: a.val.clone(),
-        })
+        let (h, rest) = (self.hierarchy.as_ref()?, self.rest.as_ref()?);
+        Some(h.levels[0].a.merged(rest))
     }
 
     /// The current hierarchy (`None` before `factor`).
@@ -1618,15 +1669,16 @@ impl AmgCgSolver {
 
     /// PCG to the relative tolerance `rel_tol` (the other settings from `CgParams`).
     fn solve_to(&mut self, b: &mut [f64], rel_tol: f64) -> Result<(), SolverError> {
-        let (Some(a), Some(h)) = (&self.a, &self.hierarchy) else {
+        let (Some(rest), Some(h)) = (&self.rest, &self.hierarchy) else {
             panic!("AmgCgSolver: solve called before a successful factor()");
         };
+        let fine = &h.levels[0].a;
         assert_eq!(
             b.len(),
-            a.n_rows,
+            fine.n_rows,
             "right-hand side has {} entries for {} unknowns",
             b.len(),
-            a.n_rows
+            fine.n_rows
         );
         if let Some(dof) = b.iter().position(|v| !v.is_finite()) {
             return Err(SolverError::NonFinite {
@@ -1647,10 +1699,12 @@ impl AmgCgSolver {
         }
         let hooks = CgHooks { record: record.then_some(&mut self.recycled), give_up: None };
         // CG iterates with the hierarchy's finest operator (A without its numerically zero
-        // entries) when that is smaller, and confirms convergence with the exact A.
-        let exact = |v: &[f64], y: &mut [f64]| a.spmv(v, y);
-        let fine = &h.levels[0].a;
-        let info = if fine.nnz() < a.nnz() {
+        // entries) and confirms convergence with the exact A (that operator plus the rest).
+        let exact = |v: &[f64], y: &mut [f64]| {
+            fine.spmv(v, y);
+            rest.spmv_add(v, y);
+        };
+        let info = if rest.nnz() > 0 {
             pcg_with(
                 &|v: &[f64], y: &mut [f64]| fine.spmv(v, y),
                 Some(&exact),
@@ -1661,7 +1715,7 @@ impl AmgCgSolver {
                 hooks,
             )
         } else {
-            pcg_with(&exact, None, &rhs, b, h, &cg, hooks)
+            pcg_with(&|v: &[f64], y: &mut [f64]| fine.spmv(v, y), None, &rhs, b, h, &cg, hooks)
         };
         let result = match info.stop {
             CgStop::Converged => Ok(()),
@@ -1714,11 +1768,14 @@ impl LinearSolver for AmgCgSolver {
                 iteration: 0,
             });
         }
-        let same_pattern = self.a.as_ref().is_some_and(|old| {
-            old.n_rows == a.n_rows
-                && old.row_ptr == a.row_ptr
-                && old.col.iter().zip(&a.col_idx).all(|(&c, &j)| c as usize == j)
-        });
+        let key = {
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            for &v in a.row_ptr.iter().chain(&a.col_idx) {
+                h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            (a.n_rows, a.nnz(), h)
+        };
+        let same_pattern = self.pattern == Some(key);
         self.last_info = None;
         let capacity = self.recycle_limit.min(RECYCLE_BUDGET_BYTES / (8 * a.n_rows.max(1)));
         if capacity != self.recycled.capacity() {
@@ -1727,24 +1784,26 @@ impl LinearSolver for AmgCgSolver {
             self.recycled.clear();
         }
         self.record_next = capacity > 0;
+        self.rest = None;
         if same_pattern && self.hierarchy.is_some() {
-            self.a.as_mut().unwrap().val.copy_from_slice(&a.values);
             let h = self.hierarchy.as_mut().unwrap();
             if let Err(e) = h.refresh_values(a) {
                 self.hierarchy = None;
+                self.pattern = None;
                 return Err(self.rename(e));
             }
         } else {
             self.hierarchy = None;
-            self.a = None;
+            self.pattern = None;
             let h = match &self.near_nullspace {
                 Some(nns) => AmgHierarchy::with_near_nullspace(a, &self.amg, nns.clone()),
                 None => AmgHierarchy::new(a, &self.amg),
             }
             .map_err(|e| self.rename(e))?;
-            self.a = Some(Csr32::from_csr(a, false));
             self.hierarchy = Some(h);
+            self.pattern = Some(key);
         }
+        self.rest = Some(Csr32::dropped_of(a));
         Ok(())
     }
 
