@@ -1582,6 +1582,9 @@ pub struct AmgCgSolver {
     record_next: bool,
     /// The relative tolerance of adjoint (transpose) solves (never below `cg.rel_tol`).
     adjoint_rel_tol: f64,
+    /// A newer matrix than the hierarchy's ([`AmgCgSolver::update_operator`]): CG multiplies
+    /// by it, the V-cycle stays that of the hierarchy.
+    operator: Option<Csr32>,
     /// The near-nullspace of new hierarchies (`None`: the constant per component).
     near_nullspace: Option<Arc<NearNullspace>>,
 }
@@ -1614,6 +1617,7 @@ impl AmgCgSolver {
             cg,
             rest: None,
             pattern: None,
+            operator: None,
             hierarchy: None,
             last_info: None,
             recycle_limit: DEFAULT_RECYCLED_DIRECTIONS,
@@ -1667,6 +1671,45 @@ impl AmgCgSolver {
         self.hierarchy.as_ref()
     }
 
+    /// Solve with `a` from now on while keeping the hierarchy of the last `factor` as the
+    /// preconditioner: for a sequence of nearby matrices (the tangents of one Newton solve),
+    /// where CG with a slightly stale V-cycle costs less than new set-ups. `a` must have the
+    /// factored matrix's size; the next `factor` drops it. Errors: a non-finite entry
+    /// (`NonFinite`).
+    ///
+    /// # Panics
+    /// Before a successful `factor`, or when `a` has another size.
+    pub fn update_operator(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
+        let n = self.hierarchy.as_ref().expect("update_operator before factor").levels[0].a.n_rows;
+        assert_eq!(a.n_rows, n, "operator with {} rows for a hierarchy of {n}", a.n_rows);
+        if let Some(k) = a.values.iter().position(|v| !v.is_finite()) {
+            let row = a.row_ptr.partition_point(|&p| p <= k) - 1;
+            return Err(SolverError::NonFinite {
+                field: self.field.clone(),
+                quantity: "matrix",
+                dof: row,
+                dof_description: format!("entry ({row}, {})", a.col_idx[k]),
+                iteration: 0,
+            });
+        }
+        match &mut self.operator {
+            Some(op) if op.nnz() == a.nnz() && op.row_ptr == a.row_ptr => {
+                op.val.copy_from_slice(&a.values)
+            }
+            _ => self.operator = Some(Csr32::from_csr(a, false)),
+        }
+        self.last_info = None;
+        self.recycled.clear();
+        self.record_next = self.recycled.capacity() > 0;
+        Ok(())
+    }
+
+    /// Overwrite `b` with A⁻¹ b by PCG to the relative residual `rel_tol` instead of
+    /// `CgParams::rel_tol` (an inexact Newton correction's forcing term).
+    pub fn solve_with_tolerance(&mut self, b: &mut [f64], rel_tol: f64) -> Result<(), SolverError> {
+        self.solve_to(b, rel_tol)
+    }
+
     /// PCG to the relative tolerance `rel_tol` (the other settings from `CgParams`).
     fn solve_to(&mut self, b: &mut [f64], rel_tol: f64) -> Result<(), SolverError> {
         let (Some(rest), Some(h)) = (&self.rest, &self.hierarchy) else {
@@ -1704,7 +1747,9 @@ impl AmgCgSolver {
             fine.spmv(v, y);
             rest.spmv_add(v, y);
         };
-        let info = if rest.nnz() > 0 {
+        let info = if let Some(op) = &self.operator {
+            pcg_with(&|v: &[f64], y: &mut [f64]| op.spmv(v, y), None, &rhs, b, h, &cg, hooks)
+        } else if rest.nnz() > 0 {
             pcg_with(
                 &|v: &[f64], y: &mut [f64]| fine.spmv(v, y),
                 Some(&exact),
@@ -1785,6 +1830,7 @@ impl LinearSolver for AmgCgSolver {
         }
         self.record_next = capacity > 0;
         self.rest = None;
+        self.operator = None;
         if same_pattern && self.hierarchy.is_some() {
             let h = self.hierarchy.as_mut().unwrap();
             if let Err(e) = h.refresh_values(a) {
