@@ -10,7 +10,8 @@
 //!
 //! Run: `cargo run --release --example bench_elastic -- --n 31` (`--solver auto|cholesky|amg-cg`,
 //! default `auto`; `--repeat R`: forward + gradient R times on the same set-up, the fastest
-//! reported, as the peers do).
+//! reported, as the peers do; `--cell tet10|hex8|hex20`: the same cube in other cells, for
+//! the routing measurements — the peers' problem is Tet4).
 //! Prints one JSON line: n, unknowns, elements, setup_s (model + pattern), assembly_s,
 //! factor_s (factorization or AMG set-up), solve_s, forward_s, gradient_s (adjoint solve +
 //! element products), adjoint_solve_s, accumulate_s, peak_rss_mb, J (the compliance), dJ_dE
@@ -35,6 +36,7 @@ fn main() -> anyhow::Result<()> {
     let mut n = 20usize;
     let mut solver = "auto".to_string();
     let mut repeat = 1usize;
+    let mut cell = CellType::Tet4;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -55,7 +57,20 @@ fn main() -> anyhow::Result<()> {
                     .filter(|&v| v > 0)
                     .ok_or_else(|| anyhow::anyhow!("--repeat takes a positive integer"))?
             }
-            other => anyhow::bail!("unknown argument '{other}' (expected --n N [--solver S])"),
+            "--cell" => {
+                cell = match args.next().as_deref() {
+                    Some("tet4") => CellType::Tet4,
+                    Some("tet10") => CellType::Tet10,
+                    Some("hex8") => CellType::Hex8,
+                    Some("hex20") => CellType::Hex20,
+                    other => {
+                        anyhow::bail!("--cell takes tet4, tet10, hex8 or hex20, got {other:?}")
+                    }
+                }
+            }
+            other => anyhow::bail!(
+                "unknown argument '{other}' (expected --n N [--solver S] [--repeat R] [--cell C])"
+            ),
         }
     }
     let t_mesh = Instant::now();
@@ -63,7 +78,7 @@ fn main() -> anyhow::Result<()> {
         origin: [0.0; 3],
         lengths: [1.0; 3],
         divisions: [n; 3],
-        cell_type: CellType::Tet4,
+        cell_type: cell,
     });
     let mesh_s = t_mesh.elapsed().as_secs_f64();
     let t_setup = Instant::now();
@@ -112,6 +127,7 @@ fn main() -> anyhow::Result<()> {
             best = Some(serde_json::json!({
                 "bench": "elastic3d",
                 "n": n,
+                "cell": format!("{cell:?}"),
                 "unknowns": field.model.n_unknowns(),
                 "elements": field.model.n_volume_elements(),
                 "mesh_s": mesh_s,
