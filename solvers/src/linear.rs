@@ -260,6 +260,9 @@ impl CholeskySolver {
         check_square(a);
         self.factored = false;
         self.n = a.n_rows;
+        if self.n == 0 {
+            return Ok((0.0, 0));
+        }
         let used = match ordering {
             CholeskyOrdering::Auto => CholeskyOrdering::Amd,
             concrete => concrete,

@@ -178,3 +178,26 @@ fn the_level_separator_of_a_grid_is_a_plane() {
     let e = KuhnElasticity::new([8; 3], [1.0; 3]);
     assert_eq!(level_separator(&e.a) % 3, 0);
 }
+
+#[test]
+fn an_empty_system_is_routed_and_solved() {
+    let empty =
+        CsrMatrix { n_rows: 0, n_cols: 0, row_ptr: vec![0], col_idx: vec![], values: vec![] };
+    let mut s = solver(Route::Auto, None);
+    s.factor(&empty).unwrap();
+    s.solve_in_place(&mut []).unwrap();
+    s.solve_transpose_in_place(&mut []).unwrap();
+}
+
+#[test]
+fn a_non_finite_matrix_is_a_typed_error_on_either_route() {
+    for route in [Route::Auto, Route::Cholesky, Route::AmgCg] {
+        let (mut a, _, _) = heat(8);
+        a.values[5] = f64::NAN;
+        let mut s = solver(route, None);
+        assert!(
+            matches!(s.factor(&a), Err(gradfem_solvers::error::SolverError::NonFinite { .. })),
+            "{route:?}"
+        );
+    }
+}
