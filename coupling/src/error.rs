@@ -2,8 +2,12 @@
 //! linear solver ([`LinearChoice`]). The engine, every field and the problem-file layer use
 //! them; this module depends on none of them.
 
+use gradfem_solvers::amg::{AmgParams, NearNullspace};
+use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::error::SolverError;
+use gradfem_solvers::linear::{LinearSolver, LuSolver};
 use gradfem_solvers::params::ParamError;
+use gradfem_solvers::route::{Route, SpdSolver};
 use gradfem_thermal::ThermalError;
 use serde::Serialize;
 
@@ -36,18 +40,13 @@ impl From<gradfem_electrical::ElectricalError> for RunError {
 /// Which linear solver a field uses (`[solver] linear`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum LinearChoice {
-    /// Cholesky for symmetric systems up to [`AUTO_ITERATIVE_THRESHOLD`] unknowns, AMG-CG
-    /// above; LU when the tangent is not symmetric.
+    /// For symmetric systems Cholesky or AMG-CG, whichever the cost model predicts cheaper
+    /// ([`gradfem_solvers::route`]); LU when the tangent is not symmetric.
     Auto,
     Cholesky,
     Lu,
     AmgCg,
 }
-
-/// Above this many unknowns, `auto` takes AMG-preconditioned CG for symmetric systems: in 3D the
-/// fill of a direct factorization grows as n^{4/3} and its cost as n², and the measured
-/// crossover on 2 cores lies near 5·10⁴ unknowns (see BENCHMARKS.md).
-pub const AUTO_ITERATIVE_THRESHOLD: usize = 50_000;
 
 impl LinearChoice {
     /// Parse `auto`, `cholesky`, `lu`, `amg-cg`.
@@ -64,4 +63,28 @@ impl LinearChoice {
             }
         })
     }
+}
+
+/// The solver of a field's symmetric positive definite system for `choice`: LU when asked for,
+/// else [`SpdSolver`] routing by cost (`Auto`) or forced to Cholesky or AMG-CG, with CG to
+/// `cg_rel_tol` and, for vector fields, the near-nullspace `modes` (nodes of several unknowns;
+/// `None`: scalar aggregation).
+pub fn spd_solver(
+    field: &str,
+    choice: LinearChoice,
+    cg_rel_tol: f64,
+    modes: Option<NearNullspace>,
+) -> Box<dyn LinearSolver> {
+    let route = match choice {
+        LinearChoice::Lu => return Box::new(LuSolver::new(field)),
+        LinearChoice::Auto => Route::Auto,
+        LinearChoice::Cholesky => Route::Cholesky,
+        LinearChoice::AmgCg => Route::AmgCg,
+    };
+    let cg = CgParams { rel_tol: cg_rel_tol, ..Default::default() };
+    let solver = SpdSolver::new(field, route, AmgParams::default(), cg);
+    Box::new(match modes {
+        Some(m) => solver.with_near_nullspace(m),
+        None => solver,
+    })
 }

@@ -18,6 +18,7 @@ pub mod optimize;
 pub mod ordering;
 pub mod params;
 pub mod reuse;
+pub mod route;
 pub mod sparse;
 pub mod taylor;
 #[cfg(test)]

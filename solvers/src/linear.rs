@@ -55,6 +55,16 @@ pub trait LinearSolver: Send {
     fn solve_transpose_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError>;
     /// A short name for logs and `Info` (`"cholesky"`, `"lu"`, `"amg-cg"`).
     fn name(&self) -> &'static str;
+    /// Iterations of the last solve for iterative solvers (`None` for direct ones, and
+    /// before the first solve).
+    fn last_iterations(&self) -> Option<usize> {
+        None
+    }
+    /// Transposed solves answered from a forward solution without solving (the self-adjoint
+    /// shortcut of [`crate::route::SpdSolver`]; 0 for solvers without it).
+    fn self_adjoint_solves(&self) -> usize {
+        0
+    }
 }
 
 /// ‖A x − b‖₂, the residual norm of a linear solve.
@@ -235,6 +245,44 @@ impl CholeskySolver {
     /// columns of `L` with `c_j` entries each (0 before the first factorization).
     pub fn factor_flops(&self) -> f64 {
         self.symbolic.as_ref().map_or(0.0, |a| factor_flops(&a.symbolic))
+    }
+
+    /// The symbolic analysis of `a`'s pattern with `ordering` (`Auto` means AMD), done now and
+    /// kept for the factorizations to come (an analysis of the same pattern and ordering is
+    /// reused); returns the multiply-adds of one numeric factorization and the entries of L.
+    /// Under [`CholeskyOrdering::Auto`] an AMD analysis may still switch to nested dissection
+    /// at the second factorization, as in [`LinearSolver::factor`].
+    pub fn analyse(
+        &mut self,
+        a: &CsrMatrix,
+        ordering: CholeskyOrdering,
+    ) -> Result<(f64, usize), SolverError> {
+        check_square(a);
+        self.factored = false;
+        self.n = a.n_rows;
+        if self.n == 0 {
+            return Ok((0.0, 0));
+        }
+        let used = match ordering {
+            CholeskyOrdering::Auto => CholeskyOrdering::Amd,
+            concrete => concrete,
+        };
+        let key = PatternKey::of(a);
+        if let Some(an) = &self.symbolic
+            && an.key == key
+            && an.used == used
+        {
+            return Ok((factor_flops(&an.symbolic), an.symbolic.len_val()));
+        }
+        self.symbolic = None;
+        let symbolic = self.analyse_with(a, transpose_view(a), used)?;
+        let flops = factor_flops(&symbolic);
+        let nnz = symbolic.len_val();
+        let nd_pending = self.ordering == CholeskyOrdering::Auto
+            && used == CholeskyOrdering::Amd
+            && flops >= AUTO_MIN_FLOPS;
+        self.install(key, symbolic, used, nd_pending);
+        Ok((flops, nnz))
     }
 
     /// Symbolic analysis of `at` (the column view of `a`) with one concrete ordering.

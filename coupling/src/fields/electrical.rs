@@ -28,7 +28,7 @@ use gradfem_solvers::sparse::CsrMatrix;
 use serde::Serialize;
 
 use crate::cell::CellKernels;
-use crate::error::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
+use crate::error::{LinearChoice, RunError};
 use crate::field::{Field, Layout, OutputVjp, Port, Reverse, Seed, SolveMode};
 
 /// One weighted terminal objective term.
@@ -106,33 +106,19 @@ impl ElectricalField {
         })
     }
 
-    /// Choose the linear solver: `Auto` takes sparse Cholesky up to
-    /// [`AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above, unless a current
-    /// terminal is present (its voltage unknown couples every node of the terminal surface: a
-    /// dense row that aggregation handles poorly), when Cholesky stays. A monolithic cycle
-    /// uses LU on the whole system; the staggered scheme uses this solver.
+    /// Choose the linear solver: `Auto` routes by predicted cost between sparse Cholesky and
+    /// AMG-preconditioned CG ([`crate::error::spd_solver`]), unless a current terminal is
+    /// present (its voltage unknown couples every node of the terminal surface: a dense row
+    /// that aggregation handles poorly), when Cholesky stays. A monolithic cycle uses LU on the
+    /// whole system; the staggered scheme uses this solver.
     pub fn set_linear(&mut self, choice: LinearChoice, cg_rel_tol: f64) {
-        let n = self.model.n_unknowns();
         let current =
             self.model.terminals.iter().any(|t| matches!(t.kind, TerminalKind::Current { .. }));
         let choice = match choice {
-            LinearChoice::Auto if n > AUTO_ITERATIVE_THRESHOLD && !current => LinearChoice::AmgCg,
-            LinearChoice::Auto => LinearChoice::Cholesky,
+            LinearChoice::Auto if current => LinearChoice::Cholesky,
             other => other,
         };
-        self.solver = match choice {
-            LinearChoice::Lu => Box::new(gradfem_solvers::linear::LuSolver::new("electrical")),
-            LinearChoice::AmgCg => {
-                let cg =
-                    gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
-                Box::new(gradfem_solvers::amg::AmgCgSolver::new(
-                    "electrical",
-                    Default::default(),
-                    cg,
-                ))
-            }
-            _ => Box::new(CholeskySolver::new("electrical")),
-        };
+        self.solver = crate::error::spd_solver("electrical", choice, cg_rel_tol, None);
     }
 
     /// The linear solver's name.

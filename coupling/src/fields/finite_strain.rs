@@ -110,7 +110,7 @@ use gradfem_mechanical::finite::{FiniteStrainError, FiniteStrainModel, FiniteVjp
 use gradfem_mechanical::hyperelastic::StrainEnergy;
 use gradfem_mechanical::linear::BcKind;
 use gradfem_mesh::{geometry, reference};
-use gradfem_solvers::amg::{AmgCgSolver, AmgParams};
+use gradfem_solvers::amg::{AmgCgSolver, AmgParams, NearNullspace};
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::checkpoint::{Checkpointing, SweepStats, reverse_sweep};
@@ -711,6 +711,12 @@ struct Workspace {
     /// next one.
     use_lu: bool,
     amg: Option<AmgCgSolver>,
+    /// The rigid-body modes of the reference configuration, the AMG's near-nullspace.
+    modes: Option<NearNullspace>,
+    /// ln(relative residual) per CG iteration of the first AMG-CG Newton solve of the current
+    /// increment, while later tangents of the increment reuse that solve's hierarchy
+    /// (`None`: the next Newton solve sets up a fresh one).
+    amg_rate: Option<f64>,
     /// Whether the last `factor` set up AMG-CG (else the direct solvers are factorized).
     amg_active: bool,
     /// The converged state whose increment left the held Cholesky factorization (its
@@ -766,14 +772,20 @@ impl Workspace {
         self.held_for = None;
         let n = self.k.n_rows;
         if let Some(cg) = self.amg_settings(choice) {
+            let modes = &self.modes;
             let amg = self.amg.get_or_insert_with(|| {
-                // Three unknowns per node when the count allows (aggregation on nodes).
+                // Three unknowns per node when the count allows (aggregation on nodes); the
+                // rigid-body modes aggregate by nodes themselves.
                 let block_size = if n.is_multiple_of(3) { 3 } else { 1 };
-                AmgCgSolver::new(
+                let solver = AmgCgSolver::new(
                     "finite strain",
                     AmgParams { block_size, ..AmgParams::default() },
                     cg.clone(),
-                )
+                );
+                match modes {
+                    Some(m) => solver.with_near_nullspace(m.clone()),
+                    None => solver,
+                }
             });
             match amg.factor(&self.k) {
                 Ok(()) => {
@@ -862,7 +874,51 @@ impl Workspace {
     ) -> Result<(), SolverError> {
         self.held_for = None;
         self.adjoint_preconditioned = false;
-        if self.uses_amg(choice) || self.use_lu {
+        if self.uses_amg(choice) && !self.use_lu {
+            // AMG-CG stops at the forcing term too (never below its own tolerance), and the
+            // later tangents of an increment keep the hierarchy of its first one while CG
+            // converges at least half as fast per iteration as with it
+            let floor = self.amg_settings(choice).map_or(0.0, |cg| cg.rel_tol);
+            let reuse = self.amg_rate.is_some() && self.amg_active && self.amg.is_some();
+            if reuse {
+                let amg = self.amg.as_mut().expect("checked");
+                if amg.update_operator(&self.k).is_err() {
+                    self.amg_rate = None;
+                    return self.newton_solve(choice, b, rel_tol, allow_lu);
+                }
+            } else {
+                self.factor(choice)?;
+            }
+            if let (true, Some(amg)) = (self.amg_active, self.amg.as_mut()) {
+                let rhs = b.to_vec();
+                match amg.solve_with_tolerance(b, rel_tol.max(floor)) {
+                    Ok(()) => {
+                        let info = amg.last_info().expect("solved");
+                        let rate = info.relative_residual().max(1e-300).ln()
+                            / info.iterations.max(1) as f64;
+                        match self.amg_rate {
+                            None => self.amg_rate = Some(rate),
+                            Some(fresh) if rate > 0.5 * fresh => self.amg_rate = None,
+                            Some(_) => {}
+                        }
+                        return Ok(());
+                    }
+                    Err(e) if reuse => {
+                        tracing::debug!(%e, "finite strain: AMG-CG with a kept hierarchy failed; a fresh one");
+                        b.copy_from_slice(&rhs);
+                        self.amg_rate = None;
+                        return self.newton_solve(choice, b, rel_tol, allow_lu);
+                    }
+                    Err(e) => {
+                        tracing::debug!(%e, "finite strain: AMG-CG failed, direct solver instead");
+                        b.copy_from_slice(&rhs);
+                        self.factor_direct()?;
+                    }
+                }
+            }
+            return self.solve(b, false);
+        }
+        if self.use_lu {
             self.factor(choice)?;
             return self.solve(b, false);
         }
@@ -905,6 +961,12 @@ impl FiniteStrainProblem {
             lu: LuSolver::new("finite strain"),
             use_lu: false,
             amg: None,
+            amg_rate: None,
+            modes: {
+                let unknowns: Vec<(usize, usize)> =
+                    model.dofs().node_of_unknown.iter().map(|&d| (d / 3, d % 3)).collect();
+                NearNullspace::rigid_body_modes(&model.coords, &unknowns).ok()
+            },
             amg_active: false,
             held_for: None,
             adjoint_preconditioned: false,
@@ -1152,6 +1214,7 @@ impl FiniteStrainProblem {
         // Cholesky first again: an indefinite tangent (a far predictor) sends only the rest of
         // its increment to LU.
         work.cholesky.forget();
+        work.amg_rate = None;
         work.held_for = None;
         work.use_lu = false;
         let mut x = m.dofs().gather(u);

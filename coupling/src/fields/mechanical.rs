@@ -24,19 +24,13 @@ use gradfem_mechanical::{BcKind, BcSpec, LinearElasticModel, RegionSpec, VjpRequ
 use gradfem_mesh::Mesh;
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::error::SolverError;
-use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
+use gradfem_solvers::linear::LinearSolver;
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
 use serde::Serialize;
 
 use crate::error::{LinearChoice, RunError};
 use crate::field::{Field, Port, Reverse, Seed, SolveMode};
-
-/// Above this many unknowns, `auto` takes AMG-preconditioned CG. The threshold is higher than
-/// the thermal field's: the aggregation AMG's near-nullspace holds the translations but not
-/// the rotations, so on slender parts (the microactuator's arms) CG needs hundreds of
-/// iterations, while the factorization of such parts fills in little.
-pub const AUTO_ITERATIVE_THRESHOLD: usize = 400_000;
 
 /// How one registered parameter maps onto the mechanical model.
 #[derive(Clone, Debug, PartialEq)]
@@ -163,6 +157,9 @@ impl MechanicalField {
         let pattern =
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
         let matrix = pattern.new_matrix();
+        let unknowns = model.unknown_components();
+        let modes =
+            gradfem_solvers::amg::NearNullspace::rigid_body_modes(&model.coords, &unknowns).ok();
         let tip_group = mesh
             .groups
             .iter()
@@ -172,7 +169,7 @@ impl MechanicalField {
             model,
             pattern,
             matrix,
-            solver: Box::new(CholeskySolver::new("mechanical")),
+            solver: crate::error::spd_solver("mechanical", LinearChoice::Auto, 1e-10, modes),
             objective,
             bindings: Vec::new(),
             u: None,
@@ -186,35 +183,21 @@ impl MechanicalField {
         })
     }
 
-    /// Choose the linear solver: `Auto` takes sparse Cholesky up to
-    /// [`AUTO_ITERATIVE_THRESHOLD`] unknowns and AMG-preconditioned CG above (nodal aggregates
-    /// of 3 unknowns when every node has all three components free or none, scalar otherwise);
-    /// LU is accepted (the stiffness is symmetric, so Cholesky does the same job cheaper).
+    /// Choose the linear solver: `Auto` routes by predicted cost between sparse Cholesky and
+    /// AMG-preconditioned CG with the rigid-body modes as near-nullspace
+    /// ([`gradfem_solvers::route::SpdSolver`]), `Cholesky` and `AmgCg` force a route; both give
+    /// the compliance's adjoint from the forward solution. LU is accepted (the stiffness is
+    /// symmetric, so Cholesky does the same job cheaper).
     pub fn set_linear(&mut self, choice: LinearChoice, cg_rel_tol: f64) {
-        let n = self.model.n_unknowns();
-        let choice = match choice {
-            LinearChoice::Auto if n > AUTO_ITERATIVE_THRESHOLD => LinearChoice::AmgCg,
-            LinearChoice::Auto => LinearChoice::Cholesky,
-            other => other,
-        };
-        self.solver = match choice {
-            LinearChoice::Lu => Box::new(LuSolver::new("mechanical")),
-            LinearChoice::AmgCg => {
-                let owner = self.model.constraint_owner();
-                let whole_nodes = owner
-                    .chunks_exact(3)
-                    .all(|c| c.iter().all(Option::is_some) || c.iter().all(Option::is_none));
-                let amg = gradfem_solvers::amg::AmgParams {
-                    block_size: if whole_nodes { 3 } else { 1 },
-                    ..Default::default()
-                };
-                let cg =
-                    gradfem_solvers::cg::CgParams { rel_tol: cg_rel_tol, ..Default::default() };
-                Box::new(gradfem_solvers::amg::AmgCgSolver::new("mechanical", amg, cg))
-            }
-            _ => Box::new(CholeskySolver::new("mechanical")),
-        };
+        self.solver =
+            crate::error::spd_solver("mechanical", choice, cg_rel_tol, self.rigid_body_modes());
         self.stale = true;
+    }
+
+    /// The rigid-body modes of the free displacement components (the AMG's near-nullspace).
+    fn rigid_body_modes(&self) -> Option<gradfem_solvers::amg::NearNullspace> {
+        let unknowns = self.model.unknown_components();
+        gradfem_solvers::amg::NearNullspace::rigid_body_modes(&self.model.coords, &unknowns).ok()
     }
 
     /// Take the temperature from `imported` instead of the thermal field.
@@ -231,6 +214,16 @@ impl MechanicalField {
     /// The linear solver's name.
     pub fn linear_solver(&self) -> &'static str {
         self.solver.name()
+    }
+
+    /// CG iterations of the last linear solve (`None` with a direct solver).
+    pub fn last_cg_iterations(&self) -> Option<usize> {
+        self.solver.last_iterations()
+    }
+
+    /// Adjoint solves answered from the forward solution (the self-adjoint compliance).
+    pub fn self_adjoint_solves(&self) -> usize {
+        self.solver.self_adjoint_solves()
     }
 
     /// Parameter names this field offers.

@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use gradfem_mesh::{CellId, Mesh};
 use gradfem_solvers::assembly::AssemblyPattern;
-use gradfem_solvers::linear::{CholeskySolver, LinearSolver, LuSolver};
+use gradfem_solvers::linear::{CholeskySolver, LinearSolver};
 use gradfem_solvers::newton::{NewtonInfo, NewtonParams, NonlinearProblem, newton};
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
@@ -22,7 +22,7 @@ use gradfem_thermal::{BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, 
 use serde::Serialize;
 
 use crate::cell::CellKernels;
-use crate::error::{AUTO_ITERATIVE_THRESHOLD, LinearChoice, RunError};
+use crate::error::{LinearChoice, RunError};
 use crate::field::{
     CyclePlan, Dynamic, Field, Layout, Port, Reverse, Seed, SolveMode, StepChoice, StepInfo,
 };
@@ -157,27 +157,11 @@ impl ThermalField {
     }
 
     fn make_solver(&self) -> Box<dyn LinearSolver> {
-        let n = self.model.n_unknowns();
-        let symmetric = self.model.is_symmetric();
         let choice = match self.linear_choice {
-            LinearChoice::Auto if !symmetric => LinearChoice::Lu,
-            LinearChoice::Auto if n > AUTO_ITERATIVE_THRESHOLD => LinearChoice::AmgCg,
-            LinearChoice::Auto => LinearChoice::Cholesky,
-            LinearChoice::Cholesky if !symmetric => LinearChoice::Lu,
-            LinearChoice::AmgCg if !symmetric => LinearChoice::Lu,
+            _ if !self.model.is_symmetric() => LinearChoice::Lu,
             other => other,
         };
-        match choice {
-            LinearChoice::Lu => Box::new(LuSolver::new("thermal")),
-            LinearChoice::AmgCg => {
-                let cg = gradfem_solvers::cg::CgParams {
-                    rel_tol: self.cg_rel_tol,
-                    ..Default::default()
-                };
-                Box::new(gradfem_solvers::amg::AmgCgSolver::new("thermal", Default::default(), cg))
-            }
-            _ => Box::new(CholeskySolver::new("thermal")),
-        }
+        crate::error::spd_solver("thermal", choice, self.cg_rel_tol, None)
     }
 
     /// The linear solver's name.

@@ -880,6 +880,12 @@ impl LinearElasticModel {
         self.constrained_by.iter().map(|&b| (b != u32::MAX).then_some(b as usize)).collect()
     }
 
+    /// The (node, component) of each unknown, in the unknowns' order (nodes increasing, the
+    /// components of a node consecutive): what a near-nullspace of rigid-body modes needs.
+    pub fn unknown_components(&self) -> Vec<(usize, usize)> {
+        self.dofs.node_of_unknown.iter().map(|&d| (d / 3, d % 3)).collect()
+    }
+
     /// Full displacement vector (`3·n_nodes`) from the unknowns and the prescribed values
     /// (0 at nodes of no element).
     pub fn nodal_displacement(&self, unknowns: &[f64]) -> Vec<f64> {

@@ -1,0 +1,156 @@
+//! Benchmark: linear elasticity on the unit cube, forward solve and the compliance gradient with
+//! respect to a per-element Young's modulus (the peers' `elastic3d`, `../shared/peers`).
+//!
+//! The unit cube split into N×N×N cubes, each cut into 6 tetrahedra along its main diagonal
+//! (Kuhn split; (N+1)³ nodes, 6N³ Tet4), isotropic linear elasticity with E_e = 1 per element
+//! (registered as the per-element field `mechanical.young_elem.domain`) and ν = 0.3, clamped
+//! (u = 0) on x = 0, the traction t = (0, 0, −1) on x = 1. The objective is the compliance
+//! C = fᵀu and the gradient dC/dE_e (for this problem Σ_e E_e dC/dE_e = −C exactly, which the
+//! JSON reports as `identity_check`).
+//!
+//! Run: `cargo run --release --example bench_elastic -- --n 31` (`--solver auto|cholesky|amg-cg`,
+//! default `auto`; `--repeat R`: forward + gradient R times on the same set-up, the fastest
+//! reported, as the peers do; `--cell tet10|hex8|hex20`: the same cube in other cells, for
+//! the routing measurements — the peers' problem is Tet4).
+//! Prints one JSON line: n, unknowns, elements, setup_s (model + pattern), assembly_s,
+//! factor_s (factorization or AMG set-up), solve_s, forward_s, gradient_s (adjoint solve +
+//! element products), adjoint_solve_s, accumulate_s, peak_rss_mb, J (the compliance), dJ_dE
+//! (Σ_e dC/dE_e), dJ_dEe_norm, identity_check, linear_solver, cg_iterations.
+
+use std::time::Instant;
+
+use gradfem::mechanical::MechanicalField;
+use gradfem::run::LinearChoice;
+use gradfem_coupling::CoupledProblem;
+use gradfem_mechanical::linear::objective::{ObjectiveKind, ObjectiveTerm};
+use gradfem_mechanical::{BcKind, BcSpec, RegionSpec};
+use gradfem_mesh::CellType;
+use gradfem_mesh::generate::{BoxSpec, box_mesh};
+
+#[path = "common/rss.rs"]
+mod rss;
+use rss::peak_rss_mb;
+
+fn main() -> anyhow::Result<()> {
+    let mut n = 20usize;
+    let mut solver = "auto".to_string();
+    let mut repeat = 1usize;
+    let mut cell = CellType::Tet4;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--n" => {
+                n = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--n takes a positive integer"))?
+            }
+            "--solver" => {
+                solver = args.next().ok_or_else(|| anyhow::anyhow!("--solver takes a name"))?
+            }
+            "--repeat" => {
+                repeat = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--repeat takes a positive integer"))?
+            }
+            "--cell" => {
+                cell = match args.next().as_deref() {
+                    Some("tet4") => CellType::Tet4,
+                    Some("tet10") => CellType::Tet10,
+                    Some("hex8") => CellType::Hex8,
+                    Some("hex20") => CellType::Hex20,
+                    other => {
+                        anyhow::bail!("--cell takes tet4, tet10, hex8 or hex20, got {other:?}")
+                    }
+                }
+            }
+            other => anyhow::bail!(
+                "unknown argument '{other}' (expected --n N [--solver S] [--repeat R] [--cell C])"
+            ),
+        }
+    }
+    let t_mesh = Instant::now();
+    let mesh = box_mesh(&BoxSpec {
+        origin: [0.0; 3],
+        lengths: [1.0; 3],
+        divisions: [n; 3],
+        cell_type: cell,
+    });
+    let mesh_s = t_mesh.elapsed().as_secs_f64();
+    let t_setup = Instant::now();
+    let region = RegionSpec {
+        group: "domain".into(),
+        young: 1.0,
+        poisson: 0.3,
+        alpha: 0.0,
+        t_ref: 0.0,
+        body_force: [0.0; 3],
+    };
+    let bcs = [
+        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
+        BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.0, 0.0, -1.0] } },
+    ];
+    let objective = vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Compliance }];
+    let mut field = MechanicalField::new(&mesh, &[region], &bcs, objective)?;
+    field.set_linear(LinearChoice::parse(&solver)?, 1e-10);
+    let mut problem = CoupledProblem::new(mesh);
+    problem.add_field(Box::new(field))?;
+    let id = problem.register("mechanical.young_elem.domain", None)?;
+    problem.apply_parameters()?;
+    let setup_s = t_setup.elapsed().as_secs_f64();
+
+    let mut best: Option<serde_json::Value> = None;
+    let mut best_total = f64::INFINITY;
+    for _ in 0..repeat {
+        // Every repetition pays the whole forward solve (assembly and factorization included).
+        problem.apply_parameters()?;
+        let t_fwd = Instant::now();
+        problem.solve()?;
+        let forward_s = t_fwd.elapsed().as_secs_f64();
+        let t_grad = Instant::now();
+        let (j, grad, gt) = problem.gradient()?;
+        let gradient_s = t_grad.elapsed().as_secs_f64();
+        let field = problem.find::<MechanicalField>().expect("the mechanical field");
+        let cg_iterations = field.last_cg_iterations();
+        let g = grad.get(id);
+        let dj_de: f64 = g.iter().sum();
+        let norm = g.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let s = &field.last_solve;
+        let total = forward_s + gradient_s;
+        if total < best_total {
+            best_total = total;
+            best = Some(serde_json::json!({
+                "bench": "elastic3d",
+                "n": n,
+                "cell": format!("{cell:?}"),
+                "unknowns": field.model.n_unknowns(),
+                "elements": field.model.n_volume_elements(),
+                "mesh_s": mesh_s,
+                "setup_s": setup_s,
+                "assembly_s": s.assembly_s,
+                "factor_s": s.factor_s,
+                "solve_s": s.solve_s,
+                "forward_s": forward_s,
+                "gradient_s": gradient_s,
+                "adjoint_solve_s": gt.adjoint_solve_s,
+                "accumulate_s": gt.accumulate_s,
+                "total_s": total,
+                "J": j,
+                "dJ_dE": dj_de,
+                "dJ_dEe_norm": norm,
+                "identity_check": ((dj_de + j) / j).abs(),
+                "linear_solver": s.linear_solver,
+                "cg_iterations": cg_iterations,
+                "threads": rayon::current_num_threads(),
+            }));
+        }
+    }
+    let mut out = best.expect("at least one repetition");
+    out["peak_rss_mb"] = serde_json::json!(peak_rss_mb());
+    out["repeats"] = serde_json::json!(repeat);
+    println!("{out}");
+    Ok(())
+}
