@@ -171,6 +171,9 @@ struct Analysis {
     used: CholeskyOrdering,
     /// `Auto` chose AMD for a large factorization and has not tried nested dissection yet.
     nd_pending: bool,
+    /// A numeric factorization has used this analysis (an [`CholeskySolver::analyse`] alone
+    /// does not count: nested dissection is tried at the second factorization).
+    factored: bool,
 }
 
 /// Sparse Cholesky (LLᵀ) solver for symmetric positive definite systems, on faer.
@@ -342,7 +345,7 @@ impl CholeskySolver {
         self.solve_stack = MemBuffer::new(symbolic.solve_in_place_scratch::<f64>(1, Par::Seq));
         self.l_values = vec![0.0; symbolic.len_val()];
         self.n_symbolic += 1;
-        self.symbolic = Some(Analysis { key, symbolic, used, nd_pending });
+        self.symbolic = Some(Analysis { key, symbolic, used, nd_pending, factored: false });
     }
 
     /// Under [`CholeskyOrdering::Auto`], at the second factorization of a pattern whose AMD
@@ -423,7 +426,7 @@ impl LinearSolver for CholeskySolver {
             let nd_pending = self.ordering == CholeskyOrdering::Auto
                 && factor_flops(&symbolic) >= AUTO_MIN_FLOPS;
             self.install(key, symbolic, used, nd_pending);
-        } else if self.symbolic.as_ref().is_some_and(|an| an.nd_pending) {
+        } else if self.symbolic.as_ref().is_some_and(|an| an.nd_pending && an.factored) {
             self.try_nested_dissection(a, at);
         }
         let symbolic = &self.symbolic.as_ref().unwrap().symbolic;
@@ -459,6 +462,9 @@ impl LinearSolver for CholeskySolver {
         }
         tracing::debug!(field = %self.field, seconds = t.elapsed().as_secs_f64(), "numeric Cholesky");
         self.factored = true;
+        if let Some(analysis) = self.symbolic.as_mut() {
+            analysis.factored = true;
+        }
         Ok(())
     }
 
@@ -769,6 +775,14 @@ mod tests {
         auto.factor(&a).unwrap();
         assert_eq!(auto.ordering_used(), Some(CholeskyOrdering::NestedDissection));
         assert_eq!(auto.factor_nnz(), nd);
+        // An analysis ahead of the first factorization (a router pricing the routes) is not a
+        // factorization: nested dissection still waits for the second one.
+        let mut priced = CholeskySolver::new("test");
+        priced.analyse(&a, CholeskyOrdering::Amd).unwrap();
+        priced.factor(&a).unwrap();
+        assert_eq!(priced.ordering_used(), Some(CholeskyOrdering::Amd));
+        priced.factor(&a).unwrap();
+        assert_eq!(priced.ordering_used(), Some(CholeskyOrdering::NestedDissection));
     }
 
     #[test]
