@@ -1161,6 +1161,14 @@ impl Simulation {
     /// per-element and shape fields when given) into `dir`; returns the XDMF path.
     pub fn write_results(&mut self, dir: &Path) -> Result<PathBuf, ApiError> {
         self.ensure_solved()?;
-        Ok(app::write_results(dir, &self.problem, None)?)
+        let set = gradfem_io::output_set::OutputSet::begin(dir).map_err(|e| {
+            app::AppError::Write { path: dir.to_path_buf(), message: e.to_string() }
+        })?;
+        app::write_results(set.dir(), &self.problem, None)?;
+        set.commit().map_err(|e| app::AppError::Write {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(dir.join("results.xdmf"))
     }
 }

@@ -433,9 +433,11 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             if let Some(init) = &spec.initial_state {
                 let path = file.resolve_path(&init.ansys);
                 let (u, info) =
-                    crate::ansys_import::initial_displacement(&path, init.set, &mesh).map_err(
-                        |source| AppError::InitialState { file: file.path.clone(), source },
-                    )?;
+                    crate::ansys_import::initial_displacement(&path, init.set, &mesh, file.strict)
+                        .map_err(|source| AppError::InitialState {
+                            file: file.path.clone(),
+                            source,
+                        })?;
                 field.set_initial_displacement(u);
                 thermal.initial_state = Some(format!(
                     "{} set {} ({}, {})",
@@ -725,6 +727,7 @@ fn build_mechanical(
                     mesh,
                     unit,
                     "[mechanical] temperature",
+                    file.strict,
                 )
                 .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
                 field.set_imported_temperature(crate::mechanical::ImportedTemperature::new(
@@ -1165,6 +1168,7 @@ fn build_thermal(
             mesh,
             unit,
             "[initial_state]",
+            file.strict,
         )
         .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
         problem.set_initial_temperature(&t);

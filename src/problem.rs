@@ -802,6 +802,9 @@ pub struct ProblemFile {
     /// Build a generated mesh even when its estimated memory exceeds the machine's available
     /// memory (`--allow-large`); false by default.
     pub allow_large: bool,
+    /// Refuse an ANSYS result file shorter than the length its header declares instead of
+    /// reading its whole records with a warning (`--strict`); false by default.
+    pub strict: bool,
 }
 
 /// 1-based line and column of a byte offset.
@@ -839,7 +842,13 @@ impl ProblemFile {
                 message: e.message().to_string(),
             }
         })?;
-        Ok(ProblemFile { path: path.to_path_buf(), source, spec, allow_large: false })
+        Ok(ProblemFile {
+            path: path.to_path_buf(),
+            source,
+            spec,
+            allow_large: false,
+            strict: false,
+        })
     }
 
     /// The line of a spanned value.
@@ -981,7 +990,7 @@ impl ProblemFile {
                 let mesh_err =
                     |e: String| ProblemError::Mesh { file: self.path.clone(), message: e };
                 let (mut mesh, file_unit) = if crate::ansys_import::is_ansys_path(&p) {
-                    let f = crate::ansys_import::AnsysFile::read(&p)
+                    let f = crate::ansys_import::AnsysFile::read(&p, self.strict)
                         .map_err(|e| mesh_err(e.to_string()))?;
                     let unit = match &f {
                         crate::ansys_import::AnsysFile::Result(r) => {

@@ -397,11 +397,12 @@ fn registered(file: &Path) -> Vec<String> {
 fn gradient_writes_every_registered_parameter() {
     let file = example("heat_sink.toml");
     let dir = tempfile::tempdir().unwrap();
-    let stdout = ok(&gradfem_in(dir.path(), &["gradient", p(&file), "-o", p(dir.path())]));
+    let stdout = ok(&gradfem_in(dir.path(), &["gradient", p(&file), "-o", "g"]));
     assert!(stdout.contains("gradients.json"), "{stdout}");
-    let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("gradients.json")).unwrap())
-            .expect("gradients.json parses");
+    let g: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("g/gradients.json")).unwrap(),
+    )
+    .expect("gradients.json parses");
     assert!(g["objective"].as_f64().is_some_and(f64::is_finite), "{g}");
     let grads = g["gradients"].as_object().expect("gradients");
     let names = registered(&file);
@@ -447,10 +448,11 @@ fn gradient_matches_central_difference_of_run() {
     };
     let h = 0.01;
     let fd = (objective_at(170.0 + h) - objective_at(170.0 - h)) / (2.0 * h);
-    ok(&gradfem_in(dir.path(), &["gradient", p(&example("heat_sink.toml")), "-o", p(dir.path())]));
-    let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("gradients.json")).unwrap())
-            .unwrap();
+    ok(&gradfem_in(dir.path(), &["gradient", p(&example("heat_sink.toml")), "-o", "g"]));
+    let g: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("g/gradients.json")).unwrap(),
+    )
+    .unwrap();
     let adj = g["gradients"]["thermal.k.domain"].as_f64().unwrap();
     assert!(adj < 0.0, "more conductivity must cool the block: {adj}");
     assert!(rel_close(adj, fd, 1e-6), "adjoint {adj:e} vs central difference {fd:e}");

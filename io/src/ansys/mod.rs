@@ -83,7 +83,7 @@ pub use order::{
     ElementKind, ElementRecord, HEX20_FROM_ANSYS, TET10_FROM_ANSYS, TET10_FROM_ANSYS_HEX20,
     element_kind,
 };
-pub use rst::{NodalSolution, ResultSet, RstFile, RstHeader, dof_name, read_rst};
+pub use rst::{NodalSolution, ResultSet, RstFile, RstHeader, Shortfall, dof_name, read_rst};
 
 use std::path::PathBuf;
 
