@@ -256,8 +256,9 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
-            AppError::Problem(ProblemError::invalid(
+            AppError::Problem(ProblemError::invalid_in(
                 &file.path,
+                &file.source,
                 format!("line {}: {e}", file.line_of(name)),
             ))
         })?;
@@ -524,8 +525,9 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
-            AppError::Problem(ProblemError::invalid(
+            AppError::Problem(ProblemError::invalid_in(
                 &file.path,
+                &file.source,
                 format!("line {}: {e}", file.line_of(name)),
             ))
         })?;
@@ -1250,7 +1252,7 @@ fn element_constant(
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {
-    AppError::Problem(ProblemError::invalid(&file.path, message))
+    AppError::Problem(ProblemError::invalid_in(&file.path, &file.source, message))
 }
 
 /// The summary of a run, as printed by `gradfem run --json`.

@@ -77,7 +77,7 @@ pub use crate::problem::{HyperMaterialSpec, HyperTemperatureSpec, HyperelasticSp
 use crate::problem::{ObjectiveSpec, ProblemError, ProblemFile};
 
 fn invalid(file: &ProblemFile, message: String) -> ProblemError {
-    ProblemError::invalid(&file.path, message)
+    ProblemError::invalid_in(&file.path, &file.source, message)
 }
 
 fn volumetric(file: &ProblemFile, v: &Option<String>) -> Result<Volumetric, ProblemError> {
@@ -256,7 +256,7 @@ fn law(file: &ProblemFile, m: &HyperMaterialSpec) -> Result<HyperelasticLaw, Pro
 }
 
 /// Read (load factor, value) rows of a measured curve.
-fn read_curve(file: &ProblemFile, path: &str, loads: &[f64]) -> Result<Vec<f64>, ProblemError> {
+pub fn read_curve(file: &ProblemFile, path: &str, loads: &[f64]) -> Result<Vec<f64>, ProblemError> {
     let p = file.resolve_path(path);
     let text = std::fs::read_to_string(&p)
         .map_err(|source| ProblemError::Io { file: p.clone(), source })?;

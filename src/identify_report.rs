@@ -21,6 +21,9 @@ pub enum IdentifyError {
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: {message}")]
     Invalid { file: PathBuf, message: String },
+    /// A value the identification file refuses, at its line and column.
+    #[error("{file}:{line}:{column}: {message}")]
+    InvalidAt { file: PathBuf, line: usize, column: usize, message: String },
     #[error(transparent)]
     Data(#[from] gradfem_mechanical::HomogeneousError),
     #[error("{path}: cannot write: {message}")]
@@ -36,6 +39,57 @@ pub enum IdentifyError {
     /// A FEM experiment failed to solve or to give its derivatives.
     #[error("{file}: experiment {experiment}: {message}")]
     Solve { file: PathBuf, experiment: String, message: String },
+}
+
+impl IdentifyError {
+    /// A refused value at `at` (line, column) when it is known, else of the whole file.
+    pub(crate) fn invalid_at(file: &Path, at: Option<(usize, usize)>, message: String) -> Self {
+        match at {
+            Some((line, column)) => {
+                IdentifyError::InvalidAt { file: file.into(), line, column, message }
+            }
+            None => IdentifyError::Invalid { file: file.into(), message },
+        }
+    }
+}
+
+/// Line and column (1-based) in a TOML text of the `k`-th (0-based) table `header` (`[model]`,
+/// `[[experiment]]`), or of its `key` where the table sets it; `None` when there is no such
+/// table.
+pub(crate) fn locate(
+    source: &str,
+    header: &str,
+    k: usize,
+    key: Option<&str>,
+) -> Option<(usize, usize)> {
+    let mut seen = 0;
+    let mut found: Option<(usize, usize)> = None;
+    for (i, raw) in source.lines().enumerate() {
+        let text = raw.split('#').next().unwrap_or("").trim();
+        let indent = raw.len() - raw.trim_start().len() + 1;
+        if text.starts_with('[') {
+            if found.is_some() {
+                break; // the next table: the key is not set
+            }
+            if text == header {
+                if seen == k {
+                    found = Some((i + 1, indent));
+                    if key.is_none() {
+                        break;
+                    }
+                }
+                seen += 1;
+            }
+            continue;
+        }
+        if let (Some(_), Some(key)) = (found, key)
+            && let Some(rest) = text.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some((i + 1, indent));
+        }
+    }
+    found
 }
 
 /// The material model to fit.

@@ -71,14 +71,22 @@ pub enum ProblemError {
     Io { file: PathBuf, source: std::io::Error },
     #[error("{file}:{line}:{column}: {message}")]
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
-    #[error("{file}:{line}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
-    UnknownGroup { file: PathBuf, line: usize, name: String, context: String, known: Vec<String> },
+    #[error("{file}:{line}:{column}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
+    UnknownGroup {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        name: String,
+        context: String,
+        known: Vec<String>,
+    },
     /// A value or a combination the set-up refuses, where no line applies.
     #[error("{file}: {message}")]
     Invalid { file: PathBuf, message: String },
-    /// A value the set-up refuses, at its line.
-    #[error("{file}:{line}: {message}")]
-    InvalidAt { file: PathBuf, line: usize, message: String },
+    /// A value the set-up refuses, at its line and column (the key's, where the message names
+    /// a key on that line; else the line's first character), shown like a syntax error.
+    #[error("{file}:{line}:{column}: {message}")]
+    InvalidAt { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: mesh: {message}")]
     Mesh { file: PathBuf, message: String },
 }
@@ -88,6 +96,13 @@ impl ProblemError {
     /// form the set-up writes) becomes [`ProblemError::InvalidAt`], shown `file:N: …` like a
     /// syntax error; any other is [`ProblemError::Invalid`].
     pub fn invalid(file: &Path, message: impl Into<String>) -> Self {
+        Self::invalid_in(file, "", message)
+    }
+
+    /// [`ProblemError::invalid`] with the file's text, which gives the column: that of the
+    /// first key the message names in backquotes (`` `k` = -1 ``) where it stands as a key on
+    /// the line, else the line's first non-blank character.
+    pub fn invalid_in(file: &Path, source: &str, message: impl Into<String>) -> Self {
         let message = message.into();
         let at = message.strip_prefix("line ").and_then(|rest| {
             let (n, tail) = rest.split_once(": ")?;
@@ -95,11 +110,33 @@ impl ProblemError {
         });
         match at {
             Some((line, message)) if line > 0 => {
-                ProblemError::InvalidAt { file: file.to_path_buf(), line, message }
+                let column = key_column(source, line, &message);
+                ProblemError::InvalidAt { file: file.to_path_buf(), line, column, message }
             }
             _ => ProblemError::Invalid { file: file.to_path_buf(), message },
         }
     }
+}
+
+/// The 1-based column on `line` of `source` of the first key that `message` names in
+/// backquotes and that stands there as a key (followed by `=`); else of the line's first
+/// non-blank character (1 for a line that is not there).
+pub fn key_column(source: &str, line: usize, message: &str) -> usize {
+    let Some(text) = source.lines().nth(line.saturating_sub(1)) else { return 1 };
+    let is_key_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    for key in message.split('`').skip(1).step_by(2) {
+        if key.is_empty() || !key.chars().all(is_key_char) {
+            continue;
+        }
+        for (i, _) in text.match_indices(key) {
+            let before = text[..i].chars().next_back();
+            let after = text[i + key.len()..].trim_start();
+            if !before.is_some_and(is_key_char) && after.starts_with('=') {
+                return text[..i].chars().count() + 1;
+            }
+        }
+    }
+    text.chars().take_while(|c| c.is_whitespace()).count() + 1
 }
 
 /// Where the mesh comes from.
@@ -883,7 +920,7 @@ impl ProblemFile {
     }
 
     fn invalid(&self, message: impl Into<String>) -> ProblemError {
-        ProblemError::invalid(&self.path, message)
+        ProblemError::invalid_in(&self.path, &self.source, message)
     }
 
     /// Build (read or generate) the mesh.
@@ -1196,9 +1233,11 @@ impl ProblemFile {
         if name.get_ref() == "*" || mesh.groups.iter().any(|g| &g.name == name.get_ref()) {
             return Ok(());
         }
+        let (line, column) = line_col(&self.source, name.span().start);
         Err(ProblemError::UnknownGroup {
             file: self.path.clone(),
-            line: self.line_of(name),
+            line,
+            column,
             name: name.get_ref().clone(),
             context: context.to_string(),
             known: mesh.group_names(),
@@ -1401,8 +1440,16 @@ mod tests {
     #[test]
     fn refused_values_are_located_like_syntax_errors() {
         let e = ProblemError::invalid(Path::new("p.toml"), "line 12: `k` = -1: must be positive");
-        assert!(matches!(e, ProblemError::InvalidAt { line: 12, .. }), "{e:?}");
-        assert_eq!(e.to_string(), "p.toml:12: `k` = -1: must be positive");
+        assert!(matches!(e, ProblemError::InvalidAt { line: 12, column: 1, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "p.toml:12:1: `k` = -1: must be positive");
+        // With the text, the column is the key's.
+        let source = "[mesh]\nbox = { lengths = [1, 1, 1], divisions = [0, 1, 1] }\n  k = 3\n";
+        let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 2: `divisions` = 0");
+        assert_eq!(e.to_string(), "p.toml:2:30: `divisions` = 0");
+        let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 3: `k` = 3");
+        assert_eq!(e.to_string(), "p.toml:3:3: `k` = 3");
+        let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 3: no key named");
+        assert_eq!(e.to_string(), "p.toml:3:3: no key named");
         for plain in ["no sensor rows", "line x: y", "line 0: z", "lines 3: w"] {
             let e = ProblemError::invalid(Path::new("p.toml"), plain);
             assert_eq!(e.to_string(), format!("p.toml: {plain}"));

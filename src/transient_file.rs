@@ -276,7 +276,7 @@ pub fn read_time_series(path: &std::path::Path) -> Result<Vec<[f64; 2]>, RunErro
         if out.is_empty() && nums.iter().all(Option::is_none) {
             continue; // a header
         }
-        let at = |m: String| setup(format!("{}:{}: {m}", path.display(), i + 1));
+        let at = |m: String| setup(format!("{}:{}:1: {m}", path.display(), i + 1));
         let [Some(t), Some(v)] = nums[..] else {
             return Err(at(format!("expected two numbers, time (s) and value; got '{line}'")));
         };

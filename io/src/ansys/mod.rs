@@ -121,7 +121,7 @@ pub enum AnsysError {
     #[error("{file}: no result set {set}; the file has {available} (1-based)")]
     NoSuchSet { file: PathBuf, set: usize, available: usize },
     /// A syntax error in an archive (`.cdb`).
-    #[error("{file}:{line}: {message}")]
+    #[error("{file}:{line}:1: {message}")]
     Syntax { file: PathBuf, line: usize, message: String },
 }
 
