@@ -739,7 +739,16 @@ fn build_mechanical(
                     format!("{} set {}{}", info.file, info.set, unit_note(&info)),
                 ));
             }
-            (None, Some(_)) => {
+            (None, Some(uniform)) => {
+                if !(uniform.is_finite() && uniform > 0.0) {
+                    return Err(invalid(
+                        file,
+                        &format!(
+                            "{}[mechanical] temperature `uniform` = {uniform}: temperatures are absolute, in kelvin, and must be above 0 K",
+                            file.at_key("temperature")
+                        ),
+                    ));
+                }
                 if t.scale != 1.0 || t.offset != 0.0 || t.temperature_unit.is_some() {
                     return Err(invalid(
                         file,
@@ -954,7 +963,15 @@ pub fn objective_terms(
                 let path = o.sensors.as_ref().ok_or_else(|| {
                     invalid(file, "a 'misfit' objective needs `sensors = \"file.csv\"`")
                 })?;
-                ObjectiveKind::Misfit { sensors: read_sensors(&file.resolve_path(path))? }
+                // The sensor file's own error (its row) in the context of the key that names it.
+                let sensors = read_sensors(&file.resolve_path(path)).map_err(|e| {
+                    let index = file.spec.objectives.iter().position(|x| std::ptr::eq(x, o));
+                    let at = index.map_or(String::new(), |k| {
+                        file.at_table("[[objective]]", k, Some("sensors"))
+                    });
+                    invalid(file, &format!("{at}`sensors`: {e}"))
+                })?;
+                ObjectiveKind::Misfit { sensors }
             }
             "current" | "voltage" | "resistance" => {
                 let key = |v: &Option<toml::Spanned<String>>, k: &str| {
@@ -984,10 +1001,13 @@ pub fn objective_terms(
                 continue;
             }
             other => {
+                let index = file.spec.objectives.iter().position(|x| std::ptr::eq(x, o));
+                let at = index
+                    .map_or(String::new(), |k| file.at_table("[[objective]]", k, Some("kind")));
                 return Err(invalid(
                     file,
                     &format!(
-                        "unknown objective kind '{other}'; expected point, average, max, peak, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
+                        "{at}unknown objective kind '{other}'; expected point, average, max, peak, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
                     ),
                 ));
             }
@@ -1157,6 +1177,7 @@ fn build_thermal(
             }
         }
     }
+    check_solver(file)?;
     problem.newton.rel_tol = spec.solver.rel_tol;
     problem.newton.abs_tol = spec.solver.abs_tol;
     problem.newton.max_iterations = spec.solver.max_iterations;
@@ -1249,6 +1270,27 @@ fn element_constant(
     crate::element_values::per_element(&by_tag, tags, check)
         .map(Some)
         .map_err(|e| invalid(file, &format!("{}: {}: {e}", where_(), source.file)))
+}
+
+/// `[solver]`'s values, at their lines, before any solve uses them.
+fn check_solver(file: &ProblemFile) -> Result<(), AppError> {
+    let s = &file.spec.solver;
+    let refuse = |key: &str, value: String, why: &str| {
+        Err(invalid(file, &format!("{}[solver] `{key}` = {value}: {why}", file.at_key(key))))
+    };
+    if !(s.rel_tol.is_finite() && s.rel_tol >= 0.0) {
+        return refuse("rel_tol", s.rel_tol.to_string(), "a tolerance must be finite and ≥ 0");
+    }
+    if !(s.abs_tol.is_finite() && s.abs_tol >= 0.0) {
+        return refuse("abs_tol", s.abs_tol.to_string(), "a tolerance must be finite and ≥ 0");
+    }
+    if s.max_iterations == 0 {
+        return refuse("max_iterations", "0".into(), "Newton needs at least one iteration");
+    }
+    if !(s.cg_rel_tol.is_finite() && s.cg_rel_tol > 0.0 && s.cg_rel_tol < 1.0) {
+        return refuse("cg_rel_tol", s.cg_rel_tol.to_string(), "must lie in (0, 1)");
+    }
+    Ok(())
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {

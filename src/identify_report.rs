@@ -53,44 +53,7 @@ impl IdentifyError {
     }
 }
 
-/// Line and column (1-based) in a TOML text of the `k`-th (0-based) table `header` (`[model]`,
-/// `[[experiment]]`), or of its `key` where the table sets it; `None` when there is no such
-/// table.
-pub(crate) fn locate(
-    source: &str,
-    header: &str,
-    k: usize,
-    key: Option<&str>,
-) -> Option<(usize, usize)> {
-    let mut seen = 0;
-    let mut found: Option<(usize, usize)> = None;
-    for (i, raw) in source.lines().enumerate() {
-        let text = raw.split('#').next().unwrap_or("").trim();
-        let indent = raw.len() - raw.trim_start().len() + 1;
-        if text.starts_with('[') {
-            if found.is_some() {
-                break; // the next table: the key is not set
-            }
-            if text == header {
-                if seen == k {
-                    found = Some((i + 1, indent));
-                    if key.is_none() {
-                        break;
-                    }
-                }
-                seen += 1;
-            }
-            continue;
-        }
-        if let (Some(_), Some(key)) = (found, key)
-            && let Some(rest) = text.strip_prefix(key)
-            && rest.trim_start().starts_with('=')
-        {
-            return Some((i + 1, indent));
-        }
-    }
-    found
-}
+pub(crate) use crate::problem::locate;
 
 /// The material model to fit.
 #[derive(Clone, Debug, Deserialize)]

@@ -979,7 +979,8 @@ impl ProblemFile {
                 "z" => 2,
                 other => {
                     return Err(self.invalid(format!(
-                        "mesh.plane_group '{}': axis '{other}': expected x, y or z",
+                        "{}[mesh] plane_group '{}': `axis` = '{other}': expected x, y or z",
+                        self.at_key("plane_group"),
                         g.name
                     )));
                 }
@@ -996,9 +997,12 @@ impl ProblemFile {
             [m.file.is_some(), m.generated.is_some(), m.actuator.is_some(), m.given.is_some()];
         if sources.iter().filter(|&&b| b).count() != 1 {
             return Err(self.invalid(if m.given.is_some() {
-                "a mesh given in code cannot also have `file`, `box` or `actuator`"
+                "a mesh given in code cannot also have `file`, `box` or `actuator`".to_string()
             } else {
-                "[mesh] needs exactly one of `file`, `box` or `actuator`"
+                format!(
+                    "{}[mesh] needs exactly one of `file`, `box` or `actuator`",
+                    self.at_table("[mesh]", 0, None)
+                )
             }));
         }
         if let Some(mesh) = &m.given {
@@ -1017,9 +1021,11 @@ impl ProblemFile {
             return self.actuator_mesh(a);
         }
         if m.file.is_none() && (m.unit.is_some() || m.scale.is_some()) {
-            return Err(self.invalid(
-                "[mesh] `unit` and `scale` convert a mesh file's coordinates; `box` and `actuator` dimensions are in metres",
-            ));
+            let key = if m.unit.is_some() { "unit" } else { "scale" };
+            return Err(self.invalid(format!(
+                "{}[mesh] `{key}` converts a mesh file's coordinates; `box` and `actuator` dimensions are in metres",
+                self.at_key(key)
+            )));
         }
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
@@ -1070,14 +1076,24 @@ impl ProblemFile {
                     })
                     .ok_or_else(|| {
                         self.invalid(format!(
-                            "mesh.box.cell = '{}': expected tet4, tet10, hex8, hex20 or hex27",
+                            "{}[mesh] box `cell` = '{}': expected tet4, tet10, hex8, hex20 or hex27",
+                            self.at_key("box"),
                             b.cell
                         ))
                     })?;
-                if b.divisions.contains(&0)
-                    || b.lengths.iter().any(|&l| !(l.is_finite() && l > 0.0))
-                {
-                    return Err(self.invalid("mesh.box needs positive lengths and divisions"));
+                if b.divisions.contains(&0) {
+                    return Err(self.invalid(format!(
+                        "{}[mesh] box `divisions` = {:?}: each must be at least 1",
+                        self.at_key("box"),
+                        b.divisions
+                    )));
+                }
+                if b.lengths.iter().any(|&l| !(l.is_finite() && l > 0.0)) {
+                    return Err(self.invalid(format!(
+                        "{}[mesh] box `lengths` = {:?}: each must be a positive length (m)",
+                        self.at_key("box"),
+                        b.lengths
+                    )));
                 }
                 let spec = gradfem_mesh::generate::BoxSpec {
                     origin: b.origin,
@@ -1088,7 +1104,10 @@ impl ProblemFile {
                 self.check_box_size(&spec)?;
                 Ok(gradfem_mesh::generate::box_mesh(&spec))
             }
-            _ => Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`")),
+            _ => Err(self.invalid(format!(
+                "{}[mesh] needs exactly one of `file`, `box` or `actuator`",
+                self.at_table("[mesh]", 0, None)
+            ))),
         }
     }
 
@@ -1137,6 +1156,18 @@ impl ProblemFile {
     }
 
     /// The 1-based line of the first top-level or table key `key` (`key =` at a line's start).
+    /// `line N: ` of the first line that sets `key`, or nothing: the prefix that
+    /// [`ProblemError::invalid_in`] turns into `file:N:col:`.
+    pub fn at_key(&self, key: &str) -> String {
+        self.key_line(key).map_or(String::new(), |l| format!("line {l}: "))
+    }
+
+    /// `line N: ` of the `k`-th table `header` (`[[objective]]`, `[transient]`), or of its
+    /// `key` where that table sets it; nothing when there is no such table.
+    pub fn at_table(&self, header: &str, k: usize, key: Option<&str>) -> String {
+        locate(&self.source, header, k, key).map_or(String::new(), |(l, _)| format!("line {l}: "))
+    }
+
     fn key_line(&self, key: &str) -> Option<usize> {
         self.source
             .lines()
@@ -1215,7 +1246,10 @@ impl ProblemFile {
         }
         if let Some(r) = a.refine {
             if r == 0 {
-                return Err(self.invalid("mesh.actuator.refine must be at least 1"));
+                return Err(self.invalid(format!(
+                    "{}[mesh] actuator `refine` = 0: must be at least 1",
+                    self.at_key("actuator")
+                )));
             }
             spec = spec.refined(r);
         }
@@ -1394,6 +1428,40 @@ impl ProblemFile {
             }
         })
     }
+}
+
+/// Line and column (1-based) in a TOML text of the `k`-th (0-based) table `header` (`[model]`,
+/// `[[experiment]]`, `[[objective]]`), or of its `key` where the table sets it; `None` when
+/// there is no such table.
+pub fn locate(source: &str, header: &str, k: usize, key: Option<&str>) -> Option<(usize, usize)> {
+    let mut seen = 0;
+    let mut found: Option<(usize, usize)> = None;
+    for (i, raw) in source.lines().enumerate() {
+        let text = raw.split('#').next().unwrap_or("").trim();
+        let indent = raw.len() - raw.trim_start().len() + 1;
+        if text.starts_with('[') {
+            if found.is_some() {
+                break; // the next table: the key is not set
+            }
+            if text == header {
+                if seen == k {
+                    found = Some((i + 1, indent));
+                    if key.is_none() {
+                        break;
+                    }
+                }
+                seen += 1;
+            }
+            continue;
+        }
+        if let (Some(_), Some(key)) = (found, key)
+            && let Some(rest) = text.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some((i + 1, indent));
+        }
+    }
+    found
 }
 
 /// Read a sensor CSV: `x, y, z, value` per line; a header line and `#` comments are skipped.
