@@ -743,3 +743,36 @@ fn unknown_subcommand_is_a_usage_error() {
 fn python() -> String {
     std::env::var("GRADFEM_PYTHON").unwrap_or_else(|_| "python3".to_string())
 }
+
+/// The default objective of a file without `[[objective]]`, as docs/problem-file.md states it:
+/// the mean temperature of the whole model with `[thermal]`, the compliance of `[mechanical]`
+/// alone. (`gradient`, `check-gradient` and `optimize` refuse such a file: tests/bad_inputs.)
+#[test]
+fn the_default_objective_is_the_documented_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| -> Value {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        json(&ok(&gradfem_in(
+            dir.path(),
+            &["run", p(&path), "--json", "-o", &format!("out_{name}")],
+        )))
+    };
+    let thermal = "[mesh]\nbox = { lengths = [0.01, 0.01, 0.002], divisions = [2, 2, 1], cell = \"tet4\" }\n\
+                   [[thermal.material]]\ngroup = \"domain\"\nk = 150.0\nsource = 1e6\n\
+                   [[thermal.bc]]\ngroup = \"xmin\"\nkind = \"convection\"\nh = 10.0\nt_inf = 300.0\n";
+    let s = run("t.toml", thermal);
+    let (j, mean) = (s["objective"].as_f64().unwrap(), s["mean_temperature_K"].as_f64().unwrap());
+    assert!(j > 300.0 && (j - mean).abs() <= 1e-12 * mean, "J = {j}, mean temperature {mean}");
+    let mechanical = "[mesh]\nbox = { lengths = [0.01, 0.002, 0.002], divisions = [4, 1, 1], cell = \"hex8\" }\n\
+                      [[mechanical.material]]\ngroup = \"domain\"\nyoung = 200e9\npoisson = 0.3\n\
+                      [[mechanical.bc]]\ngroup = \"xmin\"\nkind = \"fixed\"\n\
+                      [[mechanical.bc]]\ngroup = \"xmax\"\nkind = \"traction\"\ntraction = [0.0, 0.0, -1e6]\n\
+                      [mechanical]\ntemperature = { uniform = 300.0 }\n";
+    let default = run("m.toml", mechanical)["objective"].as_f64().unwrap();
+    let explicit =
+        run("c.toml", &format!("{mechanical}[[objective]]\nkind = \"compliance\"\n"))["objective"]
+            .as_f64()
+            .unwrap();
+    assert!(default > 0.0 && default == explicit, "default {default}, compliance {explicit}");
+}
