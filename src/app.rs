@@ -461,7 +461,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             .as_ref()
             .map(|_| thermal.model.nodal_temperature(thermal.unknowns()));
         let stepping = crate::transient_file::build_time_stepping(ts, &thermal.model, initial)
-            .map_err(run_err)?;
+            .map_err(|e| in_table(file, "[transient]", e))?;
         thermal.transient = Some(stepping);
     }
     let takes_temperature = hyperelastic.as_ref().is_some_and(HyperelasticField::takes_temperature);
@@ -559,7 +559,8 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     }
     if let Some(ts) = &spec.transient {
         let base = file.path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let rule = crate::transient_file::time_rule(&base, ts).map_err(run_err)?;
+        let rule = crate::transient_file::time_rule(&base, ts)
+            .map_err(|e| in_table(file, "[transient]", e))?;
         problem.engine.set_time_rule(rule);
     }
     problem.objective_unit = objective_unit(
@@ -1270,6 +1271,24 @@ fn element_constant(
     crate::element_values::per_element(&by_tag, tags, check)
         .map(Some)
         .map_err(|e| invalid(file, &format!("{}: {}: {e}", where_(), source.file)))
+}
+
+/// A set-up error of the table `header` located in the file: at the key its message names
+/// (in backquotes, or as `[table] key …`), else at the table; other errors as they are.
+fn in_table(file: &ProblemFile, header: &str, e: RunError) -> AppError {
+    let RunError::Setup(message) = &e else {
+        return AppError::Run { file: file.path.clone(), source: e };
+    };
+    let named = message.split('`').nth(1).filter(|k| !k.contains(' ')).or_else(|| {
+        let rest = message.strip_prefix(header)?.trim_start();
+        let key = rest.split([' ', '=', ':']).next()?;
+        (!key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(key)
+    });
+    let at = file.at_table(header, 0, named);
+    if at.is_empty() {
+        return AppError::Run { file: file.path.clone(), source: e };
+    }
+    invalid(file, &format!("{at}{message}"))
 }
 
 /// `[solver]`'s values, at their lines, before any solve uses them.

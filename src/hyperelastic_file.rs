@@ -381,16 +381,23 @@ pub fn build_field(
         (Some(n), None) if n > 0 => (1..=n).map(|k| k as f64 / n as f64).collect(),
         (None, Some(l)) if !l.is_empty() => l.clone(),
         _ => {
+            let key = if spec.load_factors.is_some() { "load_factors" } else { "steps" };
             return Err(invalid(
                 file,
-                "[hyperelastic] needs `steps` (≥ 1) or `load_factors` (not both)".into(),
+                format!(
+                    "{}[hyperelastic] needs `steps` (≥ 1) or `load_factors` (not both)",
+                    file.at_table("[hyperelastic]", 0, Some(key))
+                ),
             ));
         }
     };
     if loads.windows(2).any(|w| w[1] <= w[0]) || loads.iter().any(|&s| s.is_nan() || s <= 0.0) {
         return Err(invalid(
             file,
-            format!("[hyperelastic] load factors must be positive and increasing: {loads:?}"),
+            format!(
+                "{}[hyperelastic] `load_factors` must be positive and increasing: {loads:?}",
+                file.at_table("[hyperelastic]", 0, Some("load_factors"))
+            ),
         ));
     }
     let model =
