@@ -853,7 +853,7 @@ fn optimize(
     let set = begin_set(dir)?;
     app::write_results(set.dir(), problem, None)?;
     outcome.watcher.write_csv(set.dir().join("history.csv"))?;
-    let png_note = match outcome.watcher.write_png(&set.dir().join("history.png")) {
+    let png_note = match outcome.watcher.write_png(set.dir().join("history.png")) {
         Ok(()) => dir.join("history.png").display().to_string(),
         Err(e) => format!("(no plot: {e})"),
     };

@@ -313,6 +313,9 @@ impl IncrementFailure {
     }
 }
 
+/// A failed increment: why, and ‖R‖₂ at each Newton iterate of that try.
+type FailedTry = (IncrementFailure, Vec<f64>);
+
 /// Errors of a load-stepping solve or its gradient.
 #[derive(Debug, Error)]
 pub enum FiniteStrainSolveError {
@@ -1149,7 +1152,7 @@ impl FiniteStrainProblem {
         u: &mut Vec<f64>,
         s: f64,
         allow_lu: bool,
-    ) -> Result<(usize, Option<Vec<f64>>), (IncrementFailure, Vec<f64>)> {
+    ) -> Result<(usize, Option<Vec<f64>>), FailedTry> {
         let mut residuals = Vec::new();
         self.newton_iterations(u, s, allow_lu, &mut residuals).map_err(|f| (f, residuals))
     }
