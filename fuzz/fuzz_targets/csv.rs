@@ -42,7 +42,8 @@ fn fixture() -> &'static Fixture {
             .flat_map(|b| (0..mesh.blocks[b].len()).map(move |i| (b, i)))
             .map(|(b, i)| mesh.cell_tag(gradfem::mesh::mesh::CellId { block: b, index: i }))
             .collect();
-        let problem = ProblemFile::parse(&dir.join("p.toml"), String::new()).unwrap();
+        let text = "[mesh]\nbox = { lengths = [1, 1, 1], divisions = [2, 1, 1], cell = \"hex8\" }\n";
+        let problem = ProblemFile::parse(&dir.join("p.toml"), text.into()).unwrap();
         Fixture { dir, mesh, node_tags, cell_tags, problem }
     })
 }
