@@ -1157,8 +1157,9 @@ impl Simulation {
         reg.names().flat_map(|n| g.by_name.get(n).cloned().unwrap_or_default()).collect()
     }
 
-    /// Write `results.xdmf` and `results.h5` (every field of the solution, and the gradient's
-    /// per-element and shape fields when given) into `dir`; returns the XDMF path.
+    /// Write `results.xdmf` and `results.h5` (every field of the solution) into `dir` as one
+    /// output set ([`gradfem_io::output_set`]: the directory is replaced whole, so it must not
+    /// be the current directory); returns the XDMF path.
     pub fn write_results(&mut self, dir: &Path) -> Result<PathBuf, ApiError> {
         self.ensure_solved()?;
         let set = gradfem_io::output_set::OutputSet::begin(dir).map_err(|e| {
