@@ -1157,10 +1157,19 @@ impl Simulation {
         reg.names().flat_map(|n| g.by_name.get(n).cloned().unwrap_or_default()).collect()
     }
 
-    /// Write `results.xdmf` and `results.h5` (every field of the solution, and the gradient's
-    /// per-element and shape fields when given) into `dir`; returns the XDMF path.
+    /// Write `results.xdmf` and `results.h5` (every field of the solution) into `dir` as one
+    /// output set ([`gradfem_io::output_set`]: the directory is replaced whole, so it must not
+    /// be the current directory); returns the XDMF path.
     pub fn write_results(&mut self, dir: &Path) -> Result<PathBuf, ApiError> {
         self.ensure_solved()?;
-        Ok(app::write_results(dir, &self.problem, None)?)
+        let set = gradfem_io::output_set::OutputSet::begin(dir).map_err(|e| {
+            app::AppError::Write { path: dir.to_path_buf(), message: e.to_string() }
+        })?;
+        app::write_results(set.dir(), &self.problem, None)?;
+        set.commit().map_err(|e| app::AppError::Write {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(dir.join("results.xdmf"))
     }
 }

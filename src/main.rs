@@ -28,6 +28,10 @@ struct Cli {
     /// Build a generated mesh even when its estimated memory exceeds the memory available.
     #[arg(long, global = true)]
     allow_large: bool,
+    /// Refuse an ANSYS result file cut short of the length its header declares (by default
+    /// its whole records are read, with a warning).
+    #[arg(long, global = true)]
+    strict: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -187,11 +191,14 @@ fn spinner(quiet: bool, label: &str) -> Progress {
 
 /// Whether `--allow-large` was given (set once, before any problem is read).
 static ALLOW_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether `--strict` was given (set once, before any file is read).
+static STRICT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, app::Problem)> {
     let pb = spinner(quiet, "setting up");
     let mut file = ProblemFile::read(path)?;
     file.allow_large = ALLOW_LARGE.load(std::sync::atomic::Ordering::Relaxed);
+    file.strict = STRICT.load(std::sync::atomic::Ordering::Relaxed);
     let problem = app::build_problem(&file)?;
     pb.finish();
     Ok((file, problem))
@@ -548,24 +555,46 @@ fn print_correlation(c: &gradfem::identify::Correlation) {
     }
 }
 
-/// `results.xdmf`/`results.h5` and, for a transient problem, `time_history.csv` and
-/// `time_history.png`; returns the XDMF path.
+/// The output set of a run, written as one (see [`gradfem::io::output_set`]):
+/// `results.xdmf`/`results.h5`, for a transient problem `time_history.csv` and
+/// `time_history.png`, and `gradients.json` when a report is given; returns the XDMF path.
 fn write_outputs(
     dir: &Path,
     pf: &ProblemFile,
     problem: &app::Problem,
     grad: Option<&gradfem_solvers::params::Gradient>,
+    report: Option<&app::GradientReport>,
 ) -> Result<PathBuf> {
-    let xdmf = app::write_results(dir, problem, grad)?;
+    let set = begin_set(dir)?;
+    app::write_results(set.dir(), problem, grad)?;
     if let Some(h) = gradfem::time_history::TimeHistory::of(problem)? {
-        h.write(dir, &pf.spec.title).map_err(|e| anyhow::anyhow!("cannot write: {e}"))?;
+        h.write(set.dir(), &pf.spec.title).map_err(|e| anyhow::anyhow!("cannot write: {e}"))?;
     }
-    Ok(xdmf)
+    if let Some(report) = report {
+        app::write_gradients(&set.dir().join("gradients.json"), report)?;
+    }
+    commit_set(set)?;
+    Ok(dir.join("results.xdmf"))
+}
+
+/// Start the output set of `dir`.
+fn begin_set(dir: &Path) -> Result<gradfem::io::output_set::OutputSet> {
+    gradfem::io::output_set::OutputSet::begin(dir)
+        .map_err(|e| anyhow::anyhow!("cannot write the outputs: {e}"))
+}
+
+/// Put a written output set in place.
+fn commit_set(set: gradfem::io::output_set::OutputSet) -> Result<()> {
+    let target = set.target().to_path_buf();
+    set.commit().map(|_| ()).map_err(|e| {
+        anyhow::anyhow!("cannot put the outputs in place at {}: {e}", target.display())
+    })
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
     ALLOW_LARGE.store(cli.allow_large, std::sync::atomic::Ordering::Relaxed);
+    STRICT.store(cli.strict, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         None => run_default(quiet),
         Some(Command::Run { file, json, output }) => {
@@ -573,15 +602,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             solve(&mut problem, &pf, quiet || json)?;
             let s = app::summary(&pf.spec.title, &problem)?;
             let dir = output_dir(&pf, output);
-            let xdmf = write_outputs(&dir, &pf, &problem, None)?;
-            let stale = dir.join("gradients.json");
-            if stale.exists() {
-                tracing::warn!(
-                    "{} is from an earlier `gradfem gradient` run and does not belong to the results just written ({}); run `gradfem gradient` again or delete it",
-                    stale.display(),
-                    xdmf.display()
-                );
-            }
+            let xdmf = write_outputs(&dir, &pf, &problem, None, None)?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else if !quiet {
@@ -605,9 +626,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report.timings.forward_total_s = Some(forward_s);
             report.timings.gradient_total_s = Some(gradient_s);
             let dir = output_dir(&pf, output);
-            let xdmf = write_outputs(&dir, &pf, &problem, Some(&grad))?;
+            let xdmf = write_outputs(&dir, &pf, &problem, Some(&grad), Some(&report))?;
             let gpath = dir.join("gradients.json");
-            app::write_gradients(&gpath, &report)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else if !quiet {
@@ -682,7 +702,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::MeshInfo { file, json }) => {
             let report = if gradfem::ansys_import::is_ansys_path(&file) {
-                let ansys = gradfem::ansys_import::AnsysFile::read(&file)?;
+                let ansys = gradfem::ansys_import::AnsysFile::read(&file, cli.strict)?;
                 mesh_report::MeshReport::for_ansys(&file, &ansys)
             } else {
                 let mesh = read_mesh(&file)?;
@@ -696,7 +716,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::ImportAnsys { file, set, output }) => {
-            let s = gradfem::ansys_import::import(&file, set, &output)?;
+            let s = gradfem::ansys_import::import(&file, set, &output, cli.strict)?;
             if !quiet {
                 let set = s.set.map_or("mesh only".to_string(), |k| format!("result set {k}"));
                 println!(
@@ -830,14 +850,15 @@ fn optimize(
         pb.log(format!("iteration {it}, objective {f:.6e}"));
     })?;
     pb.finish();
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let xdmf = app::write_results(dir, problem, None)?;
-    outcome.watcher.write_csv(dir.join("history.csv"))?;
-    let png = dir.join("history.png");
-    let png_note = match outcome.watcher.write_png(&png) {
-        Ok(()) => png.display().to_string(),
+    let set = begin_set(dir)?;
+    app::write_results(set.dir(), problem, None)?;
+    outcome.watcher.write_csv(set.dir().join("history.csv"))?;
+    let png_note = match outcome.watcher.write_png(set.dir().join("history.png")) {
+        Ok(()) => dir.join("history.png").display().to_string(),
         Err(e) => format!("(no plot: {e})"),
     };
+    commit_set(set)?;
+    let xdmf = dir.join("results.xdmf");
     let names: Vec<String> = outcome.watcher.names().to_vec();
     let violations = outcome.violations(settings);
     if json {

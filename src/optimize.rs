@@ -134,7 +134,9 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         constraints: Vec::new(),
         design: Vec::new(),
     });
-    let invalid = |message: String| AppError::Problem(ProblemError::invalid(&file.path, message));
+    let invalid = |message: String| {
+        AppError::Problem(ProblemError::invalid_in(&file.path, &file.source, message))
+    };
     for name in &spec.design {
         if !problem.registry().contains(name) {
             return Err(invalid(format!(
