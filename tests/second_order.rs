@@ -1,0 +1,183 @@
+//! Hessian-vector products by the second-order adjoint, through the library API: the
+//! second-order Taylor test (remainders at rate 3) for linear and nonlinear conduction with
+//! every kind of thermal parameter (scalar and per element, fixed temperatures included), the
+//! product against central differences of adjoint gradients, the symmetry of the dense
+//! Hessian, and the problems not covered yet refused with a message.
+
+use std::collections::BTreeMap;
+
+use gradfem::api::Simulation;
+use gradfem_solvers::taylor::random_direction_scaled;
+use rstest::rstest;
+
+/// A slab with a source, a fixed face, convection and a heat flux; `law` is the conductivity's
+/// temperature dependence, `objective` the `[[objective]]` table's body.
+/// `k` is the conductivity parameter registered: `thermal.k.domain` or the per-element
+/// `thermal.k_elem.domain`.
+fn problem(cell: &str, law: &str, objective: &str, k: &str) -> Simulation {
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.02, 0.01, 0.004], divisions = [5, 3, 2], cell = "{cell}" }}
+
+[[thermal.material]]
+group = "domain"
+k = 40.0
+source = 4.0e6
+{law}
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "zmax"
+kind = "convection"
+h = 800.0
+t_inf = 295.0
+
+[[thermal.bc]]
+group = "ymin"
+kind = "heat_flux"
+q_in = 2.0e4
+
+[[objective]]
+{objective}
+
+[parameters]
+register = ["{k}", "thermal.q.domain", "bc.zmax.h", "bc.zmax.t_inf",
+            "bc.ymin.flux", "bc.xmin.temperature"]
+
+[solver]
+rel_tol = 1e-13
+"#
+    );
+    Simulation::from_toml("slab.toml", &text).unwrap()
+}
+
+/// The smooth maximum with p = 8.
+const MAX8: &str = "kind = \"max\"\ngroup = \"domain\"\np = 8.0";
+
+const POLYNOMIAL: &str =
+    r#"law = { kind = "polynomial", t_ref = 300.0, coefficients = [-3.0e-3, 5.0e-6] }"#;
+
+#[rstest]
+#[case::linear_max("tet4", "", MAX8, "thermal.k_elem.domain")]
+#[case::nonlinear_max(
+    "hex8",
+    POLYNOMIAL,
+    "kind = \"max\"\ngroup = \"domain\"\np = 6.0",
+    "thermal.k.domain"
+)]
+#[case::nonlinear_average(
+    "tet10",
+    POLYNOMIAL,
+    "kind = \"average\"\ngroup = \"domain\"",
+    "thermal.k_elem.domain"
+)]
+#[case::nonlinear_peak(
+    "tet4",
+    POLYNOMIAL,
+    "kind = \"peak\"\ngroup = \"domain\"\nrho = 0.5",
+    "thermal.k.domain"
+)]
+#[case::nonlinear_integral_square(
+    "hex8",
+    POLYNOMIAL,
+    "kind = \"integral_square\"\ngroup = \"domain\"",
+    "thermal.k_elem.domain"
+)]
+fn second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] law: &str,
+    #[case] objective: &str,
+    #[case] k: &str,
+) {
+    let mut sim = problem(cell, law, objective, k);
+    let p = sim.parameter_vector();
+    let dir = random_direction_scaled(&p, 7);
+    let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
+    eprintln!("{cell} {objective}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    // The first-order remainders, at rate 2, are much larger: the curvature term matters.
+    assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
+}
+
+/// H·δp against central differences of adjoint gradients, entry by entry.
+#[test]
+fn hessian_vector_product_matches_differences_of_gradients() {
+    let mut sim = problem("tet4", POLYNOMIAL, MAX8, "thermal.k_elem.domain");
+    let p0 = sim.parameter_vector();
+    let dir = random_direction_scaled(&p0, 11);
+    let names = sim.registered();
+    let mut by_name = BTreeMap::new();
+    let mut at = 0;
+    for name in &names {
+        let n = sim.parameter(name).unwrap().len();
+        by_name.insert(name.clone(), dir[at..at + n].to_vec());
+        at += n;
+    }
+    let hv = sim.hvp(&by_name).unwrap();
+    let hv = sim.flatten(&hv);
+    let gradient_at = |sim: &mut Simulation, s: f64| {
+        let mut at = 0;
+        for name in &names {
+            let n = sim.parameter(name).unwrap().len();
+            let v: Vec<f64> = (0..n).map(|i| p0[at + i] + s * dir[at + i]).collect();
+            sim.set_parameter_values(name, &v).unwrap();
+            at += n;
+        }
+        let g = sim.gradient().unwrap();
+        sim.flatten(&g)
+    };
+    let h = 1e-4;
+    let gp = gradient_at(&mut sim, h);
+    let gm = gradient_at(&mut sim, -h);
+    for i in 0..hv.len() {
+        let fd = (gp[i] - gm[i]) / (2.0 * h);
+        let scale = hv[i].abs().max(fd.abs()).max(1e-300);
+        assert!(
+            (hv[i] - fd).abs()
+                <= 1e-5 * scale + 1e-9 * hv.iter().fold(0.0f64, |a, v| a.max(v.abs())),
+            "entry {i}: H·δp {} vs differences {fd}",
+            hv[i]
+        );
+    }
+}
+
+/// The dense Hessian of the scalar parameters is symmetric (a check that the tangent and the
+/// second-order adjoint are each other's transposes).
+#[test]
+fn dense_hessian_is_symmetric() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/nonlinear_conductivity.toml"),
+    )
+    .unwrap();
+    let mut sim = Simulation::from_toml("nonlinear_conductivity.toml", &text).unwrap();
+    let n = sim.parameter_vector().len();
+    let h = sim.hessian().unwrap();
+    let scale = h.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    assert!(scale > 0.0);
+    for i in 0..n {
+        for j in 0..i {
+            let (a, b) = (h[i * n + j], h[j * n + i]);
+            // Scaled by the entries' own rows and columns: the parameters differ by many
+            // orders of magnitude (k ~ 1e2, Q ~ 1e8).
+            let local = (h[i * n + i].abs() * h[j * n + j].abs()).sqrt().max(a.abs()).max(1e-300);
+            assert!((a - b).abs() <= 1e-8 * local, "H[{i}][{j}] = {a} but H[{j}][{i}] = {b}");
+        }
+    }
+}
+
+#[test]
+fn coupled_problems_are_refused_with_a_message() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/microactuator_electrothermal.toml");
+    let mut sim = Simulation::from_file(&path).unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("one field") && e.contains("electrical"), "{e}");
+}
