@@ -897,6 +897,7 @@ fn optimize(
             match outcome.method {
                 gradfem::optimize::Method::Mma => "MMA",
                 gradfem::optimize::Method::Lbfgs => "L-BFGS",
+                gradfem::optimize::Method::NewtonCg => "Newton-CG",
             }
         );
         println!("  {}", outcome.status);

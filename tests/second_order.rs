@@ -181,3 +181,51 @@ fn coupled_problems_are_refused_with_a_message() {
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("one field") && e.contains("electrical"), "{e}");
 }
+
+/// `gradfem optimize` with `method = "newton-cg"` on the sensor-misfit identification reaches
+/// the L-BFGS optimum in fewer than half its evaluations.
+#[test]
+fn newton_cg_identifies_in_fewer_than_half_the_evaluations_of_lbfgs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("examples/sensor_misfit.toml")).unwrap();
+    let sensors = root.join("examples/data/sensors.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |method: &str| -> serde_json::Value {
+        let file = dir.path().join(format!("{method}.toml"));
+        let body = text
+            .replace("\"data/sensors.csv\"", &format!("{:?}", sensors.to_str().unwrap()))
+            .replace(
+                "[parameters]",
+                &format!("[optimize]\nmethod = \"{method}\"\ngtol = 1e-8\n\n[parameters]"),
+            );
+        std::fs::write(&file, body).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+            .args(["--quiet", "optimize"])
+            .arg(&file)
+            .arg("-o")
+            .arg(dir.path().join(method))
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
+    let evaluations = |v: &serde_json::Value| v["evaluations"].as_u64().unwrap();
+    let objective = |v: &serde_json::Value| v["final_objective"].as_f64().unwrap();
+    assert!(newton["status"].as_str().unwrap().starts_with("converged"), "{newton}");
+    assert!(
+        2 * evaluations(&newton) < evaluations(&lbfgs),
+        "Newton-CG {} evaluations, L-BFGS {}",
+        evaluations(&newton),
+        evaluations(&lbfgs)
+    );
+    assert!(objective(&newton) <= objective(&lbfgs) * (1.0 + 1e-8));
+    for name in ["thermal.k.domain", "bc.zmax.h"] {
+        let (a, b) = (
+            newton["design"][name][0].as_f64().unwrap(),
+            lbfgs["design"][name][0].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() <= 1e-5 * b.abs(), "{name}: Newton-CG {a}, L-BFGS {b}");
+    }
+}

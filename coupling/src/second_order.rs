@@ -113,6 +113,28 @@ impl CoupledProblem {
         Ok(hv.flatten(&ParamVector::all(self.registry())))
     }
 
+    /// H·δp restricted to a selection of the registered parameters: `dir` and the result in
+    /// the selection's layout (the other parameters held fixed).
+    pub fn hessian_vector_selection(
+        &mut self,
+        selection: &ParamVector,
+        dir: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        if dir.len() != selection.len() {
+            return Err(RunError::Setup(format!(
+                "a direction of {} entries for a selection of {}",
+                dir.len(),
+                selection.len()
+            )));
+        }
+        let mut d = Gradient::zeros(self.registry());
+        for &id in selection.ids() {
+            let range = selection.range(id).expect("an id of the selection");
+            d.get_mut(id).copy_from_slice(&dir[range]);
+        }
+        Ok(self.hessian_vector(&d)?.flatten(selection))
+    }
+
     /// The dense Hessian over every registered entry (row-major, n × n), one product per
     /// column: for up to a few hundred entries.
     pub fn dense_hessian(&mut self, mut progress: impl FnMut(usize)) -> Result<Vec<f64>, RunError> {

@@ -23,6 +23,7 @@ pub mod sparse;
 pub mod taylor;
 #[cfg(test)]
 pub(crate) mod test_matrices;
+pub mod trust;
 pub mod watch;
 
 pub use assembly::{AssemblyPattern, CONSTRAINED};
