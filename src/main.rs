@@ -101,6 +101,26 @@ enum Command {
         #[arg(long)]
         per_parameter: bool,
     },
+    /// The exact Hessian of the objective over the registered parameters (one Hessian-vector
+    /// product by the second-order adjoint per entry), its eigen-directions and, for a sensor
+    /// misfit, the Laplace posterior (covariance, standard deviations, correlations) beside
+    /// the Gauss–Newton approximation; writes hessian.json. So far for a steady problem of one
+    /// thermal field.
+    Hessian {
+        /// Problem file (TOML) with `[parameters] register`.
+        file: PathBuf,
+        /// The sensors' noise σ in K for the posterior of a misfit (default: estimated from the
+        /// residuals at the current parameters, which should be the fitted ones).
+        #[arg(long)]
+        noise: Option<f64>,
+        /// Print hessian.json to standard output as well.
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: the problem's [output] directory, else
+        /// ./results/<problem file name without .toml>).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Print counts per cell type, groups with dimension, count and measure, the bounding box and
     /// the quality summary of a mesh (.msh); for ANSYS files (.rst, .rth, .cdb) also the result
     /// sets, DOFs and element types.
@@ -182,6 +202,52 @@ fn error_chain(e: &anyhow::Error) -> String {
         text.push_str(&c);
     }
     text
+}
+
+/// The Hessian report as tables: eigenvalues with their leading entries, and the posterior.
+fn print_hessian(r: &gradfem::hessian::HessianReport) {
+    println!(
+        "Hessian of J = {:.6e} over {} entries ({} products in {:.2} s; asymmetry {:.1e})",
+        r.objective,
+        r.entries.len(),
+        r.hessian_products,
+        r.seconds,
+        r.asymmetry
+    );
+    println!(
+        "  eigenvalues of the scaled Hessian (curvature per relative change), smallest first:"
+    );
+    for d in r.eigen.iter().take(10) {
+        let mut lead: Vec<(usize, f64)> = d.vector.iter().copied().enumerate().collect();
+        lead.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
+        let parts: Vec<String> =
+            lead.iter().take(3).map(|(i, v)| format!("{v:+.3} {}", r.entries[*i])).collect();
+        println!("    {:>12.4e}  along {}", d.eigenvalue, parts.join(", "));
+    }
+    if !r.positive_definite {
+        println!(
+            "  not positive definite: the objective is not convex here (or the data do not determine every direction above)"
+        );
+    }
+    if let Some(p) = &r.posterior {
+        println!(
+            "  Laplace posterior ({} sensors, noise σ = {:.4e} K{}):",
+            p.sensors,
+            p.noise,
+            if p.noise_estimated { ", estimated from the residuals" } else { "" }
+        );
+        println!(
+            "    {:<32} {:>14} {:>14} {:>14}",
+            "parameter", "value", "std dev", "Gauss–Newton"
+        );
+        for (i, name) in r.entries.iter().enumerate() {
+            println!(
+                "    {:<32} {:>14.6e} {:>14.4e} {:>14.4e}",
+                name, r.values[i], p.std_dev[i], p.gauss_newton_std_dev[i]
+            );
+        }
+        println!("    max |H − GᵀG| / max |H| = {:.2e}", p.gauss_newton_difference);
+    }
 }
 
 /// A stage's progress: a spinner on a terminal, plain lines in a log, nothing when `quiet`.
@@ -653,6 +719,34 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 settings.resume = Some(history);
             }
             optimize(&mut problem, &settings, &dir, quiet, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Hessian { file, noise, json, output }) => {
+            let (pf, mut problem) = load(&file, quiet || json)?;
+            need_objective(&pf, "hessian")?;
+            solve(&mut problem, &pf, quiet || json)?;
+            let n = gradfem_solvers::params::ParamVector::all(problem.registry()).len();
+            let pb = Progress::bar(
+                ProgressMode::detect(quiet || json),
+                "Hessian-vector products",
+                n as u64,
+            );
+            let report =
+                gradfem::hessian::compute(&mut problem, noise, |k, _| pb.set_position(k as u64))?;
+            pb.finish();
+            let dir = output_dir(&pf, output);
+            let set = begin_set(&dir)?;
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(set.dir().join("hessian.json"), &text).map_err(|e| {
+                anyhow::anyhow!("cannot write {}: {e}", dir.join("hessian.json").display())
+            })?;
+            commit_set(set)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else if !quiet {
+                print_hessian(&report);
+                println!("  wrote {}", dir.join("hessian.json").display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::CheckGradient { file, json, per_parameter }) => {

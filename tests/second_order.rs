@@ -229,3 +229,156 @@ fn newton_cg_identifies_in_fewer_than_half_the_evaluations_of_lbfgs() {
         assert!((a - b).abs() <= 1e-5 * b.abs(), "{name}: Newton-CG {a}, L-BFGS {b}");
     }
 }
+
+/// A linear-Gaussian identification: with a constant conductivity the sensors' temperatures
+/// are affine in the source, the heat flux, the fixed temperature and the ambient temperature,
+/// so the Laplace covariance σ²(GᵀG)⁻¹ is the exact posterior (flat prior). G is computed here
+/// in closed form by the affinity (a unit step of each parameter moves every sensor by exactly
+/// its column), independently of the second-order adjoint.
+#[test]
+fn laplace_covariance_of_a_linear_gaussian_identification_is_the_closed_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let sensors = dir.path().join("sensors.csv");
+    let points = [
+        [0.004, 0.003, 0.001],
+        [0.010, 0.005, 0.002],
+        [0.016, 0.002, 0.003],
+        [0.018, 0.008, 0.004],
+        [0.006, 0.009, 0.002],
+        [0.013, 0.006, 0.0],
+    ];
+    let mut csv = String::from("x,y,z,value\n");
+    for (i, p) in points.iter().enumerate() {
+        csv.push_str(&format!("{},{},{},{}\n", p[0], p[1], p[2], 320.0 + i as f64));
+    }
+    std::fs::write(&sensors, csv).unwrap();
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.02, 0.01, 0.004], divisions = [6, 3, 2], cell = "hex8" }}
+
+[[thermal.material]]
+group = "domain"
+k = 40.0
+source = 4.0e6
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "zmax"
+kind = "convection"
+h = 800.0
+t_inf = 295.0
+
+[[thermal.bc]]
+group = "ymin"
+kind = "heat_flux"
+q_in = 2.0e4
+
+[[objective]]
+kind = "misfit"
+sensors = {sensors:?}
+
+[parameters]
+register = ["thermal.q.domain", "bc.ymin.flux", "bc.xmin.temperature", "bc.zmax.t_inf"]
+"#
+    );
+    let mut sim = Simulation::from_toml(dir.path().join("linear.toml"), &text).unwrap();
+    let sigma = 0.05;
+    let report = gradfem::hessian::compute(sim.problem(), Some(sigma), |_, _| {}).unwrap();
+    let posterior = report.posterior.as_ref().expect("a misfit has a posterior");
+    // G by the affinity: sensor temperatures at p and at p + δ eᵢ.
+    let sensor_values = |sim: &mut Simulation| -> Vec<f64> {
+        sim.solve().unwrap();
+        let t = sim.field("temperature").unwrap().to_vec();
+        let model = &sim.problem().thermal().model;
+        points
+            .iter()
+            .map(|p| {
+                let loc = gradfem_thermal::objective::locate(model, *p).unwrap();
+                model
+                    .element_nodes(loc.element)
+                    .iter()
+                    .zip(&loc.shape)
+                    .map(|(&n, s)| s * t[n])
+                    .sum()
+            })
+            .collect()
+    };
+    let names = sim.registered();
+    let base = sensor_values(&mut sim);
+    let n = names.len();
+    let mut g = vec![vec![0.0; n]; points.len()];
+    for (j, name) in names.iter().enumerate() {
+        let p0 = sim.parameter(name).unwrap()[0];
+        let step = 0.1 * p0.abs();
+        sim.set_parameter(name, p0 + step).unwrap();
+        let moved = sensor_values(&mut sim);
+        sim.set_parameter(name, p0).unwrap();
+        for s in 0..points.len() {
+            g[s][j] = (moved[s] - base[s]) / step;
+        }
+    }
+    // C = σ² (GᵀG)⁻¹ by Gauss–Jordan on the normal matrix (n = 4).
+    let mut a: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            let mut row: Vec<f64> =
+                (0..n).map(|j| (0..points.len()).map(|s| g[s][i] * g[s][j]).sum()).collect();
+            row.extend((0..n).map(|j| if i == j { 1.0 } else { 0.0 }));
+            row
+        })
+        .collect();
+    for c in 0..n {
+        let pivot = (c..n).max_by(|&x, &y| a[x][c].abs().total_cmp(&a[y][c].abs())).unwrap();
+        a.swap(c, pivot);
+        let d = a[c][c];
+        a[c].iter_mut().for_each(|v| *v /= d);
+        for r in 0..n {
+            if r != c {
+                let f = a[r][c];
+                let row_c = a[c].clone();
+                a[r].iter_mut().zip(&row_c).for_each(|(v, w)| *v -= f * w);
+            }
+        }
+    }
+    for i in 0..n {
+        for j in 0..n {
+            let closed = sigma * sigma * a[i][n + j];
+            let got = posterior.covariance[i][j];
+            let scale = (posterior.covariance[i][i] * posterior.covariance[j][j]).sqrt();
+            assert!(
+                (got - closed).abs() <= 1e-10 * scale,
+                "C[{i}][{j}]: Laplace {got:e}, closed form {closed:e}"
+            );
+        }
+    }
+    assert!(posterior.gauss_newton_difference < 1e-10, "{}", posterior.gauss_newton_difference);
+}
+
+/// `gradfem hessian` on the sensor example: hessian.json with a symmetric, positive definite
+/// Hessian, eigen-directions and the posterior.
+#[test]
+fn hessian_command_writes_the_report() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["--quiet", "hessian"])
+        .arg(root.join("examples/sensor_misfit.toml"))
+        .args(["--noise", "0.01", "-o"])
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(dir.path().join("out/hessian.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["entries"].as_array().unwrap().len(), 2);
+    assert!(r["asymmetry"].as_f64().unwrap() < 1e-10);
+    assert!(r["positive_definite"].as_bool().unwrap());
+    assert_eq!(r["eigen"].as_array().unwrap().len(), 2);
+    let p = &r["posterior"];
+    assert_eq!(p["noise"].as_f64().unwrap(), 0.01);
+    assert!(p["std_dev"][0].as_f64().unwrap() > 0.0);
+}

@@ -105,6 +105,23 @@ impl CoupledProblem {
         Ok(hv)
     }
 
+    /// The directional derivative of the state (nodal) along a parameter direction `dir`
+    /// (flat, the order of [`ParamVector::all`]): one tangent-linear solve on the
+    /// factorization of the last solve.
+    pub fn tangent_flat(&mut self, dir: &[f64]) -> Result<Vec<f64>, RunError> {
+        let i = self.second_order_field()?;
+        if !self.is_solved() {
+            self.solve()?;
+        }
+        let d = shaped(self.registry(), dir)?;
+        let name = self.field_names()[i].clone();
+        let (registry, _, fields) = self.parts_and_fields();
+        let second = fields[i].second_order().ok_or_else(|| {
+            RunError::Setup(format!("the {name} field has no second-order products yet"))
+        })?;
+        second.tangent(&d, registry)
+    }
+
     /// [`hessian_vector`](Self::hessian_vector) on flat vectors in the order of
     /// [`ParamVector::all`] (the layout of [`Gradient::flatten`]).
     pub fn hessian_vector_flat(&mut self, dir: &[f64]) -> Result<Vec<f64>, RunError> {

@@ -8,6 +8,7 @@ pub mod amg;
 pub mod assembly;
 pub mod cg;
 pub mod checkpoint;
+pub mod dense;
 pub mod error;
 pub mod graph;
 pub mod interrupt;
