@@ -104,8 +104,8 @@ enum Command {
     /// The exact Hessian of the objective over the registered parameters (one Hessian-vector
     /// product by the second-order adjoint per entry), its eigen-directions and, for a sensor
     /// misfit, the Laplace posterior (covariance, standard deviations, correlations) beside
-    /// the Gauss–Newton approximation; writes hessian.json. So far for a steady problem of one
-    /// thermal field.
+    /// the Gauss–Newton approximation; writes hessian.json and, for a misfit, posterior.png
+    /// (marginals and pairwise ellipses). So far for a steady problem of one thermal field.
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,
@@ -740,12 +740,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::fs::write(set.dir().join("hessian.json"), &text).map_err(|e| {
                 anyhow::anyhow!("cannot write {}: {e}", dir.join("hessian.json").display())
             })?;
+            if report.posterior.is_some() {
+                gradfem::hessian::plot_posterior(&report, &set.dir().join("posterior.png"))
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot draw {}: {e}", dir.join("posterior.png").display())
+                    })?;
+            }
             commit_set(set)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else if !quiet {
                 print_hessian(&report);
                 println!("  wrote {}", dir.join("hessian.json").display());
+                if report.posterior.is_some() {
+                    println!("  wrote {}", dir.join("posterior.png").display());
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -381,4 +381,6 @@ fn hessian_command_writes_the_report() {
     let p = &r["posterior"];
     assert_eq!(p["noise"].as_f64().unwrap(), 0.01);
     assert!(p["std_dev"][0].as_f64().unwrap() > 0.0);
+    let png = std::fs::read(dir.path().join("out/posterior.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "posterior.png is not a PNG");
 }
