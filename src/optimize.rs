@@ -1,7 +1,8 @@
 //! `gradfem optimize`: the registered design parameters by the method of moving asymptotes
 //! (MMA, with constraints `quantity ≤ upper`), bounded L-BFGS (without constraints; with them
 //! inside an augmented Lagrangian when asked for), or Newton-CG in a trust region with exact
-//! Hessian-vector products (bounds only; [`gradfem_solvers::trust`]).
+//! Hessian-vector products ([`gradfem_solvers::trust`]; constraints by the same augmented
+//! Lagrangian, whose Hessian products add the active constraints').
 //!
 //! The optimizer works in scaled variables x_i = m_i / s_i with s_i the magnitude of the
 //! starting value (1 where it is zero; the mesh size for node coordinates), so parameters of
@@ -32,11 +33,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use gradfem_solvers::mma::{MmaConvergence, MmaParams, MmaStatus, minimize_mma};
 use gradfem_solvers::optimize::{
-    AugLagParams, AugLagStatus, Control, ConvergenceReason, IterationRecord, LbfgsbParams, Status,
-    augmented_lagrangian, minimize_lbfgsb,
+    AugLagParams, AugLagResult, AugLagStatus, Control, ConvergenceReason, IterationRecord,
+    LbfgsbParams, Status, augmented_lagrangian, minimize_lbfgsb,
 };
 use gradfem_solvers::params::{ParamKind, ParamVector};
-use gradfem_solvers::trust::{NewtonCgParams, minimize_newton_cg};
+use gradfem_solvers::trust::{NewtonCgParams, augmented_lagrangian_newton_cg, minimize_newton_cg};
 use gradfem_solvers::watch::{WatchRow, Watcher};
 use gradfem_thermal::ObjectiveKind;
 
@@ -79,7 +80,7 @@ pub enum Method {
     /// Bounded L-BFGS; constraints by an augmented Lagrangian.
     Lbfgs,
     /// Newton-CG in a trust region with exact Hessian-vector products (second-order
-    /// adjoint); bounds only.
+    /// adjoint); constraints by the augmented Lagrangian.
     NewtonCg,
 }
 
@@ -197,12 +198,6 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         "auto" if constraints.is_empty() => Method::Lbfgs,
         "auto" | "mma" => Method::Mma,
         "lbfgs" => Method::Lbfgs,
-        "newton-cg" if !constraints.is_empty() => {
-            return Err(invalid(format!(
-                "line {}: [optimize] method = 'newton-cg' keeps to the bounds but does not take                  constraints yet; use 'mma' or 'lbfgs' for a problem with [[optimize.constraint]]",
-                file.line_of(&spec.method)
-            )));
-        }
         "newton-cg" => {
             if let Err(why) = problem.second_order_support() {
                 return Err(invalid(format!(
@@ -401,14 +396,43 @@ impl Evaluator<'_> {
     /// The Hessian of the (scaled, signed) objective at `x` applied to `v`: solves at `x`
     /// first when the problem holds another design.
     fn hessian_vector(&mut self, x: &[f64], v: &[f64]) -> Result<Vec<f64>, RunError> {
+        let mut w = vec![0.0; 1 + self.constraints.len()];
+        w[0] = 1.0;
+        self.weighted_hessian_vector(x, &w, v, &[])
+    }
+
+    /// Σ_k w_k ∇²g_k(x)·v in the scaled variables, g₀ the signed objective and gᵢ the i-th
+    /// constraint divided by `c_scale[i]` (as the optimizer sees them): one product per
+    /// non-zero weight, each constraint's through its quantity swapped in as the objective.
+    fn weighted_hessian_vector(
+        &mut self,
+        x: &[f64],
+        w: &[f64],
+        v: &[f64],
+        c_scale: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
         if self.solved_at.as_deref() != Some(x) {
             self.recent.retain(|e| e.x != x);
             self.evaluate(x)?;
         }
         let dm: Vec<f64> = v.iter().zip(&self.scale).map(|(a, s)| a * s).collect();
-        let hm = self.problem.hessian_vector_selection(&self.pv, &dm)?;
-        self.hessian_products += 1;
-        Ok(hm.iter().zip(&self.scale).map(|(h, s)| self.sign * h * s).collect())
+        let mut total = vec![0.0; dm.len()];
+        for (k, &wk) in w.iter().enumerate() {
+            if wk == 0.0 {
+                continue;
+            }
+            let (hm, factor) = if k == 0 {
+                (self.problem.hessian_vector_selection(&self.pv, &dm)?, self.sign)
+            } else {
+                let old = self.problem.swap_objective(self.constraints[k - 1].quantity.clone());
+                let r = self.problem.hessian_vector_selection(&self.pv, &dm);
+                self.problem.swap_objective(old);
+                (r?, 1.0 / c_scale[k - 1])
+            };
+            self.hessian_products += 1;
+            total.iter_mut().zip(&hm).for_each(|(t, h)| *t += wk * factor * h);
+        }
+        Ok(total.iter().zip(&self.scale).map(|(h, s)| h * s).collect())
     }
 }
 
@@ -693,6 +717,31 @@ pub fn run(
         g.copy_from_slice(&e.grad);
         Ok(e.objective)
     };
+    // The constraints as the augmented Lagrangian sees them: each divided by its scale.
+    let constraints_of = |x: &[f64], c: &mut [f64], jac: &mut [f64]| -> Result<(), RunError> {
+        let e = eval.borrow_mut().evaluate(x)?;
+        let n = x.len();
+        for i in 0..settings.constraints.len() {
+            c[i] = e.constraints[i] / c_scale[i];
+            for j in 0..n {
+                jac[i * n + j] = e.jacobian[i][j] / c_scale[i];
+            }
+        }
+        Ok(())
+    };
+    let al_status = |result: &AugLagResult, params: &AugLagParams, inner: String| -> String {
+        match result.status {
+            AugLagStatus::Converged => format!(
+                "converged (augmented Lagrangian): constraints and complementarity within {:.0e} after {} outer iteration(s); last inner run {inner}",
+                params.constraint_tol, result.outer_iterations
+            ),
+            AugLagStatus::MaxOuterIterations => format!(
+                "not converged: stopped at the outer iteration limit ({}, [optimize] max_outer) with violation {:.2e}; last inner run {inner}",
+                settings.max_outer, result.violation
+            ),
+            AugLagStatus::Stopped => "stopped by the user".into(),
+        }
+    };
     let (status, converged, last_x) = match settings.method {
         Method::Mma => {
             let n_c = settings.constraints.len();
@@ -728,6 +777,36 @@ pub fn run(
                 callback,
             )?;
             (mma_status(&result.status, settings), result.status.is_converged(), result.x)
+        }
+        Method::NewtonCg if !settings.constraints.is_empty() => {
+            let n_c = settings.constraints.len();
+            let params =
+                AugLagParams { inner, max_outer: settings.max_outer, ..Default::default() };
+            let newton = NewtonCgParams {
+                max_iterations: settings.max_iterations,
+                gtol: settings.gtol,
+                ..Default::default()
+            };
+            let (result, products) = augmented_lagrangian_newton_cg(
+                objective,
+                &constraints_of,
+                |x: &[f64], w: &[f64], v: &[f64]| -> Result<Vec<f64>, RunError> {
+                    eval.borrow_mut().weighted_hessian_vector(x, w, v, &c_scale)
+                },
+                n_c,
+                &x0,
+                &lower,
+                &upper,
+                &params,
+                &newton,
+                callback,
+            )?;
+            let last_inner = result.inner_status.last().copied().unwrap_or(Status::MaxIterations);
+            let inner = format!(
+                "{} ({products} Hessian-vector products in all)",
+                lbfgs_status(&last_inner, settings.gtol, settings.max_iterations)
+            );
+            (al_status(&result, &params, inner), result.status == AugLagStatus::Converged, result.x)
         }
         Method::NewtonCg => {
             let params = NewtonCgParams {
@@ -772,17 +851,7 @@ pub fn run(
                 AugLagParams { inner, max_outer: settings.max_outer, ..Default::default() };
             let result = augmented_lagrangian(
                 objective,
-                |x: &[f64], c: &mut [f64], jac: &mut [f64]| -> Result<(), RunError> {
-                    let e = eval.borrow_mut().evaluate(x)?;
-                    let n = x.len();
-                    for i in 0..n_c {
-                        c[i] = e.constraints[i] / c_scale[i];
-                        for j in 0..n {
-                            jac[i * n + j] = e.jacobian[i][j] / c_scale[i];
-                        }
-                    }
-                    Ok(())
-                },
+                &constraints_of,
                 n_c,
                 &x0,
                 &lower,
@@ -792,18 +861,7 @@ pub fn run(
             )?;
             let last_inner = result.inner_status.last().copied().unwrap_or(Status::MaxIterations);
             let inner = lbfgs_status(&last_inner, settings.gtol, settings.max_iterations);
-            let status = match result.status {
-                AugLagStatus::Converged => format!(
-                    "converged (augmented Lagrangian): constraints and complementarity within {:.0e} after {} outer iteration(s); last inner run {inner}",
-                    params.constraint_tol, result.outer_iterations
-                ),
-                AugLagStatus::MaxOuterIterations => format!(
-                    "not converged: stopped at the outer iteration limit ({}, [optimize] max_outer) with violation {:.2e}; last inner run {inner}",
-                    settings.max_outer, result.violation
-                ),
-                AugLagStatus::Stopped => "stopped by the user".into(),
-            };
-            (status, result.status == AugLagStatus::Converged, result.x)
+            (al_status(&result, &params, inner), result.status == AugLagStatus::Converged, result.x)
         }
     };
     let stopped = stop.load(Ordering::SeqCst);

@@ -401,3 +401,48 @@ fn check_gradient_second_order_passes_from_the_cli() {
     assert!(s["passed"].as_bool().unwrap(), "{s}");
     assert!(s["observed_min_rate"].as_f64().unwrap() >= 2.9, "{s}");
 }
+
+/// Newton-CG inside the augmented Lagrangian: the sensor identification under an active
+/// peak-temperature limit ends feasible at the design L-BFGS reaches, in fewer evaluations.
+#[test]
+fn newton_cg_with_a_peak_constraint_matches_lbfgs_in_fewer_evaluations() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("examples/sensor_misfit.toml")).unwrap();
+    let sensors = root.join("examples/data/sensors.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |method: &str| -> serde_json::Value {
+        let file = dir.path().join(format!("{method}.toml"));
+        let body = text
+            .replace("\"data/sensors.csv\"", &format!("{:?}", sensors.to_str().unwrap()))
+            .replace(
+                "[parameters]",
+                &format!(
+                    "[optimize]\nmethod = \"{method}\"\ngtol = 1e-7\n\n[[optimize.constraint]]\n\
+                     name = \"peak T\"\nkind = \"peak\"\ngroup = \"domain\"\nupper = 322.0\n\n\
+                     [parameters]"
+                ),
+            );
+        std::fs::write(&file, body).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+            .args(["--quiet", "optimize"])
+            .arg(&file)
+            .arg("-o")
+            .arg(dir.path().join(method))
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
+    assert!(newton["feasible"].as_bool().unwrap(), "{newton}");
+    let (a, b) =
+        (newton["final_objective"].as_f64().unwrap(), lbfgs["final_objective"].as_f64().unwrap());
+    assert!((a - b).abs() <= 1e-3 * b.abs(), "Newton-CG {a}, L-BFGS {b}");
+    assert!(
+        newton["evaluations"].as_u64().unwrap() < lbfgs["evaluations"].as_u64().unwrap(),
+        "Newton-CG {} evaluations, L-BFGS {}",
+        newton["evaluations"],
+        lbfgs["evaluations"]
+    );
+}

@@ -541,24 +541,142 @@ pub struct AugLagResult {
 /// stop the run. Errors from either closure are returned as is.
 #[allow(clippy::too_many_arguments)] // the two closures, the problem data and the settings
 pub fn augmented_lagrangian<E>(
-    mut objective: impl FnMut(&[f64], &mut [f64]) -> Result<f64, E>,
-    mut constraints: impl FnMut(&[f64], &mut [f64], &mut [f64]) -> Result<(), E>,
+    objective: impl FnMut(&[f64], &mut [f64]) -> Result<f64, E>,
+    constraints: impl FnMut(&[f64], &mut [f64], &mut [f64]) -> Result<(), E>,
     n_constraints: usize,
     x0: &[f64],
     lower: &[f64],
     upper: &[f64],
     params: &AugLagParams,
-    mut callback: impl FnMut(&IterationRecord) -> Control,
+    callback: impl FnMut(&IterationRecord) -> Control,
 ) -> Result<AugLagResult, E> {
-    let n = x0.len();
-    let m = n_constraints;
+    let problem = AugLagProblem::new(objective, constraints, n_constraints, x0.len());
+    augmented_lagrangian_with(
+        &problem,
+        x0,
+        params,
+        |la, x, _, _, cb| minimize_lbfgsb(la, x, lower, upper, &params.inner, cb),
+        callback,
+    )
+}
+
+/// The objective and constraints of an augmented-Lagrangian run, shared between its inner
+/// minimizer and its outer loop (and, for Newton-CG, the Hessian products).
+pub(crate) struct AugLagProblem<O, C> {
+    objective: std::cell::RefCell<O>,
+    constraints: std::cell::RefCell<C>,
+    /// c(x) and the Jacobian (row-major m × n) at the last evaluation.
+    buffers: std::cell::RefCell<(Vec<f64>, Vec<f64>)>,
+    /// The point of the last evaluation.
+    last_x: std::cell::RefCell<Vec<f64>>,
+    m: usize,
+    n: usize,
+}
+
+impl<O, C> AugLagProblem<O, C> {
+    pub(crate) fn new(objective: O, constraints: C, m: usize, n: usize) -> Self {
+        AugLagProblem {
+            objective: std::cell::RefCell::new(objective),
+            constraints: std::cell::RefCell::new(constraints),
+            buffers: std::cell::RefCell::new((vec![0.0; m], vec![0.0; m * n])),
+            last_x: std::cell::RefCell::new(Vec::new()),
+            m,
+            n,
+        }
+    }
+
+    /// f(x) and ∇f into `grad`, then c(x) and its Jacobian into the buffers.
+    pub(crate) fn evaluate<E>(&self, x: &[f64], grad: &mut [f64]) -> Result<f64, E>
+    where
+        O: FnMut(&[f64], &mut [f64]) -> Result<f64, E>,
+        C: FnMut(&[f64], &mut [f64], &mut [f64]) -> Result<(), E>,
+    {
+        let fx = (self.objective.borrow_mut())(x, grad)?;
+        let mut b = self.buffers.borrow_mut();
+        let (c, jac) = &mut *b;
+        (self.constraints.borrow_mut())(x, c, jac)?;
+        *self.last_x.borrow_mut() = x.to_vec();
+        Ok(fx)
+    }
+
+    /// The augmented Lagrangian L(x) = f + Σ (max(0, λᵢ + ρcᵢ)² − λᵢ²)/(2ρ) and its gradient.
+    pub(crate) fn lagrangian<E>(
+        &self,
+        x: &[f64],
+        grad: &mut [f64],
+        lambda: &[f64],
+        rho: f64,
+    ) -> Result<f64, E>
+    where
+        O: FnMut(&[f64], &mut [f64]) -> Result<f64, E>,
+        C: FnMut(&[f64], &mut [f64], &mut [f64]) -> Result<(), E>,
+    {
+        let mut value = self.evaluate(x, grad)?;
+        let b = self.buffers.borrow();
+        let (c, jac) = &*b;
+        for i in 0..self.m {
+            let t = (lambda[i] + rho * c[i]).max(0.0);
+            value += (t * t - lambda[i] * lambda[i]) / (2.0 * rho);
+            if t > 0.0 {
+                for j in 0..self.n {
+                    grad[j] += t * jac[i * self.n + j];
+                }
+            }
+        }
+        Ok(value)
+    }
+
+    /// The number of variables and of constraints.
+    pub(crate) fn dims(&self) -> (usize, usize) {
+        (self.n, self.m)
+    }
+
+    /// Whether the last evaluation was at `x`.
+    pub(crate) fn evaluated_at(&self, x: &[f64]) -> bool {
+        *self.last_x.borrow() == x
+    }
+
+    /// The active constraints' weights tᵢ = max(0, λᵢ + ρcᵢ) and gradients at the last
+    /// evaluation.
+    pub(crate) fn active(&self, lambda: &[f64], rho: f64) -> Vec<(usize, f64, Vec<f64>)> {
+        let b = self.buffers.borrow();
+        let (c, jac) = &*b;
+        (0..self.m)
+            .filter_map(|i| {
+                let t = (lambda[i] + rho * c[i]).max(0.0);
+                (t > 0.0).then(|| (i, t, jac[i * self.n..(i + 1) * self.n].to_vec()))
+            })
+            .collect()
+    }
+}
+
+/// The outer loop of the augmented Lagrangian (module docs) around an inner bound-constrained
+/// minimizer: `inner(la, x, λ, ρ, callback)` minimizes `la` from `x` for the multipliers λ and
+/// penalty ρ and returns its run.
+#[allow(clippy::type_complexity)]
+pub(crate) fn augmented_lagrangian_with<O, C, E>(
+    problem: &AugLagProblem<O, C>,
+    x0: &[f64],
+    params: &AugLagParams,
+    mut inner: impl FnMut(
+        &mut dyn FnMut(&[f64], &mut [f64]) -> Result<f64, E>,
+        &[f64],
+        &[f64],
+        f64,
+        &mut dyn FnMut(&IterationRecord) -> Control,
+    ) -> Result<OptimizeResult, E>,
+    mut callback: impl FnMut(&IterationRecord) -> Control,
+) -> Result<AugLagResult, E>
+where
+    O: FnMut(&[f64], &mut [f64]) -> Result<f64, E>,
+    C: FnMut(&[f64], &mut [f64], &mut [f64]) -> Result<(), E>,
+{
+    let (n, m) = (problem.n, problem.m);
     let mut lambda = vec![0.0; m];
     let mut rho = params.penalty_initial;
     let mut x = x0.to_vec();
     let mut evaluations = 0;
     let mut inner_status = Vec::new();
-    let mut c = vec![0.0; m];
-    let mut jac = vec![0.0; m * n];
     let mut prev_violation = f64::INFINITY;
     let mut outer = 0;
     let violation_of = |c: &[f64], lambda: &[f64], rho: f64| -> f64 {
@@ -567,34 +685,21 @@ pub fn augmented_lagrangian<E>(
     loop {
         outer += 1;
         let lam = lambda.clone();
-        let la = |xv: &[f64], grad: &mut [f64]| -> Result<f64, E> {
-            let fv = objective(xv, grad)?;
-            constraints(xv, &mut c, &mut jac)?;
-            let mut value = fv;
-            for i in 0..m {
-                let t = (lam[i] + rho * c[i]).max(0.0);
-                value += (t * t - lam[i] * lam[i]) / (2.0 * rho);
-                if t > 0.0 {
-                    for j in 0..n {
-                        grad[j] += t * jac[i * n + j];
-                    }
-                }
-            }
-            Ok(value)
-        };
+        let mut la = |xv: &[f64], grad: &mut [f64]| problem.lagrangian(xv, grad, &lam, rho);
         let mut stopped = false;
-        let res = minimize_lbfgsb(la, &x, lower, upper, &params.inner, |r| {
+        let mut cb = |r: &IterationRecord| {
             let ctl = callback(r);
             stopped |= ctl == Control::Stop;
             ctl
-        })?;
+        };
+        let res = inner(&mut la, &x, &lam, rho, &mut cb)?;
         evaluations += res.evaluations;
         inner_status.push(res.status);
         x = res.x;
         // Values at the returned point (the last evaluation may have been elsewhere).
         let mut grad = vec![0.0; n];
-        let fx = objective(&x, &mut grad)?;
-        constraints(&x, &mut c, &mut jac)?;
+        let fx = problem.evaluate(&x, &mut grad)?;
+        let c = problem.buffers.borrow().0.clone();
         evaluations += 1;
         for i in 0..m {
             lambda[i] = (lambda[i] + rho * c[i]).max(0.0);
