@@ -20,6 +20,8 @@ pub mod progress;
 pub mod thermal;
 pub mod time_history;
 pub mod transient_file;
+pub mod uq;
+pub mod uq_plot;
 
 pub use gradfem_coupling as coupling;
 pub use gradfem_coupling::error as run;

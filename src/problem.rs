@@ -751,6 +751,9 @@ pub struct ProblemSpec {
     /// Settings of `gradfem optimize`.
     #[serde(default)]
     pub optimize: Option<OptimizeSpec>,
+    /// Settings of `gradfem uq` (see [`crate::uq`]).
+    #[serde(default)]
+    pub uq: Option<crate::uq::UqSpec>,
 }
 
 /// `[initial_state] ansys = "file.rth", set = 1`: the `TEMP` field of that result set (path

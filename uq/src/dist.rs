@@ -21,16 +21,20 @@ pub enum DistError {
 }
 
 /// The distribution of one uncertain input.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Distribution {
     /// Normal with mean and standard deviation.
     Normal { mean: f64, std: f64 },
     /// Log-normal given by the mean and standard deviation of the value itself (not of its
     /// logarithm).
+    #[serde(rename = "lognormal")]
     LogNormal { mean: f64, std: f64 },
     /// Uniform on [lower, upper].
     Uniform { lower: f64, upper: f64 },
-    /// A normal N(mean, std²) restricted to [lower, upper] (mean and std are the parent's).
+    /// A normal N(mean, std²) restricted to [lower, upper] (mean and std are the parent's;
+    /// `f64::MIN`/`f64::MAX` stand for an open side where a finite number is needed, as in
+    /// JSON).
     TruncatedNormal { mean: f64, std: f64, lower: f64, upper: f64 },
 }
 

@@ -1,7 +1,7 @@
 //! Statistics of a sample of outputs, each with its standard error, all summed in sample
 //! order so that the same samples give the same bits however they were computed.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A quantile estimate.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -11,8 +11,9 @@ pub struct Quantile {
     /// The sample quantile (linear interpolation between order statistics, R's type 7).
     pub value: f64,
     /// Its standard error, distribution-free: the half-width of the order-statistic 95 %
-    /// interval (binomial ranks n p ± 1.96 √(n p (1 − p))) divided by 1.96; NaN when that
-    /// interval runs off the sample.
+    /// interval (binomial ranks n p ± 1.96 √(n p (1 − p))) divided by 1.96. Where that
+    /// interval runs off the sample (a tail quantile of few samples) its ranks are clamped to
+    /// the sample's ends, and the value is only a rough, usually low, guide.
     pub se: f64,
 }
 
@@ -76,10 +77,11 @@ pub fn quantile_sorted(sorted: &[f64], p: f64) -> f64 {
 pub fn quantile_se(sorted: &[f64], p: f64) -> f64 {
     let n = sorted.len() as f64;
     let half = 1.959963984540054 * (n * p * (1.0 - p)).sqrt();
-    let (lo, hi) = ((n * p - half).floor(), (n * p + half).ceil());
-    if lo < 0.0 || hi > n - 1.0 || sorted.is_empty() {
+    if sorted.len() < 2 {
         return f64::NAN;
     }
+    let lo = (n * p - half).floor().max(0.0);
+    let hi = (n * p + half).ceil().min(n - 1.0);
     (sorted[hi as usize] - sorted[lo as usize]) / (2.0 * 1.959963984540054)
 }
 
@@ -167,7 +169,7 @@ pub fn exceedance(values: &[f64], limit: f64, above: bool) -> Exceedance {
 }
 
 /// When to stop sampling.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case")]
 pub enum StopRule {
     /// A fixed number of samples.
