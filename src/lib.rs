@@ -21,6 +21,8 @@ pub mod thermal;
 pub mod time_history;
 pub mod transient_file;
 pub mod uq;
+#[cfg(feature = "mpi")]
+pub mod uq_mpi;
 pub mod uq_plot;
 
 pub use gradfem_coupling as coupling;
