@@ -959,8 +959,11 @@ fn print_uq(r: &gradfem::uq::Reduced, json: bool, quiet: bool) {
             "  {}: mean {:.6e} ± {:.2e}, std {:.6e} ± {:.2e} (n = {})",
             o.quantity, s.mean, s.se_mean, s.std, s.se_std, s.n
         );
-        let q: Vec<String> =
-            s.quantiles.iter().map(|q| format!("q{} {:.6e} ± {:.2e}", q.p, q.value, q.se)).collect();
+        let q: Vec<String> = s
+            .quantiles
+            .iter()
+            .map(|q| format!("q{} {:.6e} ± {:.2e}", q.p, q.value, q.se))
+            .collect();
         if !q.is_empty() {
             println!("    {}", q.join(", "));
         }

@@ -321,7 +321,12 @@ fn input_distribution(
         }
         (Some(s), None) => {
             if !(s.get_ref().is_finite() && *s.get_ref() > 0.0) {
-                return Err(at(file, s, &key("std"), format!("{} must be a positive number", s.get_ref())));
+                return Err(at(
+                    file,
+                    s,
+                    &key("std"),
+                    format!("{} must be a positive number", s.get_ref()),
+                ));
             }
             Some(*s.get_ref())
         }
@@ -351,7 +356,12 @@ fn input_distribution(
     let no_bounds = |what: &str| -> Result<(), UqError> {
         for (b, name) in [(&i.lower, "lower"), (&i.upper, "upper")] {
             if let Some(v) = b {
-                return Err(at(file, v, &key(name), format!("a {what} input takes no bounds (use truncated_normal)")));
+                return Err(at(
+                    file,
+                    v,
+                    &key(name),
+                    format!("a {what} input takes no bounds (use truncated_normal)"),
+                ));
             }
         }
         Ok(())
@@ -422,7 +432,10 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
                 file,
                 d,
                 "[uq] design",
-                format!("[uq] design '{}': expected monte_carlo, latin_hypercube or sobol", d.get_ref()),
+                format!(
+                    "[uq] design '{}': expected monte_carlo, latin_hypercube or sobol",
+                    d.get_ref()
+                ),
             )
         })?,
     };
@@ -431,7 +444,12 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
     for i in &spec.inputs {
         let name = i.parameter.get_ref();
         if inputs.iter().any(|p: &InputPlan| &p.parameter == name) {
-            return Err(at(file, &i.parameter, "[[uq.input]] parameter", format!("'{name}' is uncertain twice")));
+            return Err(at(
+                file,
+                &i.parameter,
+                "[[uq.input]] parameter",
+                format!("'{name}' is uncertain twice"),
+            ));
         }
         if !known.contains(name) {
             return Err(at(
@@ -484,11 +502,21 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
             ));
         }
         if outputs.iter().any(|p: &OutputPlan| &p.quantity == q) {
-            return Err(at(file, &o.quantity, "[[uq.output]] quantity", format!("'{q}' is followed twice")));
+            return Err(at(
+                file,
+                &o.quantity,
+                "[[uq.output]] quantity",
+                format!("'{q}' is followed twice"),
+            ));
         }
         for (v, k) in [(o.upper, "upper"), (o.lower, "lower")] {
             if v.is_some_and(|v| !v.is_finite()) {
-                return Err(at(file, &o.quantity, &format!("[[uq.output]] '{q}' {k}"), "must be a finite number"));
+                return Err(at(
+                    file,
+                    &o.quantity,
+                    &format!("[[uq.output]] '{q}' {k}"),
+                    "must be a finite number",
+                ));
             }
         }
         outputs.push(OutputPlan { quantity: q.clone(), upper: o.upper, lower: o.lower });
@@ -499,7 +527,9 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
     let output_named = |v: &Option<Spanned<String>>, key: &str| -> Result<String, UqError> {
         match v {
             None => Ok(outputs[0].quantity.clone()),
-            Some(n) if outputs.iter().any(|o| &o.quantity == n.get_ref()) => Ok(n.get_ref().clone()),
+            Some(n) if outputs.iter().any(|o| &o.quantity == n.get_ref()) => {
+                Ok(n.get_ref().clone())
+            }
             Some(n) => Err(at(
                 file,
                 n,
@@ -513,12 +543,16 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
         }
     };
     let batch = match &spec.batch {
-        Some(b) if *b.get_ref() == 0 => return Err(at(file, b, "[uq] batch", "must be at least 1")),
+        Some(b) if *b.get_ref() == 0 => {
+            return Err(at(file, b, "[uq] batch", "must be at least 1"));
+        }
         Some(b) => *b.get_ref(),
         None => 8,
     };
     let samples = match &spec.samples {
-        Some(s) if *s.get_ref() == 0 => return Err(at(file, s, "[uq] samples", "must be at least 1")),
+        Some(s) if *s.get_ref() == 0 => {
+            return Err(at(file, s, "[uq] samples", "must be at least 1"));
+        }
         Some(s) => Some(*s.get_ref()),
         None => None,
     };
@@ -536,11 +570,21 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
             }
             "relative_se" => {
                 let Some(target) = &s.target else {
-                    return Err(at(file, &s.rule, "[uq.stop] target", "the relative_se rule needs a target (e.g. 0.01)"));
+                    return Err(at(
+                        file,
+                        &s.rule,
+                        "[uq.stop] target",
+                        "the relative_se rule needs a target (e.g. 0.01)",
+                    ));
                 };
                 positive(file, &s.target, "[uq.stop] target")?;
                 if let Some(n) = &spec.samples {
-                    return Err(at(file, n, "[uq] samples", "the relative_se rule takes [uq.stop] max_samples instead"));
+                    return Err(at(
+                        file,
+                        n,
+                        "[uq] samples",
+                        "the relative_se rule takes [uq.stop] max_samples instead",
+                    ));
                 }
                 let max_samples = s.max_samples.as_ref().map_or(1024, |m| *m.get_ref());
                 let min_samples = s.min_samples.as_ref().map_or(2 * batch, |m| *m.get_ref());
@@ -582,7 +626,9 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
             return Err(at(file, r, "[uq] replicates", "must be at least 1"));
         }
         (Some(r), DesignKind::Sobol) => *r.get_ref(),
-        (Some(r), _) => return Err(at(file, r, "[uq] replicates", "only the sobol design has replicates")),
+        (Some(r), _) => {
+            return Err(at(file, r, "[uq] replicates", "only the sobol design has replicates"));
+        }
         (None, DesignKind::Sobol) => 4,
         (None, _) => 1,
     };
@@ -590,7 +636,12 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
         None => DEFAULT_QUANTILES.to_vec(),
         Some(q) => {
             if let Some(p) = q.get_ref().iter().find(|p| !(**p > 0.0 && **p < 1.0)) {
-                return Err(at(file, q, "[uq] quantiles", format!("{p} is not a probability in (0, 1)")));
+                return Err(at(
+                    file,
+                    q,
+                    "[uq] quantiles",
+                    format!("{p} is not a probability in (0, 1)"),
+                ));
             }
             q.get_ref().clone()
         }
@@ -703,7 +754,9 @@ impl Study {
         let (plan, nominal) = plan(&file, &mut sim)?;
         let design = plan.design()?;
         let correlation = match &plan.correlation {
-            Some(r) => Some(Correlation::new(r.clone()).map_err(|e| UqError::Parts(e.to_string()))?),
+            Some(r) => {
+                Some(Correlation::new(r.clone()).map_err(|e| UqError::Parts(e.to_string()))?)
+            }
             None => None,
         };
         Ok(Study { plan, file, sim, design, correlation, nominal, start })
@@ -717,7 +770,8 @@ impl Study {
     }
 
     fn evaluate(&mut self, x: &[f64]) -> Result<Vec<f64>, String> {
-        set_inputs(&mut self.sim, &self.plan.inputs, x, &self.nominal).map_err(|e| e.to_string())?;
+        set_inputs(&mut self.sim, &self.plan.inputs, x, &self.nominal)
+            .map_err(|e| e.to_string())?;
         self.sim.problem().set_warm_starts(self.start.clone());
         let q = self.sim.quantities().map_err(|e| e.to_string())?;
         self.plan
@@ -776,8 +830,12 @@ impl Study {
         set_inputs(&mut self.sim, &self.plan.inputs, &x, &self.nominal)?;
         self.sim.problem().set_warm_starts(self.start.clone());
         let q = self.sim.quantities()?;
-        let outputs: Vec<f64> =
-            self.plan.outputs.iter().map(|o| q.get(&o.quantity).copied().unwrap_or(f64::NAN)).collect();
+        let outputs: Vec<f64> = self
+            .plan
+            .outputs
+            .iter()
+            .map(|o| q.get(&o.quantity).copied().unwrap_or(f64::NAN))
+            .collect();
         let differentiable = self.sim.differentiable_quantities();
         let mut gradients = Vec::new();
         let mut notes = Vec::new();
@@ -850,7 +908,8 @@ fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
 
 fn read_json<T: for<'a> Deserialize<'a>>(path: &Path) -> Result<T, UqError> {
     let text = std::fs::read(path).map_err(|e| io_err(path, e))?;
-    serde_json::from_slice(&text).map_err(|e| io_err(path, format!("not a part of a gradfem uq run: {e}")))
+    serde_json::from_slice(&text)
+        .map_err(|e| io_err(path, format!("not a part of a gradfem uq run: {e}")))
 }
 
 impl Parts {
@@ -933,7 +992,10 @@ impl Parts {
                     && (s.outputs.is_some() != s.error.is_some())
             });
         if !ok {
-            return Err(io_err(&path, "does not hold the samples of its chunk (damaged, or from another study)"));
+            return Err(io_err(
+                &path,
+                "does not hold the samples of its chunk (damaged, or from another study)",
+            ));
         }
         Ok(chunk)
     }
@@ -1151,8 +1213,14 @@ pub fn report(plan: &Plan, samples: &[SampleRecord], met: bool, mean: Option<&Me
             OutputReport {
                 quantity: o.quantity.clone(),
                 summary,
-                probability_above: o.upper.filter(|_| !v.is_empty()).map(|u| stats::exceedance(&v, u, true)),
-                probability_below: o.lower.filter(|_| !v.is_empty()).map(|l| stats::exceedance(&v, l, false)),
+                probability_above: o
+                    .upper
+                    .filter(|_| !v.is_empty())
+                    .map(|u| stats::exceedance(&v, u, true)),
+                probability_below: o
+                    .lower
+                    .filter(|_| !v.is_empty())
+                    .map(|l| stats::exceedance(&v, l, false)),
                 linearized,
                 note,
             }
@@ -1166,7 +1234,8 @@ pub fn report(plan: &Plan, samples: &[SampleRecord], met: bool, mean: Option<&Me
         .map(|c| {
             let n = (c * plan.batch).min(samples.len());
             let prefix = &samples[..n];
-            let s: Vec<Summary> = (0..plan.outputs.len()).map(|k| summarize(plan, prefix, k)).collect();
+            let s: Vec<Summary> =
+                (0..plan.outputs.len()).map(|k| summarize(plan, prefix, k)).collect();
             ConvergencePoint {
                 samples: n,
                 mean: s.iter().map(|s| s.mean).collect(),
@@ -1333,7 +1402,8 @@ impl Shard {
 
     /// `i/n` with 0 ≤ i < n.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let (i, n) = s.split_once('/').ok_or_else(|| format!("--shard '{s}': expected i/n, e.g. 0/4"))?;
+        let (i, n) =
+            s.split_once('/').ok_or_else(|| format!("--shard '{s}': expected i/n, e.g. 0/4"))?;
         let (i, n): (usize, usize) = (
             i.trim().parse().map_err(|_| format!("--shard '{s}': '{i}' is not a shard number"))?,
             n.trim().parse().map_err(|_| format!("--shard '{s}': '{n}' is not a shard count"))?,
@@ -1373,7 +1443,11 @@ impl Log {
     pub fn open(out: &Path, name: &str) -> Self {
         let dir = out.join("logs");
         let file = std::fs::create_dir_all(&dir).ok().and_then(|()| {
-            std::fs::OpenOptions::new().create(true).append(true).open(dir.join(format!("{name}.log"))).ok()
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(format!("{name}.log")))
+                .ok()
         });
         Log { file }
     }

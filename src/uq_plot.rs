@@ -50,7 +50,9 @@ pub fn convergence(report: &Report, file: &Path) -> Result<(), String> {
             .map(|p| (p.0, p.1 + 2.0 * p.2))
             .chain(pts.iter().rev().map(|p| (p.0, p.1 - 2.0 * p.2)))
             .collect();
-        chart.draw_series(std::iter::once(Polygon::new(band, BLUE.mix(0.18)))).map_err(|x| e(&x))?;
+        chart
+            .draw_series(std::iter::once(Polygon::new(band, BLUE.mix(0.18))))
+            .map_err(|x| e(&x))?;
         chart
             .draw_series(LineSeries::new(pts.iter().map(|p| (p.0, p.1)), BLUE.stroke_width(2)))
             .map_err(|x| e(&x))?;

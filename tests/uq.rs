@@ -136,10 +136,7 @@ quantity = "mean_temperature"
     let got_std = o["std"].as_f64().unwrap();
     let se_std = o["se_std"].as_f64().unwrap();
     assert_eq!(o["n"], 400);
-    assert!(
-        (got_mean - mean).abs() <= 3.0 * se_mean,
-        "mean {got_mean} vs {mean} (se {se_mean})"
-    );
+    assert!((got_mean - mean).abs() <= 3.0 * se_mean, "mean {got_mean} vs {mean} (se {se_mean})");
     assert!(
         (got_std - var.sqrt()).abs() <= 3.0 * se_std,
         "std {got_std} vs {} (se {se_std})",
@@ -210,7 +207,10 @@ fn files_equal(a: &Path, b: &Path) {
 #[rstest::rstest]
 #[case("sobol", "samples = 40\nbatch = 8")]
 #[case("latin_hypercube", "samples = 30\nbatch = 7")]
-#[case("monte_carlo", "batch = 4\n[uq.stop]\nrule = \"relative_se\"\ntarget = 0.004\nmax_samples = 64")]
+#[case(
+    "monte_carlo",
+    "batch = 4\n[uq.stop]\nrule = \"relative_se\"\ntarget = 0.004\nmax_samples = 64"
+)]
 fn sharded_reduced_and_resumed_runs_are_byte_identical(#[case] design: &str, #[case] rest: &str) {
     let dir = tempfile::tempdir().unwrap();
     let text = slab(&format!(
@@ -273,9 +273,18 @@ quantity = "max_temperature"
 #[test]
 fn parts_of_another_study_are_not_mixed() {
     let dir = tempfile::tempdir().unwrap();
-    let input = "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n";
-    let a = write_problem(dir.path(), "a.toml", &slab(&format!("[uq]\nsamples = 8\nseed = 1\n{input}")));
-    let b = write_problem(dir.path(), "b.toml", &slab(&format!("[uq]\nsamples = 8\nseed = 2\n{input}")));
+    let input =
+        "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n";
+    let a = write_problem(
+        dir.path(),
+        "a.toml",
+        &slab(&format!("[uq]\nsamples = 8\nseed = 1\n{input}")),
+    );
+    let b = write_problem(
+        dir.path(),
+        "b.toml",
+        &slab(&format!("[uq]\nsamples = 8\nseed = 2\n{input}")),
+    );
     let out = dir.path().join("out");
     run_ok(&["--quiet", "uq", a.to_str().unwrap(), "-o", out.to_str().unwrap()]);
     let o = bin().args(["uq", b.to_str().unwrap(), "-o", out.to_str().unwrap()]).output().unwrap();
@@ -354,25 +363,76 @@ fn chunks_in_any_order_reduce_to_the_same_report() {
 
 /// Bad `[uq]` tables: a located error (file:line:column) naming the key, never a panic.
 #[rstest::rstest]
-#[case("[[uq.input]]\nparameter = \"thermal.k.nowhere\"\ndistribution = \"normal\"\ncv = 0.1\n", 2, "unknown parameter 'thermal.k.nowhere'")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"gamma\"\ncv = 0.1\n", 3, "expected normal, lognormal, uniform or truncated_normal")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\nstd = 1.0\ncv = 0.1\n", 4, "give std or cv, not both")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = -0.1\n", 4, "[[uq.input]] 'thermal.k.domain' cv")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\n", 3, "a normal input needs std or cv")]
-#[case("design = \"halton\"\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n", 1, "expected monte_carlo, latin_hypercube or sobol")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n[[uq.output]]\nquantity = \"max_stress\"\n", 6, "unknown quantity 'max_stress'")]
-#[case("correlation = [[1.0, 0.9], [0.9, 1.0]]\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n", 1, "2 rows for 1 inputs")]
-#[case("samples = 0\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n", 1, "[uq] samples: must be at least 1")]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.nowhere\"\ndistribution = \"normal\"\ncv = 0.1\n",
+    2,
+    "unknown parameter 'thermal.k.nowhere'"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"gamma\"\ncv = 0.1\n",
+    3,
+    "expected normal, lognormal, uniform or truncated_normal"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\nstd = 1.0\ncv = 0.1\n",
+    4,
+    "give std or cv, not both"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = -0.1\n",
+    4,
+    "[[uq.input]] 'thermal.k.domain' cv"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\n",
+    3,
+    "a normal input needs std or cv"
+)]
+#[case(
+    "design = \"halton\"\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n",
+    1,
+    "expected monte_carlo, latin_hypercube or sobol"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n[[uq.output]]\nquantity = \"max_stress\"\n",
+    6,
+    "unknown quantity 'max_stress'"
+)]
+#[case(
+    "correlation = [[1.0, 0.9], [0.9, 1.0]]\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n",
+    1,
+    "2 rows for 1 inputs"
+)]
+#[case(
+    "samples = 0\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n",
+    1,
+    "[uq] samples: must be at least 1"
+)]
 #[case("colour = 1\n", 1, "unknown field `colour`")]
 #[case("samples = 4\n", 0, "no [[uq.input]]")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"truncated_normal\"\ncv = 0.01\nlower = 50.0\n", 3, "holds no probability")]
-#[case("[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n[uq.stop]\nrule = \"forever\"\n", 6, "expected count, relative_se or seed_check")]
-fn bad_uq_tables_give_located_errors(#[case] table: &str, #[case] line: usize, #[case] message: &str) {
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"truncated_normal\"\ncv = 0.01\nlower = 50.0\n",
+    3,
+    "holds no probability"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n[uq.stop]\nrule = \"forever\"\n",
+    6,
+    "expected count, relative_se or seed_check"
+)]
+fn bad_uq_tables_give_located_errors(
+    #[case] table: &str,
+    #[case] line: usize,
+    #[case] message: &str,
+) {
     let dir = tempfile::tempdir().unwrap();
     let text = slab(&format!("[uq]\n{table}"));
     let uq_line = text.lines().position(|l| l == "[uq]").unwrap() + 1;
     let path = write_problem(dir.path(), "bad.toml", &text);
-    let o = bin().args(["uq", path.to_str().unwrap(), "-o", dir.path().join("o").to_str().unwrap()]).output().unwrap();
+    let o = bin()
+        .args(["uq", path.to_str().unwrap(), "-o", dir.path().join("o").to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(!err.contains("panicked"), "{err}");

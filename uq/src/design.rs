@@ -167,7 +167,9 @@ impl Design {
             DesignKind::MonteCarlo => {}
             DesignKind::LatinHypercube => {
                 if size > u32::MAX as usize {
-                    return Err(DesignError(format!("a Latin hypercube of {size} points is too large")));
+                    return Err(DesignError(format!(
+                        "a Latin hypercube of {size} points is too large"
+                    )));
                 }
                 let mut rng = SplitMix64::new(seed ^ 0x4c48_5300);
                 permutations = (0..dim).map(|_| rng.permutation(size)).collect();

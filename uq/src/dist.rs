@@ -221,7 +221,11 @@ impl Correlation {
         let bad = |m: String| Err(DistError::Correlation(m));
         for (i, row) in matrix.iter().enumerate() {
             if row.len() != n {
-                return bad(format!("row {} has {} entries; the matrix is {n} × {n}", i + 1, row.len()));
+                return bad(format!(
+                    "row {} has {} entries; the matrix is {n} × {n}",
+                    i + 1,
+                    row.len()
+                ));
             }
             for (j, &r) in row.iter().enumerate() {
                 if !r.is_finite() || r.abs() > 1.0 {
@@ -265,10 +269,7 @@ impl Correlation {
 
     /// z = L ξ.
     pub fn apply(&self, xi: &[f64]) -> Vec<f64> {
-        self.cholesky
-            .iter()
-            .map(|row| row.iter().zip(xi).map(|(a, b)| a * b).sum())
-            .collect()
+        self.cholesky.iter().map(|row| row.iter().zip(xi).map(|(a, b)| a * b).sum()).collect()
     }
 }
 
@@ -354,9 +355,8 @@ mod tests {
         let n = 100_000;
         let mut s01 = 0.0;
         for i in 0..n {
-            let u: Vec<f64> = (0..3)
-                .map(|k| crate::rng::unit_open(crate::rng::hash4(5, 0, i, k)))
-                .collect();
+            let u: Vec<f64> =
+                (0..3).map(|k| crate::rng::unit_open(crate::rng::hash4(5, 0, i, k))).collect();
             let x = transform(&u, &d, Some(&c));
             s01 += x[0] * x[1];
         }

@@ -39,8 +39,7 @@ pub fn variance_shares(g: &[f64], sigma: &[f64], corr: Option<&[Vec<f64>]>) -> V
     for t in &terms {
         variance += t;
     }
-    let shares =
-        terms.iter().map(|t| if variance > 0.0 { t / variance } else { 0.0 }).collect();
+    let shares = terms.iter().map(|t| if variance > 0.0 { t / variance } else { 0.0 }).collect();
     VarianceShares { variance, std: variance.max(0.0).sqrt(), shares }
 }
 
@@ -69,8 +68,10 @@ mod tests {
     fn linear_output_variance_matches_sampling() {
         use crate::design::{Design, DesignKind};
         use crate::dist::{Correlation, Distribution, transform};
-        let dists =
-            vec![Distribution::Normal { mean: 1.0, std: 0.2 }, Distribution::Normal { mean: 5.0, std: 1.0 }];
+        let dists = vec![
+            Distribution::Normal { mean: 1.0, std: 0.2 },
+            Distribution::Normal { mean: 5.0, std: 1.0 },
+        ];
         let r = vec![vec![1.0, -0.4], vec![-0.4, 1.0]];
         let c = Correlation::new(r.clone()).unwrap();
         let g = [3.0, 0.5];

@@ -164,8 +164,16 @@ pub fn exceedance(values: &[f64], limit: f64, above: bool) -> Exceedance {
     let count = values.iter().filter(|&&v| if above { v > limit } else { v < limit }).count();
     let p = count as f64 / n;
     let se = (p * (1.0 - p) / n).sqrt();
-    let upper_95 = if count == 0 { (3.0 / n).min(1.0) } else { (p + 1.959963984540054 * se).min(1.0) };
-    Exceedance { limit, side: if above { "above" } else { "below" }, count, probability: p, se, upper_95 }
+    let upper_95 =
+        if count == 0 { (3.0 / n).min(1.0) } else { (p + 1.959963984540054 * se).min(1.0) };
+    Exceedance {
+        limit,
+        side: if above { "above" } else { "below" },
+        count,
+        probability: p,
+        se,
+        upper_95,
+    }
 }
 
 /// When to stop sampling.
