@@ -21,6 +21,7 @@ pub mod thermal;
 pub mod time_history;
 pub mod transient_file;
 pub mod uq;
+pub mod uq_file;
 #[cfg(feature = "mpi")]
 pub mod uq_mpi;
 pub mod uq_plot;

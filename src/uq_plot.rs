@@ -3,26 +3,42 @@
 
 use std::path::Path;
 
-use crate::uq::Report;
+/// The running means of the outputs: after `samples[j]` samples, output k had the mean
+/// `mean[j][k]` with standard error `se[j][k]`.
+pub struct Running<'a> {
+    /// The plot's title.
+    pub title: &'a str,
+    /// The design's name.
+    pub design: &'a str,
+    /// The outputs' names.
+    pub names: Vec<&'a str>,
+    /// Samples run at each point.
+    pub samples: Vec<usize>,
+    /// Means per point and output.
+    pub mean: Vec<&'a [f64]>,
+    /// Standard errors per point and output.
+    pub se: Vec<&'a [f64]>,
+}
 
-/// Draw the convergence plot of `report` into `file` (a `.png` path).
-pub fn convergence(report: &Report, file: &Path) -> Result<(), String> {
+/// Draw the convergence plot into `file` (a `.png` path).
+pub fn convergence(run: &Running, file: &Path) -> Result<(), String> {
     use plotters::prelude::*;
     let e = |x: &dyn std::fmt::Display| x.to_string();
-    let shown = report.outputs.len().clamp(1, 4);
+    let shown = run.names.len().clamp(1, 4);
     let root = BitMapBackend::new(file, (480 * shown as u32, 420)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
-    let title = if report.title.is_empty() { "gradfem uq" } else { &report.title };
+    let title = if run.title.is_empty() { "gradfem uq" } else { run.title };
     let root = root
-        .titled(&format!("{title}: running mean ± 2 SE ({})", report.design), ("sans-serif", 18))
+        .titled(&format!("{title}: running mean ± 2 SE ({})", run.design), ("sans-serif", 18))
         .map_err(|x| e(&x))?;
     let panels = root.split_evenly((1, shown));
-    for (k, (panel, out)) in panels.iter().zip(&report.outputs).enumerate() {
-        let pts: Vec<(f64, f64, f64)> = report
-            .convergence
-            .iter()
-            .filter(|p| p.mean[k].is_finite())
-            .map(|p| (p.samples as f64, p.mean[k], if p.se[k].is_finite() { p.se[k] } else { 0.0 }))
+    for (k, (panel, name)) in panels.iter().zip(&run.names).enumerate() {
+        let pts: Vec<(f64, f64, f64)> = (0..run.samples.len())
+            .filter(|&j| run.mean[j][k].is_finite())
+            .map(|j| {
+                let se = run.se[j][k];
+                (run.samples[j] as f64, run.mean[j][k], if se.is_finite() { se } else { 0.0 })
+            })
             .collect();
         if pts.is_empty() {
             continue;
@@ -41,7 +57,7 @@ pub fn convergence(report: &Report, file: &Path) -> Result<(), String> {
         chart
             .configure_mesh()
             .x_desc("samples")
-            .y_desc(out.quantity.as_str())
+            .y_desc(*name)
             .y_label_formatter(&|v| format!("{v:.4e}"))
             .draw()
             .map_err(|x| e(&x))?;
