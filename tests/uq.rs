@@ -265,7 +265,7 @@ quantity = "max_temperature"
     if design == "monte_carlo" {
         // The relative-SE rule stops at a chunk boundary before its most samples.
         let n = r["samples"].as_u64().unwrap();
-        assert!(n % 4 == 0 && n < 64 && r["stop_met"] == true, "{n}");
+        assert!(n.is_multiple_of(4) && n < 64 && r["stop_met"] == true, "{n}");
     }
 }
 
