@@ -739,6 +739,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Identify { file, json, output }) => {
             let mut id = gradfem::identify::Identification::read(&file)?;
+            // Under mpirun the ranks share the FEM experiments; rank 0 reports.
+            #[cfg(feature = "mpi")]
+            let ranks = if gradfem::ranks::launched_by_mpirun() {
+                let r = gradfem::ranks::Ranks::init().map_err(anyhow::Error::msg)?;
+                if let Some(f) = id.fem_mut() {
+                    f.set_split(r.split());
+                }
+                Some(r)
+            } else {
+                None
+            };
+            #[cfg(feature = "mpi")]
+            let root = ranks.as_ref().is_none_or(|r| r.rank == 0);
+            #[cfg(not(feature = "mpi"))]
+            let root = true;
+            let quiet = quiet || !root;
             let mode = ProgressMode::detect(quiet || json);
             let pb = Progress::bar(mode, "fitting (starting points)", id.starts() as u64);
             let (report, x) = id.run(|p| {
@@ -754,6 +770,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             })?;
             pb.finish();
+            if !root {
+                // The curves of the plot are an exchange every rank takes part in.
+                if let Some(f) = id.fem_mut() {
+                    f.curves(&x)?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let dir = output.unwrap_or_else(|| gradfem::problem::default_output_directory(&file));
             let (json_path, png) = id.write(&dir, &report, &x)?;
             if json {
@@ -866,11 +889,12 @@ fn uq_command(
     let mut study = uq::Study::new(pf)?;
     pb.finish();
     #[cfg(feature = "mpi")]
-    if gradfem::uq_mpi::launched_by_mpirun() {
+    if gradfem::ranks::launched_by_mpirun() {
         if shard != uq::Shard::ALL {
             bail!("--shard and mpirun do not mix: the ranks are the shards");
         }
-        let outcome = gradfem::uq_mpi::run(&mut study, &dir, quiet || json)?;
+        let _ranks = gradfem::ranks::Ranks::init().map_err(anyhow::Error::msg)?;
+        let outcome = gradfem::ranks::run_uq(&mut study, &dir, quiet || json)?;
         if let Some(reduced) = outcome {
             print_uq(&reduced, json, quiet);
         }

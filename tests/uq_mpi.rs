@@ -1,5 +1,6 @@
 //! `mpirun -n R gradfem uq`: a 64-sample study gives byte-identical results on 1 and 2 ranks,
-//! and the same bytes as one process and as sharded runs reduced. Needs the `mpi` feature
+//! and the same bytes as one process and as sharded runs reduced; `mpirun -n R gradfem
+//! identify` fits the pad's two specimens to the same report on 1 and 2 ranks. Needs the `mpi` feature
 //! (`cargo test --release -p gradfem --features mpi --test uq_mpi`; scripts/test.sh runs it,
 //! installing OpenMPI first where it is missing); without the feature the test says so and
 //! passes.
@@ -118,6 +119,42 @@ fn one_and_two_ranks_give_the_bytes_of_one_process_and_of_shards() {
     std::fs::remove_file(dir.path().join("rank2/parts/chunk-000003.json")).unwrap();
     mpirun(2, &["--quiet", "uq", p, "-o", &out("rank2")]);
     same(&plain, &dir.path().join("rank2"));
+}
+
+/// `mpirun -n R gradfem identify` on the pad's two specimens (compression and shear, one per
+/// rank on 2 ranks): identify.json holds the same bytes as one process's but for the wall
+/// time, and fit.png is the same.
+#[cfg(feature = "mpi")]
+#[test]
+fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pad_identify.toml");
+    let out = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    gradfem(&["--quiet", "identify", file, "-o", &out("plain")]);
+    mpirun(1, &["--quiet", "identify", file, "-o", &out("rank1")]);
+    mpirun(2, &["--quiet", "identify", file, "-o", &out("rank2")]);
+    let without_time = |d: &str| {
+        let text = std::fs::read_to_string(dir.path().join(d).join("identify.json")).unwrap();
+        let at = text.find("\"time_s\"").expect("identify.json has time_s");
+        let end = at + text[at..].find([',', '\n', '}']).unwrap();
+        format!("{}{}", &text[..at], &text[end..])
+    };
+    let plain = without_time("plain");
+    assert!(plain.contains("\"converged\": true"), "{plain}");
+    for other in ["rank1", "rank2"] {
+        assert_eq!(plain, without_time(other), "{other}");
+        let png = |d: &str| std::fs::read(dir.path().join(d).join("fit.png")).unwrap();
+        assert!(png("plain") == png(other), "{other}: fit.png differs");
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
+    eprintln!(
+        "SKIPPED: gradfem was built without the `mpi` feature; the MPI test runs with \
+         `cargo test --release -p gradfem --features mpi --test uq_mpi` (scripts/test.sh does)"
+    );
 }
 
 #[cfg(not(feature = "mpi"))]

@@ -1,6 +1,7 @@
-//! `mpirun -n R gradfem uq FILE` (cargo feature `mpi`): the ranks share the samples.
+//! gradfem under `mpirun` (cargo feature `mpi`): the ranks share the samples of
+//! `gradfem uq` and the experiments of `gradfem identify`.
 //!
-//! The chunks go round-robin: in round k rank r computes chunk kR + r (unless it is written
+//! **uq.** The chunks go round-robin: in round k rank r computes chunk kR + r (unless it is written
 //! already: a rerun resumes) and sends its bytes to rank 0, which writes them to `parts/`.
 //! After each round rank 0 tests the stopping rule on the samples in index order and
 //! broadcasts whether to go on; at the end it computes the gradient at the means and reduces
@@ -11,11 +12,18 @@
 //!
 //! The ranks read `parts/` to skip written chunks; on a cluster the output directory should
 //! be on a shared file system (as it must be for the result anyway).
+//!
+//! **identify.** Rank r solves the FEM experiments e with e mod R = r; after every forward
+//! run or Jacobian the per-experiment blocks are gathered on rank 0 and broadcast back as raw
+//! f64 bytes ([`MpiSplit`]), so every rank takes the same Levenberg–Marquardt steps and rank
+//! 0 writes the report. A failed experiment stops every rank with the same error.
 
 use std::path::Path;
 
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 
+use crate::identify_fem::ExperimentSplit;
 use crate::progress::{Progress, ProgressMode};
 use crate::uq::{Log, Parts, Reduced, SampleRecord, Study, UqError, reduce, sample_line, stop_met};
 
@@ -32,11 +40,132 @@ const GO_ON: u8 = 0;
 const DONE: u8 = 1;
 const FAILED: u8 = 2;
 
+/// The MPI environment of this process (MPI is finalized when it is dropped).
+pub struct Ranks {
+    _universe: mpi::environment::Universe,
+    /// This process's rank.
+    pub rank: usize,
+    /// The number of ranks.
+    pub size: usize,
+}
+
+impl Ranks {
+    /// Initialize MPI (once per process).
+    pub fn init() -> Result<Self, String> {
+        let universe = mpi::initialize().ok_or("MPI was initialized already in this process")?;
+        let world = universe.world();
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        Ok(Ranks { _universe: universe, rank, size })
+    }
+
+    /// The experiments of an identification shared among the ranks.
+    pub fn split(&self) -> Box<dyn ExperimentSplit> {
+        Box::new(MpiSplit { world: SimpleCommunicator::world(), rank: self.rank, size: self.size })
+    }
+
+    /// Wait until every rank is here.
+    pub fn barrier(&self) {
+        SimpleCommunicator::world().barrier();
+    }
+}
+
+/// Experiments round-robin over the ranks of `MPI_COMM_WORLD`.
+pub struct MpiSplit {
+    world: SimpleCommunicator,
+    rank: usize,
+    size: usize,
+}
+
+/// Blocks as bytes: per entry the experiment (u64), a flag (1 ok, 0 error), a length (u64),
+/// then the f64s (little-endian) or the error's UTF-8.
+fn encode(blocks: &[(usize, Result<Vec<f64>, String>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (e, b) in blocks {
+        out.extend_from_slice(&(*e as u64).to_le_bytes());
+        match b {
+            Ok(v) => {
+                out.push(1);
+                out.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                v.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+            }
+            Err(m) => {
+                out.push(0);
+                out.extend_from_slice(&(m.len() as u64).to_le_bytes());
+                out.extend_from_slice(m.as_bytes());
+            }
+        }
+    }
+    out
+}
+
+fn decode(bytes: &[u8]) -> Vec<(usize, Result<Vec<f64>, String>)> {
+    let u64_at =
+        |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes")) as usize;
+    let mut out = Vec::new();
+    let mut at = 0;
+    // The bytes were made by `encode`: a truncated tail is the only thing to guard against.
+    while at + 17 <= bytes.len() {
+        let e = u64_at(at);
+        let ok = bytes[at + 8] == 1;
+        let len = u64_at(at + 9);
+        at += 17;
+        if ok {
+            let end = (at + 8 * len).min(bytes.len());
+            let v = bytes[at..end]
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            out.push((e, Ok(v)));
+            at = end;
+        } else {
+            let end = (at + len).min(bytes.len());
+            out.push((e, Err(String::from_utf8_lossy(&bytes[at..end]).into_owned())));
+            at = end;
+        }
+    }
+    out
+}
+
+impl ExperimentSplit for MpiSplit {
+    fn owns(&self, e: usize) -> bool {
+        e % self.size == self.rank
+    }
+
+    fn exchange(
+        &self,
+        mine: Vec<(usize, Result<Vec<f64>, String>)>,
+        experiments: usize,
+    ) -> Vec<Result<Vec<f64>, String>> {
+        let root = self.world.process_at_rank(0);
+        let mut all = if self.rank == 0 {
+            let mut all = encode(&mine);
+            for r in 1..self.size {
+                let (msg, _) = self.world.process_at_rank(r as i32).receive_vec::<u8>();
+                all.extend_from_slice(&msg);
+            }
+            all
+        } else {
+            root.send(&encode(&mine)[..]);
+            Vec::new()
+        };
+        let mut len = [all.len() as u64];
+        root.broadcast_into(&mut len[..]);
+        all.resize(len[0] as usize, 0);
+        root.broadcast_into(&mut all[..]);
+        let mut blocks: Vec<Result<Vec<f64>, String>> =
+            vec![Err("no rank sent this experiment".to_string()); experiments];
+        for (e, b) in decode(&all) {
+            if e < experiments {
+                blocks[e] = b;
+            }
+        }
+        blocks
+    }
+}
+
 /// Run the study across the ranks; rank 0 returns the reduced result, the others `None`.
-pub fn run(study: &mut Study, out: &Path, quiet: bool) -> Result<Option<Reduced>, UqError> {
-    let universe = mpi::initialize()
-        .ok_or_else(|| UqError::Parts("MPI was initialized already in this process".into()))?;
-    let world = universe.world();
+pub fn run_uq(study: &mut Study, out: &Path, quiet: bool) -> Result<Option<Reduced>, UqError> {
+    let world = SimpleCommunicator::world();
     let rank = world.rank() as usize;
     let size = world.size() as usize;
     let root = world.process_at_rank(0);
