@@ -334,7 +334,8 @@ cv = 1.0
 }
 
 /// The library runs a study without the command line, and the unsharded run's order of
-/// evaluation does not matter: running the chunks backwards gives the same report.
+/// evaluation does not matter: running the chunks backwards gives the same report. A chunk's
+/// JSON reads back to the same bits.
 #[test]
 fn chunks_in_any_order_reduce_to_the_same_report() {
     let dir = tempfile::tempdir().unwrap();
@@ -354,6 +355,8 @@ fn chunks_in_any_order_reduce_to_the_same_report() {
     for c in (0..study.plan.chunks()).rev() {
         let chunk = study.chunk(c, |_| {});
         parts.write_chunk(&chunk).unwrap();
+        // The JSON of a chunk reads back to the same bits.
+        assert_eq!(parts.read_chunk(&study.plan, c).unwrap(), chunk);
     }
     parts.write_mean(&study.mean_part().unwrap()).unwrap();
     let b = uq::reduce(&backward).unwrap();
