@@ -158,13 +158,31 @@ pub enum AnsysFile {
 }
 
 impl AnsysFile {
-    /// Read `path`, dispatching on its extension.
-    pub fn read(path: &Path) -> Result<Self, ImportError> {
-        match extension(path).as_deref() {
-            Some("rst" | "rth" | "rmg") => Ok(AnsysFile::Result(Box::new(read_rst(path)?))),
-            Some("cdb") => Ok(AnsysFile::Archive(Box::new(read_cdb(path)?))),
-            _ => Err(ImportError::Extension { file: path.to_path_buf() }),
+    /// Read `path`, dispatching on its extension. A result file shorter than the length its
+    /// standard header declares (a cut copy or an interrupted write) is read as far as its
+    /// records are whole, with a warning that names the file and both sizes; with `strict`
+    /// (the CLI's `--strict`) it is an error.
+    pub fn read(path: &Path, strict: bool) -> Result<Self, ImportError> {
+        let file = match extension(path).as_deref() {
+            Some("rst" | "rth" | "rmg") => AnsysFile::Result(Box::new(read_rst(path)?)),
+            Some("cdb") => AnsysFile::Archive(Box::new(read_cdb(path)?)),
+            _ => return Err(ImportError::Extension { file: path.to_path_buf() }),
+        };
+        if let AnsysFile::Result(r) = &file
+            && let Some(s) = r.shortfall
+        {
+            if strict {
+                r.check_length()?;
+            }
+            tracing::warn!(
+                "{}: cut short: the standard header declares {} bytes, the file has {} ({} missing); the records that are whole are read (--strict refuses such a file)",
+                path.display(),
+                s.declared,
+                s.found,
+                s.declared - s.found
+            );
         }
+        Ok(file)
     }
 
     /// The mesh (node tags = ANSYS node numbers, cell tags = ANSYS element numbers).
@@ -246,8 +264,8 @@ impl AnsysFile {
 }
 
 /// Read only the mesh of an ANSYS file (for `[mesh] file = "x.rst"` in problem files).
-pub fn read_ansys_mesh(path: &Path) -> Result<Mesh, ImportError> {
-    Ok(AnsysFile::read(path)?.into_mesh())
+pub fn read_ansys_mesh(path: &Path, strict: bool) -> Result<Mesh, ImportError> {
+    Ok(AnsysFile::read(path, strict)?.into_mesh())
 }
 
 /// Column `dof` of a nodal solution (`n_nodes` values), if the solution has that DOF.
@@ -277,7 +295,12 @@ pub struct ImportSummary {
 /// `gradfem import-ansys`: write the mesh and the nodal fields of result set `set` (1-based)
 /// of `input` to `output`: `.h5`/`.xdmf` (gradfem results, see [`nodal_fields`]) or `.csv`
 /// (see [`write_csv`]). Archives give the mesh only.
-pub fn import(input: &Path, set: usize, output: &Path) -> Result<ImportSummary, ImportError> {
+pub fn import(
+    input: &Path,
+    set: usize,
+    output: &Path,
+    strict: bool,
+) -> Result<ImportSummary, ImportError> {
     let wrote = |e: &dyn std::fmt::Display| ImportError::Write {
         file: output.to_path_buf(),
         message: e.to_string(),
@@ -289,7 +312,7 @@ pub fn import(input: &Path, set: usize, output: &Path) -> Result<ImportSummary, 
     if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| wrote(&e))?;
     }
-    let file = AnsysFile::read(input)?;
+    let file = AnsysFile::read(input, strict)?;
     if matches!(file, AnsysFile::Archive(_)) && set != 1 {
         return Err(ImportError::NoResults {
             file: input.to_path_buf(),
@@ -853,8 +876,9 @@ pub fn initial_temperature(
     target: &Mesh,
     unit: Option<TemperatureUnit>,
     what: &str,
+    strict: bool,
 ) -> Result<(Vec<f64>, InitialStateInfo), ImportError> {
-    let src = AnsysFile::read(file)?;
+    let src = AnsysFile::read(file, strict)?;
     let (file_unit, units_name) = match &src {
         AnsysFile::Result(r) => {
             (TemperatureUnit::of_mapdl_units(r.header.units), r.header.units_name.clone())
@@ -942,8 +966,9 @@ pub fn initial_displacement(
     file: &Path,
     set: usize,
     target: &Mesh,
+    strict: bool,
 ) -> Result<(Vec<f64>, InitialStateInfo), ImportError> {
-    let src = AnsysFile::read(file)?;
+    let src = AnsysFile::read(file, strict)?;
     let sol = src.nodal_solution(set)?.ok_or_else(|| ImportError::NoResults {
         file: file.to_path_buf(),
         what: "[initial_state]".into(),

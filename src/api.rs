@@ -1131,6 +1131,67 @@ impl Simulation {
         }
     }
 
+    /// The Hessian of the objective applied to a parameter direction: H·δp by one
+    /// tangent-linear and one second-order adjoint solve (exact, not finite differences).
+    /// `direction` gives δp by registered name (a scalar's one entry, a per-element field's
+    /// entries in its group's cell order); names left out are zero. So far for a steady
+    /// problem of one thermal field (coupled and time-stepped problems give an error that says
+    /// so).
+    pub fn hvp(&mut self, direction: &BTreeMap<String, Vec<f64>>) -> Result<Gradients, ApiError> {
+        let reg = self.problem.registry();
+        let mut dir = gradfem_solvers::params::Gradient::zeros(reg);
+        for (name, values) in direction {
+            let id = reg.id(name).map_err(|e| self.request(e.to_string()))?;
+            let want = reg.values(id).len();
+            if values.len() != want {
+                return Err(self.request(format!(
+                    "direction of '{name}': {} values for a parameter of {want}",
+                    values.len()
+                )));
+            }
+            if let Some(bad) = values.iter().position(|v| !v.is_finite()) {
+                return Err(self.request(format!(
+                    "direction of '{name}': entry {bad} is {} (not finite)",
+                    values[bad]
+                )));
+            }
+            dir.get_mut(id).copy_from_slice(values);
+        }
+        self.ensure_solved()?;
+        let r = self.problem.hessian_vector(&dir);
+        let hv = self.run(r)?;
+        let value: f64 = {
+            let reg = self.problem.registry();
+            reg.iter()
+                .map(|(id, _)| dir.get(id).iter().zip(hv.get(id)).map(|(a, b)| a * b).sum::<f64>())
+                .sum()
+        };
+        Ok(self.by_name(value, &hv))
+    }
+
+    /// The dense Hessian of the objective over every registered entry, row-major in the
+    /// order of [`parameter_vector`](Self::parameter_vector): one [`hvp`](Self::hvp) per
+    /// entry, so for up to a few hundred entries.
+    pub fn hessian(&mut self) -> Result<Vec<f64>, ApiError> {
+        self.ensure_solved()?;
+        let r = self.problem.dense_hessian(|_| {});
+        self.run(r)
+    }
+
+    /// The second-order Taylor test along a flat direction (the order of
+    /// [`parameter_vector`](Self::parameter_vector)): the remainders of the first-order
+    /// expansion corrected by ½h²δpᵀHδp fall at rate 3 when the Hessian-vector product is
+    /// exact.
+    pub fn taylor_test_second_order(
+        &mut self,
+        direction: &[f64],
+        h0: f64,
+        steps: usize,
+    ) -> Result<gradfem_coupling::SecondOrderTaylor, ApiError> {
+        let r = self.problem.taylor_test_second_order(direction, h0, steps);
+        self.run(r)
+    }
+
     /// The Taylor test of the gradient over every registered parameter, with the `[taylor]`
     /// settings of the problem (h0, steps); the result's `passed` tells whether the
     /// remainders fall at rate ≈ 2.
@@ -1157,10 +1218,19 @@ impl Simulation {
         reg.names().flat_map(|n| g.by_name.get(n).cloned().unwrap_or_default()).collect()
     }
 
-    /// Write `results.xdmf` and `results.h5` (every field of the solution, and the gradient's
-    /// per-element and shape fields when given) into `dir`; returns the XDMF path.
+    /// Write `results.xdmf` and `results.h5` (every field of the solution) into `dir` as one
+    /// output set ([`gradfem_io::output_set`]: the directory is replaced whole, so it must not
+    /// be the current directory); returns the XDMF path.
     pub fn write_results(&mut self, dir: &Path) -> Result<PathBuf, ApiError> {
         self.ensure_solved()?;
-        Ok(app::write_results(dir, &self.problem, None)?)
+        let set = gradfem_io::output_set::OutputSet::begin(dir).map_err(|e| {
+            app::AppError::Write { path: dir.to_path_buf(), message: e.to_string() }
+        })?;
+        app::write_results(set.dir(), &self.problem, None)?;
+        set.commit().map_err(|e| app::AppError::Write {
+            path: dir.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(dir.join("results.xdmf"))
     }
 }

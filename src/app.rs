@@ -256,8 +256,9 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
-            AppError::Problem(ProblemError::invalid(
+            AppError::Problem(ProblemError::invalid_in(
                 &file.path,
+                &file.source,
                 format!("line {}: {e}", file.line_of(name)),
             ))
         })?;
@@ -433,9 +434,11 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             if let Some(init) = &spec.initial_state {
                 let path = file.resolve_path(&init.ansys);
                 let (u, info) =
-                    crate::ansys_import::initial_displacement(&path, init.set, &mesh).map_err(
-                        |source| AppError::InitialState { file: file.path.clone(), source },
-                    )?;
+                    crate::ansys_import::initial_displacement(&path, init.set, &mesh, file.strict)
+                        .map_err(|source| AppError::InitialState {
+                            file: file.path.clone(),
+                            source,
+                        })?;
                 field.set_initial_displacement(u);
                 thermal.initial_state = Some(format!(
                     "{} set {} ({}, {})",
@@ -458,7 +461,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
             .as_ref()
             .map(|_| thermal.model.nodal_temperature(thermal.unknowns()));
         let stepping = crate::transient_file::build_time_stepping(ts, &thermal.model, initial)
-            .map_err(run_err)?;
+            .map_err(|e| in_table(file, "[transient]", e))?;
         thermal.transient = Some(stepping);
     }
     let takes_temperature = hyperelastic.as_ref().is_some_and(HyperelasticField::takes_temperature);
@@ -522,8 +525,9 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     for name in &spec.parameters.register {
         let bounds = spec.parameters.bounds.get(name.get_ref()).copied();
         problem.register(name.get_ref(), bounds).map_err(|e| {
-            AppError::Problem(ProblemError::invalid(
+            AppError::Problem(ProblemError::invalid_in(
                 &file.path,
+                &file.source,
                 format!("line {}: {e}", file.line_of(name)),
             ))
         })?;
@@ -547,7 +551,8 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     }
     if let Some(ts) = &spec.transient {
         let base = file.path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let rule = crate::transient_file::time_rule(&base, ts).map_err(run_err)?;
+        let rule = crate::transient_file::time_rule(&base, ts)
+            .map_err(|e| in_table(file, "[transient]", e))?;
         problem.engine.set_time_rule(rule);
         problem.engine.check_time_setup().map_err(run_err)?;
     }
@@ -718,6 +723,7 @@ fn build_mechanical(
                     mesh,
                     unit,
                     "[mechanical] temperature",
+                    file.strict,
                 )
                 .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
                 field.set_imported_temperature(crate::mechanical::ImportedTemperature::new(
@@ -727,7 +733,16 @@ fn build_mechanical(
                     format!("{} set {}{}", info.file, info.set, unit_note(&info)),
                 ));
             }
-            (None, Some(_)) => {
+            (None, Some(uniform)) => {
+                if !(uniform.is_finite() && uniform > 0.0) {
+                    return Err(invalid(
+                        file,
+                        &format!(
+                            "{}[mechanical] temperature `uniform` = {uniform}: temperatures are absolute, in kelvin, and must be above 0 K",
+                            file.at_key("temperature")
+                        ),
+                    ));
+                }
                 if t.scale != 1.0 || t.offset != 0.0 || t.temperature_unit.is_some() {
                     return Err(invalid(
                         file,
@@ -942,7 +957,15 @@ pub fn objective_terms(
                 let path = o.sensors.as_ref().ok_or_else(|| {
                     invalid(file, "a 'misfit' objective needs `sensors = \"file.csv\"`")
                 })?;
-                ObjectiveKind::Misfit { sensors: read_sensors(&file.resolve_path(path))? }
+                // The sensor file's own error (its row) in the context of the key that names it.
+                let sensors = read_sensors(&file.resolve_path(path)).map_err(|e| {
+                    let index = file.spec.objectives.iter().position(|x| std::ptr::eq(x, o));
+                    let at = index.map_or(String::new(), |k| {
+                        file.at_table("[[objective]]", k, Some("sensors"))
+                    });
+                    invalid(file, &format!("{at}`sensors`: {e}"))
+                })?;
+                ObjectiveKind::Misfit { sensors }
             }
             "current" | "voltage" | "resistance" => {
                 let key = |v: &Option<toml::Spanned<String>>, k: &str| {
@@ -972,10 +995,13 @@ pub fn objective_terms(
                 continue;
             }
             other => {
+                let index = file.spec.objectives.iter().position(|x| std::ptr::eq(x, o));
+                let at = index
+                    .map_or(String::new(), |k| file.at_table("[[objective]]", k, Some("kind")));
                 return Err(invalid(
                     file,
                     &format!(
-                        "unknown objective kind '{other}'; expected point, average, max, peak, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
+                        "{at}unknown objective kind '{other}'; expected point, average, max, peak, integral_square, nodal_sum_squares, misfit, current, voltage, resistance, displacement, average_displacement, compliance or von_mises"
                     ),
                 ));
             }
@@ -1145,6 +1171,7 @@ fn build_thermal(
             }
         }
     }
+    check_solver(file)?;
     problem.newton.rel_tol = spec.solver.rel_tol;
     problem.newton.abs_tol = spec.solver.abs_tol;
     problem.newton.max_iterations = spec.solver.max_iterations;
@@ -1158,6 +1185,7 @@ fn build_thermal(
             mesh,
             unit,
             "[initial_state]",
+            file.strict,
         )
         .map_err(|source| AppError::InitialState { file: file.path.clone(), source })?;
         problem.set_initial_temperature(&t);
@@ -1238,8 +1266,47 @@ fn element_constant(
         .map_err(|e| invalid(file, &format!("{}: {}: {e}", where_(), source.file)))
 }
 
+/// A set-up error of the table `header` located in the file: at the key its message names
+/// (in backquotes, or as `[table] key …`), else at the table; other errors as they are.
+fn in_table(file: &ProblemFile, header: &str, e: RunError) -> AppError {
+    let RunError::Setup(message) = &e else {
+        return AppError::Run { file: file.path.clone(), source: e };
+    };
+    let named = message.split('`').nth(1).filter(|k| !k.contains(' ')).or_else(|| {
+        let rest = message.strip_prefix(header)?.trim_start();
+        let key = rest.split([' ', '=', ':']).next()?;
+        (!key.is_empty() && key.chars().all(|c| c.is_alphanumeric() || c == '_')).then_some(key)
+    });
+    let at = file.at_table(header, 0, named);
+    if at.is_empty() {
+        return AppError::Run { file: file.path.clone(), source: e };
+    }
+    invalid(file, &format!("{at}{message}"))
+}
+
+/// `[solver]`'s values, at their lines, before any solve uses them.
+fn check_solver(file: &ProblemFile) -> Result<(), AppError> {
+    let s = &file.spec.solver;
+    let refuse = |key: &str, value: String, why: &str| {
+        Err(invalid(file, &format!("{}[solver] `{key}` = {value}: {why}", file.at_key(key))))
+    };
+    if !(s.rel_tol.is_finite() && s.rel_tol >= 0.0) {
+        return refuse("rel_tol", s.rel_tol.to_string(), "a tolerance must be finite and ≥ 0");
+    }
+    if !(s.abs_tol.is_finite() && s.abs_tol >= 0.0) {
+        return refuse("abs_tol", s.abs_tol.to_string(), "a tolerance must be finite and ≥ 0");
+    }
+    if s.max_iterations == 0 {
+        return refuse("max_iterations", "0".into(), "Newton needs at least one iteration");
+    }
+    if !(s.cg_rel_tol.is_finite() && s.cg_rel_tol > 0.0 && s.cg_rel_tol < 1.0) {
+        return refuse("cg_rel_tol", s.cg_rel_tol.to_string(), "must lie in (0, 1)");
+    }
+    Ok(())
+}
+
 fn invalid(file: &ProblemFile, message: &str) -> AppError {
-    AppError::Problem(ProblemError::invalid(&file.path, message))
+    AppError::Problem(ProblemError::invalid_in(&file.path, &file.source, message))
 }
 
 /// The summary of a run, as printed by `gradfem run --json`.

@@ -88,7 +88,7 @@ impl<'de> Deserialize<'de> for ElementValues {
 pub enum ElementValuesError {
     #[error("{path}: cannot read: {message}")]
     Read { path: PathBuf, message: String },
-    #[error("{path}:{line}: {message}")]
+    #[error("{path}:{line}:1: {message}")]
     Line { path: PathBuf, line: usize, message: String },
     #[error("{path}: {message}")]
     Content { path: PathBuf, message: String },

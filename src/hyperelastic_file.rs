@@ -77,7 +77,7 @@ pub use crate::problem::{HyperMaterialSpec, HyperTemperatureSpec, HyperelasticSp
 use crate::problem::{ObjectiveSpec, ProblemError, ProblemFile};
 
 fn invalid(file: &ProblemFile, message: String) -> ProblemError {
-    ProblemError::invalid(&file.path, message)
+    ProblemError::invalid_in(&file.path, &file.source, message)
 }
 
 fn volumetric(file: &ProblemFile, v: &Option<String>) -> Result<Volumetric, ProblemError> {
@@ -256,7 +256,7 @@ fn law(file: &ProblemFile, m: &HyperMaterialSpec) -> Result<HyperelasticLaw, Pro
 }
 
 /// Read (load factor, value) rows of a measured curve.
-fn read_curve(file: &ProblemFile, path: &str, loads: &[f64]) -> Result<Vec<f64>, ProblemError> {
+pub fn read_curve(file: &ProblemFile, path: &str, loads: &[f64]) -> Result<Vec<f64>, ProblemError> {
     let p = file.resolve_path(path);
     let text = std::fs::read_to_string(&p)
         .map_err(|source| ProblemError::Io { file: p.clone(), source })?;
@@ -381,16 +381,23 @@ pub fn build_field(
         (Some(n), None) if n > 0 => (1..=n).map(|k| k as f64 / n as f64).collect(),
         (None, Some(l)) if !l.is_empty() => l.clone(),
         _ => {
+            let key = if spec.load_factors.is_some() { "load_factors" } else { "steps" };
             return Err(invalid(
                 file,
-                "[hyperelastic] needs `steps` (≥ 1) or `load_factors` (not both)".into(),
+                format!(
+                    "{}[hyperelastic] needs `steps` (≥ 1) or `load_factors` (not both)",
+                    file.at_table("[hyperelastic]", 0, Some(key))
+                ),
             ));
         }
     };
     if loads.windows(2).any(|w| w[1] <= w[0]) || loads.iter().any(|&s| s.is_nan() || s <= 0.0) {
         return Err(invalid(
             file,
-            format!("[hyperelastic] load factors must be positive and increasing: {loads:?}"),
+            format!(
+                "{}[hyperelastic] `load_factors` must be positive and increasing: {loads:?}",
+                file.at_table("[hyperelastic]", 0, Some("load_factors"))
+            ),
         ));
     }
     let model =

@@ -41,7 +41,7 @@ pub use crate::identify_report::{
     Correlation, ExperimentFit, ExperimentSpec, IdentifyError, IdentifyReport, IdentifySpec,
     ModelSpec, OGDEN_CONVENTION, Progress,
 };
-use crate::identify_report::{draw_data_and_fit, draw_legend, write_outputs};
+use crate::identify_report::{draw_data_and_fit, draw_legend, locate, write_outputs};
 
 /// A parsed identification file with its data.
 pub struct Identification {
@@ -133,7 +133,7 @@ impl Identification {
                 spec.experiments[homogeneous].mode
             )));
         } else {
-            Kind::Homogeneous(Homogeneous::read(path, &spec)?)
+            Kind::Homogeneous(Homogeneous::read(path, &text, &spec)?)
         };
         Ok(Identification { path: path.into(), spec, kind })
     }
@@ -193,13 +193,21 @@ impl Identification {
 }
 
 impl Homogeneous {
-    fn read(path: &Path, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
+    fn read(path: &Path, source: &str, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
         let invalid = |m: String| IdentifyError::Invalid { file: path.into(), message: m };
+        // A refused value at the `key` of the k-th `header` table (or at the table).
+        let at = |header: &str, k: usize, key: Option<&str>, m: String| {
+            IdentifyError::invalid_at(path, locate(source, header, k, key), m)
+        };
         let Some(model) = spec.model.clone() else {
             return Err(invalid("homogeneous experiments need a [model] table".into()));
         };
         if !spec.parameters.is_empty() || spec.fit.is_some() {
-            return Err(invalid(
+            let table = if spec.parameters.is_empty() { "[fit]" } else { "[[parameter]]" };
+            return Err(at(
+                table,
+                0,
+                None,
                 "[[parameter]] and [fit] belong to FEM experiments (mode = \"fem\"); a \
                  homogeneous fit takes its parameters from [model]"
                     .into(),
@@ -209,18 +217,29 @@ impl Homogeneous {
         let mut experiments: Vec<Experiment> = Vec::new();
         let mut names = Vec::new();
         let mut units = Vec::new();
-        for e in &spec.experiments {
+        for (i, e) in spec.experiments.iter().enumerate() {
             let mode = mode_of(&e.mode).ok_or_else(|| {
-                invalid(format!(
-                    "experiment mode '{}': expected uniaxial, equibiaxial, pure_shear or fem",
-                    e.mode
-                ))
+                at(
+                    "[[experiment]]",
+                    i,
+                    Some("mode"),
+                    format!(
+                        "experiment mode '{}': expected uniaxial, equibiaxial, pure_shear or fem",
+                        e.mode
+                    ),
+                )
             })?;
             let (Some(file), None) = (&e.file, &e.problem) else {
-                return Err(invalid(format!(
-                    "a '{}' experiment needs `file = \"curve.csv\"` and takes no `problem`",
-                    e.mode
-                )));
+                let key = e.problem.as_ref().map(|_| "problem");
+                return Err(at(
+                    "[[experiment]]",
+                    i,
+                    key,
+                    format!(
+                        "a '{}' experiment needs `file = \"curve.csv\"` and takes no `problem`",
+                        e.mode
+                    ),
+                ));
             };
             experiments.push(read_experiment_csv(&base.join(file), mode)?);
             units.push(stress_unit_of(&base.join(file)));
@@ -234,20 +253,21 @@ impl Homogeneous {
             "ogden" => {
                 let n = model.terms.unwrap_or(2);
                 if !(1..=6).contains(&n) {
-                    return Err(invalid(format!("model.terms = {n}: expected 1 to 6")));
+                    let m = format!("model.terms = {n}: expected 1 to 6");
+                    return Err(at("[model]", 0, Some("terms"), m));
                 }
                 OgdenFit::ogden(experiments, n)
             }
             "neo_hookean" => {
                 if model.terms.is_some() {
-                    return Err(invalid("a neo_hookean model takes no `terms`".into()));
+                    let m = "a neo_hookean model takes no `terms`".to_string();
+                    return Err(at("[model]", 0, Some("terms"), m));
                 }
                 OgdenFit::neo_hookean(experiments)
             }
             other => {
-                return Err(invalid(format!(
-                    "model.kind '{other}': expected ogden or neo_hookean"
-                )));
+                let m = format!("model.kind '{other}': expected ogden or neo_hookean");
+                return Err(at("[model]", 0, Some("kind"), m));
             }
         };
         Ok(Homogeneous { title: spec.title.clone(), model, names, fit, stress_unit })

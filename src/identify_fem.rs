@@ -63,12 +63,11 @@ use std::time::Instant;
 
 use gradfem_solvers::params::{ParamId, ParamRegistry};
 use serde::Serialize;
-use toml::Spanned;
 
 use crate::identify_report::{
     Correlation, ExperimentFit, FemFitInfo, FitSpec, IdentifyError, IdentifyReport, IdentifySpec,
     OGDEN_CONVENTION, Progress, StartValues, cholesky_solve, dot, draw_data_and_fit, draw_legend,
-    normal_equations, standard_errors, write_outputs,
+    locate, normal_equations, standard_errors, write_outputs,
 };
 use crate::problem::ProblemFile;
 use gradfem_coupling::Field;
@@ -238,10 +237,10 @@ impl FemIdentification {
     /// Set up the experiments of a parsed identification file (`path` anchors the problem
     /// files and names errors).
     pub fn new(path: &Path, source: &str, spec: &IdentifySpec) -> Result<Self, IdentifyError> {
-        let line = |s: &Spanned<String>| crate::problem::line_col(source, s.span().start).0;
         if spec.model.is_some() {
-            return Err(invalid(
+            return Err(IdentifyError::invalid_at(
                 path,
+                locate(source, "[model]", 0, None),
                 "a [model] table belongs to homogeneous experiments; FEM experiments take the \
                  law from their problem files and the fitted names from [[parameter]]"
                     .into(),
@@ -258,16 +257,20 @@ impl FemIdentification {
         let base = path.parent().unwrap_or(Path::new("."));
         let mut experiments = Vec::new();
         for (i, e) in spec.experiments.iter().enumerate() {
+            // A refused value of this experiment: at its `key`, or at its table.
+            let here = |key: Option<&str>| locate(source, "[[experiment]]", i, key);
             let label = e.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
             let Some(problem) = &e.problem else {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    here(None),
                     format!("experiment {label}: mode = \"fem\" needs `problem = \"file.toml\"`"),
                 ));
             };
             if e.file.is_some() {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    here(Some("file")),
                     format!(
                         "experiment {label}: a FEM experiment reads its measured curves from \
                          the problem's objective; remove `file`"
@@ -279,8 +282,9 @@ impl FemIdentification {
                 problem.file_stem().map_or(label.clone(), |s| s.to_string_lossy().into_owned())
             });
             if experiments.iter().any(|x: &FemExperiment| x.name == name) {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    here(Some("name")),
                     format!(
                         "experiment {label}: the name '{name}' is taken by another experiment; \
                          give each a distinct `name` (it labels the residuals and the plot)"
@@ -294,8 +298,9 @@ impl FemIdentification {
             };
             let pf = ProblemFile::read(&problem).map_err(in_problem)?;
             let Some(hs) = &pf.spec.hyperelastic else {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    here(None),
                     format!(
                         "experiment {name}: {} has no [hyperelastic] table; FEM identification \
                          fits finite-strain problems",
@@ -311,8 +316,9 @@ impl FemIdentification {
                 .map(|(term, m, weight)| Misfit { term, measured: m.to_vec(), weight })
                 .collect();
             if misfits.is_empty() {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    here(None),
                     format!(
                         "experiment {name}: {} has no [[objective]] with `measured = \"….csv\"`: \
                          nothing to fit",
@@ -321,8 +327,9 @@ impl FemIdentification {
                 ));
             }
             if let Some(m) = misfits.iter().find(|m| !(m.weight >= 0.0 && m.weight.is_finite())) {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    here(None),
                     format!(
                         "experiment {name}: {}: objective term {} has weight {}; a least-squares \
                          misfit needs a weight ≥ 0",
@@ -346,17 +353,19 @@ impl FemIdentification {
         let mut parameters = Vec::new();
         for p in &spec.parameters {
             let name = p.name.get_ref().clone();
-            let at = format!("parameter '{name}' (line {})", line(&p.name));
+            let at = format!("parameter '{name}'");
+            let place = Some(crate::problem::line_col(source, p.name.span().start));
             if parameters.iter().any(|q: &FittedParameter| q.name == name) {
-                return Err(invalid(path, format!("{at}: listed twice")));
+                return Err(IdentifyError::invalid_at(path, place, format!("{at}: listed twice")));
             }
             let mut first_value = None;
             // The registry bounds of every experiment hold together: their intersection.
             let (mut reg_lower, mut reg_upper) = (f64::NEG_INFINITY, f64::INFINITY);
             for e in &mut experiments {
                 let id = e.run.register(&mut e.registry, &name, None).map_err(|_| {
-                    invalid(
+                    IdentifyError::invalid_at(
                         path,
+                        place,
                         format!(
                             "{at}: experiment {} ({}) has no such parameter; it offers {}",
                             e.name,
@@ -367,8 +376,9 @@ impl FemIdentification {
                 })?;
                 let values = e.registry.values(id);
                 if values.len() != 1 {
-                    return Err(invalid(
+                    return Err(IdentifyError::invalid_at(
                         path,
+                        place,
                         format!(
                             "{at}: has {} entries; only scalar parameters are fitted",
                             values.len()
@@ -383,8 +393,9 @@ impl FemIdentification {
             }
             let [lower, upper] = p.bounds.unwrap_or([reg_lower, reg_upper]);
             if lower.is_nan() || upper.is_nan() || lower >= upper {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    place,
                     format!("{at}: bounds [{lower}, {upper}] must be increasing"),
                 ));
             }
@@ -393,12 +404,17 @@ impl FemIdentification {
                 Some(StartValues::One(v)) => vec![*v],
                 Some(StartValues::Many(v)) if !v.is_empty() => v.clone(),
                 Some(StartValues::Many(_)) => {
-                    return Err(invalid(path, format!("{at}: `start = []` holds no value")));
+                    return Err(IdentifyError::invalid_at(
+                        path,
+                        place,
+                        format!("{at}: `start = []` holds no value"),
+                    ));
                 }
             };
             if let Some(s) = starts.iter().find(|s| !(lower..=upper).contains(*s)) {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     path,
+                    place,
                     format!("{at}: start {s} is outside its bounds [{lower}, {upper}]"),
                 ));
             }
@@ -424,23 +440,22 @@ impl FemIdentification {
     fn check_stability(&self, source: &str, spec: &IdentifySpec) -> Result<(), IdentifyError> {
         for (p, ps) in self.parameters.iter().zip(&spec.parameters) {
             let Some((is_mu, term, group)) = ogden_part(&p.name) else { continue };
-            let at = format!(
-                "parameter '{}' (line {})",
-                p.name,
-                crate::problem::line_col(source, ps.name.span().start).0
-            );
+            let at = format!("parameter '{}'", p.name);
+            let place = Some(crate::problem::line_col(source, ps.name.span().start));
             let partner =
                 format!("hyperelastic.{}{term}.{group}", if is_mu { "alpha" } else { "mu" });
             let need = "an Ogden term is stable only where μ_p α_p > 0";
             if !(p.lower.is_finite() || p.upper.is_finite()) && ps.bounds.is_none() {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     self.path.as_path(),
+                    place,
                     format!("{at}: {need}: give `bounds = [lower, upper]` of one sign"),
                 ));
             }
             if (p.lower * p.upper).partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     self.path.as_path(),
+                    place,
                     format!(
                         "{at}: bounds [{}, {}]: {need}, so both bounds must be non-zero and of \
                          one sign",
@@ -473,8 +488,9 @@ impl FemIdentification {
                         .collect(),
                 };
             if let Some((what, _)) = partner_signs.iter().find(|(_, v)| v.signum() != sign) {
-                return Err(invalid(
+                return Err(IdentifyError::invalid_at(
                     self.path.as_path(),
+                    place,
                     format!(
                         "{at}: bounds [{}, {}] and {partner} = {what}: {need}; give both the \
                          same sign",

@@ -21,6 +21,9 @@ pub enum IdentifyError {
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: {message}")]
     Invalid { file: PathBuf, message: String },
+    /// A value the identification file refuses, at its line and column.
+    #[error("{file}:{line}:{column}: {message}")]
+    InvalidAt { file: PathBuf, line: usize, column: usize, message: String },
     #[error(transparent)]
     Data(#[from] gradfem_mechanical::HomogeneousError),
     #[error("{path}: cannot write: {message}")]
@@ -37,6 +40,20 @@ pub enum IdentifyError {
     #[error("{file}: experiment {experiment}: {message}")]
     Solve { file: PathBuf, experiment: String, message: String },
 }
+
+impl IdentifyError {
+    /// A refused value at `at` (line, column) when it is known, else of the whole file.
+    pub(crate) fn invalid_at(file: &Path, at: Option<(usize, usize)>, message: String) -> Self {
+        match at {
+            Some((line, column)) => {
+                IdentifyError::InvalidAt { file: file.into(), line, column, message }
+            }
+            None => IdentifyError::Invalid { file: file.into(), message },
+        }
+    }
+}
+
+pub(crate) use crate::problem::locate;
 
 /// The material model to fit.
 #[derive(Clone, Debug, Deserialize)]
@@ -242,30 +259,28 @@ pub(crate) fn draw_legend<'a, 'b: 'a>(chart: &mut FitChart<'a, 'b>) -> Result<()
         .map_err(|x| x.to_string())
 }
 
-/// Write `identify.json` (atomically) and `fit.png` into `dir`, the PNG drawn by `plot` into a
-/// temporary file and renamed into place; returns both paths, the PNG's as the reason it was
-/// skipped when drawing failed (e.g. no font).
+/// Write `identify.json` and `fit.png` into `dir` as one output set
+/// ([`gradfem_io::output_set`]), the PNG drawn by `plot`; returns both paths, the PNG's as the
+/// reason it was skipped when drawing failed (e.g. no font).
 pub(crate) fn write_outputs(
     dir: &Path,
     report: &IdentifyReport,
     plot: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<(PathBuf, Result<PathBuf, String>), IdentifyError> {
     let werr = |p: &Path, m: String| IdentifyError::Write { path: p.into(), message: m };
-    std::fs::create_dir_all(dir).map_err(|e| werr(dir, e.to_string()))?;
-    let json = dir.join("identify.json");
+    // One output set (identify.json and fit.png of one fit), put in place as a whole.
+    let set =
+        gradfem_io::output_set::OutputSet::begin(dir).map_err(|e| werr(dir, e.to_string()))?;
+    let json = set.dir().join("identify.json");
     let text = serde_json::to_string_pretty(report).expect("serializable");
     gradfem_io::atomic::write_bytes_atomic(&json, text.as_bytes())
-        .map_err(|e| werr(&json, e.to_string()))?;
-    let png = dir.join("fit.png");
-    let tmp = dir.join(".fit.tmp.png");
-    let plotted = match plot(&tmp) {
-        Ok(()) => std::fs::rename(&tmp, &png).map(|()| png).map_err(|e| e.to_string()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    };
-    Ok((json, plotted))
+        .map_err(|e| werr(&dir.join("identify.json"), e.to_string()))?;
+    let plotted = plot(&set.dir().join("fit.png")).map(|()| dir.join("fit.png"));
+    if plotted.is_err() {
+        let _ = std::fs::remove_file(set.dir().join("fit.png"));
+    }
+    set.commit().map_err(|e| werr(dir, e.to_string()))?;
+    Ok((dir.join("identify.json"), plotted))
 }
 
 /// One fitted parameter of an identification file.

@@ -9,6 +9,7 @@ pub mod ansys_import;
 pub mod api;
 pub mod app;
 pub mod element_values;
+pub mod hessian;
 pub mod hyperelastic_file;
 pub mod identify;
 pub mod identify_fem;

@@ -28,6 +28,10 @@ struct Cli {
     /// Build a generated mesh even when its estimated memory exceeds the memory available.
     #[arg(long, global = true)]
     allow_large: bool,
+    /// Refuse an ANSYS result file cut short of the length its header declares (by default
+    /// its whole records are read, with a warning).
+    #[arg(long, global = true)]
+    strict: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -96,6 +100,26 @@ enum Command {
         /// a table in the text output, `per_parameter` in the JSON.
         #[arg(long)]
         per_parameter: bool,
+    },
+    /// The exact Hessian of the objective over the registered parameters (one Hessian-vector
+    /// product by the second-order adjoint per entry), its eigen-directions and, for a sensor
+    /// misfit, the Laplace posterior (covariance, standard deviations, correlations) beside
+    /// the Gauss–Newton approximation; writes hessian.json. So far for a steady problem of one
+    /// thermal field.
+    Hessian {
+        /// Problem file (TOML) with `[parameters] register`.
+        file: PathBuf,
+        /// The sensors' noise σ in K for the posterior of a misfit (default: estimated from the
+        /// residuals at the current parameters, which should be the fitted ones).
+        #[arg(long)]
+        noise: Option<f64>,
+        /// Print hessian.json to standard output as well.
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: the problem's [output] directory, else
+        /// ./results/<problem file name without .toml>).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
     /// Print counts per cell type, groups with dimension, count and measure, the bounding box and
     /// the quality summary of a mesh (.msh); for ANSYS files (.rst, .rth, .cdb) also the result
@@ -207,6 +231,52 @@ fn error_chain(e: &anyhow::Error) -> String {
     text
 }
 
+/// The Hessian report as tables: eigenvalues with their leading entries, and the posterior.
+fn print_hessian(r: &gradfem::hessian::HessianReport) {
+    println!(
+        "Hessian of J = {:.6e} over {} entries ({} products in {:.2} s; asymmetry {:.1e})",
+        r.objective,
+        r.entries.len(),
+        r.hessian_products,
+        r.seconds,
+        r.asymmetry
+    );
+    println!(
+        "  eigenvalues of the scaled Hessian (curvature per relative change), smallest first:"
+    );
+    for d in r.eigen.iter().take(10) {
+        let mut lead: Vec<(usize, f64)> = d.vector.iter().copied().enumerate().collect();
+        lead.sort_by(|a, b| b.1.abs().total_cmp(&a.1.abs()));
+        let parts: Vec<String> =
+            lead.iter().take(3).map(|(i, v)| format!("{v:+.3} {}", r.entries[*i])).collect();
+        println!("    {:>12.4e}  along {}", d.eigenvalue, parts.join(", "));
+    }
+    if !r.positive_definite {
+        println!(
+            "  not positive definite: the objective is not convex here (or the data do not determine every direction above)"
+        );
+    }
+    if let Some(p) = &r.posterior {
+        println!(
+            "  Laplace posterior ({} sensors, noise σ = {:.4e} K{}):",
+            p.sensors,
+            p.noise,
+            if p.noise_estimated { ", estimated from the residuals" } else { "" }
+        );
+        println!(
+            "    {:<32} {:>14} {:>14} {:>14}",
+            "parameter", "value", "std dev", "Gauss–Newton"
+        );
+        for (i, name) in r.entries.iter().enumerate() {
+            println!(
+                "    {:<32} {:>14.6e} {:>14.4e} {:>14.4e}",
+                name, r.values[i], p.std_dev[i], p.gauss_newton_std_dev[i]
+            );
+        }
+        println!("    max |H − GᵀG| / max |H| = {:.2e}", p.gauss_newton_difference);
+    }
+}
+
 /// A stage's progress: a spinner on a terminal, plain lines in a log, nothing when `quiet`.
 fn spinner(quiet: bool, label: &str) -> Progress {
     Progress::spinner(ProgressMode::detect(quiet), label)
@@ -214,11 +284,14 @@ fn spinner(quiet: bool, label: &str) -> Progress {
 
 /// Whether `--allow-large` was given (set once, before any problem is read).
 static ALLOW_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether `--strict` was given (set once, before any file is read).
+static STRICT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, app::Problem)> {
     let pb = spinner(quiet, "setting up");
     let mut file = ProblemFile::read(path)?;
     file.allow_large = ALLOW_LARGE.load(std::sync::atomic::Ordering::Relaxed);
+    file.strict = STRICT.load(std::sync::atomic::Ordering::Relaxed);
     let problem = app::build_problem(&file)?;
     pb.finish();
     Ok((file, problem))
@@ -575,24 +648,46 @@ fn print_correlation(c: &gradfem::identify::Correlation) {
     }
 }
 
-/// `results.xdmf`/`results.h5` and, for a transient problem, `time_history.csv` and
-/// `time_history.png`; returns the XDMF path.
+/// The output set of a run, written as one (see [`gradfem::io::output_set`]):
+/// `results.xdmf`/`results.h5`, for a transient problem `time_history.csv` and
+/// `time_history.png`, and `gradients.json` when a report is given; returns the XDMF path.
 fn write_outputs(
     dir: &Path,
     pf: &ProblemFile,
     problem: &app::Problem,
     grad: Option<&gradfem_solvers::params::Gradient>,
+    report: Option<&app::GradientReport>,
 ) -> Result<PathBuf> {
-    let xdmf = app::write_results(dir, problem, grad)?;
+    let set = begin_set(dir)?;
+    app::write_results(set.dir(), problem, grad)?;
     if let Some(h) = gradfem::time_history::TimeHistory::of(problem)? {
-        h.write(dir, &pf.spec.title).map_err(|e| anyhow::anyhow!("cannot write: {e}"))?;
+        h.write(set.dir(), &pf.spec.title).map_err(|e| anyhow::anyhow!("cannot write: {e}"))?;
     }
-    Ok(xdmf)
+    if let Some(report) = report {
+        app::write_gradients(&set.dir().join("gradients.json"), report)?;
+    }
+    commit_set(set)?;
+    Ok(dir.join("results.xdmf"))
+}
+
+/// Start the output set of `dir`.
+fn begin_set(dir: &Path) -> Result<gradfem::io::output_set::OutputSet> {
+    gradfem::io::output_set::OutputSet::begin(dir)
+        .map_err(|e| anyhow::anyhow!("cannot write the outputs: {e}"))
+}
+
+/// Put a written output set in place.
+fn commit_set(set: gradfem::io::output_set::OutputSet) -> Result<()> {
+    let target = set.target().to_path_buf();
+    set.commit().map(|_| ()).map_err(|e| {
+        anyhow::anyhow!("cannot put the outputs in place at {}: {e}", target.display())
+    })
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
     ALLOW_LARGE.store(cli.allow_large, std::sync::atomic::Ordering::Relaxed);
+    STRICT.store(cli.strict, std::sync::atomic::Ordering::Relaxed);
     match cli.command {
         None => run_default(quiet),
         Some(Command::Run { file, json, output }) => {
@@ -600,15 +695,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             solve(&mut problem, &pf, quiet || json)?;
             let s = app::summary(&pf.spec.title, &problem)?;
             let dir = output_dir(&pf, output);
-            let xdmf = write_outputs(&dir, &pf, &problem, None)?;
-            let stale = dir.join("gradients.json");
-            if stale.exists() {
-                tracing::warn!(
-                    "{} is from an earlier `gradfem gradient` run and does not belong to the results just written ({}); run `gradfem gradient` again or delete it",
-                    stale.display(),
-                    xdmf.display()
-                );
-            }
+            let xdmf = write_outputs(&dir, &pf, &problem, None, None)?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else if !quiet {
@@ -632,9 +719,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             report.timings.forward_total_s = Some(forward_s);
             report.timings.gradient_total_s = Some(gradient_s);
             let dir = output_dir(&pf, output);
-            let xdmf = write_outputs(&dir, &pf, &problem, Some(&grad))?;
+            let xdmf = write_outputs(&dir, &pf, &problem, Some(&grad), Some(&report))?;
             let gpath = dir.join("gradients.json");
-            app::write_gradients(&gpath, &report)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else if !quiet {
@@ -660,6 +746,34 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 settings.resume = Some(history);
             }
             optimize(&mut problem, &settings, &dir, quiet, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Hessian { file, noise, json, output }) => {
+            let (pf, mut problem) = load(&file, quiet || json)?;
+            need_objective(&pf, "hessian")?;
+            solve(&mut problem, &pf, quiet || json)?;
+            let n = gradfem_solvers::params::ParamVector::all(problem.registry()).len();
+            let pb = Progress::bar(
+                ProgressMode::detect(quiet || json),
+                "Hessian-vector products",
+                n as u64,
+            );
+            let report =
+                gradfem::hessian::compute(&mut problem, noise, |k, _| pb.set_position(k as u64))?;
+            pb.finish();
+            let dir = output_dir(&pf, output);
+            let set = begin_set(&dir)?;
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(set.dir().join("hessian.json"), &text).map_err(|e| {
+                anyhow::anyhow!("cannot write {}: {e}", dir.join("hessian.json").display())
+            })?;
+            commit_set(set)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else if !quiet {
+                print_hessian(&report);
+                println!("  wrote {}", dir.join("hessian.json").display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::CheckGradient { file, json, per_parameter }) => {
@@ -709,7 +823,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::MeshInfo { file, json }) => {
             let report = if gradfem::ansys_import::is_ansys_path(&file) {
-                let ansys = gradfem::ansys_import::AnsysFile::read(&file)?;
+                let ansys = gradfem::ansys_import::AnsysFile::read(&file, cli.strict)?;
                 mesh_report::MeshReport::for_ansys(&file, &ansys)
             } else {
                 let mesh = read_mesh(&file)?;
@@ -723,7 +837,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::ImportAnsys { file, set, output }) => {
-            let s = gradfem::ansys_import::import(&file, set, &output)?;
+            let s = gradfem::ansys_import::import(&file, set, &output, cli.strict)?;
             if !quiet {
                 let set = s.set.map_or("mesh only".to_string(), |k| format!("result set {k}"));
                 println!(
@@ -1069,14 +1183,15 @@ fn optimize(
         pb.log(format!("iteration {it}, objective {f:.6e}"));
     })?;
     pb.finish();
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let xdmf = app::write_results(dir, problem, None)?;
-    outcome.watcher.write_csv(dir.join("history.csv"))?;
-    let png = dir.join("history.png");
-    let png_note = match outcome.watcher.write_png(&png) {
-        Ok(()) => png.display().to_string(),
+    let set = begin_set(dir)?;
+    app::write_results(set.dir(), problem, None)?;
+    outcome.watcher.write_csv(set.dir().join("history.csv"))?;
+    let png_note = match outcome.watcher.write_png(set.dir().join("history.png")) {
+        Ok(()) => dir.join("history.png").display().to_string(),
         Err(e) => format!("(no plot: {e})"),
     };
+    commit_set(set)?;
+    let xdmf = dir.join("results.xdmf");
     let names: Vec<String> = outcome.watcher.names().to_vec();
     let violations = outcome.violations(settings);
     if json {
@@ -1115,6 +1230,7 @@ fn optimize(
             match outcome.method {
                 gradfem::optimize::Method::Mma => "MMA",
                 gradfem::optimize::Method::Lbfgs => "L-BFGS",
+                gradfem::optimize::Method::NewtonCg => "Newton-CG",
             }
         );
         println!("  {}", outcome.status);

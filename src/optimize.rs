@@ -1,6 +1,7 @@
 //! `gradfem optimize`: the registered design parameters by the method of moving asymptotes
-//! (MMA, with constraints `quantity ≤ upper`) or bounded L-BFGS (without constraints; with them
-//! inside an augmented Lagrangian when asked for).
+//! (MMA, with constraints `quantity ≤ upper`), bounded L-BFGS (without constraints; with them
+//! inside an augmented Lagrangian when asked for), or Newton-CG in a trust region with exact
+//! Hessian-vector products (bounds only; [`gradfem_solvers::trust`]).
 //!
 //! The optimizer works in scaled variables x_i = m_i / s_i with s_i the magnitude of the
 //! starting value (1 where it is zero; the mesh size for node coordinates), so parameters of
@@ -35,6 +36,7 @@ use gradfem_solvers::optimize::{
     augmented_lagrangian, minimize_lbfgsb,
 };
 use gradfem_solvers::params::{ParamKind, ParamVector};
+use gradfem_solvers::trust::{NewtonCgParams, minimize_newton_cg};
 use gradfem_solvers::watch::{WatchRow, Watcher};
 use gradfem_thermal::ObjectiveKind;
 
@@ -76,6 +78,9 @@ pub enum Method {
     Mma,
     /// Bounded L-BFGS; constraints by an augmented Lagrangian.
     Lbfgs,
+    /// Newton-CG in a trust region with exact Hessian-vector products (second-order
+    /// adjoint); bounds only.
+    NewtonCg,
 }
 
 /// The `[optimize]` settings with the constraints resolved against the mesh.
@@ -134,7 +139,9 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         constraints: Vec::new(),
         design: Vec::new(),
     });
-    let invalid = |message: String| AppError::Problem(ProblemError::invalid(&file.path, message));
+    let invalid = |message: String| {
+        AppError::Problem(ProblemError::invalid_in(&file.path, &file.source, message))
+    };
     for name in &spec.design {
         if !problem.registry().contains(name) {
             return Err(invalid(format!(
@@ -190,9 +197,16 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
         "auto" if constraints.is_empty() => Method::Lbfgs,
         "auto" | "mma" => Method::Mma,
         "lbfgs" => Method::Lbfgs,
+        "newton-cg" if !constraints.is_empty() => {
+            return Err(invalid(format!(
+                "line {}: [optimize] method = 'newton-cg' keeps to the bounds but does not take                  constraints yet; use 'mma' or 'lbfgs' for a problem with [[optimize.constraint]]",
+                file.line_of(&spec.method)
+            )));
+        }
+        "newton-cg" => Method::NewtonCg,
         other => {
             return Err(invalid(format!(
-                "line {}: [optimize] method = '{other}': expected auto, mma or lbfgs",
+                "line {}: [optimize] method = '{other}': expected auto, mma, lbfgs or newton-cg",
                 file.line_of(&spec.method)
             )));
         }
@@ -313,6 +327,10 @@ struct Evaluator<'a> {
     exact_peaks: bool,
     recent: Vec<Evaluation>,
     count: usize,
+    /// Hessian-vector products computed (Newton-CG).
+    hessian_products: usize,
+    /// The design the problem was last solved at (a cached evaluation may be of another).
+    solved_at: Option<Vec<f64>>,
 }
 
 impl Evaluator<'_> {
@@ -325,6 +343,7 @@ impl Evaluator<'_> {
         pv.scatter(problem.registry_mut(), &m)?;
         self.problem.apply_parameters()?;
         self.problem.solve()?;
+        self.solved_at = Some(x.to_vec());
         self.count += 1;
         let (j, g, _) = self.problem.gradient()?;
         let flat = g.flatten(&self.pv);
@@ -368,6 +387,19 @@ impl Evaluator<'_> {
         }
         self.recent.push(e.clone());
         Ok(e)
+    }
+
+    /// The Hessian of the (scaled, signed) objective at `x` applied to `v`: solves at `x`
+    /// first when the problem holds another design.
+    fn hessian_vector(&mut self, x: &[f64], v: &[f64]) -> Result<Vec<f64>, RunError> {
+        if self.solved_at.as_deref() != Some(x) {
+            self.recent.retain(|e| e.x != x);
+            self.evaluate(x)?;
+        }
+        let dm: Vec<f64> = v.iter().zip(&self.scale).map(|(a, s)| a * s).collect();
+        let hm = self.problem.hessian_vector_selection(&self.pv, &dm)?;
+        self.hessian_products += 1;
+        Ok(hm.iter().zip(&self.scale).map(|(h, s)| self.sign * h * s).collect())
     }
 }
 
@@ -571,6 +603,8 @@ pub fn run(
         exact_peaks: settings.method == Method::Mma,
         recent: Vec::new(),
         count: 0,
+        hessian_products: 0,
+        solved_at: None,
     });
     let initial = eval.borrow_mut().evaluate(&x0)?;
     let c_scale: Vec<f64> = settings
@@ -685,6 +719,38 @@ pub fn run(
                 callback,
             )?;
             (mma_status(&result.status, settings), result.status.is_converged(), result.x)
+        }
+        Method::NewtonCg => {
+            let params = NewtonCgParams {
+                max_iterations: settings.max_iterations,
+                gtol: settings.gtol,
+                ..Default::default()
+            };
+            let hessian_vector = |x: &[f64], v: &[f64]| -> Result<Vec<f64>, RunError> {
+                eval.borrow_mut().hessian_vector(x, v)
+            };
+            let result = minimize_newton_cg(
+                objective,
+                hessian_vector,
+                &x0,
+                &lower,
+                &upper,
+                &params,
+                callback,
+            )?;
+            let r = &result.result;
+            let reason = match r.status {
+                Status::Converged(ConvergenceReason::RelativeDecrease { decrease }) => format!(
+                    "converged: the quadratic model predicts a relative decrease of only \
+                     {decrease:.2e} for the next step"
+                ),
+                ref other => lbfgs_status(other, settings.gtol, settings.max_iterations),
+            };
+            let status = format!(
+                "{reason} ({} Hessian-vector products, {} CG iterations)",
+                result.hessian_products, result.cg_iterations
+            );
+            (status, r.status.is_converged(), result.result.x)
         }
         Method::Lbfgs if settings.constraints.is_empty() => {
             let result = minimize_lbfgsb(objective, &x0, &lower, &upper, &inner, callback)?;

@@ -71,14 +71,22 @@ pub enum ProblemError {
     Io { file: PathBuf, source: std::io::Error },
     #[error("{file}:{line}:{column}: {message}")]
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
-    #[error("{file}:{line}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
-    UnknownGroup { file: PathBuf, line: usize, name: String, context: String, known: Vec<String> },
+    #[error("{file}:{line}:{column}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
+    UnknownGroup {
+        file: PathBuf,
+        line: usize,
+        column: usize,
+        name: String,
+        context: String,
+        known: Vec<String>,
+    },
     /// A value or a combination the set-up refuses, where no line applies.
     #[error("{file}: {message}")]
     Invalid { file: PathBuf, message: String },
-    /// A value the set-up refuses, at its line.
-    #[error("{file}:{line}: {message}")]
-    InvalidAt { file: PathBuf, line: usize, message: String },
+    /// A value the set-up refuses, at its line and column (the key's, where the message names
+    /// a key on that line; else the line's first character), shown like a syntax error.
+    #[error("{file}:{line}:{column}: {message}")]
+    InvalidAt { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: mesh: {message}")]
     Mesh { file: PathBuf, message: String },
 }
@@ -88,6 +96,13 @@ impl ProblemError {
     /// form the set-up writes) becomes [`ProblemError::InvalidAt`], shown `file:N: …` like a
     /// syntax error; any other is [`ProblemError::Invalid`].
     pub fn invalid(file: &Path, message: impl Into<String>) -> Self {
+        Self::invalid_in(file, "", message)
+    }
+
+    /// [`ProblemError::invalid`] with the file's text, which gives the column: that of the
+    /// first key the message names in backquotes (`` `k` = -1 ``) where it stands as a key on
+    /// the line, else the line's first non-blank character.
+    pub fn invalid_in(file: &Path, source: &str, message: impl Into<String>) -> Self {
         let message = message.into();
         let at = message.strip_prefix("line ").and_then(|rest| {
             let (n, tail) = rest.split_once(": ")?;
@@ -95,11 +110,33 @@ impl ProblemError {
         });
         match at {
             Some((line, message)) if line > 0 => {
-                ProblemError::InvalidAt { file: file.to_path_buf(), line, message }
+                let column = key_column(source, line, &message);
+                ProblemError::InvalidAt { file: file.to_path_buf(), line, column, message }
             }
             _ => ProblemError::Invalid { file: file.to_path_buf(), message },
         }
     }
+}
+
+/// The 1-based column on `line` of `source` of the first key that `message` names in
+/// backquotes and that stands there as a key (followed by `=`); else of the line's first
+/// non-blank character (1 for a line that is not there).
+pub fn key_column(source: &str, line: usize, message: &str) -> usize {
+    let Some(text) = source.lines().nth(line.saturating_sub(1)) else { return 1 };
+    let is_key_char = |c: char| c.is_alphanumeric() || c == '_' || c == '-';
+    for key in message.split('`').skip(1).step_by(2) {
+        if key.is_empty() || !key.chars().all(is_key_char) {
+            continue;
+        }
+        for (i, _) in text.match_indices(key) {
+            let before = text[..i].chars().next_back();
+            let after = text[i + key.len()..].trim_start();
+            if !before.is_some_and(is_key_char) && after.starts_with('=') {
+                return text[..i].chars().count() + 1;
+            }
+        }
+    }
+    text.chars().take_while(|c| c.is_whitespace()).count() + 1
 }
 
 /// Where the mesh comes from.
@@ -805,6 +842,9 @@ pub struct ProblemFile {
     /// Build a generated mesh even when its estimated memory exceeds the machine's available
     /// memory (`--allow-large`); false by default.
     pub allow_large: bool,
+    /// Refuse an ANSYS result file shorter than the length its header declares instead of
+    /// reading its whole records with a warning (`--strict`); false by default.
+    pub strict: bool,
 }
 
 /// 1-based line and column of a byte offset.
@@ -842,7 +882,13 @@ impl ProblemFile {
                 message: e.message().to_string(),
             }
         })?;
-        Ok(ProblemFile { path: path.to_path_buf(), source, spec, allow_large: false })
+        Ok(ProblemFile {
+            path: path.to_path_buf(),
+            source,
+            spec,
+            allow_large: false,
+            strict: false,
+        })
     }
 
     /// The line of a spanned value.
@@ -877,7 +923,7 @@ impl ProblemFile {
     }
 
     fn invalid(&self, message: impl Into<String>) -> ProblemError {
-        ProblemError::invalid(&self.path, message)
+        ProblemError::invalid_in(&self.path, &self.source, message)
     }
 
     /// Build (read or generate) the mesh.
@@ -936,7 +982,8 @@ impl ProblemFile {
                 "z" => 2,
                 other => {
                     return Err(self.invalid(format!(
-                        "mesh.plane_group '{}': axis '{other}': expected x, y or z",
+                        "{}[mesh] plane_group '{}': `axis` = '{other}': expected x, y or z",
+                        self.at_key("plane_group"),
                         g.name
                     )));
                 }
@@ -953,9 +1000,12 @@ impl ProblemFile {
             [m.file.is_some(), m.generated.is_some(), m.actuator.is_some(), m.given.is_some()];
         if sources.iter().filter(|&&b| b).count() != 1 {
             return Err(self.invalid(if m.given.is_some() {
-                "a mesh given in code cannot also have `file`, `box` or `actuator`"
+                "a mesh given in code cannot also have `file`, `box` or `actuator`".to_string()
             } else {
-                "[mesh] needs exactly one of `file`, `box` or `actuator`"
+                format!(
+                    "{}[mesh] needs exactly one of `file`, `box` or `actuator`",
+                    self.at_table("[mesh]", 0, None)
+                )
             }));
         }
         if let Some(mesh) = &m.given {
@@ -974,9 +1024,11 @@ impl ProblemFile {
             return self.actuator_mesh(a);
         }
         if m.file.is_none() && (m.unit.is_some() || m.scale.is_some()) {
-            return Err(self.invalid(
-                "[mesh] `unit` and `scale` convert a mesh file's coordinates; `box` and `actuator` dimensions are in metres",
-            ));
+            let key = if m.unit.is_some() { "unit" } else { "scale" };
+            return Err(self.invalid(format!(
+                "{}[mesh] `{key}` converts a mesh file's coordinates; `box` and `actuator` dimensions are in metres",
+                self.at_key(key)
+            )));
         }
         match (&self.spec.mesh.file, &self.spec.mesh.generated) {
             (Some(file), None) => {
@@ -984,7 +1036,7 @@ impl ProblemFile {
                 let mesh_err =
                     |e: String| ProblemError::Mesh { file: self.path.clone(), message: e };
                 let (mut mesh, file_unit) = if crate::ansys_import::is_ansys_path(&p) {
-                    let f = crate::ansys_import::AnsysFile::read(&p)
+                    let f = crate::ansys_import::AnsysFile::read(&p, self.strict)
                         .map_err(|e| mesh_err(e.to_string()))?;
                     let unit = match &f {
                         crate::ansys_import::AnsysFile::Result(r) => {
@@ -1027,14 +1079,24 @@ impl ProblemFile {
                     })
                     .ok_or_else(|| {
                         self.invalid(format!(
-                            "mesh.box.cell = '{}': expected tet4, tet10, hex8, hex20 or hex27",
+                            "{}[mesh] box `cell` = '{}': expected tet4, tet10, hex8, hex20 or hex27",
+                            self.at_key("box"),
                             b.cell
                         ))
                     })?;
-                if b.divisions.contains(&0)
-                    || b.lengths.iter().any(|&l| !(l.is_finite() && l > 0.0))
-                {
-                    return Err(self.invalid("mesh.box needs positive lengths and divisions"));
+                if b.divisions.contains(&0) {
+                    return Err(self.invalid(format!(
+                        "{}[mesh] box `divisions` = {:?}: each must be at least 1",
+                        self.at_key("box"),
+                        b.divisions
+                    )));
+                }
+                if b.lengths.iter().any(|&l| !(l.is_finite() && l > 0.0)) {
+                    return Err(self.invalid(format!(
+                        "{}[mesh] box `lengths` = {:?}: each must be a positive length (m)",
+                        self.at_key("box"),
+                        b.lengths
+                    )));
                 }
                 let spec = gradfem_mesh::generate::BoxSpec {
                     origin: b.origin,
@@ -1045,7 +1107,10 @@ impl ProblemFile {
                 self.check_box_size(&spec)?;
                 Ok(gradfem_mesh::generate::box_mesh(&spec))
             }
-            _ => Err(self.invalid("[mesh] needs exactly one of `file`, `box` or `actuator`")),
+            _ => Err(self.invalid(format!(
+                "{}[mesh] needs exactly one of `file`, `box` or `actuator`",
+                self.at_table("[mesh]", 0, None)
+            ))),
         }
     }
 
@@ -1094,6 +1159,18 @@ impl ProblemFile {
     }
 
     /// The 1-based line of the first top-level or table key `key` (`key =` at a line's start).
+    /// `line N: ` of the first line that sets `key`, or nothing: the prefix that
+    /// [`ProblemError::invalid_in`] turns into `file:N:col:`.
+    pub fn at_key(&self, key: &str) -> String {
+        self.key_line(key).map_or(String::new(), |l| format!("line {l}: "))
+    }
+
+    /// `line N: ` of the `k`-th table `header` (`[[objective]]`, `[transient]`), or of its
+    /// `key` where that table sets it; nothing when there is no such table.
+    pub fn at_table(&self, header: &str, k: usize, key: Option<&str>) -> String {
+        locate(&self.source, header, k, key).map_or(String::new(), |(l, _)| format!("line {l}: "))
+    }
+
     fn key_line(&self, key: &str) -> Option<usize> {
         self.source
             .lines()
@@ -1172,7 +1249,10 @@ impl ProblemFile {
         }
         if let Some(r) = a.refine {
             if r == 0 {
-                return Err(self.invalid("mesh.actuator.refine must be at least 1"));
+                return Err(self.invalid(format!(
+                    "{}[mesh] actuator `refine` = 0: must be at least 1",
+                    self.at_key("actuator")
+                )));
             }
             spec = spec.refined(r);
         }
@@ -1190,9 +1270,11 @@ impl ProblemFile {
         if name.get_ref() == "*" || mesh.groups.iter().any(|g| &g.name == name.get_ref()) {
             return Ok(());
         }
+        let (line, column) = line_col(&self.source, name.span().start);
         Err(ProblemError::UnknownGroup {
             file: self.path.clone(),
-            line: self.line_of(name),
+            line,
+            column,
             name: name.get_ref().clone(),
             context: context.to_string(),
             known: mesh.group_names(),
@@ -1351,6 +1433,40 @@ impl ProblemFile {
     }
 }
 
+/// Line and column (1-based) in a TOML text of the `k`-th (0-based) table `header` (`[model]`,
+/// `[[experiment]]`, `[[objective]]`), or of its `key` where the table sets it; `None` when
+/// there is no such table.
+pub fn locate(source: &str, header: &str, k: usize, key: Option<&str>) -> Option<(usize, usize)> {
+    let mut seen = 0;
+    let mut found: Option<(usize, usize)> = None;
+    for (i, raw) in source.lines().enumerate() {
+        let text = raw.split('#').next().unwrap_or("").trim();
+        let indent = raw.len() - raw.trim_start().len() + 1;
+        if text.starts_with('[') {
+            if found.is_some() {
+                break; // the next table: the key is not set
+            }
+            if text == header {
+                if seen == k {
+                    found = Some((i + 1, indent));
+                    if key.is_none() {
+                        break;
+                    }
+                }
+                seen += 1;
+            }
+            continue;
+        }
+        if let (Some(_), Some(key)) = (found, key)
+            && let Some(rest) = text.strip_prefix(key)
+            && rest.trim_start().starts_with('=')
+        {
+            return Some((i + 1, indent));
+        }
+    }
+    found
+}
+
 /// Read a sensor CSV: `x, y, z, value` per line; a header line and `#` comments are skipped.
 pub fn read_sensors(path: &Path) -> Result<Vec<[f64; 4]>, ProblemError> {
     let text = std::fs::read_to_string(path)
@@ -1395,8 +1511,16 @@ mod tests {
     #[test]
     fn refused_values_are_located_like_syntax_errors() {
         let e = ProblemError::invalid(Path::new("p.toml"), "line 12: `k` = -1: must be positive");
-        assert!(matches!(e, ProblemError::InvalidAt { line: 12, .. }), "{e:?}");
-        assert_eq!(e.to_string(), "p.toml:12: `k` = -1: must be positive");
+        assert!(matches!(e, ProblemError::InvalidAt { line: 12, column: 1, .. }), "{e:?}");
+        assert_eq!(e.to_string(), "p.toml:12:1: `k` = -1: must be positive");
+        // With the text, the column is the key's.
+        let source = "[mesh]\nbox = { lengths = [1, 1, 1], divisions = [0, 1, 1] }\n  k = 3\n";
+        let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 2: `divisions` = 0");
+        assert_eq!(e.to_string(), "p.toml:2:30: `divisions` = 0");
+        let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 3: `k` = 3");
+        assert_eq!(e.to_string(), "p.toml:3:3: `k` = 3");
+        let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 3: no key named");
+        assert_eq!(e.to_string(), "p.toml:3:3: no key named");
         for plain in ["no sensor rows", "line x: y", "line 0: z", "lines 3: w"] {
             let e = ProblemError::invalid(Path::new("p.toml"), plain);
             assert_eq!(e.to_string(), format!("p.toml: {plain}"));

@@ -156,6 +156,11 @@ pub fn build_time_stepping(
             ));
         }
     };
+    if !(dt.is_finite() && dt > 0.0) {
+        return Err(setup(format!(
+            "[transient] `dt` = {dt}: a time step is a positive number of seconds"
+        )));
+    }
     let mut heat_capacity = vec![f64::NAN; model.regions.len()];
     for h in &spec.heat_capacity {
         let r =
@@ -249,7 +254,11 @@ pub fn time_rule(base: &std::path::Path, spec: &TransientFileSpec) -> Result<Tim
                 .measured
                 .as_ref()
                 .ok_or_else(|| setup("[transient] objective = \"misfit\" needs `measured`"))?;
-            TimeRule::Misfit(read_time_series(&base.join(path))?)
+            let series = read_time_series(&base.join(path)).map_err(|e| match e {
+                RunError::Setup(m) => setup(format!("[transient] `measured`: {m}")),
+                other => other,
+            })?;
+            TimeRule::Misfit(series)
         }
         other => {
             return Err(setup(format!(
@@ -276,7 +285,7 @@ pub fn read_time_series(path: &std::path::Path) -> Result<Vec<[f64; 2]>, RunErro
         if out.is_empty() && nums.iter().all(Option::is_none) {
             continue; // a header
         }
-        let at = |m: String| setup(format!("{}:{}: {m}", path.display(), i + 1));
+        let at = |m: String| setup(format!("{}:{}:1: {m}", path.display(), i + 1));
         let [Some(t), Some(v)] = nums[..] else {
             return Err(at(format!("expected two numbers, time (s) and value; got '{line}'")));
         };

@@ -1243,7 +1243,8 @@ pub struct Reduced {
 }
 
 /// Reduce the parts of the output directory `out` into `uq.json`, `samples.json`,
-/// `samples.csv` and `convergence.png` (each written atomically).
+/// `samples.csv` and `convergence.png`, which replace the previous ones as one output set
+/// (`gradfem_io::output_set`; `parts/` and `logs/` are carried over).
 pub fn reduce(out: &Path) -> Result<Reduced, UqError> {
     let parts = Parts::of(out);
     let plan = parts.plan()?;
@@ -1264,14 +1265,13 @@ pub fn reduce(out: &Path) -> Result<Reduced, UqError> {
         None
     };
     let report = report(&plan, &samples, met, mean.as_ref());
-    let json = out.join("uq.json");
-    write(&json, &to_json(&report))?;
-    let samples_json_path = out.join("samples.json");
-    write(&samples_json_path, &to_json(&samples_json(&plan, &samples)))?;
-    let csv = out.join("samples.csv");
-    write(&csv, samples_csv(&plan, &samples).as_bytes())?;
-    let png = out.join("convergence.png");
-    let partial = out.join(".convergence.partial.png");
+    // The four files replace the previous ones as one set (gradfem_io::output_set): written
+    // into a staging directory, then swapped in with the parts and logs carried over.
+    let set = gradfem_io::output_set::OutputSet::begin(out).map_err(|e| io_err(out, e))?;
+    let stage = set.dir().to_path_buf();
+    write(&stage.join("uq.json"), &to_json(&report))?;
+    write(&stage.join("samples.json"), &to_json(&samples_json(&plan, &samples)))?;
+    write(&stage.join("samples.csv"), samples_csv(&plan, &samples).as_bytes())?;
     let running = crate::uq_plot::Running {
         title: &report.title,
         design: &report.design,
@@ -1280,13 +1280,16 @@ pub fn reduce(out: &Path) -> Result<Reduced, UqError> {
         mean: report.convergence.iter().map(|p| p.mean.as_slice()).collect(),
         se: report.convergence.iter().map(|p| p.se.as_slice()).collect(),
     };
-    let png = crate::uq_plot::convergence(&running, &partial)
-        .and_then(|()| std::fs::rename(&partial, &png).map_err(|e| e.to_string()))
-        .map(|()| png.clone())
-        .map_err(|e| {
-            let _ = std::fs::remove_file(&partial);
-            format!("{}: {e}", png.display())
-        });
+    let png = out.join("convergence.png");
+    let drawn = crate::uq_plot::convergence(&running, &stage.join("convergence.png"))
+        .map_err(|e| format!("{}: {e}", png.display()));
+    if drawn.is_err() {
+        let _ = std::fs::remove_file(stage.join("convergence.png"));
+    }
+    set.commit().map_err(|e| io_err(out, e))?;
+    let png = drawn.map(|()| png);
+    let (json, samples_json_path, csv) =
+        (out.join("uq.json"), out.join("samples.json"), out.join("samples.csv"));
     Ok(Reduced { report, json, samples_json: samples_json_path, samples_csv: csv, png })
 }
 

@@ -296,3 +296,51 @@ fn problem_files_read_ansys_meshes(#[case] file: &str, #[case] nodes: usize, #[c
     assert!(mesh.groups.iter().any(|g| g.name == "material_1" && g.dim == 3));
     assert_eq!(mesh.node_tags.iter().min(), Some(&1));
 }
+
+/// A result file cut short of the length its standard header declares (word 27) is read as far
+/// as its records are whole, with a warning that names the file and both sizes, by
+/// `mesh-info`, `import-ansys` and a problem file's `[mesh] file`; `--strict` makes it an
+/// error. The shared files are cut inside their last declared word, so every record used is
+/// whole.
+#[test]
+fn a_result_file_cut_short_warns_and_strict_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(data("file.rth")).unwrap();
+    let word = |i: usize| i32::from_le_bytes(bytes[8 + 4 * i..12 + 4 * i].try_into().unwrap());
+    let declared = 4 * word(26) as usize;
+    let cut = declared - 4;
+    std::fs::write(dir.path().join("cut.rth"), &bytes[..cut]).unwrap();
+    let warning = format!(
+        "cut.rth: cut short: the standard header declares {declared} bytes, the file has {cut}"
+    );
+    let problem = "[mesh]\nfile = \"cut.rth\"\n\
+                   plane_group = [{ name = \"root\", axis = \"y\", value = -0.46 }]\n\
+                   [[thermal.material]]\ngroup = \"material_1\"\nk = 45.0\n\
+                   [[thermal.bc]]\ngroup = \"root\"\nkind = \"temperature\"\nvalue = 300.0\n";
+    std::fs::write(dir.path().join("p.toml"), problem).unwrap();
+    let commands: [&[&str]; 3] = [
+        &["mesh-info", "cut.rth"],
+        &["import-ansys", "cut.rth", "-o", "t.csv"],
+        &["run", "p.toml", "-o", "out"],
+    ];
+    for args in commands {
+        let out = gradfem_in(dir.path(), args);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        ok(&out);
+        assert!(err.contains(&warning) && err.contains("--strict"), "{args:?}: {err}");
+        let strict: Vec<&str> = ["--strict"].into_iter().chain(args.iter().copied()).collect();
+        let out = gradfem_in(dir.path(), &strict);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{strict:?}: {err}");
+        assert!(
+            err.contains(&format!("declares {declared} bytes"))
+                && err.contains(&format!("the file has {cut}"))
+                && err.contains("cut.rth"),
+            "{strict:?}: {err}"
+        );
+    }
+    // The whole file draws no warning.
+    let out = gradfem_in(dir.path(), &["mesh-info", data("file.rth").to_str().unwrap()]);
+    ok(&out);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("cut short"));
+}

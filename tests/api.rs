@@ -278,8 +278,9 @@ fn errors_of_a_model_name_the_line_of_its_text_and_what_is_offered() {
     let text = model.to_toml();
     let err = model.build().unwrap_err().to_string();
     let line = text.lines().position(|l| l.contains("\"dommain\"")).unwrap() + 1;
+    let column = text.lines().nth(line - 1).unwrap().find("\"dommain\"").unwrap() + 1;
     assert!(
-        err.contains(&format!("block (model):{line}: unknown group 'dommain'")),
+        err.contains(&format!("block (model):{line}:{column}: unknown group 'dommain'")),
         "{err}\n{text}"
     );
     assert!(err.contains("domain"), "{err}");

@@ -397,11 +397,12 @@ fn registered(file: &Path) -> Vec<String> {
 fn gradient_writes_every_registered_parameter() {
     let file = example("heat_sink.toml");
     let dir = tempfile::tempdir().unwrap();
-    let stdout = ok(&gradfem_in(dir.path(), &["gradient", p(&file), "-o", p(dir.path())]));
+    let stdout = ok(&gradfem_in(dir.path(), &["gradient", p(&file), "-o", "g"]));
     assert!(stdout.contains("gradients.json"), "{stdout}");
-    let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("gradients.json")).unwrap())
-            .expect("gradients.json parses");
+    let g: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("g/gradients.json")).unwrap(),
+    )
+    .expect("gradients.json parses");
     assert!(g["objective"].as_f64().is_some_and(f64::is_finite), "{g}");
     let grads = g["gradients"].as_object().expect("gradients");
     let names = registered(&file);
@@ -447,10 +448,11 @@ fn gradient_matches_central_difference_of_run() {
     };
     let h = 0.01;
     let fd = (objective_at(170.0 + h) - objective_at(170.0 - h)) / (2.0 * h);
-    ok(&gradfem_in(dir.path(), &["gradient", p(&example("heat_sink.toml")), "-o", p(dir.path())]));
-    let g: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join("gradients.json")).unwrap())
-            .unwrap();
+    ok(&gradfem_in(dir.path(), &["gradient", p(&example("heat_sink.toml")), "-o", "g"]));
+    let g: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("g/gradients.json")).unwrap(),
+    )
+    .unwrap();
     let adj = g["gradients"]["thermal.k.domain"].as_f64().unwrap();
     assert!(adj < 0.0, "more conductivity must cool the block: {adj}");
     assert!(rel_close(adj, fd, 1e-6), "adjoint {adj:e} vs central difference {fd:e}");
@@ -675,10 +677,10 @@ fn missing_sensor_file_is_named() {
 }
 
 #[rstest]
-#[case::v41_ascii_in_nodes("beam_tet4_v41_ascii.msh", 20_000, "line ")]
-#[case::v41_ascii_in_entities("beam_tet4_v41_ascii.msh", 300, "line ")]
-#[case::v41_ascii_in_elements("beam_tet4_v41_ascii.msh", 120_000, "line ")]
-#[case::v22_ascii_in_elements("beam_tet4_v22_ascii.msh", 100_000, "line ")]
+#[case::v41_ascii_in_nodes("beam_tet4_v41_ascii.msh", 20_000, "truncated.msh:")]
+#[case::v41_ascii_in_entities("beam_tet4_v41_ascii.msh", 300, "truncated.msh:")]
+#[case::v41_ascii_in_elements("beam_tet4_v41_ascii.msh", 120_000, "truncated.msh:")]
+#[case::v22_ascii_in_elements("beam_tet4_v22_ascii.msh", 100_000, "truncated.msh:")]
 #[case::v41_binary_in_nodes("cube_hole_tet4_v41_binary.msh", 20_000, "byte offset ")]
 #[case::v41_binary_in_elements("cube_hole_tet4_v41_binary.msh", 150_000, "byte offset ")]
 fn truncated_mesh_is_a_located_error(
@@ -740,4 +742,37 @@ fn unknown_subcommand_is_a_usage_error() {
 /// `scripts/test.sh` sets up), else `python3` on the PATH.
 fn python() -> String {
     std::env::var("GRADFEM_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+/// The default objective of a file without `[[objective]]`, as docs/problem-file.md states it:
+/// the mean temperature of the whole model with `[thermal]`, the compliance of `[mechanical]`
+/// alone. (`gradient`, `check-gradient` and `optimize` refuse such a file: tests/bad_inputs.)
+#[test]
+fn the_default_objective_is_the_documented_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| -> Value {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        json(&ok(&gradfem_in(
+            dir.path(),
+            &["run", p(&path), "--json", "-o", &format!("out_{name}")],
+        )))
+    };
+    let thermal = "[mesh]\nbox = { lengths = [0.01, 0.01, 0.002], divisions = [2, 2, 1], cell = \"tet4\" }\n\
+                   [[thermal.material]]\ngroup = \"domain\"\nk = 150.0\nsource = 1e6\n\
+                   [[thermal.bc]]\ngroup = \"xmin\"\nkind = \"convection\"\nh = 10.0\nt_inf = 300.0\n";
+    let s = run("t.toml", thermal);
+    let (j, mean) = (s["objective"].as_f64().unwrap(), s["mean_temperature_K"].as_f64().unwrap());
+    assert!(j > 300.0 && (j - mean).abs() <= 1e-12 * mean, "J = {j}, mean temperature {mean}");
+    let mechanical = "[mesh]\nbox = { lengths = [0.01, 0.002, 0.002], divisions = [4, 1, 1], cell = \"hex8\" }\n\
+                      [[mechanical.material]]\ngroup = \"domain\"\nyoung = 200e9\npoisson = 0.3\n\
+                      [[mechanical.bc]]\ngroup = \"xmin\"\nkind = \"fixed\"\n\
+                      [[mechanical.bc]]\ngroup = \"xmax\"\nkind = \"traction\"\ntraction = [0.0, 0.0, -1e6]\n\
+                      [mechanical]\ntemperature = { uniform = 300.0 }\n";
+    let default = run("m.toml", mechanical)["objective"].as_f64().unwrap();
+    let explicit =
+        run("c.toml", &format!("{mechanical}[[objective]]\nkind = \"compliance\"\n"))["objective"]
+            .as_f64()
+            .unwrap();
+    assert!(default > 0.0 && default == explicit, "default {default}, compliance {explicit}");
 }

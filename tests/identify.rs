@@ -163,7 +163,27 @@ fn bad_identification_files_are_named_errors() {
         "a.toml",
         "[model]\nkind = \"ogden\"\n[[experiment]]\nmode = \"torsion\"\nfile = \"x.csv\"\n",
     );
-    fails(&p, "torsion");
+    fails(&p, "a.toml:4:1: experiment mode 'torsion'");
+    // Value errors carry their line and column, like syntax errors.
+    let treloar = root().join("data/treloar/treloar1944_uniaxial.csv");
+    write("x.csv", &std::fs::read_to_string(treloar).unwrap());
+    let p = write(
+        "e.toml",
+        "title = \"t\"\n[model]\nkind = \"ogden\"\n  terms = 9\n[[experiment]]\nmode = \"uniaxial\"\nfile = \"x.csv\"\n",
+    );
+    fails(&p, "e.toml:4:3: model.terms = 9: expected 1 to 6");
+    let p = write(
+        "f.toml",
+        "[model]\nkind = \"ogden\"\n[[experiment]]\nmode = \"uniaxial\"\nfile = \"x.csv\"\n\
+         [[experiment]]\nmode = \"uniaxial\"\nproblem = \"p.toml\"\n",
+    );
+    fails(&p, "f.toml:8:1: a 'uniaxial' experiment needs `file");
+    write("bad_row.csv", "stretch,stress\n1.0,0\n1.5,abc\n");
+    let p = write(
+        "g.toml",
+        "[model]\nkind = \"ogden\"\n[[experiment]]\nmode = \"uniaxial\"\nfile = \"bad_row.csv\"\n",
+    );
+    fails(&p, "bad_row.csv:3:1:");
     let p = write(
         "b.toml",
         "[model]\nkind = \"ogden\"\n[[experiment]]\nmode = \"uniaxial\"\nfile = \"missing.csv\"\n",

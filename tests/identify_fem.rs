@@ -333,7 +333,7 @@ fn regenerate_the_example_data() {
 #[case::unknown_parameter(
     "[[parameter]]\nname = \"hyperelastic.nu1.domain\"\n\
      [[experiment]]\nmode = \"fem\"\nproblem = \"compression.toml\"\n",
-    &["hyperelastic.nu1.domain", "line 2", "hyperelastic.mu1.domain, hyperelastic.alpha1.domain"]
+    &["hyperelastic.nu1.domain", "identify_me.toml:2:8:", "hyperelastic.mu1.domain, hyperelastic.alpha1.domain"]
 )]
 #[case::start_outside_bounds(
     "[[parameter]]\nname = \"hyperelastic.mu1.domain\"\nstart = 2e7\nbounds = [1e4, 1e7]\n\

@@ -125,16 +125,6 @@ fn the_stress_is_a_symmetric_tensor_with_its_unit() {
     assert!(!xdmf.contains("stress_normal"));
 }
 
-#[test]
-fn a_stale_gradient_file_is_named_when_results_are_rewritten() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("held_bar.toml"), HELD_BAR).unwrap();
-    gradfem_in(dir.path(), &["--quiet", "gradient", "held_bar.toml"]);
-    let out = gradfem_in(dir.path(), &["run", "held_bar.toml"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("gradients.json is from an earlier"), "{err}");
-}
-
 /// A Neo-Hookean block 10 × 4 × 4 mm stretched 20 % along x on rollers (x on both x faces,
 /// y on ymin, z on zmin): a homogeneous uniaxial state.
 const STRETCHED_BLOCK: &str = r#"

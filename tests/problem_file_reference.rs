@@ -855,9 +855,9 @@ fn the_reference_examples_use_accepted_keys_and_parse() {
 /// Where the parsers list the values a string key takes: (source file, the text just before
 /// the list in the error message, the table whose section must name every value).
 const ENUMERATIONS: &[(&str, &str, &str)] = &[
-    ("src/problem.rs", "mesh.box.cell = '{}': expected ", "mesh.box"),
+    ("src/problem.rs", "box `cell` = '{}': expected ", "mesh.box"),
     ("src/problem.rs", "mesh.actuator.cell = '{c}': expected ", "mesh.actuator"),
-    ("src/problem.rs", "': axis '{other}': expected ", "mesh.plane_group"),
+    ("src/problem.rs", "': `axis` = '{other}': expected ", "mesh.plane_group"),
     ("src/problem.rs", "unknown boundary condition kind '{other}'; expected ", "thermal.bc"),
     ("src/problem.rs", "component '{other}': expected ", "mechanical.bc"),
     ("src/problem.rs", "component '{other}': expected ", "hyperelastic.bc"),

@@ -468,11 +468,11 @@ fn the_time_rules_agree_with_the_history() {
 #[case::after_the_run("at", "time = 2.5", "t = 2.5 s lies outside the run, 0 … 2 s")]
 #[case::no_sharpness("max", "", "objective = \"max\" needs `sharpness`")]
 #[case::stray_time("final", "time = 1.0", "`time` goes with objective = \"at\", not \"final\"")]
-#[case::bad_row("misfit", "measured = \"bad.csv\"", "bad.csv:3: expected two numbers")]
+#[case::bad_row("misfit", "measured = \"bad.csv\"", "bad.csv:3:1: expected two numbers")]
 #[case::time_not_increasing(
     "misfit",
     "measured = \"back.csv\"",
-    "back.csv:2: time 0.5 s does not increase"
+    "back.csv:2:1: time 0.5 s does not increase"
 )]
 fn bad_time_rules_are_refused(#[case] objective: &str, #[case] key: &str, #[case] message: &str) {
     let dir = tempfile::tempdir().unwrap();

@@ -296,6 +296,12 @@ pub trait Field: Any + Send {
     }
 
     /// The field as `Any`, for callers that know its type (reports, outputs).
+    /// The field's second-order products (tangent-linear solve, Hessian-vector product), when
+    /// it has them; `None` by default.
+    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+        None
+    }
+
     fn as_any(&self) -> &dyn Any;
 
     /// The field as mutable `Any`.
@@ -460,4 +466,17 @@ pub struct StepChoice {
     pub rejected: usize,
     /// Largest error estimate of an accepted pair.
     pub max_error: f64,
+}
+
+/// Second-order derivatives of a field solved on its own (no inputs): the tangent-linear model
+/// and the second-order adjoint, which together give exact Hessian-vector products of the
+/// field's objective terms. Both reuse the factorization of the last solve.
+pub trait SecondOrder {
+    /// The directional derivative of the state (nodal, the layout of output port 0) along the
+    /// parameter direction `dir` (shaped like the registry's gradient): one linearized solve.
+    fn tangent(&mut self, dir: &Gradient, registry: &ParamRegistry) -> Result<Vec<f64>, RunError>;
+
+    /// H·dir, the Hessian of the field's objective terms applied to `dir`, added into
+    /// `rev.grad`: a tangent solve, then the adjoint of the linearized adjoint.
+    fn hessian_vector(&mut self, dir: &Gradient, rev: &mut Reverse) -> Result<(), RunError>;
 }

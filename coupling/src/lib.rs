@@ -14,6 +14,7 @@ pub mod error;
 pub mod field;
 pub mod fields;
 pub mod problem;
+pub mod second_order;
 pub mod shape;
 pub mod taylor;
 pub mod time;
@@ -21,10 +22,11 @@ mod time_cycle;
 
 pub use error::{LinearChoice, RunError};
 pub use field::{
-    CycleAdapt, CyclePlan, CycleStep, Dynamic, Field, Layout, OutputVjp, Port, Reverse, Seed,
-    SolveMode, StepChoice, StepInfo,
+    CycleAdapt, CyclePlan, CycleStep, Dynamic, Field, Layout, OutputVjp, Port, Reverse,
+    SecondOrder, Seed, SolveMode, StepChoice, StepInfo,
 };
 pub use problem::{
     CoupledProblem, CycleParams, CycleReport, CycleScheme, GradientTimings, Transfer,
 };
+pub use second_order::SecondOrderTaylor;
 pub use shape::Shape;

@@ -869,6 +869,12 @@ impl CoupledProblem {
     pub(crate) fn parts(&self) -> (&ParamRegistry, &Shape) {
         (&self.registry, &self.shape)
     }
+
+    /// Split borrows for a field's reverse products: the registry and shape beside the
+    /// mutable fields.
+    pub(crate) fn parts_and_fields(&mut self) -> (&ParamRegistry, &Shape, &mut [Box<dyn Field>]) {
+        (&self.registry, &self.shape, &mut self.fields)
+    }
 }
 
 /// a += b (b may be empty: nothing).

@@ -62,7 +62,8 @@ pub struct Morph {
 pub enum MorphError {
     #[error("morph '{name}': {message}")]
     Invalid { name: String, message: String },
-    #[error("{file}:{line}: {message}")]
+    /// A morph file's error at a row (`line` ≥ 1), or about the whole file (`line` 0).
+    #[error("{file}{}: {message}", if *line > 0 { format!(":{line}:1") } else { String::new() })]
     File { file: String, line: usize, message: String },
 }
 
@@ -134,7 +135,9 @@ pub fn piecewise_linear(knots: &[[f64; 2]], x: f64) -> f64 {
     a[1] + (b[1] - a[1]) * (x - a[0]) / (b[0] - a[0])
 }
 
-fn read_morph_csv(path: &Path, node_tags: &[u64]) -> Result<Vec<[f64; 3]>, MorphError> {
+/// Read a morph CSV: `node_tag, dx, dy, dz` rows (a header line and `#` comments skipped) into a
+/// displacement per node of `node_tags`; errors name the file and line.
+pub fn read_morph_csv(path: &Path, node_tags: &[u64]) -> Result<Vec<[f64; 3]>, MorphError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| MorphError::File {
         file: file.clone(),

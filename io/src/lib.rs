@@ -7,3 +7,4 @@ pub mod ansys;
 pub mod atomic;
 pub mod gmsh;
 pub mod h5;
+pub mod output_set;

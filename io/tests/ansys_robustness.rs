@@ -133,31 +133,58 @@ fn a_truncated_node_block_is_an_error() {
 }
 
 /// The standard header's word 27 is the file's length in words; MAPDL pads files past it to
-/// whole blocks. A file cut anywhere before that length is an error that says so, even where
-/// every record read so far is whole; one cut in the padding only reads as the whole file.
+/// whole blocks. A file cut before that length reads as far as its records are whole, with the
+/// shortfall recorded (the CLI warns, or refuses with `--strict`); a record past the cut, and a
+/// file whose opening records are cut, give an error that says the file is shorter than
+/// declared. A file cut in the padding only reads as the whole file.
 #[test]
-fn a_file_shorter_than_its_declared_length_is_refused() {
+fn a_file_shorter_than_its_declared_length_is_recorded() {
+    use gradfem_io::ansys::{AnsysError, Shortfall};
     for name in RST {
         let bytes = std::fs::read(data(name)).unwrap();
         let word = |i: usize| i32::from_le_bytes(bytes[8 + 4 * i..12 + 4 * i].try_into().unwrap());
         let declared = 4 * word(26) as usize;
         assert!(declared > bytes.len() / 2 && declared <= bytes.len(), "{name}: {declared}");
         let whole = RstFile::from_bytes(Path::new(name), bytes.clone()).unwrap();
+        assert_eq!(whole.shortfall, None);
         let padded_cut = RstFile::from_bytes(Path::new(name), bytes[..declared].to_vec()).unwrap();
+        assert_eq!(padded_cut.shortfall, None);
         // Bit for bit (unset degrees of freedom are NaN).
         let bits = |r: &RstFile| -> Vec<u64> {
             r.nodal_solution(1).unwrap().values.iter().map(|v| v.to_bits()).collect()
         };
         assert_eq!(bits(&padded_cut), bits(&whole), "{name}");
-        for cut in [declared - 4, declared * 99 / 100, declared / 2 + 3] {
-            let e = RstFile::from_bytes(Path::new(name), bytes[..cut].to_vec()).unwrap_err();
+        let says = |e: &AnsysError, cut: usize| {
             let msg = e.to_string();
             assert!(
-                matches!(e, gradfem_io::ansys::AnsysError::ShorterThanDeclared { .. })
+                matches!(e, AnsysError::ShorterThanDeclared { .. })
                     && msg.contains(&format!("declares {declared} bytes"))
                     && msg.contains(&format!("the file has {cut}")),
                 "{name} cut at {cut}: {msg}"
             );
+        };
+        // Cut inside the last word: everything before it is whole.
+        let cut = declared - 4;
+        let r = RstFile::from_bytes(Path::new(name), bytes[..cut].to_vec())
+            .unwrap_or_else(|e| panic!("{name} cut at {cut}: {e}"));
+        assert_eq!(r.shortfall, Some(Shortfall { declared: declared as u64, found: cut as u64 }));
+        says(&r.check_length().unwrap_err(), cut);
+        for cut in [declared * 99 / 100, declared / 2 + 3] {
+            match RstFile::from_bytes(Path::new(name), bytes[..cut].to_vec()) {
+                Ok(r) => {
+                    assert_eq!(
+                        r.shortfall,
+                        Some(Shortfall { declared: declared as u64, found: cut as u64 })
+                    );
+                    says(&r.check_length().unwrap_err(), cut);
+                    for set in 1..=r.result_sets.len() {
+                        if let Err(e) = r.nodal_solution(set) {
+                            says(&e, cut);
+                        }
+                    }
+                }
+                Err(e) => says(&e, cut),
+            }
         }
     }
 }

@@ -315,7 +315,7 @@ fn syntax_error(file: &str, r: Result<CdbArchive, AnsysError>) -> (usize, String
             let shown = e.to_string();
             let AnsysError::Syntax { file: f, line, message } = e else { unreachable!() };
             assert_eq!(f, PathBuf::from(file));
-            assert!(shown.starts_with(&format!("{file}:{line}: ")), "{shown}");
+            assert!(shown.starts_with(&format!("{file}:{line}:1: ")), "{shown}");
             (line, message)
         }
         other => panic!("expected a syntax error, got {other:?}"),

@@ -232,7 +232,7 @@ fn undefined_node_names_element_node_and_line() {
         ),
         "{e:?}"
     );
-    assert!(e.to_string().contains("bad.msh: line 13: element 8 refers to node 99"), "{e}");
+    assert!(e.to_string().contains("bad.msh:13:1: element 8 refers to node 99"), "{e}");
 }
 
 #[test]

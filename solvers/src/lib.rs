@@ -8,6 +8,7 @@ pub mod amg;
 pub mod assembly;
 pub mod cg;
 pub mod checkpoint;
+pub mod dense;
 pub mod error;
 pub mod graph;
 pub mod interrupt;
@@ -23,6 +24,7 @@ pub mod sparse;
 pub mod taylor;
 #[cfg(test)]
 pub(crate) mod test_matrices;
+pub mod trust;
 pub mod watch;
 
 pub use assembly::{AssemblyPattern, CONSTRAINED};

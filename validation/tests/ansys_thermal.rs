@@ -320,7 +320,8 @@ fn fourteen_point_rule_explains_the_difference() {
 fn initial_state_maps_by_node_number_on_the_same_mesh() {
     let rth = read_rst(&data("file.rth")).unwrap();
     let (unit, given) = file_unit(&rth);
-    let (t, info) = initial_temperature(&data("file.rth"), 1, &rth.mesh, given, "test").unwrap();
+    let (t, info) =
+        initial_temperature(&data("file.rth"), 1, &rth.mesh, given, "test", true).unwrap();
     assert_eq!(info.mapping, MappingKind::ByNodeNumber);
     assert_eq!(info.temperature_unit, Some(unit));
     let expected: Vec<f64> =
@@ -355,7 +356,8 @@ fn initial_state_interpolates_onto_another_mesh() {
     for tag in &mut target.node_tags {
         *tag += 1_000_000;
     }
-    let (t, info) = initial_temperature(&data("file.rth"), 1, &target, given, "test").unwrap();
+    let (t, info) =
+        initial_temperature(&data("file.rth"), 1, &target, given, "test", true).unwrap();
     assert_eq!(info.mapping, MappingKind::Interpolated);
     let lo = t_ref.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = t_ref.iter().copied().fold(f64::NEG_INFINITY, f64::max);

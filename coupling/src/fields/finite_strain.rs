@@ -35,8 +35,8 @@
 //!   that converged in at most `easy_iterations` Newton iterations the next one grows by
 //!   `grow_factor` (up to `max_increment`); an increment below `min_increment` is an error
 //!   ([`FiniteStrainSolveError::IncrementTooSmall`]) that names the step, the load factor, the
-//!   Newton iteration, the residual and the last failure (an inverted element with its cell tag,
-//!   centroid and det F).
+//!   last failure with its Newton iteration (an inverted element with its cell tag, centroid and
+//!   det F, say) and the residual norms of that last try.
 //!
 //! # Adjoint
 //!
@@ -232,7 +232,7 @@ impl Default for LoadStepParams {
 #[derive(Clone, Debug, PartialEq, Error)]
 pub enum IncrementFailure {
     /// An element inverted (or the law failed) at the predictor or at a Newton iterate.
-    #[error("Newton iteration {iteration}: {source}")]
+    #[error("Newton iteration {iteration}: {}", without_field_prefix(source))]
     Element {
         /// Newton iteration.
         iteration: usize,
@@ -276,6 +276,22 @@ pub enum IncrementFailure {
     },
 }
 
+/// An element error as part of a message that already says "finite strain".
+fn without_field_prefix(e: &FiniteStrainError) -> String {
+    let text = e.to_string();
+    text.strip_prefix("finite strain: ").map(str::to_string).unwrap_or(text)
+}
+
+/// `; residual norms of that try: [r₀, r₁, …]` (three significant digits), or nothing when
+/// the try failed before its first residual.
+fn residual_list(norms: &[f64]) -> String {
+    if norms.is_empty() {
+        return String::new();
+    }
+    let items: Vec<String> = norms.iter().map(|r| format!("{r:.3e}")).collect();
+    format!("; residual norms of that try: [{}]", items.join(", "))
+}
+
 impl IncrementFailure {
     fn iteration_and_residual(&self) -> (usize, f64) {
         match self {
@@ -297,6 +313,9 @@ impl IncrementFailure {
     }
 }
 
+/// A failed increment: why, and ‖R‖₂ at each Newton iterate of that try.
+type FailedTry = (IncrementFailure, Vec<f64>);
+
 /// Errors of a load-stepping solve or its gradient.
 #[derive(Debug, Error)]
 pub enum FiniteStrainSolveError {
@@ -305,9 +324,9 @@ pub enum FiniteStrainSolveError {
     Model(#[from] FiniteStrainError),
     /// The adaptive increment fell below the minimum.
     #[error(
-        "finite strain, load step {step} (load factor {load_factor:.6e}): increment \
-         {increment:.3e} is below the minimum after cut-backs; Newton iteration {iteration}, \
-         residual {residual:.3e}; last failure: {cause}"
+        "finite strain, load step {step} (load factor {load_factor:.6e}): the increment was cut \
+         to {increment:.3e}, below the minimum; the last try failed in {cause}{}",
+        residual_list(residuals)
     )]
     IncrementTooSmall {
         /// Requested step (1-based).
@@ -322,6 +341,8 @@ pub enum FiniteStrainSolveError {
         residual: f64,
         /// The last failure.
         cause: Box<IncrementFailure>,
+        /// ‖R‖₂ of the last try at each of its Newton iterations, from the predictor on.
+        residuals: Vec<f64>,
     },
     /// The adjoint's linear solve failed.
     #[error("finite strain, adjoint of load step {step}: {source}")]
@@ -1135,7 +1156,7 @@ impl FiniteStrainProblem {
                     state = EquilibriumState { load: s, u, slope, tangent, next_increment: inc };
                     tracing::debug!(step = k + 1, load = s, iterations, "finite strain increment");
                 }
-                Err(failure) => {
+                Err((failure, residuals)) => {
                     info.cut_backs += 1;
                     if failure.is_indefinite_tangent() {
                         indefinite += 1;
@@ -1151,6 +1172,7 @@ impl FiniteStrainProblem {
                             iteration,
                             residual,
                             cause: Box::new(failure),
+                            residuals,
                         });
                     }
                     info.failures.push(failure);
@@ -1204,6 +1226,18 @@ impl FiniteStrainProblem {
         u: &mut Vec<f64>,
         s: f64,
         allow_lu: bool,
+    ) -> Result<(usize, Option<Vec<f64>>), FailedTry> {
+        let mut residuals = Vec::new();
+        self.newton_iterations(u, s, allow_lu, &mut residuals).map_err(|f| (f, residuals))
+    }
+
+    /// [`Self::newton_increment`]'s iterations; `residuals` receives ‖R‖₂ of each iterate.
+    fn newton_iterations(
+        &self,
+        u: &mut Vec<f64>,
+        s: f64,
+        allow_lu: bool,
+        residuals: &mut Vec<f64>,
     ) -> Result<(usize, Option<Vec<f64>>), IncrementFailure> {
         let np = &self.params.newton;
         let m = &self.model;
@@ -1226,6 +1260,7 @@ impl FiniteStrainProblem {
         let mut r = vec![0.0; n];
         self.assemble(&mut work, u, s, &mut r, true).map_err(element(0))?;
         let norm0 = norm2(&r);
+        residuals.push(norm0);
         let tol = np.abs_tol.max(np.rel_tol * norm0.max(force));
         let mut norm = norm0;
         let mut du = vec![0.0; n];
@@ -1280,6 +1315,7 @@ impl FiniteStrainProblem {
                             *u = ut;
                             std::mem::swap(&mut r, &mut r_trial);
                             norm = t;
+                            residuals.push(t);
                             have_tangent = with_tangent;
                             break;
                         }

@@ -24,7 +24,8 @@ use serde::Serialize;
 use crate::cell::CellKernels;
 use crate::error::{LinearChoice, RunError};
 use crate::field::{
-    CyclePlan, Dynamic, Field, Layout, Port, Reverse, Seed, SolveMode, StepChoice, StepInfo,
+    CyclePlan, Dynamic, Field, Layout, Port, Reverse, SecondOrder, Seed, SolveMode, StepChoice,
+    StepInfo,
 };
 use crate::fields::thermal_transient::ThermalTransient;
 
@@ -452,6 +453,136 @@ impl ThermalField {
     }
 }
 
+impl ThermalField {
+    /// The parameter direction `dir` (registry layout) in the model's terms, with the fixed
+    /// nodes' temperature changes of registered fixed temperatures.
+    fn thermal_direction(&self, dir: &Gradient) -> gradfem_thermal::ThermalDirection {
+        let mut d = gradfem_thermal::ThermalDirection::zeros(&self.model);
+        let owner = self.model.fixed_owner();
+        for (id, binding) in &self.bindings {
+            let v = dir.get(*id);
+            match *binding {
+                Binding::RegionK(r) => {
+                    for &e in &self.model.regions[r].elements {
+                        d.k_elem[e] += v[0];
+                    }
+                }
+                Binding::ElementK(r) => {
+                    for (&e, vi) in self.model.regions[r].elements.iter().zip(v) {
+                        d.k_elem[e] += vi;
+                    }
+                }
+                Binding::Source(r) => d.source[r] += v[0],
+                Binding::BcTemperature(b) => {
+                    for (n, o) in owner.iter().enumerate() {
+                        if *o == Some(b) {
+                            d.temperature[n] += v[0];
+                        }
+                    }
+                }
+                Binding::BcH(b) => d.h[b] += v[0],
+                Binding::BcTInf(b) => d.t_inf[b] += v[0],
+                Binding::BcFlux(b) => d.q_in[b] += v[0],
+            }
+        }
+        d
+    }
+
+    /// Refuse what the second-order products do not cover yet.
+    fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
+        if self.transient.is_some() {
+            return Err(RunError::Setup(
+                "thermal: Hessian-vector products of transient problems are not available yet"
+                    .into(),
+            ));
+        }
+        if wants_coordinates {
+            return Err(RunError::Setup(
+                "thermal: Hessian-vector products with respect to node coordinates (shape \
+                 parameters) are not available yet; register material, source and boundary \
+                 parameters"
+                    .into(),
+            ));
+        }
+        if self.model.external_source().is_some() {
+            return Err(RunError::Setup(
+                "thermal: Hessian-vector products of a thermal field fed by another field \
+                 (Joule heat) are not available yet"
+                    .into(),
+            ));
+        }
+        self.temperature.as_deref().ok_or_else(|| RunError::Setup("solve first".into()))
+    }
+
+    /// The tangent δT (every node) along the model direction `d` whose temperature part holds
+    /// the fixed nodes' changes: K δu = −(dR/dε) on the free rows, fixed nodes as given.
+    fn tangent_of(
+        &mut self,
+        t: &[f64],
+        d: &gradfem_thermal::ThermalDirection,
+    ) -> Result<Vec<f64>, RunError> {
+        let jvp = self.model.residual_jvp(t, d);
+        let mut rhs = self.model.dofs.gather(&jvp);
+        rhs.iter_mut().for_each(|v| *v = -*v);
+        if !rhs.is_empty() {
+            self.solver.solve_in_place(&mut rhs)?;
+        }
+        let mut dt = d.temperature.clone();
+        self.model.dofs.scatter(&rhs, &mut dt);
+        Ok(dt)
+    }
+}
+
+impl SecondOrder for ThermalField {
+    fn tangent(&mut self, dir: &Gradient, _registry: &ParamRegistry) -> Result<Vec<f64>, RunError> {
+        let t = self.check_second_order(false)?.to_vec();
+        let d = self.thermal_direction(dir);
+        self.tangent_of(&t, &d)
+    }
+
+    fn hessian_vector(&mut self, dir: &Gradient, rev: &mut Reverse) -> Result<(), RunError> {
+        // With L = J − λᵀR and Kᵀλ = ∂J/∂T, the gradient is ∂J/∂p − (∂R/∂p)ᵀλ; along the
+        // direction: K δT = −dR/dε, Kᵀ δλ = (∂²J/∂T²)δT − d/dε[(∂R/∂T)ᵀλ], and
+        // H·δp = −d/dε[(∂R/∂p)ᵀλ] − (∂R/∂p)ᵀδλ (+ the fixed temperatures' rows).
+        let t = self.check_second_order(rev.wants_coordinates())?.to_vec();
+        let t_bar = self.evaluate_objective(false)?.d_temperature;
+        let lambda = self.adjoint_solve_nodal(&t_bar)?;
+        let mut d = self.thermal_direction(dir);
+        d.temperature = self.tangent_of(&t, &d)?;
+        let (s_t, s_p) = self.model.second_order_vjp(&t, &lambda, &d);
+        let mut rhs2 = gradfem_thermal::objective::hessian_product(
+            &self.model,
+            &self.objective,
+            &t,
+            &d.temperature,
+        )?;
+        rhs2.iter_mut().zip(&s_t).for_each(|(r, s)| *r -= s);
+        let dlambda = self.adjoint_solve_nodal(&rhs2)?;
+        // −(∂R/∂p)ᵀδλ and the fixed temperatures' rows, as the first-order accumulation does.
+        self.accumulate(&dlambda, &rhs2, rev, &[])?;
+        for (id, binding) in &self.bindings {
+            let g = rev.grad.get_mut(*id);
+            match *binding {
+                Binding::RegionK(r) => {
+                    g[0] -=
+                        self.model.regions[r].elements.iter().map(|&e| s_p.k_elem[e]).sum::<f64>();
+                }
+                Binding::ElementK(r) => {
+                    for (gi, &e) in g.iter_mut().zip(&self.model.regions[r].elements) {
+                        *gi -= s_p.k_elem[e];
+                    }
+                }
+                Binding::Source(r) => g[0] -= s_p.source[r],
+                Binding::BcTemperature(_) => {}
+                Binding::BcH(b) => g[0] -= s_p.h[b],
+                Binding::BcTInf(b) => g[0] -= s_p.t_inf[b],
+                Binding::BcFlux(b) => g[0] -= s_p.q_in[b],
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Field for ThermalField {
     fn name(&self) -> &str {
         "thermal"
@@ -752,6 +883,10 @@ impl Field for ThermalField {
 
     fn dynamic_mut(&mut self) -> Option<&mut dyn Dynamic> {
         if self.transient.is_some() { Some(self as &mut dyn Dynamic) } else { None }
+    }
+
+    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+        Some(self)
     }
 
     fn as_any(&self) -> &dyn Any {

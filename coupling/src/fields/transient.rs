@@ -107,12 +107,24 @@ pub struct TransientSpec {
 pub enum TransientError {
     #[error(transparent)]
     Thermal(#[from] ThermalError),
-    #[error("transient thermal, step {step} (t = {time:.6e} s): {source}")]
+    /// A linear solve of the step from t_k (`step` = k) to `time` failed; shown 1-based.
+    #[error("transient thermal, time step {} (to t = {time:.6e} s): {source}", step + 1)]
     Solver { step: usize, time: f64, source: SolverError },
+    /// Newton did not converge in the step from t_k (`step` = k) to `time`; shown 1-based,
+    /// with ‖F‖₂ of every iterate.
     #[error(
-        "transient thermal, step {step} (t = {time:.6e} s): Newton did not converge in {iterations} iterations (residual {residual:.3e}, initial {initial:.3e})"
+        "transient thermal, time step {} (to t = {time:.6e} s): Newton did not converge in {iterations} iterations (residual {residual:.3e}, initial {initial:.3e}); residual norms: [{}]",
+        step + 1,
+        residuals.iter().map(|r| format!("{r:.3e}")).collect::<Vec<_>>().join(", ")
     )]
-    NoConvergence { step: usize, time: f64, iterations: usize, residual: f64, initial: f64 },
+    NoConvergence {
+        step: usize,
+        time: f64,
+        iterations: usize,
+        residual: f64,
+        initial: f64,
+        residuals: Vec<f64>,
+    },
     #[error("transient thermal: {what} must be {requirement}, got {value}")]
     InvalidValue { what: String, requirement: &'static str, value: f64 },
     #[error("transient thermal: {0}")]
@@ -844,6 +856,7 @@ impl<'p> Stepper<'p> {
         let mut w = vec![0.0; v.len()];
         let mut mw = vec![0.0; v.len()];
         let mut initial = 0.0;
+        let mut residuals = Vec::new();
         for it in 0.. {
             if self.linear && it == 1 {
                 // R is affine: one Newton step from any guess solves F = 0 (to rounding).
@@ -860,6 +873,7 @@ impl<'p> Stepper<'p> {
                 f[i] = mw[i] + theta * f[i] + if theta < 1.0 { (1.0 - theta) * rk[i] } else { 0.0 };
             }
             let norm = f.iter().map(|x| x * x).sum::<f64>().sqrt();
+            residuals.push(norm);
             if it == 0 {
                 initial = norm;
             }
@@ -873,6 +887,7 @@ impl<'p> Stepper<'p> {
                     iterations: it,
                     residual: norm,
                     initial,
+                    residuals,
                 });
             }
             let solver = self.factor(k, dt, &t)?;

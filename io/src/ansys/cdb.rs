@@ -402,7 +402,7 @@ fn read_eblock(
         && n != count
     {
         tracing::warn!(
-            "{}:{}: EBLOCK announces {n} elements and holds {count}",
+            "{}:{}:1: EBLOCK announces {n} elements and holds {count}",
             path.display(),
             start + 1
         );
@@ -588,7 +588,7 @@ pub fn read_cdb_bytes(path: &Path, data: &[u8]) -> Result<CdbArchive, AnsysError
                     "NODE" => components.push((name, false, vals, start)),
                     other => {
                         tracing::warn!(
-                            "{}:{}: CMBLOCK of {other} ignored",
+                            "{}:{}:1: CMBLOCK of {other} ignored",
                             path.display(),
                             start + 1
                         );

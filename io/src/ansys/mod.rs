@@ -83,7 +83,7 @@ pub use order::{
     ElementKind, ElementRecord, HEX20_FROM_ANSYS, TET10_FROM_ANSYS, TET10_FROM_ANSYS_HEX20,
     element_kind,
 };
-pub use rst::{NodalSolution, ResultSet, RstFile, RstHeader, dof_name, read_rst};
+pub use rst::{NodalSolution, ResultSet, RstFile, RstHeader, Shortfall, dof_name, read_rst};
 
 use std::path::PathBuf;
 
@@ -121,7 +121,7 @@ pub enum AnsysError {
     #[error("{file}: no result set {set}; the file has {available} (1-based)")]
     NoSuchSet { file: PathBuf, set: usize, available: usize },
     /// A syntax error in an archive (`.cdb`).
-    #[error("{file}:{line}: {message}")]
+    #[error("{file}:{line}:1: {message}")]
     Syntax { file: PathBuf, line: usize, message: String },
 }
 

@@ -147,6 +147,39 @@ pub struct RstFile {
     data: FileBytes,
     /// Mesh node index of each entry of `solution_nodes` (`u32::MAX` if absent).
     sol_index: Vec<u32>,
+    /// Set when the file is shorter than the length its standard header declares (word 27):
+    /// a cut copy or an interrupted write, read as far as its records are whole. Records past
+    /// the cut are errors when they are read.
+    pub shortfall: Option<Shortfall>,
+}
+
+/// An error met reading a file that is shorter than declared, told as that where it comes
+/// from the cut: a record that runs past the end, or a pointer into the missing part.
+fn cut_short(e: AnsysError, s: &Shortfall, path: &Path) -> AnsysError {
+    let from_the_cut = match &e {
+        AnsysError::Truncated { .. } => true,
+        AnsysError::PointerOutOfRange { pointer, .. } => pointer.saturating_mul(4) < s.declared,
+        _ => false,
+    };
+    if from_the_cut {
+        AnsysError::ShorterThanDeclared {
+            file: path.to_path_buf(),
+            declared: s.declared,
+            found: s.found,
+        }
+    } else {
+        e
+    }
+}
+
+/// How much of a result file is missing: the length its standard header declares and the
+/// length found, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// Bytes the standard header declares (word 27, in 4-byte words, times 4).
+    pub declared: u64,
+    /// Bytes the file has.
+    pub found: u64,
 }
 
 /// The file's bytes; `Debug` prints only their count.
@@ -225,8 +258,26 @@ fn units_name(u: i32) -> &'static str {
 }
 
 impl RstFile {
-    /// Decode a result file held in memory (`path` is used in errors only).
+    /// Decode a result file held in memory (`path` is used in errors only). A file shorter
+    /// than its header declares reads as far as its records are whole, with
+    /// [`RstFile::shortfall`] set; where a record needed to open it lies past the cut, the
+    /// error is [`AnsysError::ShorterThanDeclared`].
     pub fn from_bytes(path: &Path, data: Vec<u8>) -> Result<RstFile, AnsysError> {
+        let found = data.len() as u64;
+        let declared = Bytes { data: &data, file: path }
+            .ints(0)
+            .ok()
+            .filter(|(h, _)| h.len() >= 100)
+            .map(|(h, _)| 4 * u64::from(h[26].max(0) as u32));
+        Self::decode(path, data).map_err(|e| match declared {
+            Some(declared) if found < declared => {
+                cut_short(e, &Shortfall { declared, found }, path)
+            }
+            _ => e,
+        })
+    }
+
+    fn decode(path: &Path, data: Vec<u8>) -> Result<RstFile, AnsysError> {
         let b = Bytes { data: &data, file: path };
         // Standard header.
         let (std_h, _) = b.ints(0)?;
@@ -234,15 +285,12 @@ impl RstFile {
             return Err(b.bad(0, format!("standard header has {} words, not 100", std_h.len())));
         }
         // Word 27 of the standard header is the file's length in 4-byte words; MAPDL pads the
-        // file beyond it to whole blocks, so a longer file is normal and a shorter one cut.
+        // file beyond it to whole blocks, so a longer file is normal and a shorter one cut. A
+        // cut file is read as far as its records are whole and the shortfall recorded: the
+        // caller decides whether that is a warning or an error (`RstFile::check_length`).
         let declared = 4 * u64::from(std_h[26].max(0) as u32);
-        if (data.len() as u64) < declared {
-            return Err(AnsysError::ShorterThanDeclared {
-                file: path.to_path_buf(),
-                declared,
-                found: data.len() as u64,
-            });
-        }
+        let shortfall = ((data.len() as u64) < declared)
+            .then_some(Shortfall { declared, found: data.len() as u64 });
         let fun = std_h[0];
         if fun != 12 {
             return Err(AnsysError::UnsupportedFormat {
@@ -468,7 +516,19 @@ impl RstFile {
             solution_nodes,
             data: FileBytes(data),
             sol_index,
+            shortfall,
         })
+    }
+
+    /// The error that says the file is shorter than its header declares, if it is (see
+    /// [`RstFile::shortfall`]): for callers that refuse such a file (`--strict`).
+    pub fn check_length(&self) -> Result<(), AnsysError> {
+        match self.shortfall {
+            Some(Shortfall { declared, found }) => {
+                Err(AnsysError::ShorterThanDeclared { file: self.path.clone(), declared, found })
+            }
+            None => Ok(()),
+        }
     }
 
     /// Total size of the file in bytes.
@@ -479,6 +539,13 @@ impl RstFile {
     /// The nodal DOF solution of result set `set` (1-based): values for every mesh node, in
     /// mesh node order (see [`NodalSolution`]).
     pub fn nodal_solution(&self, set: usize) -> Result<NodalSolution, AnsysError> {
+        self.nodal_solution_of(set).map_err(|e| match &self.shortfall {
+            Some(s) => cut_short(e, s, &self.path),
+            None => e,
+        })
+    }
+
+    fn nodal_solution_of(&self, set: usize) -> Result<NodalSolution, AnsysError> {
         let b = Bytes { data: &self.data.0, file: &self.path };
         let rs = self.set(set)?;
         let (sh, _) = b.ints(rs.pointer)?;

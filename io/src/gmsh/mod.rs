@@ -91,8 +91,10 @@ pub enum Position {
 impl fmt::Display for Position {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Position::Line(l) => write!(f, "line {l}"),
-            Position::Offset(o) => write!(f, "byte offset {o}"),
+            // Appended to the file name: `file:line:col` like every located error of gradfem
+            // (the column of a whole line is 1), `file: byte offset n` in a binary file.
+            Position::Line(l) => write!(f, ":{l}:1"),
+            Position::Offset(o) => write!(f, ": byte offset {o}"),
         }
     }
 }
@@ -109,7 +111,7 @@ pub enum GmshError {
         source: std::io::Error,
     },
     /// Malformed ASCII content (a bad number, a missing keyword, ...).
-    #[error("{file}:{line}: {message}")]
+    #[error("{file}:{line}:1: {message}")]
     Syntax { file: String, line: usize, message: String },
     /// Malformed content of a binary file.
     #[error("{file}: at byte offset {offset}: {message}")]
@@ -119,26 +121,24 @@ pub enum GmshError {
     UnsupportedVersion { file: String, version: String },
     /// An element type that gradfem has no [`CellType`] for.
     #[error(
-        "{file}: {position}: gmsh element type {gmsh_type} is not supported (gradfem reads types \
+        "{file}{position}: gmsh element type {gmsh_type} is not supported (gradfem reads types \
          1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 12, 15, 16, 17)"
     )]
     UnknownElementType { file: String, position: Position, gmsh_type: i64 },
     /// An element refers to a node tag that no `$Nodes` section defines.
     #[error(
-        "{file}: {position}: element {element_tag} refers to node {node_tag}, which is not \
+        "{file}{position}: element {element_tag} refers to node {node_tag}, which is not \
          defined in $Nodes"
     )]
     UndefinedNode { file: String, position: Position, element_tag: u64, node_tag: u64 },
     /// The same node tag is defined twice (position: the `$Nodes` section).
-    #[error("{file}: {position}: node tag {node_tag} is defined twice")]
+    #[error("{file}{position}: node tag {node_tag} is defined twice")]
     DuplicateNode { file: String, position: Position, node_tag: u64 },
     /// The file ends before something it announced.
-    #[error("{file}: {position}: the file ends while reading {expected}")]
+    #[error("{file}{position}: the file ends while reading {expected}")]
     Truncated { file: String, position: Position, expected: String },
     /// A section header announces a different number of items than the section holds.
-    #[error(
-        "{file}: {position}: {what}: the header announces {declared}, the section holds {found}"
-    )]
+    #[error("{file}{position}: {what}: the header announces {declared}, the section holds {found}")]
     CountMismatch { file: String, position: Position, what: String, declared: u64, found: u64 },
     /// [`write_msh41`] was given a mesh that fails [`Mesh::validate`].
     #[error("{}: cannot write an inconsistent mesh: {message}", path.display())]

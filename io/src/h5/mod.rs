@@ -102,7 +102,7 @@ use hdf5_pure::{AttrValue, FileBuilder, GroupBuilder};
 
 use crate::atomic::{write_atomic, write_bytes_atomic};
 
-pub use read::{ResultsData, read_dataset_f64, read_results};
+pub use read::{ResultsData, read_dataset_f64, read_results, read_results_bytes};
 pub use vtk_order::{vtk_node_order, xdmf_topology};
 
 /// The `format` attribute of the root group of a results file.

@@ -37,6 +37,16 @@ pub fn read_results(path: &Path) -> Result<ResultsData, H5Error> {
     Reader { path: h5_path, file }.read()
 }
 
+/// Read a results file from its bytes (`path` names it in errors); the same checks as
+/// [`read_results`]. For callers that hold the file in memory, and for the fuzz target.
+pub fn read_results_bytes(path: &Path, bytes: Vec<u8>) -> Result<ResultsData, H5Error> {
+    let file = File::from_bytes(bytes).map_err(|e| match e {
+        hdf5_pure::Error::Io(source) => H5Error::Io { path: path.to_path_buf(), source },
+        source => H5Error::Hdf5 { path: path.to_path_buf(), object: "/".into(), source },
+    })?;
+    Reader { path: path.to_path_buf(), file }.read()
+}
+
 /// One floating-point dataset of any HDF5 file (not only a results file): its values in
 /// row-major order and its shape. The element type must be f64; a missing object or another
 /// type is an error naming the file and the object.

@@ -58,7 +58,7 @@ pub enum HomogeneousError {
         lateral: f64,
     },
     /// A data file could not be read.
-    #[error("cannot read {path:?}: {message}")]
+    #[error("{}: cannot read: {message}", path.display())]
     Io {
         /// File.
         path: PathBuf,
@@ -66,7 +66,7 @@ pub enum HomogeneousError {
         message: String,
     },
     /// A data line is malformed.
-    #[error("{path:?} line {line}: {message}")]
+    #[error("{}:{line}:1: {message}", path.display())]
     Parse {
         /// File.
         path: PathBuf,

@@ -9,9 +9,11 @@
 pub mod law;
 pub mod model;
 pub mod objective;
+pub mod second_order;
 
 pub use law::{ConductivityLaw, heat_flux};
 pub use model::{
     BcKind, BcSpec, HeatBalance, ParameterVjp, RegionSpec, ThermalError, ThermalModel, VjpRequest,
 };
 pub use objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm};
+pub use second_order::ThermalDirection;

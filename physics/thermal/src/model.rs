@@ -153,12 +153,12 @@ struct ElemBlock {
 
 /// The parameters a kernel evaluation uses.
 #[derive(Clone, Copy, Debug)]
-struct KernelParams {
-    k0: f64,
-    source: f64,
-    h: f64,
-    t_inf: f64,
-    q_in: f64,
+pub(crate) struct KernelParams {
+    pub(crate) k0: f64,
+    pub(crate) source: f64,
+    pub(crate) h: f64,
+    pub(crate) t_inf: f64,
+    pub(crate) q_in: f64,
     /// Include the external per-point source (Joule heat), if one is set.
     external: bool,
 }
@@ -266,13 +266,13 @@ pub struct ThermalModel {
     node_tags: Vec<u64>,
     blocks: Vec<ElemBlock>,
     elem_block: Vec<u8>,
-    elem_tag: Vec<u32>,
+    pub(crate) elem_tag: Vec<u32>,
     elem_offsets: Vec<usize>,
     elem_nodes: Vec<usize>,
     elem_dofs: Vec<usize>,
     elem_cell_tags: Vec<u64>,
     elem_cells: Vec<CellId>,
-    n_volume: usize,
+    pub(crate) n_volume: usize,
     /// Regions, in the order given.
     pub regions: Vec<Region>,
     /// Conductivity scale k₀ of each volume element.
@@ -1079,7 +1079,7 @@ impl ThermalModel {
         x
     }
 
-    fn params_of(&self, e: usize) -> KernelParams {
+    pub(crate) fn params_of(&self, e: usize) -> KernelParams {
         let mut p =
             KernelParams { k0: 0.0, source: 0.0, h: 0.0, t_inf: 0.0, q_in: 0.0, external: true };
         if e < self.n_volume {
@@ -1518,7 +1518,7 @@ impl ThermalModel {
 
     /// Per-node accumulation of per-element values, deterministic and bounded in memory
     /// ([`gradfem_kernel::scatter_chunked`]).
-    fn scatter_chunked(
+    pub(crate) fn scatter_chunked(
         &self,
         out: &mut [f64],
         width: usize,

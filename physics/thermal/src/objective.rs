@@ -456,6 +456,124 @@ pub fn evaluate(
     Ok(out)
 }
 
+/// Σₑ Σ_q w g″(T_q) (N·δT) N_a over elements `els`: the second-derivative part of the
+/// directional derivative of [`integrate`]'s ∂/∂T, summed in element order.
+fn integrate_curvature(
+    model: &ThermalModel,
+    els: &[usize],
+    t: &[f64],
+    dt: &[f64],
+    g2: &(dyn Fn(f64) -> f64 + Sync),
+) -> Vec<f64> {
+    let locals: Vec<Vec<f64>> = els
+        .par_iter()
+        .map(|&e| {
+            let tab = model.element_table(e);
+            let nodes = model.element_nodes(e);
+            let nn = nodes.len();
+            let x = model.element_coordinates(e);
+            let mut grads = vec![[0.0; 3]; nn];
+            let mut out = vec![0.0; nn];
+            for q in 0..tab.n_points() {
+                let det = geometry::physical_gradients_into(3, tab.grad(q), &x, &mut grads);
+                let w = tab.weights[q] * det;
+                let n = tab.shape(q);
+                let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
+                let dq: f64 = (0..nn).map(|a| n[a] * dt[nodes[a]]).sum();
+                let c = w * g2(tq) * dq;
+                for a in 0..nn {
+                    out[a] += c * n[a];
+                }
+            }
+            out
+        })
+        .collect();
+    let mut total = vec![0.0; model.n_nodes()];
+    for (l, &e) in locals.iter().zip(els) {
+        for (a, &n) in model.element_nodes(e).iter().enumerate() {
+            total[n] += l[a];
+        }
+    }
+    total
+}
+
+/// The objective's Hessian with respect to the nodal temperatures applied to `dt`:
+/// (∂²J/∂T²) δT at every node, for the second-order adjoint. Terms linear in T (point values,
+/// averages, cotangents) contribute nothing; node coordinates are held fixed.
+pub fn hessian_product(
+    model: &ThermalModel,
+    terms: &[ObjectiveTerm],
+    t: &[f64],
+    dt: &[f64],
+) -> Result<Vec<f64>, ThermalError> {
+    let mut out = vec![0.0; model.n_nodes()];
+    for term in terms {
+        let w = term.weight;
+        match &term.kind {
+            ObjectiveKind::Point { .. }
+            | ObjectiveKind::Average { .. }
+            | ObjectiveKind::Linear { .. } => {}
+            ObjectiveKind::Misfit { sensors } => {
+                for s in sensors {
+                    let loc = locate(model, [s[0], s[1], s[2]])?;
+                    let nodes = model.element_nodes(loc.element);
+                    let d: f64 = nodes.iter().zip(&loc.shape).map(|(&n, &sh)| sh * dt[n]).sum();
+                    for (&n, &sh) in nodes.iter().zip(&loc.shape) {
+                        out[n] += w * d * sh;
+                    }
+                }
+            }
+            ObjectiveKind::NodalSumSquares => {
+                for ((o, &v), &d) in out.iter_mut().zip(t).zip(dt) {
+                    if v.is_finite() {
+                        *o += w * 2.0 * d;
+                    }
+                }
+            }
+            ObjectiveKind::IntegralSquare { group } => {
+                let els = model.group_elements(group)?;
+                let c = integrate_curvature(model, els, t, dt, &|_| 2.0);
+                out.iter_mut().zip(&c).for_each(|(o, c)| *o += w * c);
+            }
+            ObjectiveKind::Peak { group, rho } => {
+                // ∂KS/∂Tᵢ = sᵢ (the softmax weights); ∂²KS δ = ρ (s ∘ δ − s (s·δ)).
+                let nodes = group_nodes(model, group)?;
+                let mut s = vec![0.0; model.n_nodes()];
+                ks_aggregate(&nodes, t, *rho, 1.0, &mut s);
+                let sd: f64 = nodes.iter().map(|&n| s[n] * dt[n]).sum();
+                for &n in &nodes {
+                    out[n] += w * rho * s[n] * (dt[n] - sd);
+                }
+            }
+            ObjectiveKind::Max { group, p } => {
+                // M = T_s (S/V)^{1/p} with S = ∫ (T/T_s)ᵖ; ∂M/∂T_a = M/p · S_a/S, so
+                // ∂²M δ = M/p [ (S·δ/S)(1/p − 1) S_a/S + (∂S_a δ)/S ], S·δ = Σ S_a δ_a.
+                let p = *p;
+                let els = model.group_elements(group)?;
+                let ts = t.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+                let ts = if ts > 0.0 && ts.is_finite() { ts } else { 1.0 };
+                let parts = integrate(
+                    model,
+                    els,
+                    t,
+                    &|v| ((v / ts).powf(p), p / ts * (v / ts).powf(p - 1.0)),
+                    false,
+                );
+                let (s_int, vol) = (parts.value, parts.volume);
+                let m = ts * (s_int / vol).powf(1.0 / p);
+                let curvature = integrate_curvature(model, els, t, dt, &|v| {
+                    p * (p - 1.0) / (ts * ts) * (v / ts).powf(p - 2.0)
+                });
+                let s_dot: f64 = parts.d_value_t.iter().zip(dt).map(|(a, b)| a * b).sum();
+                for ((o, sa), ca) in out.iter_mut().zip(&parts.d_value_t).zip(&curvature) {
+                    *o += w * m / p * ((s_dot / s_int) * (1.0 / p - 1.0) * sa / s_int + ca / s_int);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -589,5 +707,41 @@ mod tests {
         let t = hot_spot(&m);
         let err = evaluate(&m, &peak_term(0.0), &t, false).unwrap_err().to_string();
         assert!(err.contains("rho") && err.contains("domain"), "{err}");
+    }
+
+    /// (∂²J/∂T²)δT of every kind of term against central differences of ∂J/∂T.
+    #[test]
+    fn hessian_products_match_differences_of_the_gradient() {
+        let m = model();
+        let t = hot_spot(&m);
+        let n = m.n_nodes();
+        let dt: Vec<f64> = (0..n).map(|i| 3.0 * ((i as f64) * 0.77).sin()).collect();
+        let kinds = vec![
+            ObjectiveKind::Point { point: [0.4, 0.3, 0.2] },
+            ObjectiveKind::Average { group: "domain".into() },
+            ObjectiveKind::Max { group: "domain".into(), p: 8.0 },
+            ObjectiveKind::Peak { group: "domain".into(), rho: 0.2 },
+            ObjectiveKind::IntegralSquare { group: "domain".into() },
+            ObjectiveKind::Misfit { sensors: vec![[0.5, 0.3, 0.2, 310.0], [0.9, 0.1, 0.4, 305.0]] },
+            ObjectiveKind::NodalSumSquares,
+        ];
+        for kind in kinds {
+            let terms = vec![ObjectiveTerm { weight: 1.7, kind: kind.clone() }];
+            let hd = hessian_product(&m, &terms, &t, &dt).unwrap();
+            let h = 1e-4;
+            let tp: Vec<f64> = t.iter().zip(&dt).map(|(a, b)| a + h * b).collect();
+            let tm: Vec<f64> = t.iter().zip(&dt).map(|(a, b)| a - h * b).collect();
+            let gp = evaluate(&m, &terms, &tp, false).unwrap().d_temperature;
+            let gm = evaluate(&m, &terms, &tm, false).unwrap().d_temperature;
+            let scale = gp.iter().chain(&hd).fold(1e-12f64, |a, v| a.max(v.abs()));
+            for i in 0..n {
+                let fd = (gp[i] - gm[i]) / (2.0 * h);
+                assert!(
+                    (hd[i] - fd).abs() <= 1e-6 * scale,
+                    "{kind:?}, node {i}: {} vs {fd}",
+                    hd[i]
+                );
+            }
+        }
     }
 }

@@ -1,0 +1,361 @@
+//! Second-order products of the thermal residual, for tangent-linear solves and Hessian-vector
+//! products by the second-order adjoint.
+//!
+//! With the residual R(T, p) (every node's row; the fixed nodes' temperatures are part of T),
+//! a direction (δT, δp) and an adjoint λ:
+//!
+//! - [`ThermalModel::residual_jvp`] gives d/dε R(T + ε δT, p + ε δp), the right-hand side of the
+//!   tangent-linear solve;
+//! - [`ThermalModel::second_order_vjp`] gives the derivative along (δT, δp) of the two
+//!   vector-Jacobian products the adjoint uses, (∂R/∂T)ᵀλ and (∂R/∂p)ᵀλ: the terms the
+//!   second-order adjoint adds to its right-hand side and to the Hessian-vector product.
+//!
+//! Both come from dual numbers over [`ThermalModel::element_residual_generic`], so the
+//! conductivity law k(T) and every boundary term are differentiated exactly. External sources
+//! (Joule heat from a coupled electrical field) do not depend on T or p inside this field and
+//! drop out of both products.
+
+use num_dual::{Dual64, HyperDual64};
+use rayon::prelude::*;
+
+use crate::model::{BcKind, ParameterVjp, ThermalModel};
+
+/// A direction in the thermal model's temperatures and parameters, in the layout of
+/// [`ParameterVjp`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThermalDirection {
+    /// δT at every node (fixed nodes included: a fixed temperature that changes moves them).
+    pub temperature: Vec<f64>,
+    /// δk₀ per volume element.
+    pub k_elem: Vec<f64>,
+    /// δQ per region.
+    pub source: Vec<f64>,
+    /// δh per boundary condition (convection only).
+    pub h: Vec<f64>,
+    /// δT∞ per boundary condition (convection only).
+    pub t_inf: Vec<f64>,
+    /// δq_in per boundary condition (heat flux only).
+    pub q_in: Vec<f64>,
+}
+
+impl ThermalDirection {
+    /// The zero direction of `model`.
+    pub fn zeros(model: &ThermalModel) -> Self {
+        let nb = model.boundaries.len();
+        ThermalDirection {
+            temperature: vec![0.0; model.n_nodes()],
+            k_elem: vec![0.0; model.n_volume],
+            source: vec![0.0; model.regions.len()],
+            h: vec![0.0; nb],
+            t_inf: vec![0.0; nb],
+            q_in: vec![0.0; nb],
+        }
+    }
+
+    /// The same direction without its temperature part.
+    pub fn parameters_only(&self) -> Self {
+        ThermalDirection { temperature: vec![0.0; self.temperature.len()], ..self.clone() }
+    }
+}
+
+/// The element's parameters and their directions, in the order of the generic kernel's
+/// arguments: k₀, Q, h, T∞, q_in.
+fn element_parameters(model: &ThermalModel, e: usize, dir: &ThermalDirection) -> [(f64, f64); 5] {
+    let p = model.params_of(e);
+    let tag = model.elem_tag[e] as usize;
+    if e < model.n_volume {
+        [(p.k0, dir.k_elem[e]), (p.source, dir.source[tag]), (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]
+    } else {
+        [
+            (0.0, 0.0),
+            (0.0, 0.0),
+            (p.h, dir.h[tag]),
+            (p.t_inf, dir.t_inf[tag]),
+            (p.q_in, dir.q_in[tag]),
+        ]
+    }
+}
+
+/// Which of the five kernel parameters element `e` has (volume: k₀ and Q; a convection facet:
+/// h and T∞; a heat-flux facet: q_in; a fixed-temperature facet: none).
+fn used_parameters(model: &ThermalModel, e: usize) -> std::ops::Range<usize> {
+    if e < model.n_volume {
+        return 0..2;
+    }
+    match model.boundaries[model.elem_tag[e] as usize].kind {
+        BcKind::Convection { .. } => 2..4,
+        BcKind::HeatFlux { .. } => 4..5,
+        BcKind::Temperature { .. } => 0..0,
+    }
+}
+
+impl ThermalModel {
+    /// d/dε R(T + ε δT, p + ε δp) at every node: the residual's directional derivative (rows of
+    /// fixed nodes included; the caller keeps the rows it solves for).
+    pub fn residual_jvp(&self, t: &[f64], dir: &ThermalDirection) -> Vec<f64> {
+        let mut out = vec![0.0; self.n_nodes()];
+        self.scatter_chunked(&mut out, 1, |e, local| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let pars = element_parameters(self, e, dir);
+            if pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) && e >= self.n_volume {
+                return; // a facet without a flux term (fixed temperature)
+            }
+            let x: Vec<[Dual64; 3]> =
+                nodes.iter().map(|&n| self.coords[n].map(Dual64::from)).collect();
+            let te: Vec<Dual64> =
+                nodes.iter().map(|&n| Dual64::new(t[n], dir.temperature[n])).collect();
+            let d = |i: usize| Dual64::new(pars[i].0, pars[i].1);
+            let mut r = vec![Dual64::from(0.0); nn];
+            self.element_residual_generic(e, &x, &te, d(0), d(1), d(2), d(3), d(4), &mut r);
+            for (l, ri) in local.iter_mut().zip(&r) {
+                *l = ri.eps;
+            }
+        });
+        out
+    }
+
+    /// The derivative along (δT, δp) of (∂R/∂T)ᵀλ (per node, returned first) and of
+    /// (∂R/∂p)ᵀλ (in the layout of [`ParameterVjp`]; its `temperature` entries, the fixed
+    /// temperatures' products, are zero here: the fixed nodes' part of the first vector holds
+    /// them). `lambda` is given at every node (zero at fixed nodes).
+    pub fn second_order_vjp(
+        &self,
+        t: &[f64],
+        lambda: &[f64],
+        dir: &ThermalDirection,
+    ) -> (Vec<f64>, ParameterVjp) {
+        let n_el = self.n_elements();
+        // Per element: ∂²(λᵀrₑ)/∂z ∂(direction) for its nodal temperatures and its parameters.
+        let per_element: Vec<(Vec<f64>, [f64; 5])> = (0..n_el)
+            .into_par_iter()
+            .map(|e| {
+                let nodes = self.element_nodes(e);
+                let nn = nodes.len();
+                let mut state = vec![0.0; nn];
+                let mut params = [0.0; 5];
+                if nodes.iter().all(|&n| lambda[n] == 0.0) {
+                    return (state, params);
+                }
+                let pars = element_parameters(self, e, dir);
+                let used = used_parameters(self, e);
+                if e >= self.n_volume && pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) {
+                    return (state, params);
+                }
+                let x: Vec<[HyperDual64; 3]> =
+                    nodes.iter().map(|&n| self.coords[n].map(HyperDual64::from)).collect();
+                let mut r = vec![HyperDual64::from(0.0); nn];
+                // ε₁ carries the direction, ε₂ picks one variable: λᵀr's ε₁ε₂ part is that
+                // variable's row of the Hessian of λᵀrₑ times the direction.
+                let mut second = |pick: usize| -> f64 {
+                    let te: Vec<HyperDual64> = nodes
+                        .iter()
+                        .enumerate()
+                        .map(|(a, &n)| {
+                            let e2 = if pick == a { 1.0 } else { 0.0 };
+                            HyperDual64::new(t[n], dir.temperature[n], e2, 0.0)
+                        })
+                        .collect();
+                    let p = |i: usize| {
+                        let e2 = if pick == nn + i { 1.0 } else { 0.0 };
+                        HyperDual64::new(pars[i].0, pars[i].1, e2, 0.0)
+                    };
+                    self.element_residual_generic(e, &x, &te, p(0), p(1), p(2), p(3), p(4), &mut r);
+                    (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
+                };
+                for (a, s) in state.iter_mut().enumerate() {
+                    *s = second(a);
+                }
+                for i in used {
+                    params[i] = second(nn + i);
+                }
+                (state, params)
+            })
+            .collect();
+        let nb = self.boundaries.len();
+        let mut state = vec![0.0; self.n_nodes()];
+        let mut out = ParameterVjp {
+            k_elem: vec![0.0; self.n_volume],
+            source: vec![0.0; self.regions.len()],
+            h: vec![0.0; nb],
+            t_inf: vec![0.0; nb],
+            q_in: vec![0.0; nb],
+            temperature: vec![0.0; nb],
+            coords: None,
+        };
+        // Summed in element order: the result does not depend on the thread count.
+        for (e, (local, params)) in per_element.iter().enumerate() {
+            for (&n, v) in self.element_nodes(e).iter().zip(local) {
+                state[n] += v;
+            }
+            let tag = self.elem_tag[e] as usize;
+            if e < self.n_volume {
+                out.k_elem[e] += params[0];
+                out.source[tag] += params[1];
+            } else {
+                out.h[tag] += params[2];
+                out.t_inf[tag] += params[3];
+                out.q_in[tag] += params[4];
+            }
+        }
+        (state, out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BcSpec, ConductivityLaw, RegionSpec};
+    use gradfem_mesh::CellType;
+    use gradfem_mesh::generate::{BoxSpec, box_mesh};
+
+    /// A box with a nonlinear conductivity, a source, a fixed face, convection and a flux.
+    fn model() -> ThermalModel {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0, 0.6, 0.4],
+            divisions: [3, 2, 2],
+            cell_type: CellType::Hex8,
+        });
+        let law = ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![2e-3, 1e-5] };
+        ThermalModel::new(
+            &mesh,
+            &[RegionSpec { group: "domain".into(), k0: 3.0, source: 50.0, law }],
+            &[
+                BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 300.0 } },
+                BcSpec { group: "xmax".into(), kind: BcKind::Convection { h: 20.0, t_inf: 290.0 } },
+                BcSpec { group: "ymax".into(), kind: BcKind::HeatFlux { q_in: 40.0 } },
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A field of temperatures and a direction with every part non-zero.
+    fn state_and_direction(m: &ThermalModel) -> (Vec<f64>, Vec<f64>, ThermalDirection) {
+        let n = m.n_nodes();
+        let t: Vec<f64> = (0..n).map(|i| 300.0 + 7.0 * ((i as f64) * 0.37).sin()).collect();
+        let lambda: Vec<f64> = (0..n).map(|i| ((i as f64) * 0.91).cos()).collect();
+        let mut d = ThermalDirection::zeros(m);
+        for (i, v) in d.temperature.iter_mut().enumerate() {
+            *v = ((i as f64) * 1.3).sin();
+        }
+        for (i, v) in d.k_elem.iter_mut().enumerate() {
+            *v = 0.1 * ((i as f64) * 0.7).cos();
+        }
+        d.source.fill(3.0);
+        d.h[1] = 1.5;
+        d.t_inf[1] = -2.0;
+        d.q_in[2] = 4.0;
+        (t, lambda, d)
+    }
+
+    /// The model with its parameters moved by `s` along the direction's parameter part.
+    fn moved(m: &ThermalModel, d: &ThermalDirection, s: f64) -> ThermalModel {
+        let mut m2 = m.clone();
+        for (k, dk) in m2.k_elem.iter_mut().zip(&d.k_elem) {
+            *k += s * dk;
+        }
+        for (r, dq) in m2.regions.iter_mut().zip(&d.source) {
+            r.source += s * dq;
+        }
+        for (b, bc) in m2.boundaries.iter_mut().enumerate() {
+            match &mut bc.kind {
+                BcKind::Convection { h, t_inf } => {
+                    *h += s * d.h[b];
+                    *t_inf += s * d.t_inf[b];
+                }
+                BcKind::HeatFlux { q_in } => *q_in += s * d.q_in[b],
+                BcKind::Temperature { .. } => {}
+            }
+        }
+        m2
+    }
+
+    fn residual(m: &ThermalModel, t: &[f64]) -> Vec<f64> {
+        let mut r = vec![0.0; m.n_nodes()];
+        for e in 0..m.n_elements() {
+            let nodes = m.element_nodes(e);
+            let mut fe = vec![0.0; nodes.len()];
+            m.element_residual_tangent(e, t, None, &mut fe);
+            for (&n, v) in nodes.iter().zip(&fe) {
+                r[n] += v;
+            }
+        }
+        r
+    }
+
+    fn shifted(t: &[f64], d: &[f64], s: f64) -> Vec<f64> {
+        t.iter().zip(d).map(|(a, b)| a + s * b).collect()
+    }
+
+    #[test]
+    fn residual_jvp_matches_central_differences() {
+        let m = model();
+        let (t, _, d) = state_and_direction(&m);
+        let jvp = m.residual_jvp(&t, &d);
+        let h = 1e-5;
+        let rp = residual(&moved(&m, &d, h), &shifted(&t, &d.temperature, h));
+        let rm = residual(&moved(&m, &d, -h), &shifted(&t, &d.temperature, -h));
+        let scale = jvp.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for i in 0..jvp.len() {
+            let fd = (rp[i] - rm[i]) / (2.0 * h);
+            assert!((jvp[i] - fd).abs() <= 1e-6 * scale, "node {i}: {} vs {fd}", jvp[i]);
+        }
+    }
+
+    #[test]
+    fn second_order_vjp_matches_differences_of_the_first_order_products() {
+        let m = model();
+        let (t, lambda, d) = state_and_direction(&m);
+        let (state, params) = m.second_order_vjp(&t, &lambda, &d);
+        let want = VjpRequest {
+            conductivity: true,
+            source: true,
+            boundary: true,
+            temperature: false,
+            coords: false,
+        };
+        // (∂R/∂T)ᵀλ by columns of the element tangents, at a moved state and parameters.
+        let kt_lambda = |m: &ThermalModel, t: &[f64]| {
+            let mut out = vec![0.0; m.n_nodes()];
+            for e in 0..m.n_elements() {
+                let nodes = m.element_nodes(e);
+                let nn = nodes.len();
+                let (mut ke, mut fe) = (vec![0.0; nn * nn], vec![0.0; nn]);
+                m.element_residual_tangent(e, t, Some(&mut ke), &mut fe);
+                for a in 0..nn {
+                    for b in 0..nn {
+                        out[nodes[b]] += ke[a * nn + b] * lambda[nodes[a]];
+                    }
+                }
+            }
+            out
+        };
+        let h = 1e-5;
+        let (mp, mm) = (moved(&m, &d, h), moved(&m, &d, -h));
+        let (tp, tm) = (shifted(&t, &d.temperature, h), shifted(&t, &d.temperature, -h));
+        let (sp, sm) = (kt_lambda(&mp, &tp), kt_lambda(&mm, &tm));
+        let scale = state.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        assert!(scale > 0.0);
+        for i in 0..state.len() {
+            let fd = (sp[i] - sm[i]) / (2.0 * h);
+            assert!((state[i] - fd).abs() <= 1e-5 * scale, "node {i}: {} vs {fd}", state[i]);
+        }
+        let (vp, vm) = (mp.parameter_vjp(&tp, &lambda, want), mm.parameter_vjp(&tm, &lambda, want));
+        let check = |name: &str, got: &[f64], p: &[f64], q: &[f64]| {
+            let scale = got.iter().fold(1e-12f64, |a, v| a.max(v.abs()));
+            for i in 0..got.len() {
+                let fd = (p[i] - q[i]) / (2.0 * h);
+                assert!((got[i] - fd).abs() <= 1e-5 * scale, "{name}[{i}]: {} vs {fd}", got[i]);
+            }
+        };
+        check("k_elem", &params.k_elem, &vp.k_elem, &vm.k_elem);
+        check("source", &params.source, &vp.source, &vm.source);
+        check("h", &params.h, &vp.h, &vm.h);
+        check("t_inf", &params.t_inf, &vp.t_inf, &vm.t_inf);
+        check("q_in", &params.q_in, &vp.q_in, &vm.q_in);
+        assert!(params.h[1] != 0.0 && params.t_inf[1] != 0.0 && params.k_elem[0] != 0.0);
+    }
+
+    use crate::VjpRequest;
+}

@@ -1,0 +1,248 @@
+//! `gradfem hessian`: the exact Hessian of the objective over the registered parameters (one
+//! Hessian-vector product per entry, by the second-order adjoint), its eigen-decomposition, and
+//! for a sensor misfit the Laplace posterior of the parameters: covariance σ² H⁻¹, standard
+//! deviations, correlations and the eigen-directions the data do not determine, beside the
+//! Gauss–Newton approximation GᵀG (G the sensors' sensitivities, from tangent-linear solves)
+//! that least-squares fits usually report.
+//!
+//! The Hessian is analysed in scaled variables xᵢ = pᵢ/sᵢ (sᵢ the magnitude of the parameter)
+//! so that parameters of different units compare: an eigenvalue of the scaled Hessian is the
+//! curvature of J per relative change along its eigenvector.
+
+use serde::Serialize;
+
+use gradfem_solvers::dense::symmetric_eigen;
+use gradfem_solvers::params::ParamVector;
+use gradfem_thermal::ObjectiveKind;
+
+use crate::app::Problem;
+use crate::run::RunError;
+
+/// The most registered entries a dense Hessian is computed for (one product each).
+pub const MAX_DENSE_ENTRIES: usize = 400;
+
+/// One eigen-direction of the scaled Hessian.
+#[derive(Clone, Debug, Serialize)]
+pub struct Direction {
+    /// Its eigenvalue (curvature of J per relative change of the parameters, squared).
+    pub eigenvalue: f64,
+    /// The unit direction over the entries (in scaled variables).
+    pub vector: Vec<f64>,
+}
+
+/// The Laplace approximation of the posterior of the parameters of a sensor misfit.
+#[derive(Clone, Debug, Serialize)]
+pub struct Posterior {
+    /// The sensors' noise σ (the unit of the temperatures): given, or estimated as
+    /// √(2J/w / (m − n)) from the misfit at the optimum (m sensors, n entries).
+    pub noise: f64,
+    /// Whether `noise` was estimated from the residuals.
+    pub noise_estimated: bool,
+    /// The number of sensors.
+    pub sensors: usize,
+    /// Posterior covariance σ²/w · H⁻¹ (row-major over the entries, in the parameters' units).
+    pub covariance: Vec<Vec<f64>>,
+    /// √diag(covariance).
+    pub std_dev: Vec<f64>,
+    /// The correlation matrix of the covariance.
+    pub correlation: Vec<Vec<f64>>,
+    /// The Gauss–Newton approximation of the same: σ² (GᵀG)⁻¹.
+    pub gauss_newton_std_dev: Vec<f64>,
+    /// max |H − w GᵀG| / max |H| (in scaled variables): how far the fit is from the
+    /// linear-Gaussian case, where the two agree.
+    pub gauss_newton_difference: f64,
+}
+
+/// What `gradfem hessian` reports.
+#[derive(Clone, Debug, Serialize)]
+pub struct HessianReport {
+    /// The registered entries, in the order of the rows (a per-element field's entries as
+    /// `name[i]`).
+    pub entries: Vec<String>,
+    /// The parameters' values.
+    pub values: Vec<f64>,
+    /// The scale sᵢ of each entry (its magnitude; 1 where zero).
+    pub scale: Vec<f64>,
+    /// J.
+    pub objective: f64,
+    /// dJ/dp.
+    pub gradient: Vec<f64>,
+    /// d²J/dp², row-major (rows as arrays).
+    pub hessian: Vec<Vec<f64>>,
+    /// max |H − Hᵀ| / max |H|: the symmetry of the computed Hessian (round-off level).
+    pub asymmetry: f64,
+    /// Eigen-directions of the scaled Hessian S H S, smallest eigenvalue first.
+    pub eigen: Vec<Direction>,
+    /// Whether the Hessian is positive definite (every eigenvalue above 1e-12 of the largest).
+    pub positive_definite: bool,
+    /// For a sensor misfit: the Laplace posterior.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub posterior: Option<Posterior>,
+    /// Hessian-vector products computed.
+    pub hessian_products: usize,
+    /// Wall time of the products [s].
+    pub seconds: f64,
+}
+
+/// A single misfit term: its weight and sensors.
+fn misfit_term(problem: &Problem) -> Option<(f64, Vec<[f64; 4]>)> {
+    let terms = &problem.thermal().objective;
+    match terms.as_slice() {
+        [t] => match &t.kind {
+            ObjectiveKind::Misfit { sensors } => Some((t.weight, sensors.clone())),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The inverse of a symmetric positive definite matrix from its eigen-decomposition.
+fn inverse_from_eigen(values: &[f64], vectors: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let n = values.len();
+    (0..n)
+        .map(|i| {
+            (0..n)
+                .map(|j| (0..n).map(|k| vectors[k][i] * vectors[k][j] / values[k]).sum())
+                .collect()
+        })
+        .collect()
+}
+
+/// Compute the report: the dense Hessian by products, its eigen-directions and, for a sensor
+/// misfit, the Laplace posterior with noise `noise` (estimated from the residuals when `None`).
+/// `progress` sees the count of products done.
+pub fn compute(
+    problem: &mut Problem,
+    noise: Option<f64>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<HessianReport, RunError> {
+    let pv = ParamVector::all(problem.registry());
+    let n = pv.len();
+    if n == 0 {
+        return Err(RunError::Setup(
+            "`gradfem hessian` needs registered parameters ([parameters] register)".into(),
+        ));
+    }
+    if n > MAX_DENSE_ENTRIES {
+        return Err(RunError::Setup(format!(
+            "the dense Hessian of {n} entries would take {n} Hessian-vector products; \
+             `gradfem hessian` computes it for up to {MAX_DENSE_ENTRIES} (register fewer, or use \
+             the library's `hvp` for products along chosen directions)"
+        )));
+    }
+    if let Some(s) = noise
+        && !(s.is_finite() && s > 0.0)
+    {
+        return Err(RunError::Setup(format!("--noise {s}: the sensors' noise must be positive")));
+    }
+    let values = pv.gather(problem.registry());
+    let scale: Vec<f64> = values.iter().map(|v| if *v != 0.0 { v.abs() } else { 1.0 }).collect();
+    let (objective, grad, _) = problem.gradient()?;
+    let gradient = grad.flatten(&pv);
+    let started = std::time::Instant::now();
+    let hessian = problem.dense_hessian(|k| progress(k, n))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let h = |i: usize, j: usize| hessian[i * n + j];
+    let h_max = hessian.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(f64::MIN_POSITIVE);
+    let scaled: Vec<f64> = (0..n * n).map(|k| scale[k / n] * hessian[k] * scale[k % n]).collect();
+    let s_max = scaled.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(f64::MIN_POSITIVE);
+    let asymmetry = (0..n)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .fold(0.0f64, |a, (i, j)| a.max((h(i, j) - h(j, i)).abs()))
+        / h_max;
+    let eig = symmetric_eigen(&scaled, n);
+    let largest = eig.values.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    let positive_definite = eig.values.iter().all(|&v| v > 1e-12 * largest);
+    let eigen = eig
+        .values
+        .iter()
+        .zip(&eig.vectors)
+        .map(|(&eigenvalue, vector)| Direction { eigenvalue, vector: vector.clone() })
+        .collect();
+    let posterior = match misfit_term(problem) {
+        Some((weight, sensors)) if positive_definite => {
+            let m = sensors.len();
+            let (sigma, estimated) = match noise {
+                Some(s) => (s, false),
+                None if m > n => (((2.0 * objective / weight) / (m - n) as f64).sqrt(), true),
+                None => {
+                    return Err(RunError::Setup(format!(
+                        "{m} sensors for {n} parameter entries: the noise cannot be estimated \
+                         from the residuals; give it with --noise"
+                    )));
+                }
+            };
+            // C = σ²/w · H⁻¹ (J = w · ½ Σ r², the negative log-likelihood is Σ r²/(2σ²)).
+            let inv_scaled = inverse_from_eigen(&eig.values, &eig.vectors);
+            let factor = sigma * sigma / weight;
+            let covariance: Vec<Vec<f64>> = (0..n)
+                .map(|i| (0..n).map(|j| factor * scale[i] * inv_scaled[i][j] * scale[j]).collect())
+                .collect();
+            let std_dev: Vec<f64> = (0..n).map(|i| covariance[i][i].sqrt()).collect();
+            let correlation = (0..n)
+                .map(|i| {
+                    (0..n)
+                        .map(|j| (covariance[i][j] / (std_dev[i] * std_dev[j])).clamp(-1.0, 1.0))
+                        .collect()
+                })
+                .collect();
+            // Gauss–Newton: G = d(sensor values)/dp by one tangent solve per entry.
+            let thermal = problem.thermal();
+            let locations = sensors
+                .iter()
+                .map(|s| gradfem_thermal::objective::locate(&thermal.model, [s[0], s[1], s[2]]))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| RunError::Setup(format!("sensor misfit: {e}")))?;
+            let nodes: Vec<Vec<usize>> =
+                locations.iter().map(|l| thermal.model.element_nodes(l.element).to_vec()).collect();
+            let mut g = vec![vec![0.0; n]; m]; // scaled columns
+            let mut e = vec![0.0; n];
+            for j in 0..n {
+                e[j] = scale[j];
+                let dt = problem.tangent_flat(&e)?;
+                e[j] = 0.0;
+                for (s, (loc, nn)) in locations.iter().zip(&nodes).enumerate() {
+                    g[s][j] = nn.iter().zip(&loc.shape).map(|(&a, &sh)| sh * dt[a]).sum();
+                }
+            }
+            let gtg: Vec<f64> = (0..n * n)
+                .map(|k| (0..m).map(|s| g[s][k / n] * g[s][k % n]).sum::<f64>())
+                .collect();
+            let gauss_newton_difference =
+                (0..n * n).fold(0.0f64, |a, k| a.max((scaled[k] - weight * gtg[k]).abs())) / s_max;
+            let gn = symmetric_eigen(&gtg, n);
+            let gn_pd = gn.values.iter().all(|&v| v > 1e-12 * gn.values[n - 1].abs());
+            let gauss_newton_std_dev = if gn_pd {
+                let inv = inverse_from_eigen(&gn.values, &gn.vectors);
+                (0..n).map(|i| sigma * scale[i] * inv[i][i].sqrt()).collect()
+            } else {
+                vec![f64::NAN; n]
+            };
+            Some(Posterior {
+                noise: sigma,
+                noise_estimated: estimated,
+                sensors: m,
+                covariance,
+                std_dev,
+                correlation,
+                gauss_newton_std_dev,
+                gauss_newton_difference,
+            })
+        }
+        _ => None,
+    };
+    Ok(HessianReport {
+        entries: (0..n).map(|i| pv.entry_name(i)).collect(),
+        values,
+        scale,
+        objective,
+        gradient,
+        hessian: (0..n).map(|i| hessian[i * n..(i + 1) * n].to_vec()).collect(),
+        asymmetry,
+        eigen,
+        positive_definite,
+        posterior,
+        hessian_products: n,
+        seconds,
+    })
+}

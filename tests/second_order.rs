@@ -1,0 +1,384 @@
+//! Hessian-vector products by the second-order adjoint, through the library API: the
+//! second-order Taylor test (remainders at rate 3) for linear and nonlinear conduction with
+//! every kind of thermal parameter (scalar and per element, fixed temperatures included), the
+//! product against central differences of adjoint gradients, the symmetry of the dense
+//! Hessian, and the problems not covered yet refused with a message.
+
+use std::collections::BTreeMap;
+
+use gradfem::api::Simulation;
+use gradfem_solvers::taylor::random_direction_scaled;
+use rstest::rstest;
+
+/// A slab with a source, a fixed face, convection and a heat flux; `law` is the conductivity's
+/// temperature dependence, `objective` the `[[objective]]` table's body.
+/// `k` is the conductivity parameter registered: `thermal.k.domain` or the per-element
+/// `thermal.k_elem.domain`.
+fn problem(cell: &str, law: &str, objective: &str, k: &str) -> Simulation {
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.02, 0.01, 0.004], divisions = [5, 3, 2], cell = "{cell}" }}
+
+[[thermal.material]]
+group = "domain"
+k = 40.0
+source = 4.0e6
+{law}
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "zmax"
+kind = "convection"
+h = 800.0
+t_inf = 295.0
+
+[[thermal.bc]]
+group = "ymin"
+kind = "heat_flux"
+q_in = 2.0e4
+
+[[objective]]
+{objective}
+
+[parameters]
+register = ["{k}", "thermal.q.domain", "bc.zmax.h", "bc.zmax.t_inf",
+            "bc.ymin.flux", "bc.xmin.temperature"]
+
+[solver]
+rel_tol = 1e-13
+"#
+    );
+    Simulation::from_toml("slab.toml", &text).unwrap()
+}
+
+/// The smooth maximum with p = 8.
+const MAX8: &str = "kind = \"max\"\ngroup = \"domain\"\np = 8.0";
+
+const POLYNOMIAL: &str =
+    r#"law = { kind = "polynomial", t_ref = 300.0, coefficients = [-3.0e-3, 5.0e-6] }"#;
+
+#[rstest]
+#[case::linear_max("tet4", "", MAX8, "thermal.k_elem.domain")]
+#[case::nonlinear_max(
+    "hex8",
+    POLYNOMIAL,
+    "kind = \"max\"\ngroup = \"domain\"\np = 6.0",
+    "thermal.k.domain"
+)]
+#[case::nonlinear_average(
+    "tet10",
+    POLYNOMIAL,
+    "kind = \"average\"\ngroup = \"domain\"",
+    "thermal.k_elem.domain"
+)]
+#[case::nonlinear_peak(
+    "tet4",
+    POLYNOMIAL,
+    "kind = \"peak\"\ngroup = \"domain\"\nrho = 0.5",
+    "thermal.k.domain"
+)]
+#[case::nonlinear_integral_square(
+    "hex8",
+    POLYNOMIAL,
+    "kind = \"integral_square\"\ngroup = \"domain\"",
+    "thermal.k_elem.domain"
+)]
+fn second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] law: &str,
+    #[case] objective: &str,
+    #[case] k: &str,
+) {
+    let mut sim = problem(cell, law, objective, k);
+    let p = sim.parameter_vector();
+    let dir = random_direction_scaled(&p, 7);
+    let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
+    eprintln!("{cell} {objective}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    // The first-order remainders, at rate 2, are much larger: the curvature term matters.
+    assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
+}
+
+/// H·δp against central differences of adjoint gradients, entry by entry.
+#[test]
+fn hessian_vector_product_matches_differences_of_gradients() {
+    let mut sim = problem("tet4", POLYNOMIAL, MAX8, "thermal.k_elem.domain");
+    let p0 = sim.parameter_vector();
+    let dir = random_direction_scaled(&p0, 11);
+    let names = sim.registered();
+    let mut by_name = BTreeMap::new();
+    let mut at = 0;
+    for name in &names {
+        let n = sim.parameter(name).unwrap().len();
+        by_name.insert(name.clone(), dir[at..at + n].to_vec());
+        at += n;
+    }
+    let hv = sim.hvp(&by_name).unwrap();
+    let hv = sim.flatten(&hv);
+    let gradient_at = |sim: &mut Simulation, s: f64| {
+        let mut at = 0;
+        for name in &names {
+            let n = sim.parameter(name).unwrap().len();
+            let v: Vec<f64> = (0..n).map(|i| p0[at + i] + s * dir[at + i]).collect();
+            sim.set_parameter_values(name, &v).unwrap();
+            at += n;
+        }
+        let g = sim.gradient().unwrap();
+        sim.flatten(&g)
+    };
+    let h = 1e-4;
+    let gp = gradient_at(&mut sim, h);
+    let gm = gradient_at(&mut sim, -h);
+    for i in 0..hv.len() {
+        let fd = (gp[i] - gm[i]) / (2.0 * h);
+        let scale = hv[i].abs().max(fd.abs()).max(1e-300);
+        assert!(
+            (hv[i] - fd).abs()
+                <= 1e-5 * scale + 1e-9 * hv.iter().fold(0.0f64, |a, v| a.max(v.abs())),
+            "entry {i}: H·δp {} vs differences {fd}",
+            hv[i]
+        );
+    }
+}
+
+/// The dense Hessian of the scalar parameters is symmetric (a check that the tangent and the
+/// second-order adjoint are each other's transposes).
+#[test]
+fn dense_hessian_is_symmetric() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/nonlinear_conductivity.toml"),
+    )
+    .unwrap();
+    let mut sim = Simulation::from_toml("nonlinear_conductivity.toml", &text).unwrap();
+    let n = sim.parameter_vector().len();
+    let h = sim.hessian().unwrap();
+    let scale = h.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    assert!(scale > 0.0);
+    for i in 0..n {
+        for j in 0..i {
+            let (a, b) = (h[i * n + j], h[j * n + i]);
+            // Scaled by the entries' own rows and columns: the parameters differ by many
+            // orders of magnitude (k ~ 1e2, Q ~ 1e8).
+            let local = (h[i * n + i].abs() * h[j * n + j].abs()).sqrt().max(a.abs()).max(1e-300);
+            assert!((a - b).abs() <= 1e-8 * local, "H[{i}][{j}] = {a} but H[{j}][{i}] = {b}");
+        }
+    }
+}
+
+#[test]
+fn coupled_problems_are_refused_with_a_message() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/microactuator_electrothermal.toml");
+    let mut sim = Simulation::from_file(&path).unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("one field") && e.contains("electrical"), "{e}");
+}
+
+/// `gradfem optimize` with `method = "newton-cg"` on the sensor-misfit identification reaches
+/// the L-BFGS optimum in fewer than half its evaluations.
+#[test]
+fn newton_cg_identifies_in_fewer_than_half_the_evaluations_of_lbfgs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("examples/sensor_misfit.toml")).unwrap();
+    let sensors = root.join("examples/data/sensors.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let run = |method: &str| -> serde_json::Value {
+        let file = dir.path().join(format!("{method}.toml"));
+        let body = text
+            .replace("\"data/sensors.csv\"", &format!("{:?}", sensors.to_str().unwrap()))
+            .replace(
+                "[parameters]",
+                &format!("[optimize]\nmethod = \"{method}\"\ngtol = 1e-8\n\n[parameters]"),
+            );
+        std::fs::write(&file, body).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+            .args(["--quiet", "optimize"])
+            .arg(&file)
+            .arg("-o")
+            .arg(dir.path().join(method))
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
+    let evaluations = |v: &serde_json::Value| v["evaluations"].as_u64().unwrap();
+    let objective = |v: &serde_json::Value| v["final_objective"].as_f64().unwrap();
+    assert!(newton["status"].as_str().unwrap().starts_with("converged"), "{newton}");
+    assert!(
+        2 * evaluations(&newton) < evaluations(&lbfgs),
+        "Newton-CG {} evaluations, L-BFGS {}",
+        evaluations(&newton),
+        evaluations(&lbfgs)
+    );
+    assert!(objective(&newton) <= objective(&lbfgs) * (1.0 + 1e-8));
+    for name in ["thermal.k.domain", "bc.zmax.h"] {
+        let (a, b) = (
+            newton["design"][name][0].as_f64().unwrap(),
+            lbfgs["design"][name][0].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() <= 1e-5 * b.abs(), "{name}: Newton-CG {a}, L-BFGS {b}");
+    }
+}
+
+/// A linear-Gaussian identification: with a constant conductivity the sensors' temperatures
+/// are affine in the source, the heat flux, the fixed temperature and the ambient temperature,
+/// so the Laplace covariance σ²(GᵀG)⁻¹ is the exact posterior (flat prior). G is computed here
+/// in closed form by the affinity (a unit step of each parameter moves every sensor by exactly
+/// its column), independently of the second-order adjoint.
+#[test]
+fn laplace_covariance_of_a_linear_gaussian_identification_is_the_closed_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let sensors = dir.path().join("sensors.csv");
+    let points = [
+        [0.004, 0.003, 0.001],
+        [0.010, 0.005, 0.002],
+        [0.016, 0.002, 0.003],
+        [0.018, 0.008, 0.004],
+        [0.006, 0.009, 0.002],
+        [0.013, 0.006, 0.0],
+    ];
+    let mut csv = String::from("x,y,z,value\n");
+    for (i, p) in points.iter().enumerate() {
+        csv.push_str(&format!("{},{},{},{}\n", p[0], p[1], p[2], 320.0 + i as f64));
+    }
+    std::fs::write(&sensors, csv).unwrap();
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.02, 0.01, 0.004], divisions = [6, 3, 2], cell = "hex8" }}
+
+[[thermal.material]]
+group = "domain"
+k = 40.0
+source = 4.0e6
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "zmax"
+kind = "convection"
+h = 800.0
+t_inf = 295.0
+
+[[thermal.bc]]
+group = "ymin"
+kind = "heat_flux"
+q_in = 2.0e4
+
+[[objective]]
+kind = "misfit"
+sensors = {sensors:?}
+
+[parameters]
+register = ["thermal.q.domain", "bc.ymin.flux", "bc.xmin.temperature", "bc.zmax.t_inf"]
+"#
+    );
+    let mut sim = Simulation::from_toml(dir.path().join("linear.toml"), &text).unwrap();
+    let sigma = 0.05;
+    let report = gradfem::hessian::compute(sim.problem(), Some(sigma), |_, _| {}).unwrap();
+    let posterior = report.posterior.as_ref().expect("a misfit has a posterior");
+    // G by the affinity: sensor temperatures at p and at p + δ eᵢ.
+    let sensor_values = |sim: &mut Simulation| -> Vec<f64> {
+        sim.solve().unwrap();
+        let t = sim.field("temperature").unwrap().to_vec();
+        let model = &sim.problem().thermal().model;
+        points
+            .iter()
+            .map(|p| {
+                let loc = gradfem_thermal::objective::locate(model, *p).unwrap();
+                model
+                    .element_nodes(loc.element)
+                    .iter()
+                    .zip(&loc.shape)
+                    .map(|(&n, s)| s * t[n])
+                    .sum()
+            })
+            .collect()
+    };
+    let names = sim.registered();
+    let base = sensor_values(&mut sim);
+    let n = names.len();
+    let mut g = vec![vec![0.0; n]; points.len()];
+    for (j, name) in names.iter().enumerate() {
+        let p0 = sim.parameter(name).unwrap()[0];
+        let step = 0.1 * p0.abs();
+        sim.set_parameter(name, p0 + step).unwrap();
+        let moved = sensor_values(&mut sim);
+        sim.set_parameter(name, p0).unwrap();
+        for s in 0..points.len() {
+            g[s][j] = (moved[s] - base[s]) / step;
+        }
+    }
+    // C = σ² (GᵀG)⁻¹ by Gauss–Jordan on the normal matrix (n = 4).
+    let mut a: Vec<Vec<f64>> = (0..n)
+        .map(|i| {
+            let mut row: Vec<f64> =
+                (0..n).map(|j| (0..points.len()).map(|s| g[s][i] * g[s][j]).sum()).collect();
+            row.extend((0..n).map(|j| if i == j { 1.0 } else { 0.0 }));
+            row
+        })
+        .collect();
+    for c in 0..n {
+        let pivot = (c..n).max_by(|&x, &y| a[x][c].abs().total_cmp(&a[y][c].abs())).unwrap();
+        a.swap(c, pivot);
+        let d = a[c][c];
+        a[c].iter_mut().for_each(|v| *v /= d);
+        for r in 0..n {
+            if r != c {
+                let f = a[r][c];
+                let row_c = a[c].clone();
+                a[r].iter_mut().zip(&row_c).for_each(|(v, w)| *v -= f * w);
+            }
+        }
+    }
+    for i in 0..n {
+        for j in 0..n {
+            let closed = sigma * sigma * a[i][n + j];
+            let got = posterior.covariance[i][j];
+            let scale = (posterior.covariance[i][i] * posterior.covariance[j][j]).sqrt();
+            assert!(
+                (got - closed).abs() <= 1e-10 * scale,
+                "C[{i}][{j}]: Laplace {got:e}, closed form {closed:e}"
+            );
+        }
+    }
+    assert!(posterior.gauss_newton_difference < 1e-10, "{}", posterior.gauss_newton_difference);
+}
+
+/// `gradfem hessian` on the sensor example: hessian.json with a symmetric, positive definite
+/// Hessian, eigen-directions and the posterior.
+#[test]
+fn hessian_command_writes_the_report() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["--quiet", "hessian"])
+        .arg(root.join("examples/sensor_misfit.toml"))
+        .args(["--noise", "0.01", "-o"])
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(dir.path().join("out/hessian.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(r["entries"].as_array().unwrap().len(), 2);
+    assert!(r["asymmetry"].as_f64().unwrap() < 1e-10);
+    assert!(r["positive_definite"].as_bool().unwrap());
+    assert_eq!(r["eigen"].as_array().unwrap().len(), 2);
+    let p = &r["posterior"];
+    assert_eq!(p["noise"].as_f64().unwrap(), 0.01);
+    assert!(p["std_dev"][0].as_f64().unwrap() > 0.0);
+}
