@@ -298,9 +298,9 @@ fn input_distribution(
             return Err(at(
                 file,
                 &i.distribution,
-                &key("distribution"),
+                &format!("[[uq.input]] '{}'", i.parameter.get_ref()),
                 format!(
-                    "[[uq.input]] distribution '{other}': expected normal, lognormal, uniform or truncated_normal"
+                    "distribution '{other}': expected normal, lognormal, uniform or truncated_normal"
                 ),
             ));
         }
@@ -329,11 +329,8 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
             at(
                 file,
                 d,
-                "[uq] design",
-                format!(
-                    "[uq] design '{}': expected monte_carlo, latin_hypercube or sobol",
-                    d.get_ref()
-                ),
+                "[uq]",
+                format!("design '{}': expected monte_carlo, latin_hypercube or sobol", d.get_ref()),
             )
         })?,
     };
@@ -377,8 +374,13 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
                     format!("{} rows for {} inputs", r.get_ref().len(), inputs.len()),
                 ));
             }
-            Correlation::new(r.get_ref().clone())
-                .map_err(|e| at(file, r, "[uq] correlation", e.to_string()))?;
+            Correlation::new(r.get_ref().clone()).map_err(|e| {
+                let message = match e {
+                    gradfem_uq::dist::DistError::Correlation(m) => m,
+                    other => other.to_string(),
+                };
+                at(file, r, "[uq] correlation", message)
+            })?;
             Some(r.get_ref().clone())
         }
     };
@@ -506,8 +508,8 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
                 return Err(at(
                     file,
                     &s.rule,
-                    "[uq.stop] rule",
-                    format!("[uq.stop] rule '{other}': expected count, relative_se or seed_check"),
+                    "[uq.stop]",
+                    format!("rule '{other}': expected count, relative_se or seed_check"),
                 ));
             }
         },

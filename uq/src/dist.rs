@@ -93,7 +93,9 @@ impl Distribution {
                 let (a, b) = ((lower - mean) / std, (upper - mean) / std);
                 if truncated_mass(a, b) <= 1e-300 {
                     return Err(DistError::Parameter(format!(
-                        "[{lower}, {upper}] holds no probability of N({mean}, {std}²)"
+                        "[{}, {}] holds no probability of N({mean}, {std}²)",
+                        bound(lower),
+                        bound(upper)
                     )));
                 }
             }
@@ -186,6 +188,17 @@ impl Distribution {
                 std * (1.0 + t - d * d).max(0.0).sqrt()
             }
         }
+    }
+}
+
+/// A bound for messages: the stand-ins of open sides (`f64::MIN`, `f64::MAX`) as ∓∞.
+fn bound(x: f64) -> String {
+    if x <= f64::MIN {
+        "−∞".into()
+    } else if x >= f64::MAX {
+        "∞".into()
+    } else {
+        x.to_string()
     }
 }
 
