@@ -821,6 +821,25 @@ impl Parts {
     /// Create the directory and write `plan.json`, or check that the one there is the same
     /// plan (a rerun resumes only the same study).
     pub fn start(&self, plan: &Plan) -> Result<(), UqError> {
+        // The result replaces the output directory as a whole (an output set), which cannot
+        // be the current directory: refused now rather than after the samples.
+        if let Some(out) = self.dir.parent()
+            && let (Ok(cwd), Ok(target)) = (
+                std::env::current_dir().and_then(std::fs::canonicalize),
+                std::fs::canonicalize(if out.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    out
+                }),
+            )
+            && cwd.starts_with(&target)
+        {
+            return Err(io_err(
+                out,
+                "the output directory is the current directory or holds it; the results replace \
+                 their directory as a whole, so name a directory of its own, e.g. `-o results`",
+            ));
+        }
         std::fs::create_dir_all(&self.dir).map_err(|e| io_err(&self.dir, e))?;
         let path = self.dir.join("plan.json");
         if path.exists() {
@@ -1435,7 +1454,8 @@ pub fn sample_line(r: &SampleRecord) -> String {
     }
 }
 
-/// The samples a study will run at most, and the chunks already written (for progress).
+/// The samples this shard has still to run at most (its chunks not written yet), for the
+/// progress bar.
 pub fn pending(study: &Study, out: &Path, shard: Shard) -> usize {
     let parts = Parts::of(out);
     (0..study.plan.chunks())

@@ -454,3 +454,17 @@ fn a_problem_without_a_uq_table_is_refused_with_a_pointer_to_the_reference() {
     let o = bin().args(["uq", "--shard", "3/2", path.to_str().unwrap()]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("the shard must be in 0..2"));
 }
+
+/// The results replace their directory as a whole, so `-o .` is refused before any sample.
+#[test]
+fn the_current_directory_is_refused_as_output_before_any_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = slab(
+        "[uq]\nsamples = 8\n[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1\n",
+    );
+    write_problem(dir.path(), "slab.toml", &text);
+    let o = bin().current_dir(dir.path()).args(["uq", "slab.toml", "-o", "."]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("name a directory of its own"));
+    assert!(!dir.path().join("parts").exists());
+}
