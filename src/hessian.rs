@@ -46,8 +46,10 @@ pub struct Posterior {
     pub std_dev: Vec<f64>,
     /// The correlation matrix of the covariance.
     pub correlation: Vec<Vec<f64>>,
-    /// The Gauss–Newton approximation of the same: σ² (GᵀG)⁻¹.
+    /// The Gauss–Newton approximation of the same: σ²/w (GᵀG)⁻¹, its standard deviations.
     pub gauss_newton_std_dev: Vec<f64>,
+    /// The Gauss–Newton covariance (row-major; NaN when GᵀG is singular).
+    pub gauss_newton_covariance: Vec<Vec<f64>>,
     /// max |H − w GᵀG| / max |H| (in scaled variables): how far the fit is from the
     /// linear-Gaussian case, where the two agree.
     pub gauss_newton_difference: f64,
@@ -212,12 +214,16 @@ pub fn compute(
                 (0..n * n).fold(0.0f64, |a, k| a.max((scaled[k] - weight * gtg[k]).abs())) / s_max;
             let gn = symmetric_eigen(&gtg, n);
             let gn_pd = gn.values.iter().all(|&v| v > 1e-12 * gn.values[n - 1].abs());
-            let gauss_newton_std_dev = if gn_pd {
+            let gauss_newton_covariance: Vec<Vec<f64>> = if gn_pd {
                 let inv = inverse_from_eigen(&gn.values, &gn.vectors);
-                (0..n).map(|i| sigma * scale[i] * inv[i][i].sqrt()).collect()
+                (0..n)
+                    .map(|i| (0..n).map(|j| factor * scale[i] * inv[i][j] * scale[j]).collect())
+                    .collect()
             } else {
-                vec![f64::NAN; n]
+                vec![vec![f64::NAN; n]; n]
             };
+            let gauss_newton_std_dev =
+                (0..n).map(|i| gauss_newton_covariance[i][i].sqrt()).collect();
             Some(Posterior {
                 noise: sigma,
                 noise_estimated: estimated,
@@ -226,6 +232,7 @@ pub fn compute(
                 std_dev,
                 correlation,
                 gauss_newton_std_dev,
+                gauss_newton_covariance,
                 gauss_newton_difference,
             })
         }
@@ -245,4 +252,130 @@ pub fn compute(
         hessian_products: n,
         seconds,
     })
+}
+
+/// The most parameters drawn in the posterior plot (the first ones, in registration order).
+pub const MAX_PLOTTED: usize = 5;
+
+/// Draw the posterior: marginal densities on the diagonal and the 1σ and 2σ ellipses of every
+/// pair below it, the Laplace posterior (exact Hessian) in blue and Gauss–Newton in red.
+pub fn plot_posterior(report: &HessianReport, file: &std::path::Path) -> Result<(), String> {
+    use plotters::prelude::*;
+    let Some(post) = &report.posterior else {
+        return Err("no posterior to plot (the objective is not a sensor misfit)".into());
+    };
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let k = report.entries.len().min(MAX_PLOTTED);
+    let side = 260u32;
+    let root =
+        BitMapBackend::new(file, (side * k as u32, side * k as u32 + 30)).into_drawing_area();
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let root = root
+        .titled("Laplace posterior (blue) and Gauss–Newton (red)", ("sans-serif", 18))
+        .map_err(|x| e(&x))?;
+    let panels = root.split_evenly((k, k));
+    let blue = RGBColor(31, 119, 180);
+    let red = RGBColor(214, 39, 40);
+    let span = |i: usize| {
+        let s = post.std_dev[i].max(post.gauss_newton_std_dev[i].abs().min(f64::MAX));
+        let s = if s.is_finite() && s > 0.0 { s } else { report.scale[i] * 1e-3 };
+        (report.values[i] - 3.5 * s)..(report.values[i] + 3.5 * s)
+    };
+    for i in 0..k {
+        for j in 0..k {
+            let panel = &panels[i * k + j];
+            if j > i {
+                continue;
+            }
+            let x_range = span(j);
+            if i == j {
+                let density = |sd: f64, x: f64| {
+                    let z = (x - report.values[i]) / sd;
+                    (-0.5 * z * z).exp() / (sd * (2.0 * std::f64::consts::PI).sqrt())
+                };
+                let peak = 1.05
+                    / (post.std_dev[i].min(post.gauss_newton_std_dev[i].max(0.0))
+                        * (2.0 * std::f64::consts::PI).sqrt());
+                let peak = if peak.is_finite() {
+                    peak
+                } else {
+                    density(post.std_dev[i], report.values[i]) * 1.05
+                };
+                let mut chart = ChartBuilder::on(panel)
+                    .margin(8)
+                    .x_label_area_size(30)
+                    .y_label_area_size(10)
+                    .caption(&report.entries[i], ("sans-serif", 13))
+                    .build_cartesian_2d(x_range.clone(), 0.0..peak)
+                    .map_err(|x| e(&x))?;
+                chart
+                    .configure_mesh()
+                    .disable_y_mesh()
+                    .disable_y_axis()
+                    .x_labels(3)
+                    .draw()
+                    .map_err(|x| e(&x))?;
+                let xs: Vec<f64> = (0..=200)
+                    .map(|t| x_range.start + (x_range.end - x_range.start) * t as f64 / 200.0)
+                    .collect();
+                for (sd, colour) in [(post.std_dev[i], blue), (post.gauss_newton_std_dev[i], red)] {
+                    if sd.is_finite() && sd > 0.0 {
+                        chart
+                            .draw_series(LineSeries::new(
+                                xs.iter().map(|&x| (x, density(sd, x))),
+                                colour.stroke_width(2),
+                            ))
+                            .map_err(|x| e(&x))?;
+                    }
+                }
+            } else {
+                let mut chart = ChartBuilder::on(panel)
+                    .margin(8)
+                    .x_label_area_size(30)
+                    .y_label_area_size(50)
+                    .build_cartesian_2d(x_range, span(i))
+                    .map_err(|x| e(&x))?;
+                chart.configure_mesh().x_labels(3).y_labels(3).draw().map_err(|x| e(&x))?;
+                for (cov, colour) in
+                    [(&post.covariance, blue), (&post.gauss_newton_covariance, red)]
+                {
+                    // The pair's 2×2 covariance: x = entry j, y = entry i.
+                    let (a, b, c) = (cov[j][j], cov[j][i], cov[i][i]);
+                    if !(a.is_finite() && b.is_finite() && c.is_finite()) {
+                        continue;
+                    }
+                    let eig = symmetric_eigen(&[a, b, b, c], 2);
+                    if eig.values.iter().any(|v| *v <= 0.0) {
+                        continue;
+                    }
+                    for radius in [1.0, 2.0] {
+                        let pts: Vec<(f64, f64)> = (0..=120)
+                            .map(|t| {
+                                let th = 2.0 * std::f64::consts::PI * t as f64 / 120.0;
+                                let (u, v) = (
+                                    radius * eig.values[0].sqrt() * th.cos(),
+                                    radius * eig.values[1].sqrt() * th.sin(),
+                                );
+                                (
+                                    report.values[j]
+                                        + u * eig.vectors[0][0]
+                                        + v * eig.vectors[1][0],
+                                    report.values[i]
+                                        + u * eig.vectors[0][1]
+                                        + v * eig.vectors[1][1],
+                                )
+                            })
+                            .collect();
+                        chart
+                            .draw_series(LineSeries::new(
+                                pts,
+                                colour.stroke_width(if radius == 1.0 { 2 } else { 1 }),
+                            ))
+                            .map_err(|x| e(&x))?;
+                    }
+                }
+            }
+        }
+    }
+    root.present().map_err(|x| e(&x))
 }

@@ -100,12 +100,17 @@ enum Command {
         /// a table in the text output, `per_parameter` in the JSON.
         #[arg(long)]
         per_parameter: bool,
+        /// Also test the Hessian: the second-order Taylor test along the same direction, whose
+        /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
+        /// Hessian-vector products; a problem of one steady thermal field so far).
+        #[arg(long)]
+        second_order: bool,
     },
     /// The exact Hessian of the objective over the registered parameters (one Hessian-vector
     /// product by the second-order adjoint per entry), its eigen-directions and, for a sensor
     /// misfit, the Laplace posterior (covariance, standard deviations, correlations) beside
-    /// the Gauss–Newton approximation; writes hessian.json. So far for a steady problem of one
-    /// thermal field.
+    /// the Gauss–Newton approximation; writes hessian.json and, for a misfit, posterior.png
+    /// (marginals and pairwise ellipses). So far for a steady problem of one thermal field.
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,
@@ -767,16 +772,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
             std::fs::write(set.dir().join("hessian.json"), &text).map_err(|e| {
                 anyhow::anyhow!("cannot write {}: {e}", dir.join("hessian.json").display())
             })?;
+            if report.posterior.is_some() {
+                gradfem::hessian::plot_posterior(&report, &set.dir().join("posterior.png"))
+                    .map_err(|e| {
+                        anyhow::anyhow!("cannot draw {}: {e}", dir.join("posterior.png").display())
+                    })?;
+            }
             commit_set(set)?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else if !quiet {
                 print_hessian(&report);
                 println!("  wrote {}", dir.join("hessian.json").display());
+                if report.posterior.is_some() {
+                    println!("  wrote {}", dir.join("posterior.png").display());
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::CheckGradient { file, json, per_parameter }) => {
+        Some(Command::CheckGradient { file, json, per_parameter, second_order }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
             need_objective(&pf, "check-gradient")?;
             solve(&mut problem, &pf, quiet || json)?;
@@ -788,7 +802,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 None
             };
-            let all_passed = result.passed && parts.iter().flatten().all(|p| p.passed);
+            let second = if second_order {
+                let dir = problem.taylor_direction();
+                let pb = spinner(quiet || json, "second-order Taylor test");
+                let t = problem.taylor_test_second_order(&dir, params.h0, params.steps)?;
+                pb.finish();
+                Some(t)
+            } else {
+                None
+            };
+            let second_passed =
+                second.as_ref().is_none_or(|t| t.min_rate().is_some_and(|r| r >= 2.9));
+            let all_passed =
+                result.passed && parts.iter().flatten().all(|p| p.passed) && second_passed;
             if json {
                 let mut table = serde_json::json!({
                     "h": result.h,
@@ -810,6 +836,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(parts) = &parts {
                     table["per_parameter"] = serde_json::to_value(parts)?;
                 }
+                if let Some(t) = &second {
+                    table["second_order"] = serde_json::to_value(t)?;
+                    table["second_order"]["observed_min_rate"] = serde_json::json!(t.min_rate());
+                    table["second_order"]["passed"] = serde_json::json!(second_passed);
+                }
                 println!("{table}");
             } else if !quiet {
                 println!("{}", result.table());
@@ -817,6 +848,33 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 if let Some(parts) = &parts {
                     println!();
                     print_per_parameter(parts, &params);
+                }
+                if let Some(t) = &second {
+                    println!();
+                    println!(
+                        "second-order Taylor test (δpᵀHδp = {:.6e}): remainders should fall at rate 3",
+                        t.second
+                    );
+                    println!(
+                        "  {:>12} {:>16} {:>16} {:>8}",
+                        "h", "first-order r", "second-order r", "rate"
+                    );
+                    for (i, h) in t.h.iter().enumerate() {
+                        let rate =
+                            if i > 0 { format!("{:.3}", t.rates[i - 1]) } else { "—".into() };
+                        println!(
+                            "  {:>12.4e} {:>16.6e} {:>16.6e} {:>8}",
+                            h, t.remainders_first[i], t.remainders[i], rate
+                        );
+                    }
+                    println!(
+                        "  {}",
+                        if second_passed {
+                            "passed: rate ≥ 2.9"
+                        } else {
+                            "FAILED: rate below 2.9"
+                        }
+                    );
                 }
             }
             Ok(if all_passed { ExitCode::SUCCESS } else { ExitCode::from(1) })

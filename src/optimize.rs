@@ -203,7 +203,16 @@ pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppEr
                 file.line_of(&spec.method)
             )));
         }
-        "newton-cg" => Method::NewtonCg,
+        "newton-cg" => {
+            if let Err(why) = problem.second_order_support() {
+                return Err(invalid(format!(
+                    "line {}: [optimize] method = 'newton-cg' needs Hessian-vector products: {why}; \
+                     use 'lbfgs' or 'mma'",
+                    file.line_of(&spec.method)
+                )));
+            }
+            Method::NewtonCg
+        }
         other => {
             return Err(invalid(format!(
                 "line {}: [optimize] method = '{other}': expected auto, mma, lbfgs or newton-cg",

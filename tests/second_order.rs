@@ -381,4 +381,23 @@ fn hessian_command_writes_the_report() {
     let p = &r["posterior"];
     assert_eq!(p["noise"].as_f64().unwrap(), 0.01);
     assert!(p["std_dev"][0].as_f64().unwrap() > 0.0);
+    let png = std::fs::read(dir.path().join("out/posterior.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "posterior.png is not a PNG");
+}
+
+/// `gradfem check-gradient --second-order` passes on nonlinear conduction (k(T)) with rate 3.
+#[test]
+fn check_gradient_second_order_passes_from_the_cli() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["--quiet", "check-gradient"])
+        .arg(root.join("examples/nonlinear_conductivity.toml"))
+        .args(["--second-order", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &r["second_order"];
+    assert!(s["passed"].as_bool().unwrap(), "{s}");
+    assert!(s["observed_min_rate"].as_f64().unwrap() >= 2.9, "{s}");
 }

@@ -302,6 +302,12 @@ pub trait Field: Any + Send {
         None
     }
 
+    /// Whether [`second_order`](Self::second_order) gives products (a check that needs no
+    /// mutable access).
+    fn has_second_order(&self) -> bool {
+        false
+    }
+
     fn as_any(&self) -> &dyn Any;
 
     /// The field as mutable `Any`.

@@ -69,6 +69,26 @@ fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunError> {
 }
 
 impl CoupledProblem {
+    /// Whether Hessian-vector products are available for this problem: `Ok` or the reason
+    /// they are not (what is not covered yet), checked without solving.
+    pub fn second_order_support(&self) -> Result<(), RunError> {
+        let i = self.second_order_field()?;
+        let name = self.field_names()[i].clone();
+        if !self.fields()[i].has_second_order() {
+            return Err(RunError::Setup(format!(
+                "the {name} field has no second-order products yet"
+            )));
+        }
+        if self.shape().is_active() {
+            return Err(RunError::Setup(
+                "Hessian-vector products with respect to node coordinates (shape parameters) \
+                 are not available yet"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Refuse the problems second order does not cover yet; the index of the one field.
     fn second_order_field(&self) -> Result<usize, RunError> {
         if self.is_transient() {

@@ -143,6 +143,18 @@ class Problem:
         """d<w, outputs>/dp for a cotangent on nodal fields (arrays) and quantities (floats)."""
         return dict(self._p.vjp(dict(cotangent)))
 
+    def hvp(self, direction: Mapping[str, Value]) -> Dict[str, Value]:
+        """H·δp: the Hessian of the objective applied to ``direction`` (name -> float or
+        array; names left out are zero), exact by one tangent-linear and one second-order
+        adjoint solve; a dict like ``gradient``. So far for a steady problem of one thermal
+        field (others raise ``gradfem.SolverError`` saying so)."""
+        return dict(self._p.hvp(dict(direction)))
+
+    def hessian(self) -> np.ndarray:
+        """The dense Hessian, an (n, n) array over every registered entry in the order of
+        ``parameters`` flattened (one ``hvp`` per entry: for up to a few hundred)."""
+        return self._p.hessian()
+
     def scipy_objective(self, names: Optional[Sequence[str]] = None):
         """``(fun, jac, x0, bounds)`` for ``scipy.optimize.minimize`` over the parameters
         ``names`` (default: every registered one), flattened in that order; ``fun`` and

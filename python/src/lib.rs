@@ -351,6 +351,33 @@ impl Problem {
         self.gradients(py, &g)
     }
 
+    /// The Hessian of the objective applied to a direction: `direction` maps registered names
+    /// to a float or an array (names left out are zero); returns H·δp like `gradient`. Exact,
+    /// by one tangent-linear and one second-order adjoint solve. So far for a steady problem of
+    /// one thermal field.
+    fn hvp<'py>(
+        &self,
+        py: Python<'py>,
+        direction: &Bound<'_, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut d = std::collections::BTreeMap::new();
+        for (k, v) in direction.iter() {
+            let name: String = k.extract()?;
+            d.insert(name, flat_values(&v)?);
+        }
+        let h = self.detached(py, |s| s.hvp(&d))?.map_err(solve_err)?;
+        self.gradients(py, &h)
+    }
+
+    /// The dense Hessian of the objective, an (n, n) float64 array over every registered entry
+    /// in the order of the flattened parameters (one `hvp` per entry).
+    fn hessian<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let h = self.detached(py, |s| s.hessian())?.map_err(solve_err)?;
+        let n = (h.len() as f64).sqrt().round() as usize;
+        let a: Bound<'py, PyArray1<f64>> = h.into_pyarray(py);
+        Ok(a.reshape([n, n])?.into_any())
+    }
+
     /// The Taylor test over every registered parameter: a dict with `passed`, `h`,
     /// `remainders`, `rates`, `threshold` and the table as text.
     fn taylor_test<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {

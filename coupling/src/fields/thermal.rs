@@ -889,6 +889,10 @@ impl Field for ThermalField {
         Some(self)
     }
 
+    fn has_second_order(&self) -> bool {
+        true
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }

@@ -35,7 +35,7 @@ use gradfem_kernel::generic;
 pub const CONSTRAINED: usize = usize::MAX;
 
 /// Largest number of nodes of a supported cell (Hex27).
-const MAX_NODES: usize = 27;
+pub(crate) const MAX_NODES: usize = 27;
 
 /// A volume group with its material.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1071,7 +1071,7 @@ impl ThermalModel {
         self.describe_node(self.dofs.node_of_unknown[dof])
     }
 
-    fn element_coords(&self, e: usize) -> [[f64; 3]; MAX_NODES] {
+    pub(crate) fn element_coords(&self, e: usize) -> [[f64; 3]; MAX_NODES] {
         let mut x = [[0.0; 3]; MAX_NODES];
         for (xa, &n) in x.iter_mut().zip(self.element_nodes(e)) {
             *xa = self.coords[n];

@@ -125,6 +125,86 @@ impl ThermalModel {
         lambda: &[f64],
         dir: &ThermalDirection,
     ) -> (Vec<f64>, ParameterVjp) {
+        self.second_order_vjp_with(t, lambda, dir, true)
+    }
+
+    /// [`second_order_vjp`](Self::second_order_vjp) with every element through the dual-number
+    /// path (the reference the closed form of the volume elements is tested against).
+    pub fn second_order_vjp_dual(
+        &self,
+        t: &[f64],
+        lambda: &[f64],
+        dir: &ThermalDirection,
+    ) -> (Vec<f64>, ParameterVjp) {
+        self.second_order_vjp_with(t, lambda, dir, false)
+    }
+
+    /// The volume element `e`'s second-order products in closed form: with
+    /// L = ∫ k₀ f(T) ∇λ·∇T − Q λ and its derivative along the direction
+    /// dL = ∫ (δk₀ f + k₀ f′ δT) ∇λ·∇T + k₀ f ∇λ·∇δT − δQ λ,
+    /// ∂(dL)/∂T_a = ∫ [(δk₀ f′ + k₀ f″ δT) ∇λ·∇T + k₀ f′ ∇λ·∇δT] N_a + (δk₀ f + k₀ f′ δT) ∇λ·∇N_a
+    /// and ∂(dL)/∂k₀ = ∫ f′ δT ∇λ·∇T + f ∇λ·∇δT (∂(dL)/∂Q = 0). f, f′, f″ from second-order
+    /// dual numbers over the law.
+    fn volume_second_order(
+        &self,
+        e: usize,
+        t: &[f64],
+        lambda: &[f64],
+        dir: &ThermalDirection,
+        state: &mut [f64],
+    ) -> f64 {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let table = self.element_table(e);
+        let law = &self.regions[self.elem_tag[e] as usize].law;
+        let k0 = self.k_elem[e];
+        let dk0 = dir.k_elem[e];
+        let x = self.element_coords(e);
+        let mut g = [[0.0; 3]; crate::model::MAX_NODES];
+        let mut d_k0 = 0.0;
+        for q in 0..table.n_points() {
+            let det = gradfem_mesh::geometry::physical_gradients_into(
+                3,
+                table.grad(q),
+                &x[..nn],
+                &mut g[..nn],
+            );
+            let w = table.weights[q] * det;
+            let n = table.shape(q);
+            let (mut tq, mut dtq) = (0.0, 0.0);
+            let (mut gt, mut gl, mut gd) = ([0.0; 3], [0.0; 3], [0.0; 3]);
+            for a in 0..nn {
+                let (ta, la, da) = (t[nodes[a]], lambda[nodes[a]], dir.temperature[nodes[a]]);
+                tq += n[a] * ta;
+                dtq += n[a] * da;
+                for k in 0..3 {
+                    gt[k] += g[a][k] * ta;
+                    gl[k] += g[a][k] * la;
+                    gd[k] += g[a][k] * da;
+                }
+            }
+            let f = law.factor(num_dual::Dual2_64::new(tq, 1.0, 0.0));
+            let (f0, f1, f2) = (f.re, f.v1, f.v2);
+            let lt = gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2];
+            let ld = gl[0] * gd[0] + gl[1] * gd[1] + gl[2] * gd[2];
+            let along_n = (dk0 * f1 + k0 * f2 * dtq) * lt + k0 * f1 * ld;
+            let along_grad = dk0 * f0 + k0 * f1 * dtq;
+            for a in 0..nn {
+                let lg = gl[0] * g[a][0] + gl[1] * g[a][1] + gl[2] * g[a][2];
+                state[a] += w * (along_n * n[a] + along_grad * lg);
+            }
+            d_k0 += w * (f1 * dtq * lt + f0 * ld);
+        }
+        d_k0
+    }
+
+    fn second_order_vjp_with(
+        &self,
+        t: &[f64],
+        lambda: &[f64],
+        dir: &ThermalDirection,
+        closed_form: bool,
+    ) -> (Vec<f64>, ParameterVjp) {
         let n_el = self.n_elements();
         // Per element: ∂²(λᵀrₑ)/∂z ∂(direction) for its nodal temperatures and its parameters.
         let per_element: Vec<(Vec<f64>, [f64; 5])> = (0..n_el)
@@ -135,6 +215,10 @@ impl ThermalModel {
                 let mut state = vec![0.0; nn];
                 let mut params = [0.0; 5];
                 if nodes.iter().all(|&n| lambda[n] == 0.0) {
+                    return (state, params);
+                }
+                if closed_form && e < self.n_volume {
+                    params[0] = self.volume_second_order(e, t, lambda, dir, &mut state);
                     return (state, params);
                 }
                 let pars = element_parameters(self, e, dir);
@@ -205,7 +289,7 @@ impl ThermalModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{BcSpec, ConductivityLaw, RegionSpec};
+    use crate::{BcKind, BcSpec, ConductivityLaw, RegionSpec};
     use gradfem_mesh::CellType;
     use gradfem_mesh::generate::{BoxSpec, box_mesh};
 
@@ -246,6 +330,21 @@ mod tests {
         d.h[1] = 1.5;
         d.t_inf[1] = -2.0;
         d.q_in[2] = 4.0;
+        (t, lambda, d)
+    }
+
+    /// Temperatures, an adjoint and a direction (temperatures and conductivities) for any model.
+    fn state_and_direction_of(m: &ThermalModel) -> (Vec<f64>, Vec<f64>, ThermalDirection) {
+        let n = m.n_nodes();
+        let t: Vec<f64> = (0..n).map(|i| 300.0 + 7.0 * ((i as f64) * 0.37).sin()).collect();
+        let lambda: Vec<f64> = (0..n).map(|i| ((i as f64) * 0.91).cos()).collect();
+        let mut d = ThermalDirection::zeros(m);
+        for (i, v) in d.temperature.iter_mut().enumerate() {
+            *v = ((i as f64) * 1.3).sin();
+        }
+        for (i, v) in d.k_elem.iter_mut().enumerate() {
+            *v = 0.1 * ((i as f64) * 0.7).cos();
+        }
         (t, lambda, d)
     }
 
@@ -358,4 +457,40 @@ mod tests {
     }
 
     use crate::VjpRequest;
+
+    /// The closed form of the volume elements equals the dual-number path, for tet4, tet10 and
+    /// hex8 cells with a nonlinear law.
+    #[rstest::rstest]
+    #[case(CellType::Tet4)]
+    #[case(CellType::Tet10)]
+    #[case(CellType::Hex8)]
+    fn closed_form_equals_the_dual_numbers(#[case] cell: CellType) {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0, 0.6, 0.4],
+            divisions: [2, 2, 1],
+            cell_type: cell,
+        });
+        let law = ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![2e-3, 1e-5] };
+        let m = ThermalModel::new(
+            &mesh,
+            &[RegionSpec { group: "domain".into(), k0: 3.0, source: 50.0, law }],
+            &[BcSpec { group: "xmax".into(), kind: BcKind::Convection { h: 20.0, t_inf: 290.0 } }],
+        )
+        .unwrap();
+        let (t, lambda, mut d) = state_and_direction_of(&m);
+        d.h[0] = 1.5;
+        let (s1, p1) = m.second_order_vjp(&t, &lambda, &d);
+        let (s2, p2) = m.second_order_vjp_dual(&t, &lambda, &d);
+        let scale = s2.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for (a, b) in s1.iter().zip(&s2) {
+            assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
+        }
+        let scale = p2.k_elem.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for (a, b) in p1.k_elem.iter().zip(&p2.k_elem) {
+            assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
+        }
+        assert_eq!(p1.source, p2.source);
+        assert_eq!(p1.h, p2.h);
+    }
 }

@@ -1,0 +1,113 @@
+//! Benchmark: the cost of an exact Hessian-vector product (tangent-linear solve + second-order
+//! adjoint) against a gradient (adjoint), on nonlinear steady heat conduction.
+//!
+//! The unit cube in N×N×N cubes of 6 tetrahedra (P1), k(T) = k₀(1 − 2·10⁻³(T − 300)),
+//! a source, T = 300 K on x = 0, convection on z = 1; objective the p-norm maximum (p = 8);
+//! registered: the per-element conductivity, the source and the heat-transfer coefficient.
+//! Timings are the fastest of `--repeat` runs, each after the forward solve (which the
+//! gradient and the product share).
+//!
+//! Run: `cargo run --release --example bench_hessian -- --n 30`
+//! Prints one JSON line: n, unknowns, elements, entries, forward_s, gradient_s, hvp_s,
+//! hvp_over_gradient, hvp_over_forward_plus_gradient, linear_solver.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use gradfem::api::Simulation;
+
+fn main() {
+    let mut n = 20usize;
+    let mut repeat = 3usize;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--n" => {
+                n = args.next().and_then(|v| v.parse().ok()).expect("--n takes a positive integer")
+            }
+            "--repeat" => {
+                repeat = args.next().and_then(|v| v.parse().ok()).expect("--repeat takes a count")
+            }
+            other => panic!("unknown argument '{other}' (expected --n N [--repeat R])"),
+        }
+    }
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [1.0, 1.0, 1.0], divisions = [{n}, {n}, {n}], cell = "tet4" }}
+
+[[thermal.material]]
+group = "domain"
+k = 1.0
+source = 100.0
+law = {{ kind = "polynomial", t_ref = 300.0, coefficients = [-2.0e-3] }}
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "zmax"
+kind = "convection"
+h = 5.0
+t_inf = 300.0
+
+[[objective]]
+kind = "max"
+group = "domain"
+p = 8.0
+
+[parameters]
+register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h"]
+
+[solver]
+rel_tol = 1e-10
+"#
+    );
+    let mut sim = Simulation::from_toml("bench_hessian.toml", &text).expect("valid problem");
+    let t = Instant::now();
+    sim.solve().expect("forward solve");
+    let forward_s = t.elapsed().as_secs_f64();
+    let names = sim.registered();
+    let mut direction = BTreeMap::new();
+    for (k, name) in names.iter().enumerate() {
+        let values = sim.parameter(name).expect("registered");
+        let d: Vec<f64> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| 0.1 * v * ((i + k) as f64 * 0.37).sin())
+            .collect();
+        direction.insert(name.clone(), d);
+    }
+    let (mut gradient_s, mut hvp_s) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..repeat {
+        let t = Instant::now();
+        let g = sim.gradient().expect("gradient");
+        gradient_s = gradient_s.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(g);
+        let t = Instant::now();
+        let h = sim.hvp(&direction).expect("Hessian-vector product");
+        hvp_s = hvp_s.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(h);
+    }
+    let entries = sim.parameter_vector().len();
+    let unknowns = sim.problem().thermal().model.n_unknowns();
+    let elements = sim.mesh().n_cells_of_dim(3);
+    let solver = sim.problem().thermal().linear_solver();
+    println!(
+        "{}",
+        serde_json::json!({
+            "n": n,
+            "unknowns": unknowns,
+            "elements": elements,
+            "entries": entries,
+            "forward_s": forward_s,
+            "gradient_s": gradient_s,
+            "hvp_s": hvp_s,
+            "hvp_over_gradient": hvp_s / gradient_s,
+            "hvp_over_forward_plus_gradient": hvp_s / (forward_s + gradient_s),
+            "linear_solver": solver,
+        })
+    );
+}
