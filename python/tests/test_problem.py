@@ -98,7 +98,7 @@ def test_per_element_values_round_trip(field_block):
 
 def test_errors_name_the_file_and_line(root):
     bad = '[mesh]\nbox = { lengths = [1, 1, 1], divisions = [1, 1, 1], cell = "tet4" }\n\n[[thermal.material]]\ngroup = "nowhere"\nk = 1.0\n'
-    with pytest.raises(gradfem.ProblemError, match=r"bad\.toml:5: unknown group 'nowhere'"):
+    with pytest.raises(gradfem.ProblemError, match=r"bad\.toml:5:9: unknown group 'nowhere'"):
         gradfem.Problem.from_string(bad, "bad.toml")
     ok = bad.replace("nowhere", "domain") + '\n[[thermal.bc]]\ngroup = "xmin"\nkind = "temperature"\nvalue = 300.0\n'
     p = gradfem.Problem.from_string(ok, "ok.toml")
