@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run gradfem's whole test suite, as CI does: the Rust tests, then the Python package's.
 #
-# Everything Rust builds from crates.io alone (HDF5 output is pure Rust). The Python side runs
-# in the project's own virtual environment, `.venv` (ignored by git): this script creates it
+# Everything Rust builds from crates.io alone (HDF5 output is pure Rust), except the `mpi`
+# feature's test, which needs OpenMPI (scripts/install_mpi.sh installs it with apt). The
+# Python side runs in the project's own virtual environment, `.venv` (ignored by git): this script creates it
 # (seeing the system's packages, so an h5py or torch already installed is used as it is),
 # installs what is missing from PyPI once — h5py and numpy (the HDF5 cross-check), maturin and
 # pytest (the Python package), torch (its PyTorch bridge; PyPI's build, a few GB), scipy and jax
@@ -40,6 +41,12 @@ export GRADFEM_REQUIRE_H5PY=1
 
 # The extension crate links against the interpreter that loads it: pytest tests it.
 cargo test --release --workspace --exclude gradfem-python "$@"
+
+# `gradfem uq` and `gradfem identify` across MPI ranks (feature `mpi`, rsmpi over Debian's
+# OpenMPI): installs libopenmpi-dev, libclang-dev and pkgconf with apt where missing, then
+# runs `mpirun -n 1` and `-n 2` against one process (and, for uq, sharded runs).
+bash scripts/install_mpi.sh
+cargo test --release -p gradfem --features mpi --test uq_mpi
 
 echo "scripts/test.sh: building the Python package (pip install ./python)" >&2
 PATH="$(pwd)/$venv/bin:$PATH" "$py" -m pip install --quiet --disable-pip-version-check \

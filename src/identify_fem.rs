@@ -179,9 +179,43 @@ pub struct FemIdentification {
     pub fit: FitSpec,
     experiments: Vec<FemExperiment>,
     forward_runs: usize,
-    /// The parameter vector the experiments' runs were last solved at (None after a failure).
+    /// The parameter vector the experiments' runs were last solved at.
     solved_at: Option<Vec<f64>>,
+    /// Why each experiment's last solve failed (None: it succeeded, or it is not this
+    /// process's).
+    solve_errors: Vec<Option<String>>,
     jacobians: usize,
+    /// How the experiments are shared among processes (None: all solved here).
+    split: Option<Box<dyn ExperimentSplit>>,
+}
+
+/// How the experiments of an identification are shared among processes (MPI ranks): each
+/// process solves the experiments it owns, and the per-experiment results — residuals,
+/// Jacobian rows, model curves, as one block of numbers each, or the error that stopped the
+/// experiment — are exchanged so that every process holds all of them in experiment order.
+/// Every process then takes the same Levenberg–Marquardt steps, and since each experiment's
+/// history of solves is the same as in one process, so are the bits of the result.
+pub trait ExperimentSplit {
+    /// Whether this process solves experiment `e` (0-based, in file order).
+    fn owns(&self, e: usize) -> bool;
+    /// The blocks of every experiment, in order, given this process's `(experiment, block)`
+    /// pairs; the same on every process.
+    fn exchange(
+        &self,
+        mine: Vec<(usize, Result<Vec<f64>, String>)>,
+        experiments: usize,
+    ) -> Vec<Result<Vec<f64>, String>>;
+}
+
+/// What a per-experiment block holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    /// The residuals.
+    Residuals,
+    /// The residuals, then the Jacobian's rows (one value per fitted parameter each).
+    Jacobian,
+    /// The model values q(step) of each misfit term, term after term.
+    Curves,
 }
 
 fn invalid(path: &Path, message: String) -> IdentifyError {
@@ -394,7 +428,9 @@ impl FemIdentification {
             experiments,
             forward_runs: 0,
             solved_at: None,
+            solve_errors: Vec::new(),
             jacobians: 0,
+            split: None,
         };
         me.check_stability(source, spec)?;
         Ok(me)
@@ -499,38 +535,93 @@ impl FemIdentification {
         self.experiments.iter().map(|e| e.name.as_str()).collect()
     }
 
-    fn solve_at(&mut self, x: &[f64]) -> Result<(), IdentifyError> {
+    /// Share the experiments among processes (see [`ExperimentSplit`]).
+    pub fn set_split(&mut self, split: Box<dyn ExperimentSplit>) {
+        self.split = Some(split);
+        self.solved_at = None;
+    }
+
+    fn owns(&self, e: usize) -> bool {
+        self.split.as_ref().is_none_or(|s| s.owns(e))
+    }
+
+    /// Solve this process's experiments at x. Every one is solved even when another fails,
+    /// so that each experiment's history of solves does not depend on the others (nor on how
+    /// they are shared out); the failures wait in `solve_errors`.
+    fn solve_at(&mut self, x: &[f64]) {
         assert_eq!(x.len(), self.parameters.len(), "one value per fitted parameter");
         if self.solved_at.as_deref() == Some(x) {
-            return Ok(());
+            return;
         }
-        self.solved_at = None;
-        for e in &mut self.experiments {
-            for (&id, &v) in e.ids.iter().zip(x) {
-                e.registry.set_values(id, &[v]).map_err(|m| e.failed(&self.path, m))?;
+        let owned: Vec<bool> = (0..self.experiments.len()).map(|i| self.owns(i)).collect();
+        self.solve_errors = vec![None; self.experiments.len()];
+        for (i, e) in self.experiments.iter_mut().enumerate() {
+            if !owned[i] {
+                continue;
             }
-            e.run.apply_parameters(&e.registry, None).map_err(|m| e.failed(&self.path, m))?;
-            e.run.run_load_steps().map_err(|m| e.failed(&self.path, format!("at {x:?}: {m}")))?;
+            let r = (|| -> Result<(), String> {
+                for (&id, &v) in e.ids.iter().zip(x) {
+                    e.registry.set_values(id, &[v]).map_err(|m| m.to_string())?;
+                }
+                e.run.apply_parameters(&e.registry, None).map_err(|m| m.to_string())?;
+                e.run.run_load_steps().map_err(|m| format!("at {x:?}: {m}"))?;
+                Ok(())
+            })();
+            self.solve_errors[i] = r.err();
         }
         self.forward_runs += 1;
         self.solved_at = Some(x.to_vec());
-        Ok(())
     }
 
-    /// Residuals of the solved runs, experiment by experiment, term by term, step by step.
-    fn current_residuals(&self) -> Result<Vec<f64>, IdentifyError> {
-        let mut r = Vec::with_capacity(self.residual_count());
-        for e in &self.experiments {
-            let q = e.run.step_quantities().map_err(|m| e.failed(&self.path, m))?;
-            e.push_residuals(&q, &mut r);
+    /// One block per experiment at x (solving first), exchanged among the processes; the
+    /// first failed experiment, in file order, is the error.
+    fn blocks(&mut self, x: &[f64], what: Block) -> Result<Vec<Vec<f64>>, IdentifyError> {
+        self.solve_at(x);
+        let mut mine = Vec::new();
+        for (i, e) in self.experiments.iter().enumerate() {
+            if !self.owns(i) {
+                continue;
+            }
+            let block = match &self.solve_errors[i] {
+                Some(m) => Err(m.clone()),
+                None => match what {
+                    Block::Residuals => e.run.step_quantities().map(|q| {
+                        let mut b = Vec::new();
+                        e.push_residuals(&q, &mut b);
+                        b
+                    }),
+                    Block::Curves => e.run.step_quantities().map(|q| {
+                        e.misfits.iter().flat_map(|m| q[m.term].iter().copied()).collect()
+                    }),
+                    Block::Jacobian => e.run.quantity_jacobian(&e.registry).map(|(q, rows)| {
+                        let mut b = Vec::new();
+                        e.push_residuals(&q, &mut b);
+                        for m in &e.misfits {
+                            let s = m.weight.sqrt();
+                            for g in &rows[m.term] {
+                                b.extend(e.ids.iter().map(|&id| s * g.get(id)[0]));
+                            }
+                        }
+                        b
+                    }),
+                }
+                .map_err(|m| m.to_string()),
+            };
+            mine.push((i, block));
         }
-        Ok(r)
+        let all = match &self.split {
+            Some(s) => s.exchange(mine, self.experiments.len()),
+            None => mine.into_iter().map(|(_, b)| b).collect(),
+        };
+        all.into_iter()
+            .zip(&self.experiments)
+            .map(|(b, e)| b.map_err(|m| e.failed(&self.path, m)))
+            .collect()
     }
 
     /// r(x): one forward run of every experiment.
     pub fn residuals(&mut self, x: &[f64]) -> Result<Vec<f64>, IdentifyError> {
-        self.solve_at(x)?;
-        self.current_residuals()
+        Ok(self.blocks(x, Block::Residuals)?.concat())
     }
 
     /// r(x) and the Jacobian dr/dx (one row per residual, one column per parameter) by the
@@ -539,19 +630,15 @@ impl FemIdentification {
         &mut self,
         x: &[f64],
     ) -> Result<(Vec<f64>, Vec<Vec<f64>>), IdentifyError> {
-        self.solve_at(x)?;
+        let n = x.len();
+        let blocks = self.blocks(x, Block::Jacobian)?;
         let mut r = Vec::with_capacity(self.residual_count());
         let mut jac = Vec::with_capacity(self.residual_count());
-        for e in &self.experiments {
-            let (q, rows) =
-                e.run.quantity_jacobian(&e.registry).map_err(|m| e.failed(&self.path, m))?;
-            e.push_residuals(&q, &mut r);
-            for m in &e.misfits {
-                let s = m.weight.sqrt();
-                for g in &rows[m.term] {
-                    jac.push(e.ids.iter().map(|&id| s * g.get(id)[0]).collect());
-                }
-            }
+        for (b, e) in blocks.iter().zip(&self.experiments) {
+            let residuals: usize = e.misfits.iter().map(|m| m.measured.len()).sum();
+            let (rb, jb) = b.split_at(residuals.min(b.len()));
+            r.extend_from_slice(rb);
+            jac.extend(jb.chunks(n.max(1)).map(<[f64]>::to_vec));
         }
         self.jacobians += 1;
         Ok((r, jac))
@@ -559,17 +646,18 @@ impl FemIdentification {
 
     /// Measured against model curves at x.
     pub fn curves(&mut self, x: &[f64]) -> Result<Vec<FemCurve>, IdentifyError> {
-        self.solve_at(x)?;
+        let blocks = self.blocks(x, Block::Curves)?;
         let mut out = Vec::new();
-        for e in &self.experiments {
-            let q = e.run.step_quantities().map_err(|m| e.failed(&self.path, m))?;
-            for m in &e.misfits {
+        for (b, e) in blocks.iter().zip(&self.experiments) {
+            let steps = e.run.loads.len();
+            for (k, m) in e.misfits.iter().enumerate() {
+                let model = b.get(k * steps..(k + 1) * steps).unwrap_or(&[]).to_vec();
                 out.push(FemCurve {
                     experiment: e.name.clone(),
                     term: m.term,
                     load_factors: e.run.loads.clone(),
                     measured: m.measured.clone(),
-                    model: q[m.term].clone(),
+                    model,
                     weight: m.weight,
                     quantity: e.quantities.get(m.term).cloned().unwrap_or_default(),
                 });

@@ -18,9 +18,14 @@ pub mod mesh_report;
 pub mod optimize;
 pub mod problem;
 pub mod progress;
+#[cfg(feature = "mpi")]
+pub mod ranks;
 pub mod thermal;
 pub mod time_history;
 pub mod transient_file;
+pub mod uq;
+pub mod uq_file;
+pub mod uq_plot;
 
 pub use gradfem_coupling as coupling;
 pub use gradfem_coupling::error as run;

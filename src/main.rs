@@ -164,6 +164,33 @@ enum Command {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Propagate uncertainty: sample the `[uq]` table's inputs (Monte Carlo, Latin hypercube
+    /// or scrambled Sobol), solve each sample and report mean, standard deviation, quantiles
+    /// with standard errors, violation probabilities and first-order variance shares from
+    /// the adjoint gradient at the means. Writes uq.json, samples.json, samples.csv and
+    /// convergence.png; the samples go to parts/ chunk by chunk, so a rerun resumes. A failed
+    /// sample is reported by its index and the others go on. Under `mpirun` (built with the
+    /// `mpi` feature) the ranks share the samples and rank 0 writes the result.
+    Uq {
+        /// Problem file (TOML) with a [uq] table.
+        #[arg(required_unless_present = "reduce")]
+        file: Option<PathBuf>,
+        /// Print the report (uq.json) to standard output as well.
+        #[arg(long)]
+        json: bool,
+        /// Output directory (default: the problem's [output] directory, else
+        /// ./results/<problem file name without .toml>).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Run shard I of N (0-based): the chunks c with c mod N = I, written to parts/;
+        /// `--reduce` makes the result once every shard is done.
+        #[arg(long, value_name = "I/N", conflicts_with = "reduce")]
+        shard: Option<String>,
+        /// Reduce the parts in DIR (an output directory of sharded runs) into the result one
+        /// unsharded run writes, byte for byte.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "output"])]
+        reduce: Option<PathBuf>,
+    },
     /// Convert a mesh to HDF5 + XDMF (opens in ParaView), with its group ids as cell data.
     MeshConvert {
         /// Input mesh (.msh).
@@ -884,6 +911,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Some(Command::Identify { file, json, output }) => {
             let mut id = gradfem::identify::Identification::read(&file)?;
+            // Under mpirun the ranks share the FEM experiments; rank 0 reports.
+            #[cfg(feature = "mpi")]
+            let ranks = if gradfem::ranks::launched_by_mpirun() {
+                let r = gradfem::ranks::Ranks::init().map_err(anyhow::Error::msg)?;
+                if let Some(f) = id.fem_mut() {
+                    f.set_split(r.split());
+                }
+                Some(r)
+            } else {
+                None
+            };
+            #[cfg(feature = "mpi")]
+            let root = ranks.as_ref().is_none_or(|r| r.rank == 0);
+            #[cfg(not(feature = "mpi"))]
+            let root = true;
+            let quiet = quiet || !root;
             let mode = ProgressMode::detect(quiet || json);
             let pb = Progress::bar(mode, "fitting (starting points)", id.starts() as u64);
             let (report, x) = id.run(|p| {
@@ -899,6 +942,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             })?;
             pb.finish();
+            if !root {
+                // The curves of the plot are an exchange every rank takes part in.
+                if let Some(f) = id.fem_mut() {
+                    f.curves(&x)?;
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let dir = output.unwrap_or_else(|| gradfem::problem::default_output_directory(&file));
             let (json_path, png) = id.write(&dir, &report, &x)?;
             if json {
@@ -970,6 +1020,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Uq { file, json, output, shard, reduce }) => {
+            uq_command(file, json, output, shard, reduce, quiet)
+        }
         Some(Command::MeshConvert { input, output }) => {
             let mesh = read_mesh(&input)?;
             mesh_report::convert(&mesh, &output)?;
@@ -978,6 +1031,192 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// `gradfem uq`: run (a shard of) a study, or reduce the parts of one.
+fn uq_command(
+    file: Option<PathBuf>,
+    json: bool,
+    output: Option<PathBuf>,
+    shard: Option<String>,
+    reduce: Option<PathBuf>,
+    quiet: bool,
+) -> Result<ExitCode> {
+    use gradfem::uq;
+    if let Some(dir) = reduce {
+        let reduced = uq::reduce(&dir)?;
+        print_uq(&reduced, json, quiet);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let file = file.expect("clap requires FILE without --reduce");
+    let shard = match shard {
+        Some(s) => uq::Shard::parse(&s).map_err(anyhow::Error::msg)?,
+        None => uq::Shard::ALL,
+    };
+    let pb = spinner(quiet || json, "setting up");
+    let mut pf = ProblemFile::read(&file)?;
+    pf.allow_large = ALLOW_LARGE.load(std::sync::atomic::Ordering::Relaxed);
+    let dir = output_dir(&pf, output);
+    let mut study = uq::Study::new(pf)?;
+    pb.finish();
+    #[cfg(feature = "mpi")]
+    if gradfem::ranks::launched_by_mpirun() {
+        if shard != uq::Shard::ALL {
+            bail!("--shard and mpirun do not mix: the ranks are the shards");
+        }
+        let _ranks = gradfem::ranks::Ranks::init().map_err(anyhow::Error::msg)?;
+        let outcome = gradfem::ranks::run_uq(&mut study, &dir, quiet || json)?;
+        if let Some(reduced) = outcome {
+            print_uq(&reduced, json, quiet);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let total = uq::pending(&study, &dir, shard);
+    let label = if shard.count > 1 {
+        format!("uq samples (shard {}/{})", shard.index, shard.count)
+    } else {
+        "uq samples".to_string()
+    };
+    let pb = Progress::bar(ProgressMode::detect(quiet || json), &label, total as u64);
+    let log_name = if shard.count > 1 {
+        format!("shard-{}-of-{}", shard.index, shard.count)
+    } else {
+        "run".to_string()
+    };
+    let mut log = uq::Log::open(&dir, &log_name);
+    let mut done = 0u64;
+    let stats = uq::run(&mut study, &dir, shard, &mut log, |r| {
+        done += 1;
+        pb.set_position(done);
+        if let Some(e) = &r.error {
+            pb.log(format!("sample {} failed: {e}", r.index));
+        }
+    })?;
+    pb.finish();
+    if shard.count > 1 {
+        if !quiet {
+            println!(
+                "shard {}/{}: {} chunk(s) computed ({} sample(s), {:.2} s), {} already written; \
+                 when every shard is done: gradfem uq --reduce {}",
+                shard.index,
+                shard.count,
+                stats.computed,
+                stats.samples,
+                stats.seconds,
+                stats.resumed,
+                dir.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let reduced = uq::reduce(&dir)?;
+    if !quiet && !json && stats.resumed > 0 {
+        println!("resumed: {} chunk(s) were already written", stats.resumed);
+    }
+    print_uq(&reduced, json, quiet);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report of `gradfem uq`: JSON, or a table.
+fn print_uq(r: &gradfem::uq::Reduced, json: bool, quiet: bool) {
+    let rep = &r.report;
+    if json {
+        println!("{}", serde_json::to_string(rep).expect("serializable"));
+        return;
+    }
+    if quiet {
+        return;
+    }
+    println!(
+        "{} — {} samples ({} ok), {} design, seed {}",
+        if rep.title.is_empty() { "gradfem uq" } else { &rep.title },
+        rep.samples,
+        rep.samples_ok,
+        rep.design,
+        rep.seed
+    );
+    if !rep.stop_met {
+        println!("  stopping rule NOT met: {:?} (the most samples were run)", rep.stop);
+    }
+    for i in &rep.inputs {
+        println!(
+            "  input {:<40} {} mean {:.6e}, std {:.6e}{}",
+            i.parameter,
+            i.distribution.kind(),
+            i.mean,
+            i.std,
+            if i.factor { " (a factor on its values)" } else { "" }
+        );
+    }
+    for o in &rep.outputs {
+        let s = &o.summary;
+        println!(
+            "  {}: mean {:.6e} ± {:.2e}, std {:.6e} ± {:.2e} (n = {})",
+            o.quantity, s.mean, s.se_mean, s.std, s.se_std, s.n
+        );
+        let q: Vec<String> = s
+            .quantiles
+            .iter()
+            .map(|q| format!("q{} {:.6e} ± {:.2e}", q.p, q.value, q.se))
+            .collect();
+        if !q.is_empty() {
+            println!("    {}", q.join(", "));
+        }
+        for e in o.probability_above.iter().chain(&o.probability_below) {
+            println!(
+                "    P({} {} {}) = {:.4} ± {:.4} ({} sample(s); 95 % upper bound {:.4})",
+                o.quantity,
+                if e.side == "above" { ">" } else { "<" },
+                e.limit,
+                e.probability,
+                e.se,
+                e.count,
+                e.upper_95
+            );
+        }
+        match (&o.linearized, &o.note) {
+            (Some(l), _) => {
+                let shares: Vec<String> = l
+                    .share_by_input
+                    .iter()
+                    .map(|(n, v)| format!("{n} {:.1} %", 100.0 * v))
+                    .collect();
+                println!(
+                    "    first order at the means: std {:.6e}; shares {}",
+                    l.shares.std,
+                    shares.join(", ")
+                );
+            }
+            (None, Some(note)) => println!("    no first-order shares: {note}"),
+            (None, None) => {}
+        }
+    }
+    if let Some(a) = &rep.acceptance {
+        println!(
+            "  acceptance {}: std/|mean| = {:.4} → {}",
+            a.rule,
+            a.ratio,
+            if a.accepted { "ACCEPTED" } else { "REJECTED" }
+        );
+    }
+    for f in &rep.failures {
+        println!("  sample {} failed: {}", f.index, f.error);
+    }
+    match &r.png {
+        Ok(p) => println!(
+            "  wrote {}, {}, {}, {}",
+            r.json.display(),
+            r.samples_json.display(),
+            r.samples_csv.display(),
+            p.display()
+        ),
+        Err(e) => println!(
+            "  wrote {}, {}, {} (no plot: {e})",
+            r.json.display(),
+            r.samples_json.display(),
+            r.samples_csv.display()
+        ),
     }
 }
 

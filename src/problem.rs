@@ -788,6 +788,9 @@ pub struct ProblemSpec {
     /// Settings of `gradfem optimize`.
     #[serde(default)]
     pub optimize: Option<OptimizeSpec>,
+    /// Settings of `gradfem uq` (see [`crate::uq_file`]).
+    #[serde(default)]
+    pub uq: Option<crate::uq_file::UqSpec>,
 }
 
 /// `[initial_state] ansys = "file.rth", set = 1`: the `TEMP` field of that result set (path

@@ -875,6 +875,9 @@ const ENUMERATIONS: &[(&str, &str, &str)] = &[
     ("src/transient_file.rs", "[transient] mass '{other}': expected ", "transient"),
     ("src/transient_file.rs", "[transient] objective '{other}': expected ", "transient"),
     ("coupling/src/shape.rs", "axis '{other}': expected ", "morph"),
+    ("src/uq.rs", "distribution '{other}': expected ", "uq.input"),
+    ("src/uq.rs", "design '{}': expected ", "uq"),
+    ("src/uq.rs", "rule '{other}': expected ", "uq.stop"),
     ("src/identify.rs", "experiment mode '{}': expected ", "identify:experiment"),
     ("src/identify.rs", "model.kind '{other}': expected ", "identify:model"),
 ];
