@@ -1,6 +1,6 @@
-//! `mpirun -n R gradfem uq`: a 64-sample study gives byte-identical results on 1 and 2 ranks,
+//! `mpirun -n R gradfem uq`: a 64-sample study gives byte-identical results on 1, 2 and 4 ranks,
 //! and the same bytes as one process and as sharded runs reduced; `mpirun -n R gradfem
-//! identify` fits the pad's two specimens to the same report on 1 and 2 ranks. Needs the `mpi` feature
+//! identify` fits the pad's two specimens to the same report on 1, 2 and 4 ranks. Needs the `mpi` feature
 //! (`cargo test --release -p gradfem --features mpi --test uq_mpi`; scripts/test.sh runs it,
 //! installing OpenMPI first where it is missing); without the feature the test says so and
 //! passes.
@@ -89,7 +89,7 @@ fn same(a: &Path, b: &Path) {
 
 #[cfg(feature = "mpi")]
 #[test]
-fn one_and_two_ranks_give_the_bytes_of_one_process_and_of_shards() {
+fn one_two_and_four_ranks_give_the_bytes_of_one_process_and_of_shards() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("slab.toml");
     std::fs::write(&path, PROBLEM).unwrap();
@@ -98,12 +98,13 @@ fn one_and_two_ranks_give_the_bytes_of_one_process_and_of_shards() {
     gradfem(&["--quiet", "uq", p, "-o", &out("plain")]);
     mpirun(1, &["--quiet", "uq", p, "-o", &out("rank1")]);
     mpirun(2, &["--quiet", "uq", p, "-o", &out("rank2")]);
+    mpirun(4, &["--quiet", "uq", p, "-o", &out("rank4")]);
     for s in ["1/2", "0/2"] {
         gradfem(&["--quiet", "uq", p, "-o", &out("shards"), "--shard", s]);
     }
     gradfem(&["--quiet", "uq", "--reduce", &out("shards")]);
     let plain = dir.path().join("plain");
-    for other in ["rank1", "rank2", "shards"] {
+    for other in ["rank1", "rank2", "rank4", "shards"] {
         same(&plain, &dir.path().join(other));
     }
     // One log per rank, each with its own samples: rank 1 ran chunk 1 (samples 4..8).
@@ -126,13 +127,15 @@ fn one_and_two_ranks_give_the_bytes_of_one_process_and_of_shards() {
 /// time, and fit.png is the same.
 #[cfg(feature = "mpi")]
 #[test]
-fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
+fn identification_of_the_pad_is_the_same_on_one_two_and_four_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pad_identify.toml");
     let out = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     gradfem(&["--quiet", "identify", file, "-o", &out("plain")]);
     mpirun(1, &["--quiet", "identify", file, "-o", &out("rank1")]);
     mpirun(2, &["--quiet", "identify", file, "-o", &out("rank2")]);
+    // More ranks than specimens: two ranks hold none and follow the same path.
+    mpirun(4, &["--quiet", "identify", file, "-o", &out("rank4")]);
     let without_time = |d: &str| {
         let text = std::fs::read_to_string(dir.path().join(d).join("identify.json")).unwrap();
         let at = text.find("\"time_s\"").expect("identify.json has time_s");
@@ -141,7 +144,7 @@ fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
     };
     let plain = without_time("plain");
     assert!(plain.contains("\"converged\": true"), "{plain}");
-    for other in ["rank1", "rank2"] {
+    for other in ["rank1", "rank2", "rank4"] {
         assert_eq!(plain, without_time(other), "{other}");
         let png = |d: &str| std::fs::read(dir.path().join(d).join("fit.png")).unwrap();
         assert!(png("plain") == png(other), "{other}: fit.png differs");
@@ -150,7 +153,7 @@ fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
 
 #[cfg(not(feature = "mpi"))]
 #[test]
-fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
+fn identification_of_the_pad_is_the_same_on_one_two_and_four_ranks() {
     eprintln!(
         "SKIPPED: gradfem was built without the `mpi` feature; the MPI test runs with \
          `cargo test --release -p gradfem --features mpi --test uq_mpi` (scripts/test.sh does)"
@@ -159,7 +162,7 @@ fn identification_of_the_pad_is_the_same_on_one_and_two_ranks() {
 
 #[cfg(not(feature = "mpi"))]
 #[test]
-fn one_and_two_ranks_give_the_bytes_of_one_process_and_of_shards() {
+fn one_two_and_four_ranks_give_the_bytes_of_one_process_and_of_shards() {
     eprintln!(
         "SKIPPED: gradfem was built without the `mpi` feature; the MPI test runs with \
          `cargo test --release -p gradfem --features mpi --test uq_mpi` (scripts/test.sh does)"
