@@ -163,6 +163,18 @@ class Problem:
         >>> fun, jac, x0, bounds = p.scipy_objective(["thermal.k.domain"])   # doctest: +SKIP
         >>> scipy.optimize.minimize(fun, x0, jac=jac, bounds=bounds, method="L-BFGS-B")
         """
+        fun, jac, _, x0, bounds = self.scipy_objective_with_hessp(names)
+        return fun, jac, x0, bounds
+
+    def scipy_objective_with_hessp(self, names: Optional[Sequence[str]] = None):
+        """``(fun, jac, hessp, x0, bounds)``: ``scipy_objective`` and the exact Hessian-vector
+        product ``hessp(x, v)`` (second-order adjoint, see ``hvp``) for SciPy's second-order
+        methods (``Newton-CG``, ``trust-krylov``, ``trust-constr``); all three share the solve
+        at x.
+
+        >>> fun, jac, hessp, x0, _ = p.scipy_objective_with_hessp()   # doctest: +SKIP
+        >>> scipy.optimize.minimize(fun, x0, jac=jac, hessp=hessp, method="trust-krylov")
+        """
         names = list(names) if names is not None else list(self.parameters)
         for n in names:
             self.register(n)
@@ -175,22 +187,32 @@ class Problem:
         bounds = [all_bounds[n] for n, k in zip(names, sizes) for _ in range(k)]
         cache: Dict[str, object] = {}
 
+        def split(x):
+            values, i = {}, 0
+            for n, k, sc, sh in zip(names, sizes, scalar, shapes):
+                values[n] = float(x[i]) if sc else x[i : i + k].reshape(sh)
+                i += k
+            return values
+
+        def flat(d):
+            return np.concatenate([np.ravel(np.asarray(d[n], dtype=np.float64)) for n in names])
+
         def at(x):
             x = np.asarray(x, dtype=np.float64)
             key = x.tobytes()
             if cache.get("x") != key:
-                values, i = {}, 0
-                for n, k, sc, sh in zip(names, sizes, scalar, shapes):
-                    values[n] = float(x[i]) if sc else x[i : i + k].reshape(sh)
-                    i += k
-                self.set_parameters(values)
+                self.set_parameters(split(x))
                 g = self.gradient()
                 cache["x"] = key
                 cache["f"] = self.objective()
-                cache["g"] = np.concatenate([np.ravel(np.asarray(g[n], dtype=np.float64)) for n in names])
+                cache["g"] = flat(g)
             return cache
 
-        return (lambda x: at(x)["f"]), (lambda x: at(x)["g"].copy()), x0, bounds
+        def hessp(x, v):
+            at(x)
+            return flat(self.hvp(split(np.asarray(v, dtype=np.float64))))
+
+        return (lambda x: at(x)["f"]), (lambda x: at(x)["g"].copy()), hessp, x0, bounds
 
     def taylor_test(self) -> dict:
         """The Taylor test over every registered parameter (rates, ``passed``, the table)."""

@@ -41,3 +41,17 @@ def test_coupled_problems_raise_a_clear_error(root):
     p = gradfem.Problem.from_toml(root / "examples" / "microactuator_electrothermal.toml")
     with pytest.raises(gradfem.Error, match="one field"):
         p.hvp({})
+
+
+def test_scipy_second_order_method_with_exact_hessp(root):
+    """scipy's trust-krylov with gradfem's exact hessp fits the sensor example to the optimum
+    gradfem's own Newton-CG finds."""
+    scipy_optimize = pytest.importorskip("scipy.optimize")
+    p = gradfem.Problem.from_toml(root / "examples" / "sensor_misfit_newton.toml")
+    fun, jac, hessp, x0, _ = p.scipy_objective_with_hessp(["thermal.k.domain", "bc.zmax.h"])
+    r = scipy_optimize.minimize(
+        fun, x0, jac=jac, hessp=hessp, method="trust-krylov", options={"gtol": 1e-5}
+    )
+    assert r.success, r.message
+    assert abs(r.x[0] / 99.90644392063498 - 1) < 1e-4 and abs(r.x[1] / 40.31951043110968 - 1) < 1e-4, r.x
+    assert r.nhev > 0
