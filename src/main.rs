@@ -916,7 +916,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let ranks = if gradfem::ranks::launched_by_mpirun() {
                 let r = gradfem::ranks::Ranks::init().map_err(anyhow::Error::msg)?;
                 if let Some(f) = id.fem_mut() {
-                    f.set_split(r.split());
+                    let dir = output
+                        .clone()
+                        .unwrap_or_else(|| gradfem::problem::default_output_directory(&file));
+                    f.set_split(r.split_logged(&dir));
                 }
                 Some(r)
             } else {

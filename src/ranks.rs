@@ -16,7 +16,8 @@
 //! **identify.** Rank r solves the FEM experiments e with e mod R = r; after every forward
 //! run or Jacobian the per-experiment blocks are gathered on rank 0 and broadcast back as raw
 //! f64 bytes ([`MpiSplit`]), so every rank takes the same Levenberg–Marquardt steps and rank
-//! 0 writes the report. A failed experiment stops every rank with the same error.
+//! 0 writes the report. Each rank logs the experiments it solved at every exchange to
+//! `logs/rank-<r>-of-<R>.log`. A failed experiment stops every rank with the same error.
 
 use std::path::Path;
 
@@ -60,7 +61,24 @@ impl Ranks {
 
     /// The experiments of an identification shared among the ranks.
     pub fn split(&self) -> Box<dyn ExperimentSplit> {
-        Box::new(MpiSplit { world: SimpleCommunicator::world(), rank: self.rank, size: self.size })
+        Box::new(MpiSplit {
+            world: SimpleCommunicator::world(),
+            rank: self.rank,
+            size: self.size,
+            log: None,
+        })
+    }
+
+    /// [`split`](Self::split), each rank logging the experiments it solves to
+    /// `<out>/logs/rank-<r>-of-<R>.log` (appended to; kept beside the report's output set).
+    pub fn split_logged(&self, out: &Path) -> Box<dyn ExperimentSplit> {
+        let name = format!("rank-{}-of-{}", self.rank, self.size);
+        Box::new(MpiSplit {
+            world: SimpleCommunicator::world(),
+            rank: self.rank,
+            size: self.size,
+            log: Some(std::sync::Mutex::new((Log::open(out, &name), 0))),
+        })
     }
 
     /// Wait until every rank is here.
@@ -74,6 +92,8 @@ pub struct MpiSplit {
     world: SimpleCommunicator,
     rank: usize,
     size: usize,
+    /// This rank's log and the number of exchanges so far.
+    log: Option<std::sync::Mutex<(Log, usize)>>,
 }
 
 /// Blocks as bytes: per entry the experiment (u64), a flag (1 ok, 0 error), a length (u64),
@@ -136,6 +156,17 @@ impl ExperimentSplit for MpiSplit {
         mine: Vec<(usize, Result<Vec<f64>, String>)>,
         experiments: usize,
     ) -> Vec<Result<Vec<f64>, String>> {
+        if let Some(log) = &self.log {
+            let mut guard = log.lock().unwrap_or_else(|e| e.into_inner());
+            let (log, count) = &mut *guard;
+            *count += 1;
+            for (e, block) in &mine {
+                log.line(&match block {
+                    Ok(v) => format!("exchange {count}: experiment {e}: ok ({} values)", v.len()),
+                    Err(msg) => format!("exchange {count}: experiment {e}: failed: {msg}"),
+                });
+            }
+        }
         let root = self.world.process_at_rank(0);
         let mut all = if self.rank == 0 {
             let mut all = encode(&mine);

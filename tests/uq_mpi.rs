@@ -144,6 +144,9 @@ fn identification_of_the_pad_is_the_same_on_one_two_and_four_ranks() {
     };
     let plain = without_time("plain");
     assert!(plain.contains("\"converged\": true"), "{plain}");
+    // One log per rank: on 2 ranks rank 1 solved experiment 1 (shear) and never experiment 0.
+    let log1 = std::fs::read_to_string(dir.path().join("rank2/logs/rank-1-of-2.log")).unwrap();
+    assert!(log1.contains("experiment 1: ok") && !log1.contains("experiment 0:"), "{log1}");
     for other in ["rank1", "rank2", "rank4"] {
         assert_eq!(plain, without_time(other), "{other}");
         let png = |d: &str| std::fs::read(dir.path().join(d).join("fit.png")).unwrap();
