@@ -18,7 +18,7 @@ pub struct UqSpec {
     /// Samples per chunk: the unit of work of shards and ranks, of resuming and of the
     /// stopping test (default 8).
     pub batch: Option<Spanned<usize>>,
-    /// `sobol`: independent random digital shifts the samples cycle through (default 4).
+    /// `sobol`: independent Owen scrambles the samples cycle through (default 4).
     pub replicates: Option<Spanned<usize>>,
     /// Probabilities of the quantiles reported (default 0.05, 0.5, 0.95).
     pub quantiles: Option<Spanned<Vec<f64>>>,

@@ -2,7 +2,14 @@
 //!
 //! Every design gives sample i's point from (seed, i) alone — plain Monte Carlo by hashing,
 //! a Latin hypercube from per-dimension permutations drawn once from the seed, Sobol from
-//! the index's bits — so the samples can be computed in any order, on any rank or shard.
+//! the index's bits, Owen-scrambled — so the samples can be computed in any order, on any rank
+//! or shard.
+//!
+//! The scramble is Owen's nested uniform scramble in its hash-based form (Burley, "Practical
+//! Hash-based Owen Scrambling", JCGT 2020): with the bits reversed, a Laine–Karras permutation
+//! (each output bit depends only on the input bits below it, plus a seed) flips every digit
+//! depending on the digits above it, which is what keeps every elementary interval of the net
+//! holding its one point while randomizing the points within it.
 
 use crate::rng::{SplitMix64, hash4, unit_open};
 
@@ -70,6 +77,23 @@ fn direction_numbers(dim: usize) -> Vec<[u32; BITS]> {
     out
 }
 
+/// Laine and Karras's permutation of a 32-bit integer: output bit k depends only on input
+/// bits 0..=k and the seed (multiplications by even constants carry upwards only).
+fn laine_karras(mut x: u32, seed: u32) -> u32 {
+    x = x.wrapping_add(seed);
+    x ^= x.wrapping_mul(0x6c50_b47c);
+    x ^= x.wrapping_mul(0xb82f_1e52);
+    x ^= x.wrapping_mul(0xc7af_e638);
+    x ^= x.wrapping_mul(0x8d22_f6e6);
+    x
+}
+
+/// Owen's nested uniform scramble of a coordinate's 32 bits (most significant first): each
+/// digit flipped by a hash of the digits before it and the seed.
+fn owen_scramble(x: u32, seed: u32) -> u32 {
+    laine_karras(x.reverse_bits(), seed).reverse_bits()
+}
+
 /// The unscrambled Sobol point of index i in Gray-code order, as 32-bit integers.
 fn sobol_bits(v: &[[u32; BITS]], i: u64) -> Vec<u32> {
     let g = i ^ (i >> 1);
@@ -97,9 +121,10 @@ pub enum DesignKind {
     MonteCarlo,
     /// A Latin hypercube of a fixed size: each dimension's N strata hold one point each.
     LatinHypercube,
-    /// Sobol's sequence (Joe–Kuo directions) with a random digital shift per replicate:
-    /// sample i belongs to replicate i mod R and is point ⌊i/R⌋ of that replicate's shifted
-    /// sequence, so the replicate means give an honest standard error.
+    /// Sobol's sequence (Joe–Kuo directions), Owen-scrambled independently per replicate
+    /// (hash-based nested uniform scramble, module docs): sample i belongs to replicate
+    /// i mod R and is point ⌊i/R⌋ of that replicate's scrambled sequence, so the replicate
+    /// means give an honest standard error.
     Sobol,
 }
 
@@ -139,12 +164,13 @@ pub struct Design {
     replicates: usize,
     permutations: Vec<Vec<u32>>,
     directions: Vec<[u32; BITS]>,
-    shifts: Vec<Vec<u32>>,
+    /// Per replicate and dimension, the seed of its Owen scramble.
+    scrambles: Vec<Vec<u32>>,
 }
 
 impl Design {
     /// A design of `dim` dimensions for at most `size` samples (a Latin hypercube has
-    /// exactly `size` strata), drawn from `seed`; `replicates` independent shifts for
+    /// exactly `size` strata), drawn from `seed`; `replicates` independent scrambles for
     /// Sobol (1 for the other designs).
     pub fn new(
         kind: DesignKind,
@@ -162,7 +188,7 @@ impl Design {
         let replicates = if kind == DesignKind::Sobol { replicates.max(1) } else { 1 };
         let mut permutations = Vec::new();
         let mut directions = Vec::new();
-        let mut shifts = Vec::new();
+        let mut scrambles = Vec::new();
         match kind {
             DesignKind::MonteCarlo => {}
             DesignKind::LatinHypercube => {
@@ -185,12 +211,12 @@ impl Design {
                 }
                 directions = direction_numbers(dim);
                 let mut rng = SplitMix64::new(seed ^ 0x5ab0_1000);
-                shifts = (0..replicates)
+                scrambles = (0..replicates)
                     .map(|_| (0..dim).map(|_| (rng.next_u64() >> 32) as u32).collect())
                     .collect();
             }
         }
-        Ok(Design { kind, dim, seed, size, replicates, permutations, directions, shifts })
+        Ok(Design { kind, dim, seed, size, replicates, permutations, directions, scrambles })
     }
 
     /// The design's kind.
@@ -226,8 +252,8 @@ impl Design {
                 let k = (i / self.replicates) as u64;
                 sobol_bits(&self.directions, k)
                     .iter()
-                    .zip(&self.shifts[r])
-                    .map(|(&x, &s)| ((x ^ s) as f64 + 0.5) / 4_294_967_296.0)
+                    .zip(&self.scrambles[r])
+                    .map(|(&x, &s)| (owen_scramble(x, s) as f64 + 0.5) / 4_294_967_296.0)
                     .collect()
             }
         }
@@ -261,8 +287,8 @@ mod tests {
         }
     }
 
-    /// Every 1-D projection of the first 2^m points of each dimension, shifted or not, puts
-    /// one point in each interval [j/2^m, (j+1)/2^m).
+    /// Every 1-D projection of the first 2^m points of each dimension, scrambled, puts one
+    /// point in each interval [j/2^m, (j+1)/2^m).
     #[test]
     fn sobol_projections_are_stratified() {
         let m = 10;
@@ -278,7 +304,7 @@ mod tests {
     }
 
     /// The first two dimensions form a (0, m, 2)-net: every dyadic box of area 2^-m holds
-    /// exactly one of the first 2^m points, also after a digital shift.
+    /// exactly one of the first 2^m points, also after the Owen scramble.
     #[test]
     fn first_two_sobol_dimensions_form_a_zero_net() {
         let m = 8;
@@ -297,7 +323,7 @@ mod tests {
     }
 
     /// Low discrepancy where it matters: ∫ Π (1 + (u_k − ½)) du = 1 in 8 dimensions, by 1024
-    /// points; Monte Carlo's error is ≈ 0.95/√1024 ≈ 0.03, the shifted Sobol points' a few 1e-3.
+    /// points; Monte Carlo's error is ≈ 0.95/√1024 ≈ 0.03, the scrambled Sobol points' a few 1e-3.
     #[test]
     fn sobol_integrates_a_smooth_product_far_better_than_monte_carlo() {
         let f = |u: &[f64]| u.iter().map(|x| 1.0 + (x - 0.5)).product::<f64>();
@@ -350,5 +376,26 @@ mod tests {
     #[test]
     fn too_many_sobol_dimensions_are_refused() {
         assert!(Design::new(DesignKind::Sobol, SOBOL_MAX_DIM + 1, 8, 0, 1).is_err());
+    }
+
+    /// The scramble permutes each elementary interval's points among its sub-intervals: on
+    /// the first k bits it is a bijection of {0..2^k} for every seed, and different seeds give
+    /// different permutations.
+    #[test]
+    fn owen_scramble_permutes_every_leading_bit_block() {
+        for seed in [0u32, 1, 0xdead_beef] {
+            for k in [1u32, 4, 8] {
+                let mut seen = vec![false; 1 << k];
+                for v in 0..1u32 << k {
+                    let x = v << (32 - k);
+                    let y = owen_scramble(x, seed) >> (32 - k);
+                    assert!(!seen[y as usize], "seed {seed}, {k} bits: {v} collides");
+                    seen[y as usize] = true;
+                }
+            }
+        }
+        let a: Vec<u32> = (0..16u32).map(|v| owen_scramble(v << 28, 1) >> 28).collect();
+        let b: Vec<u32> = (0..16u32).map(|v| owen_scramble(v << 28, 2) >> 28).collect();
+        assert_ne!(a, b);
     }
 }

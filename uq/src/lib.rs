@@ -4,7 +4,7 @@
 //! - [`dist`]: input distributions (normal, log-normal, uniform, truncated normal) by their
 //!   inverse CDFs, and correlation through a Gaussian copula (Cholesky factor).
 //! - [`design`]: where each sample lies in (0, 1)^d — plain Monte Carlo, Latin hypercube,
-//!   Sobol with random digital shifts — computed from (seed, index) alone, so samples split
+//!   Sobol with Owen scrambling (hash-based nested uniform) — computed from (seed, index) alone, so samples split
 //!   across ranks or shards draw the same numbers as one run.
 //! - [`stats`]: mean, standard deviation, quantiles, exceedance probabilities, each with its
 //!   standard error; stopping and acceptance rules.
