@@ -76,6 +76,9 @@ use gradfem_coupling::fields::hyperelastic::HyperelasticField;
 pub use crate::problem::{HyperMaterialSpec, HyperTemperatureSpec, HyperelasticSpec};
 use crate::problem::{ObjectiveSpec, ProblemError, ProblemFile};
 
+/// The most load steps a `[hyperelastic]` table may ask for.
+pub const MAX_LOAD_STEPS: usize = 100_000;
+
 fn invalid(file: &ProblemFile, message: String) -> ProblemError {
     ProblemError::invalid_in(&file.path, &file.source, message)
 }
@@ -376,6 +379,18 @@ pub fn build_field(
     for b in &spec.bcs {
         file.check_group(mesh, &b.group, "[[hyperelastic.bc]]")?;
         bcs.push(BcSpec { group: b.group.get_ref().clone(), kind: file.mechanical_bc_kind(b)? });
+    }
+    if let Some(n) = spec.steps
+        && n > MAX_LOAD_STEPS
+    {
+        return Err(invalid(
+            file,
+            format!(
+                "{}[hyperelastic] `steps` = {n}: at most {MAX_LOAD_STEPS} load steps (the \
+                 increments adapt within each step; a few tens are usual)",
+                file.at_table("[hyperelastic]", 0, Some("steps"))
+            ),
+        ));
     }
     let loads = match (spec.steps, &spec.load_factors) {
         (Some(n), None) if n > 0 => (1..=n).map(|k| k as f64 / n as f64).collect(),

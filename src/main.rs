@@ -461,9 +461,10 @@ fn taylor_params(file: &ProblemFile) -> Result<TaylorParams> {
     if !(t.h0 > 0.0 && t.h0.is_finite()) {
         bail!("{}: [taylor] h0 = {} must be a positive number", file.path.display(), t.h0);
     }
-    if t.steps < 2 {
+    if t.steps < 2 || t.steps > 60 {
         bail!(
-            "{}: [taylor] steps = {}: a rate needs at least 2 steps",
+            "{}: [taylor] steps = {}: a rate needs at least 2 steps, and beyond 60 halvings of h0 \
+             the remainders are round-off",
             file.path.display(),
             t.steps
         );

@@ -99,6 +99,9 @@ fn one() -> usize {
     1
 }
 
+/// The most fixed time steps a `[transient]` table may ask for (every state is kept).
+pub const MAX_TIME_STEPS: usize = 1_000_000;
+
 fn setup(msg: impl Into<String>) -> RunError {
     RunError::Setup(msg.into())
 }
@@ -159,6 +162,12 @@ pub fn build_time_stepping(
     if !(dt.is_finite() && dt > 0.0) {
         return Err(setup(format!(
             "[transient] `dt` = {dt}: a time step is a positive number of seconds"
+        )));
+    }
+    if adaptive.is_none() && steps > MAX_TIME_STEPS {
+        return Err(setup(format!(
+            "[transient] `steps` = {steps}: at most {MAX_TIME_STEPS} fixed steps (every state is \
+             kept for the outputs and the adjoint); take a larger `dt`, or `adaptive` steps"
         )));
     }
     let mut heat_capacity = vec![f64::NAN; model.regions.len()];
