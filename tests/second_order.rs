@@ -15,7 +15,15 @@ use rstest::rstest;
 /// `k` is the conductivity parameter registered: `thermal.k.domain` or the per-element
 /// `thermal.k_elem.domain`.
 fn problem(cell: &str, law: &str, objective: &str, k: &str) -> Simulation {
-    let text = format!(
+    let register = format!(
+        "\"{k}\", \"thermal.q.domain\", \"bc.zmax.h\", \"bc.zmax.t_inf\", \"bc.ymin.flux\", \"bc.xmin.temperature\""
+    );
+    Simulation::from_toml("slab.toml", &slab(cell, law, objective, &register)).unwrap()
+}
+
+/// The slab's problem-file text with `register` as the body of `[parameters] register`.
+fn slab(cell: &str, law: &str, objective: &str, register: &str) -> String {
+    format!(
         r#"
 [mesh]
 box = {{ lengths = [0.02, 0.01, 0.004], divisions = [5, 3, 2], cell = "{cell}" }}
@@ -46,14 +54,12 @@ q_in = 2.0e4
 {objective}
 
 [parameters]
-register = ["{k}", "thermal.q.domain", "bc.zmax.h", "bc.zmax.t_inf",
-            "bc.ymin.flux", "bc.xmin.temperature"]
+register = [{register}]
 
 [solver]
 rel_tol = 1e-13
 "#
-    );
-    Simulation::from_toml("slab.toml", &text).unwrap()
+    )
 }
 
 /// The smooth maximum with p = 8.
@@ -252,40 +258,10 @@ fn laplace_covariance_of_a_linear_gaussian_identification_is_the_closed_form() {
         csv.push_str(&format!("{},{},{},{}\n", p[0], p[1], p[2], 320.0 + i as f64));
     }
     std::fs::write(&sensors, csv).unwrap();
-    let text = format!(
-        r#"
-[mesh]
-box = {{ lengths = [0.02, 0.01, 0.004], divisions = [6, 3, 2], cell = "hex8" }}
-
-[[thermal.material]]
-group = "domain"
-k = 40.0
-source = 4.0e6
-
-[[thermal.bc]]
-group = "xmin"
-kind = "temperature"
-value = 300.0
-
-[[thermal.bc]]
-group = "zmax"
-kind = "convection"
-h = 800.0
-t_inf = 295.0
-
-[[thermal.bc]]
-group = "ymin"
-kind = "heat_flux"
-q_in = 2.0e4
-
-[[objective]]
-kind = "misfit"
-sensors = {sensors:?}
-
-[parameters]
-register = ["thermal.q.domain", "bc.ymin.flux", "bc.xmin.temperature", "bc.zmax.t_inf"]
-"#
-    );
+    let objective = format!("kind = \"misfit\"\nsensors = {sensors:?}");
+    let register =
+        "\"thermal.q.domain\", \"bc.ymin.flux\", \"bc.xmin.temperature\", \"bc.zmax.t_inf\"";
+    let text = slab("hex8", "", &objective, register);
     let mut sim = Simulation::from_toml(dir.path().join("linear.toml"), &text).unwrap();
     let sigma = 0.05;
     let report = gradfem::hessian::compute(sim.problem(), Some(sigma), |_, _| {}).unwrap();

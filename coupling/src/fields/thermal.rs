@@ -488,6 +488,42 @@ impl ThermalField {
         d
     }
 
+    /// Subtract the parameter products λᵀ∂R/∂p of `vjp` from the registered parameters'
+    /// gradient; with `t_bar` (∂J/∂T per node) a fixed temperature also gets its direct term
+    /// Σ T̄ over its nodes.
+    fn subtract_parameter_products(
+        &self,
+        vjp: &gradfem_thermal::ParameterVjp,
+        t_bar: Option<&[f64]>,
+        grad: &mut Gradient,
+    ) {
+        let owner = self.model.fixed_owner();
+        for (id, binding) in &self.bindings {
+            let g = grad.get_mut(*id);
+            match *binding {
+                Binding::RegionK(r) => {
+                    g[0] -=
+                        self.model.regions[r].elements.iter().map(|&e| vjp.k_elem[e]).sum::<f64>();
+                }
+                Binding::ElementK(r) => {
+                    for (gi, &e) in g.iter_mut().zip(&self.model.regions[r].elements) {
+                        *gi -= vjp.k_elem[e];
+                    }
+                }
+                Binding::Source(r) => g[0] -= vjp.source[r],
+                Binding::BcTemperature(b) => {
+                    let direct: f64 = t_bar.map_or(0.0, |t_bar| {
+                        (0..owner.len()).filter(|&n| owner[n] == Some(b)).map(|n| t_bar[n]).sum()
+                    });
+                    g[0] += direct - vjp.temperature[b];
+                }
+                Binding::BcH(b) => g[0] -= vjp.h[b],
+                Binding::BcTInf(b) => g[0] -= vjp.t_inf[b],
+                Binding::BcFlux(b) => g[0] -= vjp.q_in[b],
+            }
+        }
+    }
+
     /// Refuse what the second-order products do not cover yet.
     fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
         if self.transient.is_some() {
@@ -560,25 +596,8 @@ impl SecondOrder for ThermalField {
         let dlambda = self.adjoint_solve_nodal(&rhs2)?;
         // −(∂R/∂p)ᵀδλ and the fixed temperatures' rows, as the first-order accumulation does.
         self.accumulate(&dlambda, &rhs2, rev, &[])?;
-        for (id, binding) in &self.bindings {
-            let g = rev.grad.get_mut(*id);
-            match *binding {
-                Binding::RegionK(r) => {
-                    g[0] -=
-                        self.model.regions[r].elements.iter().map(|&e| s_p.k_elem[e]).sum::<f64>();
-                }
-                Binding::ElementK(r) => {
-                    for (gi, &e) in g.iter_mut().zip(&self.model.regions[r].elements) {
-                        *gi -= s_p.k_elem[e];
-                    }
-                }
-                Binding::Source(r) => g[0] -= s_p.source[r],
-                Binding::BcTemperature(_) => {}
-                Binding::BcH(b) => g[0] -= s_p.h[b],
-                Binding::BcTInf(b) => g[0] -= s_p.t_inf[b],
-                Binding::BcFlux(b) => g[0] -= s_p.q_in[b],
-            }
-        }
+        // −d/dε[(∂R/∂p)ᵀλ] (its fixed-temperature rows are in rhs2, taken above).
+        self.subtract_parameter_products(&s_p, None, rev.grad);
         Ok(())
     }
 }
@@ -801,30 +820,7 @@ impl Field for ThermalField {
             coords: rev.wants_coordinates(),
         };
         let vjp = self.model.parameter_vjp(t, lambda, want);
-        let owner = self.model.fixed_owner();
-        for (id, binding) in &self.bindings {
-            let g = rev.grad.get_mut(*id);
-            match *binding {
-                Binding::RegionK(r) => {
-                    g[0] -=
-                        self.model.regions[r].elements.iter().map(|&e| vjp.k_elem[e]).sum::<f64>();
-                }
-                Binding::ElementK(r) => {
-                    for (gi, &e) in g.iter_mut().zip(&self.model.regions[r].elements) {
-                        *gi -= vjp.k_elem[e];
-                    }
-                }
-                Binding::Source(r) => g[0] -= vjp.source[r],
-                Binding::BcTemperature(b) => {
-                    let direct: f64 =
-                        (0..owner.len()).filter(|&n| owner[n] == Some(b)).map(|n| t_bar[n]).sum();
-                    g[0] += direct - vjp.temperature[b];
-                }
-                Binding::BcH(b) => g[0] -= vjp.h[b],
-                Binding::BcTInf(b) => g[0] -= vjp.t_inf[b],
-                Binding::BcFlux(b) => g[0] -= vjp.q_in[b],
-            }
-        }
+        self.subtract_parameter_products(&vjp, Some(t_bar), rev.grad);
         if let Some(dx) = &vjp.coords {
             rev.add_coordinates(dx, -1.0);
         }

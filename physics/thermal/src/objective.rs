@@ -198,6 +198,29 @@ fn integrate(
     parts
 }
 
+/// The p-norm's integral S = ∫ (T/T_s)ᵖ with its derivatives, in units of the largest |T|
+/// (T_s, returned) so that Tᵖ cannot overflow for a sharp p: M = T_s (S/V)^{1/p} for any
+/// constant T_s, and the ratio of the integral's derivative to the integral, all the
+/// derivatives need, is the same.
+fn p_norm_parts(
+    model: &ThermalModel,
+    els: &[usize],
+    t: &[f64],
+    p: f64,
+    with_coords: bool,
+) -> (f64, IntegralParts) {
+    let ts = t.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    let ts = if ts > 0.0 && ts.is_finite() { ts } else { 1.0 };
+    let parts = integrate(
+        model,
+        els,
+        t,
+        &|v| ((v / ts).powf(p), p / ts * (v / ts).powf(p - 1.0)),
+        with_coords,
+    );
+    (ts, parts)
+}
+
 /// Value of T at a located point and the physical gradient there.
 fn point_value(model: &ThermalModel, loc: &PointLocation, t: &[f64]) -> (f64, [f64; 3]) {
     let nodes = model.element_nodes(loc.element);
@@ -412,18 +435,7 @@ pub fn evaluate(
             ObjectiveKind::Max { group, p } => {
                 let p = *p;
                 let els = model.group_elements(group)?;
-                // In units of the largest |T|, so that Tᵖ cannot overflow for a sharp p:
-                // M = T_s (∫ (T/T_s)ᵖ / V)^{1/p} for any constant T_s, and the ratio of the
-                // integral's derivative to the integral, all the derivative needs, is the same.
-                let ts = t.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-                let ts = if ts > 0.0 && ts.is_finite() { ts } else { 1.0 };
-                let parts = integrate(
-                    model,
-                    els,
-                    t,
-                    &|v| ((v / ts).powf(p), p / ts * (v / ts).powf(p - 1.0)),
-                    with_coords,
-                );
+                let (ts, parts) = p_norm_parts(model, els, t, p, with_coords);
                 let s = parts.value;
                 let vol = parts.volume;
                 let m = ts * (s / vol).powf(1.0 / p);
@@ -550,15 +562,7 @@ pub fn hessian_product(
                 // ∂²M δ = M/p [ (S·δ/S)(1/p − 1) S_a/S + (∂S_a δ)/S ], S·δ = Σ S_a δ_a.
                 let p = *p;
                 let els = model.group_elements(group)?;
-                let ts = t.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-                let ts = if ts > 0.0 && ts.is_finite() { ts } else { 1.0 };
-                let parts = integrate(
-                    model,
-                    els,
-                    t,
-                    &|v| ((v / ts).powf(p), p / ts * (v / ts).powf(p - 1.0)),
-                    false,
-                );
+                let (ts, parts) = p_norm_parts(model, els, t, p, false);
                 let (s_int, vol) = (parts.value, parts.volume);
                 let m = ts * (s_int / vol).powf(1.0 / p);
                 let curvature = integrate_curvature(model, els, t, dt, &|v| {
