@@ -2,13 +2,13 @@
 # Run gradfem's whole test suite, as CI does: the Rust tests, then the Python package's.
 #
 # Everything Rust builds from crates.io alone (HDF5 output is pure Rust), except the `mpi`
-# feature's test, which needs OpenMPI (scripts/install_mpi.sh installs it with apt). The
-# Python side runs in the project's own virtual environment, `.venv` (ignored by git): this script creates it
-# (seeing the system's packages, so an h5py or torch already installed is used as it is),
-# installs what is missing from PyPI once — h5py and numpy (the HDF5 cross-check), maturin and
-# pytest (the Python package), torch (its PyTorch bridge; PyPI's build, a few GB), scipy and jax
-# (its JAX bridge, CPU) — then builds
-# the package from python/ into it (`pip install ./python`) and runs its pytest suite.
+# feature's test, which needs OpenMPI (scripts/install_mpi.sh installs it with apt). The Python
+# side runs in the project's own virtual environment, `.venv` (ignored by git): this script
+# creates it (seeing the system's packages, so an h5py or torch already installed is used as it
+# is), installs what is missing from PyPI once — h5py and numpy (the HDF5 cross-check), maturin
+# and pytest (the Python package), torch (its PyTorch bridge; PyPI's CUDA build without triton,
+# about 5 GB), scipy and jax (its JAX bridge, CPU) — then builds the package from python/ into
+# it (`pip install ./python`) and runs its pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,18 +22,39 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv --system-site-packages "$venv"
 fi
 py="$(pwd)/$venv/bin/python"
+# No pip cache: a clean machine's disk holds the environment (torch's CUDA libraries are
+# several GB) and the release build, not a second copy of every wheel.
+export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 need() { # need MODULE PIP_SPEC...: install the specs when MODULE does not import
   local module=$1
   shift
   if ! "$py" -c "import $module" >/dev/null 2>&1; then
     echo "scripts/test.sh: installing $* into $venv" >&2
-    "$py" -m pip install --quiet --disable-pip-version-check "$@"
+    "$py" -m pip install --quiet "$@"
   fi
 }
 need "h5py, numpy" h5py numpy
 need maturin "maturin>=1.7,<2"
 need pytest "pytest>=7"
-need torch torch
+# torch with the libraries `import torch` loads, but without triton (~1 GB, used only by
+# torch.compile, which the package does not call).
+if ! "$py" -c "import torch" >/dev/null 2>&1; then
+  echo "scripts/test.sh: installing torch (without triton) into $venv; pip's resolver then" \
+    "reports triton as missing, which is expected" >&2
+  "$py" -m pip install --quiet --no-deps torch
+  mapfile -t torch_deps < <("$py" - <<'PY'
+from importlib.metadata import requires
+from pip._vendor.packaging.requirements import Requirement
+for line in requires("torch") or []:
+    req = Requirement(line)
+    if req.name == "triton":
+        continue
+    if req.marker is None or req.marker.evaluate({"extra": ""}):
+        print(str(req).split(";")[0].strip())
+PY
+  )
+  "$py" -m pip install --quiet "${torch_deps[@]}"
+fi
 need scipy scipy
 need jax jax
 export GRADFEM_PYTHON="$py"
