@@ -665,6 +665,17 @@ pub fn mesh_from_arrays(
     Ok(mesh)
 }
 
+/// One cell of a per-element parameter ([`Simulation::element_cells`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ElementCell {
+    /// The mesh's element tag.
+    pub tag: u64,
+    /// The centroid of its vertices.
+    pub centroid: [f64; 3],
+    /// Its volume (area in 2D).
+    pub volume: f64,
+}
+
 /// The gradient of a scalar (the objective, or a cotangent's pairing with the outputs) with
 /// respect to every registered parameter, by name: one entry for a scalar parameter, one per
 /// entry for a vector one (per-element fields in their group's cell order, node coordinates
@@ -881,6 +892,26 @@ impl Simulation {
         let reg = self.problem.registry();
         let id = reg.id(name).ok()?;
         Some(matches!(reg.get(id).kind, gradfem_solvers::params::ParamKind::Scalar))
+    }
+
+    /// The cells of a per-element parameter's entries, in its order: (element tag, centroid,
+    /// volume) each; None when `name` is not a registered per-element parameter.
+    pub fn element_cells(&self, name: &str) -> Option<Vec<ElementCell>> {
+        let id = self.problem.registry().id(name).ok()?;
+        let tags = self.problem.element_parameter_tags().into_iter().find(|(i, _)| *i == id)?.1;
+        let mesh = self.problem.mesh();
+        let by_tag: std::collections::HashMap<u64, gradfem_mesh::CellId> =
+            mesh.cells_of_dim(mesh.dim()).map(|c| (mesh.cell_tag(c), c)).collect();
+        tags.iter()
+            .map(|&tag| {
+                let c = *by_tag.get(&tag)?;
+                Some(ElementCell {
+                    tag,
+                    centroid: mesh.cell_centroid(c),
+                    volume: gradfem_mesh::geometry::cell_measure(mesh, c),
+                })
+            })
+            .collect()
     }
 
     /// The bounds (lower, upper) of a registered parameter; None where unbounded, or when

@@ -141,6 +141,22 @@ impl Problem {
         self.engine.find::<HyperelasticField>()
     }
 
+    /// The mesh's element tags of the entries of every per-element parameter, in each
+    /// parameter's order.
+    pub fn element_parameter_tags(&self) -> Vec<(ParamId, Vec<u64>)> {
+        let mut tags = self.thermal().element_parameter_tags();
+        if let Some(p) = self.electrical() {
+            tags.extend(p.element_parameter_tags());
+        }
+        if let Some(m) = self.mechanical() {
+            tags.extend(m.element_parameter_tags());
+        }
+        if let Some(h) = self.hyperelastic() {
+            tags.extend(h.problem.element_parameter_tags());
+        }
+        tags
+    }
+
     /// The thermal field's time stepping, for a transient problem.
     pub fn transient(&self) -> Option<&ThermalTransient> {
         self.thermal().transient.as_ref()
@@ -1811,22 +1827,12 @@ pub fn gradient_report(
     grad: &Gradient,
     timings: GradientTimings,
 ) -> GradientReport {
-    let problem = whole.thermal();
     let mesh = whole.mesh();
     let mut gradients = std::collections::BTreeMap::new();
     let mut values = std::collections::BTreeMap::new();
     let mut units = std::collections::BTreeMap::new();
     let mut gradient_units = std::collections::BTreeMap::new();
-    let mut element_tags: Vec<(ParamId, Vec<u64>)> = problem.element_parameter_tags();
-    if let Some(p) = whole.electrical() {
-        element_tags.extend(p.element_parameter_tags());
-    }
-    if let Some(m) = whole.mechanical() {
-        element_tags.extend(m.element_parameter_tags());
-    }
-    if let Some(h) = whole.hyperelastic() {
-        element_tags.extend(h.problem.element_parameter_tags());
-    }
+    let element_tags = whole.element_parameter_tags();
     let mut tags = std::collections::BTreeMap::new();
     for (id, spec) in whole.registry().iter() {
         let as_value = |v: &[f64]| {
@@ -1863,7 +1869,7 @@ pub fn gradient_report(
         gradient_units,
         tags,
         timings: GradientReportTimings {
-            forward: problem.last_solve.clone(),
+            forward: whole.thermal().last_solve.clone(),
             gradient: timings,
             cycles: whole.cycles().to_vec(),
             electrical_forward_s: whole.electrical().map(|p| p.last_solve_s),

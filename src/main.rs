@@ -1150,8 +1150,22 @@ fn print_uq(r: &gradfem::uq::Reduced, json: bool, quiet: bool) {
             i.distribution.kind(),
             i.mean,
             i.std,
-            if i.factor { " (a factor on its values)" } else { "" }
+            match (&i.field, i.factor) {
+                (Some(_), _) => " (a factor per cell)",
+                (None, true) => " (a factor on its values)",
+                (None, false) => "",
+            }
         );
+        if let Some(f) = &i.field {
+            println!(
+                "        random field over {} cells: {} correlation, length {:.4e}; {} modes carry {:.1} % of its variance",
+                f.cells,
+                f.covariance.name(),
+                f.correlation_length,
+                f.modes,
+                100.0 * f.captured
+            );
+        }
     }
     for o in &rep.outputs {
         let s = &o.summary;

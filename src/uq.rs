@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gradfem_uq::dist::{Correlation, Distribution, transform};
+use gradfem_uq::field::{Covariance, KarhunenLoeve};
 use gradfem_uq::sensitivity::{VarianceShares, variance_shares};
 use gradfem_uq::stats::{self, Acceptance, Exceedance, StopRule, Summary};
 use gradfem_uq::{Design, DesignKind};
@@ -47,8 +48,46 @@ pub struct InputPlan {
     pub parameter: String,
     /// False for a vector parameter, whose nominal values are scaled by the sampled factor.
     pub scalar: bool,
-    /// The distribution of the value (a scalar) or of the factor (a vector).
+    /// The distribution of the value (a scalar) or of the factor (a vector; for a random
+    /// field, the factor of each cell).
     pub distribution: Distribution,
+    /// A per-element parameter sampled as a random field: cell e's value is its nominal value
+    /// times F⁻¹(Φ(g_e)), F the factor's distribution and g a Gaussian field whose
+    /// Karhunen–Loève coefficients are this input's coordinates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<FieldPlan>,
+}
+
+impl InputPlan {
+    /// The coordinates of the design this input takes: one, or one per kept mode.
+    pub fn dims(&self) -> usize {
+        self.field.as_ref().map_or(1, |f| f.modes)
+    }
+}
+
+/// A random-field input, checked: its Karhunen–Loève expansion over the group's cells.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FieldPlan {
+    /// The correlation function.
+    pub covariance: Covariance,
+    /// Its correlation length (the mesh's unit).
+    pub correlation_length: f64,
+    /// The group's cells.
+    pub cells: usize,
+    /// The modes kept: the input's coordinates, independent standard normals.
+    pub modes: usize,
+    /// The share of the variance asked for, if any.
+    pub energy: Option<f64>,
+    /// The share of the field's variance (integrated over the group) the kept modes carry.
+    pub captured: f64,
+    /// λ of each kept mode, over the group's volume.
+    pub eigenvalues: Vec<f64>,
+    /// The points of the eigenproblem: the cells, or bins of them on a large group.
+    pub quadrature_points: usize,
+    /// The bins' edge when the cells were binned (modes reach every cell by the Nyström
+    /// extension).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bin_size: Option<f64>,
 }
 
 /// One followed output, checked.
@@ -122,8 +161,77 @@ impl Plan {
     pub fn design(&self) -> Result<Design, UqError> {
         let kind = DesignKind::parse(&self.design)
             .ok_or_else(|| UqError::Parts(format!("unknown design '{}'", self.design)))?;
-        Design::new(kind, self.inputs.len(), self.max_samples(), self.seed, self.replicates)
+        Design::new(kind, self.dimension(), self.max_samples(), self.seed, self.replicates)
             .map_err(|e| UqError::Parts(e.to_string()))
+    }
+
+    /// The design's dimension: one coordinate per scalar or scaled input, one per mode of a
+    /// random field.
+    pub fn dimension(&self) -> usize {
+        self.inputs.iter().map(InputPlan::dims).sum()
+    }
+
+    /// Each coordinate's name (`parameter`, or `parameter[ξk]` for mode k of a field) and
+    /// distribution (a field's modes: standard normals).
+    pub fn coordinates(&self) -> Vec<(String, Distribution)> {
+        let mut out = Vec::with_capacity(self.dimension());
+        for i in &self.inputs {
+            match &i.field {
+                None => out.push((i.parameter.clone(), i.distribution.clone())),
+                // Zero-padded, so that the modes sort in order by name.
+                Some(f) => out.extend((1..=f.modes).map(|k| {
+                    let width = f.modes.to_string().len();
+                    (
+                        format!("{}[ξ{k:0width$}]", i.parameter),
+                        Distribution::Normal { mean: 0.0, std: 1.0 },
+                    )
+                })),
+            }
+        }
+        out
+    }
+
+    /// The coordinates' correlation: the inputs' matrix with each field's modes independent
+    /// of everything else.
+    pub fn coordinate_correlation(&self) -> Option<Vec<Vec<f64>>> {
+        let r = self.correlation.as_ref()?;
+        let owner: Vec<usize> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .flat_map(|(k, i)| std::iter::repeat_n(k, i.dims()))
+            .collect();
+        let d = owner.len();
+        Some(
+            (0..d)
+                .map(|a| {
+                    (0..d)
+                        .map(|b| {
+                            if a == b {
+                                1.0
+                            } else if owner[a] == owner[b] {
+                                0.0
+                            } else {
+                                r[owner[a]][owner[b]]
+                            }
+                        })
+                        .collect()
+                })
+                .collect(),
+        )
+    }
+
+    /// Sum per-coordinate values per input (variance shares).
+    fn per_input(&self, values: &[f64]) -> Vec<f64> {
+        let mut at = 0;
+        self.inputs
+            .iter()
+            .map(|i| {
+                let s = values[at..at + i.dims()].iter().sum();
+                at += i.dims();
+                s
+            })
+            .collect()
     }
 
     fn output_index(&self, name: &str) -> usize {
@@ -309,10 +417,164 @@ fn input_distribution(
     Ok(d)
 }
 
+/// The default number of Karhunen–Loève modes of a random field.
+const DEFAULT_MODES: usize = 32;
+
+/// Check a random-field input (one with field keys) and expand its field over the group's
+/// cells; None for an input without them.
+fn random_field(
+    file: &ProblemFile,
+    sim: &Simulation,
+    i: &UqInputSpec,
+    scalar: bool,
+) -> Result<Option<(InputPlan, KarhunenLoeve)>, UqError> {
+    let name = i.parameter.get_ref();
+    let key = |k: &str| format!("[[uq.input]] '{name}' {k}");
+    let Some(length) = &i.correlation_length else {
+        for (v, k) in [
+            (i.covariance.as_ref().map(Spanned::span), "covariance"),
+            (i.modes.as_ref().map(Spanned::span), "modes"),
+            (i.energy.as_ref().map(Spanned::span), "energy"),
+        ] {
+            if let Some(span) = v {
+                let spanned = Spanned::new(span, ());
+                return Err(at(
+                    file,
+                    &spanned,
+                    &key(k),
+                    "belongs to a random field, which needs correlation_length",
+                ));
+            }
+        }
+        return Ok(None);
+    };
+    let cells = if scalar { None } else { sim.element_cells(name) };
+    let Some(cells) = cells else {
+        return Err(at(
+            file,
+            length,
+            &key("correlation_length"),
+            format!(
+                "'{name}' is not a per-element parameter: a random field varies cell by cell (thermal.k_elem.<group>, electrical.sigma_elem.<group>, mechanical.young_elem.<group>, hyperelastic.scale_elem.<group>)"
+            ),
+        ));
+    };
+    positive(file, &i.correlation_length, &key("correlation_length"))?;
+    let covariance = match &i.covariance {
+        None => Covariance::Exponential,
+        Some(c) => Covariance::parse(c.get_ref()).ok_or_else(|| {
+            at(
+                file,
+                c,
+                &key("covariance"),
+                format!("'{}': expected exponential or squared_exponential", c.get_ref()),
+            )
+        })?,
+    };
+    let n = cells.len();
+    let modes = match &i.modes {
+        None => DEFAULT_MODES.min(n),
+        Some(m) if *m.get_ref() == 0 || *m.get_ref() > n => {
+            return Err(at(
+                file,
+                m,
+                &key("modes"),
+                format!("{}: between 1 and the group's {n} cells", m.get_ref()),
+            ));
+        }
+        Some(m) => *m.get_ref(),
+    };
+    let energy = match &i.energy {
+        Some(e) if !(*e.get_ref() > 0.0 && *e.get_ref() <= 1.0) => {
+            return Err(at(
+                file,
+                e,
+                &key("energy"),
+                format!("{} is not a share in (0, 1]", e.get_ref()),
+            ));
+        }
+        e => e.as_ref().map(|e| *e.get_ref()),
+    };
+    // The factor's marginal: relative to the nominal field, by cv.
+    for (v, k) in [(&i.mean, "mean"), (&i.std, "std"), (&i.lower, "lower"), (&i.upper, "upper")] {
+        if let Some(v) = v {
+            return Err(at(
+                file,
+                v,
+                &key(k),
+                "a random field scales the parameter's own values cell by cell: give its spread as cv (the factor's mean is 1)",
+            ));
+        }
+    }
+    let Some(cv) = &i.cv else {
+        return Err(at(file, &i.distribution, &key("distribution"), "a random field needs cv"));
+    };
+    positive(file, &i.cv, &key("cv"))?;
+    let distribution = match i.distribution.get_ref().as_str() {
+        "normal" => Distribution::Normal { mean: 1.0, std: *cv.get_ref() },
+        "lognormal" => Distribution::LogNormal { mean: 1.0, std: *cv.get_ref() },
+        other => {
+            return Err(at(
+                file,
+                &i.distribution,
+                &key("distribution"),
+                format!(
+                    "'{other}': a random field is normal or lognormal (a positive quantity: lognormal)"
+                ),
+            ));
+        }
+    };
+    let points: Vec<[f64; 3]> = cells.iter().map(|c| c.centroid).collect();
+    let volumes: Vec<f64> = cells.iter().map(|c| c.volume).collect();
+    let mut kl = KarhunenLoeve::compute(&points, &volumes, covariance, *length.get_ref(), modes)
+        .map_err(|e| at(file, length, &key("correlation_length"), e.to_string()))?;
+    if let Some(e) = energy {
+        match kl.modes_for(e) {
+            Some(m) => kl.truncate(m),
+            None => tracing::warn!(
+                "{name}: {modes} modes carry {:.1} % of the field's variance, less than energy = {e}; more modes (modes = …) or a longer correlation length reach it",
+                100.0 * kl.captured(modes)
+            ),
+        }
+    }
+    if let Some(h) = kl.bin_size
+        && h > 0.25 * length.get_ref()
+    {
+        tracing::warn!(
+            "{name}: the group's {n} cells were binned at {h:e} for the field's eigenproblem, more than a quarter of the correlation length {:e}: the modes are coarse",
+            length.get_ref()
+        );
+    }
+    let field = FieldPlan {
+        covariance,
+        correlation_length: *length.get_ref(),
+        cells: n,
+        modes: kl.len(),
+        energy,
+        captured: kl.captured(kl.len()),
+        eigenvalues: kl.eigenvalues.clone(),
+        quadrature_points: kl.quadrature_points,
+        bin_size: kl.bin_size,
+    };
+    Ok(Some((
+        InputPlan { parameter: name.clone(), scalar: false, distribution, field: Some(field) },
+        kl,
+    )))
+}
+
+/// A checked study: the plan and what its samples need beside it.
+pub struct Setup {
+    /// The checked plan.
+    pub plan: Plan,
+    /// The nominal values of each vector input (empty for scalars).
+    pub nominal: Vec<Vec<f64>>,
+    /// Each input's random field (None but for random-field inputs).
+    pub fields: Vec<Option<KarhunenLoeve>>,
+}
+
 /// Check a problem file's `[uq]` table against its set-up problem (one solve at the means
-/// gives the quantities the outputs may name); returns the plan and the nominal values of
-/// the vector inputs (empty for scalars).
-pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f64>>), UqError> {
+/// gives the quantities the outputs may name).
+pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<Setup, UqError> {
     let Some(spec) = &file.spec.uq else {
         return Err(ProblemError::Invalid {
             file: file.path.clone(),
@@ -336,6 +598,7 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
     };
     let known = sim.parameter_names();
     let mut inputs = Vec::new();
+    let mut fields = Vec::new();
     for i in &spec.inputs {
         let name = i.parameter.get_ref();
         if inputs.iter().any(|p: &InputPlan| &p.parameter == name) {
@@ -356,12 +619,19 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
         }
         let values = sim.parameter(name)?;
         let scalar = sim.is_scalar_parameter(name).unwrap_or(values.len() == 1);
+        if let Some((input, kl)) = random_field(file, sim, i, scalar)? {
+            inputs.push(input);
+            fields.push(Some(kl));
+            continue;
+        }
         let nominal = if scalar { values[0] } else { 1.0 };
         inputs.push(InputPlan {
             parameter: name.clone(),
             scalar,
             distribution: input_distribution(file, i, nominal)?,
+            field: None,
         });
+        fields.push(None);
     }
     let correlation = match &spec.correlation {
         None => None,
@@ -373,6 +643,24 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
                     "[uq] correlation",
                     format!("{} rows for {} inputs", r.get_ref().len(), inputs.len()),
                 ));
+            }
+            for (k, input) in inputs.iter().enumerate() {
+                let coupled = (0..inputs.len())
+                    .find(|&j| j != k && r.get_ref()[k].get(j).is_some_and(|v| *v != 0.0));
+                if let (Some(_), Some(j)) = (&input.field, coupled) {
+                    return Err(at(
+                        file,
+                        r,
+                        "[uq] correlation",
+                        format!(
+                            "row {} ('{}') correlates a random field with input {} ('{}'): a field's modes are independent of the other inputs (0 off the diagonal)",
+                            k + 1,
+                            input.parameter,
+                            j + 1,
+                            inputs[j].parameter
+                        ),
+                    ));
+                }
             }
             Correlation::new(r.get_ref().clone()).map_err(|e| {
                 let message = match e {
@@ -387,7 +675,7 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
     // The outputs' names: the quantities of a solve at the means.
     let nominal = nominals(sim, &inputs)?;
     let available: Vec<String> = {
-        set_inputs(sim, &inputs, &means(&inputs), &nominal)?;
+        set_inputs(sim, &inputs, &means(&inputs), &nominal, &fields)?;
         sim.quantities()?.into_keys().collect()
     };
     let mut outputs = Vec::new();
@@ -561,12 +849,31 @@ pub fn plan(file: &ProblemFile, sim: &mut Simulation) -> Result<(Plan, Vec<Vec<f
         quantiles,
         sensitivities: spec.sensitivities,
     };
-    plan.design().map_err(|e| at_table(file, e.to_string()))?;
-    Ok((plan, nominal))
+    plan.design().map_err(|e| {
+        let fields = plan.inputs.iter().filter(|i| i.field.is_some()).count();
+        let why = if fields > 0 {
+            format!(
+                "{e} (the design has {} coordinates: one per input and one per mode of the {fields} random field(s))",
+                plan.dimension()
+            )
+        } else {
+            e.to_string()
+        };
+        at_table(file, why)
+    })?;
+    Ok(Setup { plan, nominal, fields })
 }
 
+/// The coordinates' means: each scalar or scaled input's mean, a field's modes at 0 (the
+/// field at its median).
 fn means(inputs: &[InputPlan]) -> Vec<f64> {
-    inputs.iter().map(|i| i.distribution.mean()).collect()
+    inputs
+        .iter()
+        .flat_map(|i| match &i.field {
+            None => vec![i.distribution.mean()],
+            Some(f) => vec![0.0; f.modes],
+        })
+        .collect()
 }
 
 /// The nominal values of each vector input (empty for scalars).
@@ -577,19 +884,34 @@ fn nominals(sim: &mut Simulation, inputs: &[InputPlan]) -> Result<Vec<Vec<f64>>,
         .collect()
 }
 
-/// Set every input: a scalar to its value, a vector to its nominal values times the factor.
+/// Set every input from the coordinates x: a scalar to its value, a vector to its nominal
+/// values times the factor, a random field cell by cell.
 fn set_inputs(
     sim: &mut Simulation,
     inputs: &[InputPlan],
     x: &[f64],
     nominal: &[Vec<f64>],
+    fields: &[Option<KarhunenLoeve>],
 ) -> Result<(), ApiError> {
-    for ((i, &v), nom) in inputs.iter().zip(x).zip(nominal) {
-        if i.scalar {
-            sim.set_parameter(&i.parameter, v)?;
-        } else {
-            let scaled: Vec<f64> = nom.iter().map(|n| n * v).collect();
-            sim.set_parameter_values(&i.parameter, &scaled)?;
+    let mut at = 0;
+    for ((i, nom), kl) in inputs.iter().zip(nominal).zip(fields) {
+        let xs = &x[at..at + i.dims()];
+        at += i.dims();
+        match kl {
+            _ if i.scalar => sim.set_parameter(&i.parameter, xs[0])?,
+            None => {
+                let scaled: Vec<f64> = nom.iter().map(|n| n * xs[0]).collect();
+                sim.set_parameter_values(&i.parameter, &scaled)?;
+            }
+            Some(kl) => {
+                let g = kl.field(xs);
+                let values: Vec<f64> = nom
+                    .iter()
+                    .zip(&g)
+                    .map(|(n, g)| n * i.distribution.from_standard_normal(*g))
+                    .collect();
+                sim.set_parameter_values(&i.parameter, &values)?;
+            }
         }
     }
     Ok(())
@@ -640,8 +962,10 @@ pub struct Study {
     file: ProblemFile,
     sim: Simulation,
     design: Design,
+    coordinates: Vec<Distribution>,
     correlation: Option<Correlation>,
     nominal: Vec<Vec<f64>>,
+    fields: Vec<Option<KarhunenLoeve>>,
     start: Vec<Vec<f64>>,
 }
 
@@ -651,26 +975,38 @@ impl Study {
         let mut sim = Simulation::from_problem_file(file.clone())?;
         // Every sample's solve starts here: the start before any solve.
         let start = sim.problem().warm_starts();
-        let (plan, nominal) = plan(&file, &mut sim)?;
+        let Setup { plan, nominal, fields } = plan(&file, &mut sim)?;
         let design = plan.design()?;
-        let correlation = match &plan.correlation {
-            Some(r) => {
-                Some(Correlation::new(r.clone()).map_err(|e| UqError::Parts(e.to_string()))?)
-            }
+        let coordinates = plan.coordinates().into_iter().map(|(_, d)| d).collect();
+        let correlation = match plan.coordinate_correlation() {
+            Some(r) => Some(Correlation::new(r).map_err(|e| UqError::Parts(e.to_string()))?),
             None => None,
         };
-        Ok(Study { plan, file, sim, design, correlation, nominal, start })
+        Ok(Study { plan, file, sim, design, coordinates, correlation, nominal, fields, start })
     }
 
-    /// The input values of sample i.
+    /// The coordinates of sample i: the input values (factors for scaled vectors, mode
+    /// coefficients for random fields).
     pub fn inputs_of(&self, i: usize) -> Vec<f64> {
-        let dists: Vec<Distribution> =
-            self.plan.inputs.iter().map(|p| p.distribution.clone()).collect();
-        transform(&self.design.point(i), &dists, self.correlation.as_ref())
+        transform(&self.design.point(i), &self.coordinates, self.correlation.as_ref())
     }
 
-    fn evaluate(&mut self, x: &[f64]) -> Result<Vec<f64>, String> {
-        set_inputs(&mut self.sim, &self.plan.inputs, x, &self.nominal)
+    /// The random field of input k, if it is one.
+    pub fn field(&self, k: usize) -> Option<&KarhunenLoeve> {
+        self.fields.get(k)?.as_ref()
+    }
+
+    /// The followed outputs at coordinates x (in [`Plan::coordinates`] order), from the
+    /// problem's start.
+    pub fn evaluate(&mut self, x: &[f64]) -> Result<Vec<f64>, String> {
+        if x.len() != self.plan.dimension() {
+            return Err(format!(
+                "{} coordinates for a design of {}",
+                x.len(),
+                self.plan.dimension()
+            ));
+        }
+        set_inputs(&mut self.sim, &self.plan.inputs, x, &self.nominal, &self.fields)
             .map_err(|e| e.to_string())?;
         self.sim.problem().set_warm_starts(self.start.clone());
         let q = self.sim.quantities().map_err(|e| e.to_string())?;
@@ -727,7 +1063,7 @@ impl Study {
     /// The solve at the means and the gradient of each differentiable output.
     pub fn mean_part(&mut self) -> Result<MeanPart, UqError> {
         let x = means(&self.plan.inputs);
-        set_inputs(&mut self.sim, &self.plan.inputs, &x, &self.nominal)?;
+        set_inputs(&mut self.sim, &self.plan.inputs, &x, &self.nominal, &self.fields)?;
         self.sim.problem().set_warm_starts(self.start.clone());
         let q = self.sim.quantities()?;
         let outputs: Vec<f64> = self
@@ -766,31 +1102,41 @@ impl Study {
                     notes.push(Some(format!("gradient failed: {e}")));
                 }
                 Some(Ok(g)) => {
-                    let per_input = self
-                        .plan
-                        .inputs
-                        .iter()
-                        .zip(&self.nominal)
-                        .map(|(i, nom)| {
-                            let d = g.get(&i.parameter).unwrap_or(&[]);
-                            if i.scalar {
-                                d.first().copied().unwrap_or(0.0)
-                            } else {
-                                // d/ds J(s · nominal) = Σ_e g_e nominal_e.
-                                let mut s = 0.0;
-                                for (a, b) in d.iter().zip(nom) {
-                                    s += a * b;
-                                }
-                                s
-                            }
-                        })
-                        .collect();
-                    gradients.push(Some(per_input));
+                    gradients.push(Some(self.coordinate_gradient(&g)));
                     notes.push(None);
                 }
             }
         }
         Ok(MeanPart { inputs: x, outputs, gradients, notes })
+    }
+
+    /// d output / d coordinate at the means from the gradient by parameter.
+    fn coordinate_gradient(&self, g: &crate::api::Gradients) -> Vec<f64> {
+        let mut out = Vec::with_capacity(self.plan.dimension());
+        for ((i, nom), kl) in self.plan.inputs.iter().zip(&self.nominal).zip(&self.fields) {
+            let d = g.get(&i.parameter).unwrap_or(&[]);
+            let dot = |w: &mut dyn Iterator<Item = f64>| {
+                let mut s = 0.0;
+                for (a, b) in d.iter().zip(w) {
+                    s += a * b;
+                }
+                s
+            };
+            match kl {
+                _ if i.scalar => out.push(d.first().copied().unwrap_or(0.0)),
+                // d/ds J(s · nominal) = Σ_e g_e nominal_e.
+                None => out.push(dot(&mut nom.iter().copied())),
+                // d/dξ_k J(nominal · F⁻¹(Φ(g(ξ)))) at ξ = 0: Σ_e g_e nominal_e F'(0) √λ_k φ_k(e).
+                Some(kl) => {
+                    let slope = i.distribution.standard_normal_slope(0.0).unwrap_or(0.0);
+                    for k in 0..kl.len() {
+                        let mode = kl.scaled_mode(k);
+                        out.push(dot(&mut nom.iter().zip(&mode).map(|(n, m)| n * slope * m)));
+                    }
+                }
+            }
+        }
+        out
     }
 }
 
@@ -906,7 +1252,7 @@ impl Parts {
             && chunk.samples.len() == range.len()
             && chunk.samples.iter().zip(range).all(|(s, i)| {
                 s.index == i
-                    && s.inputs.len() == plan.inputs.len()
+                    && s.inputs.len() == plan.dimension()
                     && s.outputs.as_ref().is_none_or(|o| o.len() == plan.outputs.len())
                     && (s.outputs.is_some() != s.error.is_some())
             });
@@ -956,12 +1302,13 @@ pub struct Failure {
 pub struct Linearized {
     /// The output at the means.
     pub value_at_mean: f64,
-    /// d output / d input, by input.
+    /// d output / d coordinate, by coordinate (an input, or a mode `parameter[ξk]` of a
+    /// random field).
     pub gradient: BTreeMap<String, f64>,
-    /// gᵀ C g, √ of it and each input's share.
+    /// gᵀ C g, √ of it and each coordinate's share.
     #[serde(flatten)]
     pub shares: VarianceShares,
-    /// Each input's share by name.
+    /// Each input's share by name (a random field's modes summed).
     pub share_by_input: BTreeMap<String, f64>,
 }
 
@@ -1007,6 +1354,9 @@ pub struct InputReport {
     pub mean: f64,
     /// The distribution's standard deviation.
     pub std: f64,
+    /// A random field's expansion (the distribution is each cell's factor).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<FieldPlan>,
 }
 
 /// `uq.json`: the result of a study, the same bytes however it was computed.
@@ -1100,8 +1450,10 @@ pub fn collect(parts: &Parts, plan: &Plan) -> Result<(Vec<SampleRecord>, bool), 
 
 /// The report of these samples.
 pub fn report(plan: &Plan, samples: &[SampleRecord], met: bool, mean: Option<&MeanPart>) -> Report {
-    let sigma: Vec<f64> = plan.inputs.iter().map(|i| i.distribution.std()).collect();
-    let names: Vec<String> = plan.inputs.iter().map(|i| i.parameter.clone()).collect();
+    let (names, coordinates): (Vec<String>, Vec<Distribution>) =
+        plan.coordinates().into_iter().unzip();
+    let sigma: Vec<f64> = coordinates.iter().map(Distribution::std).collect();
+    let correlation = plan.coordinate_correlation();
     let outputs = plan
         .outputs
         .iter()
@@ -1113,9 +1465,13 @@ pub fn report(plan: &Plan, samples: &[SampleRecord], met: bool, mean: Option<&Me
                 None => (None, Some("sensitivities = false".to_string())),
                 Some(m) => match &m.gradients[k] {
                     Some(g) => {
-                        let shares = variance_shares(g, &sigma, plan.correlation.as_deref());
-                        let share_by_input =
-                            names.iter().cloned().zip(shares.shares.iter().copied()).collect();
+                        let shares = variance_shares(g, &sigma, correlation.as_deref());
+                        let share_by_input = plan
+                            .inputs
+                            .iter()
+                            .map(|i| i.parameter.clone())
+                            .zip(plan.per_input(&shares.shares))
+                            .collect();
                         (
                             Some(Linearized {
                                 value_at_mean: m.outputs[k],
@@ -1185,6 +1541,7 @@ pub fn report(plan: &Plan, samples: &[SampleRecord], met: bool, mean: Option<&Me
                 factor: !i.scalar,
                 mean: i.distribution.mean(),
                 std: i.distribution.std(),
+                field: i.field.clone(),
             })
             .collect(),
         correlation: plan.correlation.clone(),
@@ -1199,11 +1556,19 @@ fn samples_json(plan: &Plan, samples: &[SampleRecord]) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = samples
         .iter()
         .map(|s| {
+            let mut at = 0;
             let inputs: serde_json::Map<String, serde_json::Value> = plan
                 .inputs
                 .iter()
-                .zip(&s.inputs)
-                .map(|(i, v)| (i.parameter.clone(), (*v).into()))
+                .map(|i| {
+                    let xs = &s.inputs[at..at + i.dims()];
+                    at += i.dims();
+                    let v = match i.field {
+                        None => xs[0].into(),
+                        Some(_) => xs.to_vec().into(),
+                    };
+                    (i.parameter.clone(), v)
+                })
                 .collect();
             let outputs = s.outputs.as_ref().map(|o| {
                 plan.outputs
@@ -1228,8 +1593,8 @@ fn samples_json(plan: &Plan, samples: &[SampleRecord]) -> serde_json::Value {
 fn samples_csv(plan: &Plan, samples: &[SampleRecord]) -> String {
     let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let mut out = String::from("index,ok");
-    for i in &plan.inputs {
-        out.push_str(&format!(",{}", i.parameter));
+    for (name, _) in plan.coordinates() {
+        out.push_str(&format!(",{name}"));
     }
     for o in &plan.outputs {
         out.push_str(&format!(",{}", o.quantity));

@@ -48,7 +48,8 @@ fn yes() -> bool {
 #[serde(deny_unknown_fields)]
 pub struct UqInputSpec {
     /// A registered parameter name (`thermal.k.domain`, `bc.top.h`, …); a per-element field
-    /// or another vector parameter is scaled as a whole by a factor with this distribution.
+    /// or another vector parameter is scaled as a whole by a factor with this distribution,
+    /// or, with `correlation_length`, cell by cell by a random field.
     pub parameter: Spanned<String>,
     /// `normal`, `lognormal`, `uniform` or `truncated_normal`.
     pub distribution: Spanned<String>,
@@ -63,6 +64,16 @@ pub struct UqInputSpec {
     pub lower: Option<Spanned<f64>>,
     /// Upper bound (`uniform`, `truncated_normal`).
     pub upper: Option<Spanned<f64>>,
+    /// A per-element parameter sampled as a random field: its correlation length (in the
+    /// mesh's unit of length).
+    pub correlation_length: Option<Spanned<f64>>,
+    /// The field's correlation function: `exponential` (default) or `squared_exponential`.
+    pub covariance: Option<Spanned<String>>,
+    /// The most Karhunen–Loève modes kept (default 32, at most the group's cells).
+    pub modes: Option<Spanned<usize>>,
+    /// Keep the fewest modes that carry this share of the field's variance (default: all of
+    /// `modes`).
+    pub energy: Option<Spanned<f64>>,
 }
 
 /// `[[uq.output]]`: a quantity followed, with optional limits whose violation probability is

@@ -411,6 +411,46 @@ fn chunks_in_any_order_reduce_to_the_same_report() {
     1,
     "[uq] samples: must be at least 1"
 )]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.2\n",
+    5,
+    "'thermal.k.domain' is not a per-element parameter"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\nmodes = 4\n",
+    5,
+    "belongs to a random field, which needs correlation_length"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.2\nmodes = 37\n",
+    6,
+    "37: between 1 and the group's 36 cells"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"uniform\"\ncv = 0.1\ncorrelation_length = 0.2\n",
+    3,
+    "a random field is normal or lognormal"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\nstd = 1.0\ncorrelation_length = 0.2\n",
+    4,
+    "give its spread as cv"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.2\ncovariance = \"matern\"\n",
+    6,
+    "expected exponential or squared_exponential"
+)]
+#[case(
+    "[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.2\nenergy = 1.5\n",
+    6,
+    "1.5 is not a share in (0, 1]"
+)]
+#[case(
+    "design = \"sobol\"\n[[uq.input]]\nparameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.2\n",
+    0,
+    "one per mode of the 1 random field(s)"
+)]
 #[case("colour = 1\n", 1, "unknown field `colour`")]
 #[case("samples = 4\n", 0, "no [[uq.input]]")]
 #[case(
@@ -467,4 +507,139 @@ fn the_current_directory_is_refused_as_output_before_any_sample() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("name a directory of its own"));
     assert!(!dir.path().join("parts").exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Random fields: a per-element conductivity sampled cell by cell.
+
+/// The slab's conductivity as a log-normal random field.
+fn field_slab(divisions: usize, field: &str, rest: &str) -> String {
+    slab(&format!(
+        r#"[uq]
+{rest}
+
+[[uq.input]]
+parameter = "thermal.k_elem.domain"
+distribution = "lognormal"
+{field}
+
+[[uq.output]]
+quantity = "mean_temperature"
+"#
+    ))
+    .replace("divisions = [6, 1, 1]", &format!("divisions = [{divisions}, 1, 1]"))
+}
+
+/// A correlation length a million times the slab's: every cell takes the same factor f, a
+/// log-normal of mean 1 and cv 0.2, so J = T₀ + a/f with E[1/f] = e^{s²} and
+/// E[1/f²] = e^{3s²} (s² = ln(1 + cv²)); the one mode carries all the variance.
+#[test]
+fn a_fully_correlated_field_is_one_lognormal_factor() {
+    let dir = tempfile::tempdir().unwrap();
+    let cv: f64 = 0.2;
+    let text = field_slab(
+        6,
+        &format!("cv = {cv}\ncorrelation_length = 1e6\nmodes = 1"),
+        "seed = 3\nsamples = 400\nbatch = 50",
+    );
+    let path = write_problem(dir.path(), "slab.toml", &text);
+    let out = dir.path().join("out");
+    run_ok(&["--quiet", "uq", path.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let r = report(&out);
+    let field = &r["inputs"][0]["field"];
+    assert_eq!(field["modes"], 1);
+    assert_eq!(field["cells"], 36);
+    assert!(field["captured"].as_f64().unwrap() > 1.0 - 1e-6, "{field}");
+    let o = output(&r, "mean_temperature");
+    let s2 = (1.0 + cv * cv).ln();
+    // At ξ = 0 the field is its median e^{−s²/2}: J(0) = T₀ + a e^{s²/2}.
+    let lin = &o["linearized"];
+    let a = (lin["value_at_mean"].as_f64().unwrap() - T0) * (-0.5 * s2).exp();
+    let mean = T0 + a * s2.exp();
+    let std = a * ((3.0 * s2).exp() - (2.0 * s2).exp()).sqrt();
+    let (got_mean, se_mean) = (o["mean"].as_f64().unwrap(), o["se_mean"].as_f64().unwrap());
+    let (got_std, se_std) = (o["std"].as_f64().unwrap(), o["se_std"].as_f64().unwrap());
+    assert!((got_mean - mean).abs() <= 3.0 * se_mean, "mean {got_mean} vs {mean} (se {se_mean})");
+    assert!((got_std - std).abs() <= 3.0 * se_std, "std {got_std} vs {std} (se {se_std})");
+    // dJ/dξ at 0: −a e^{s²/2} s.
+    let g = lin["gradient"]["thermal.k_elem.domain[ξ1]"].as_f64().unwrap();
+    let want = -a * (0.5 * s2).exp() * s2.sqrt();
+    assert!((g / want - 1.0).abs() < 1e-5, "dJ/dξ1 {g} vs {want}");
+    assert!((lin["share_by_input"]["thermal.k_elem.domain"].as_f64().unwrap() - 1.0).abs() < 1e-12);
+    // The samples carry the mode coefficient, by name.
+    let csv = std::fs::read_to_string(out.join("samples.csv")).unwrap();
+    assert!(csv.starts_with("index,ok,thermal.k_elem.domain[ξ1],mean_temperature,error"), "{csv}");
+}
+
+/// A field with a correlation length of a fifth of the slab: the adjoint gradient by each
+/// mode coefficient against central differences of the outputs, the energy rule's truncation,
+/// the sampled spread against the first-order one (cv 0.05: nearly linear), and the
+/// averaging that shorter correlation brings (a lower spread than the fully correlated
+/// field's).
+#[test]
+fn field_modes_have_adjoint_gradients_and_the_sampled_spread() {
+    let text = field_slab(
+        12,
+        "cv = 0.05\ncorrelation_length = 0.2\nmodes = 24\nenergy = 0.9",
+        "seed = 5\nsamples = 256\nbatch = 64",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_problem(dir.path(), "slab.toml", &text);
+    let file = ProblemFile::read(&path).unwrap();
+    let mut study = Study::new(file).unwrap();
+    let f = study.plan.inputs[0].field.clone().unwrap();
+    assert!(f.captured >= 0.9 && f.modes < 24, "{f:?}");
+    let kl = study.field(0).unwrap();
+    assert!(kl.captured(f.modes - 1) < 0.9);
+    let mean = study.mean_part().unwrap();
+    let g = mean.gradients[0].clone().unwrap();
+    assert_eq!(g.len(), f.modes);
+    let h = 1e-4;
+    for k in [0, 1, f.modes - 1] {
+        let mut x = vec![0.0; f.modes];
+        x[k] = h;
+        let up = study.evaluate(&x).unwrap()[0];
+        x[k] = -h;
+        let down = study.evaluate(&x).unwrap()[0];
+        let fd = (up - down) / (2.0 * h);
+        assert!((g[k] - fd).abs() <= 1e-6 * g[0].abs(), "mode {}: adjoint {} vs {fd}", k + 1, g[k]);
+    }
+
+    let out = dir.path().join("out");
+    run_ok(&["--quiet", "uq", path.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let r = report(&out);
+    let o = output(&r, "mean_temperature");
+    let lin_std = o["linearized"]["std"].as_f64().unwrap();
+    let (std, se_std) = (o["std"].as_f64().unwrap(), o["se_std"].as_f64().unwrap());
+    assert!((std - lin_std).abs() <= 3.0 * se_std + 0.03 * lin_std, "{std} vs {lin_std}");
+    // Fully correlated, the first-order std would be J's sensitivity to one common factor:
+    // Σ_e dJ/dk_e k_e · cv.
+    let j0 = o["linearized"]["value_at_mean"].as_f64().unwrap();
+    let common = (j0 - T0) * 0.05;
+    assert!(lin_std < 0.8 * common, "{lin_std} vs {common}");
+}
+
+/// Shards and resumed runs of a random-field study give the bytes of one run (each rank or
+/// shard expands the field itself).
+#[test]
+fn random_field_studies_shard_to_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = field_slab(
+        8,
+        "cv = 0.1\ncorrelation_length = 0.3\nmodes = 6",
+        "seed = 2\nsamples = 24\nbatch = 8",
+    );
+    let path = write_problem(dir.path(), "slab.toml", &text);
+    let p = path.to_str().unwrap();
+    let one = dir.path().join("one");
+    run_ok(&["--quiet", "uq", p, "-o", one.to_str().unwrap()]);
+    let sharded = dir.path().join("sharded");
+    let s = sharded.to_str().unwrap();
+    for shard in ["1/2", "0/2"] {
+        run_ok(&["--quiet", "uq", p, "-o", s, "--shard", shard]);
+    }
+    run_ok(&["--quiet", "uq", "--reduce", s]);
+    files_equal(&one, &sharded);
+    let text = run_ok(&["uq", p, "-o", one.to_str().unwrap()]);
+    assert!(text.contains("random field over 48 cells"), "{text}");
 }

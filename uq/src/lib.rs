@@ -8,6 +8,9 @@
 //!   across ranks or shards draw the same numbers as one run.
 //! - [`stats`]: mean, standard deviation, quantiles, exceedance probabilities, each with its
 //!   standard error; stopping and acceptance rules.
+//! - [`field`]: Gaussian random fields over cells (exponential or squared-exponential
+//!   correlation) by their truncated Karhunen–Loève expansion, each mode one standard-normal
+//!   input.
 //! - [`sensitivity`]: the first-order variance gᵀ C g from a gradient at the mean and each
 //!   input's share of it.
 //!
@@ -15,6 +18,7 @@
 
 pub mod design;
 pub mod dist;
+pub mod field;
 pub mod rng;
 pub mod sensitivity;
 pub mod special;
