@@ -13,33 +13,33 @@
 
 use crate::rng::{SplitMix64, hash4, unit_open};
 
-/// Joe and Kuo's direction-number data (new-joe-kuo-6.21201) for Sobol dimensions 2 to 21:
-/// (degree s, coefficients a, initial m_1..m_s). Dimension 1 is van der Corput's sequence.
-const JOE_KUO: [(u32, u32, &[u32]); 20] = [
-    (1, 0, &[1]),
-    (2, 1, &[1, 3]),
-    (3, 1, &[1, 3, 1]),
-    (3, 2, &[1, 1, 1]),
-    (4, 1, &[1, 1, 3, 3]),
-    (4, 4, &[1, 3, 5, 13]),
-    (5, 2, &[1, 1, 5, 5, 17]),
-    (5, 4, &[1, 1, 5, 5, 5]),
-    (5, 7, &[1, 1, 7, 11, 19]),
-    (5, 11, &[1, 1, 5, 1, 1]),
-    (5, 13, &[1, 1, 1, 3, 11]),
-    (5, 14, &[1, 3, 5, 5, 31]),
-    (6, 1, &[1, 3, 3, 9, 7, 49]),
-    (6, 13, &[1, 1, 1, 15, 21, 21]),
-    (6, 16, &[1, 3, 1, 13, 27, 49]),
-    (6, 19, &[1, 1, 1, 15, 7, 5]),
-    (6, 22, &[1, 3, 1, 15, 13, 25]),
-    (6, 25, &[1, 1, 5, 5, 19, 61]),
-    (7, 1, &[1, 3, 7, 11, 23, 15, 103]),
-    (7, 4, &[1, 3, 7, 13, 13, 15, 69]),
-];
+/// Joe and Kuo's direction-number table (new-joe-kuo-6.21201, its rows for dimensions 2 to
+/// 1000; `uq/data/joe-kuo/` holds it with its licence): per line d, the degree s, the
+/// coefficients a and the initial m_1..m_s. Dimension 1 is van der Corput's sequence.
+const JOE_KUO_TABLE: &str = include_str!("../data/joe-kuo/new-joe-kuo-6.1000");
+
+/// The table's rows (s, a, m_1..m_s) for dimensions 2, 3, …, parsed once.
+fn joe_kuo() -> &'static [(u32, u32, Vec<u32>)] {
+    static ROWS: std::sync::OnceLock<Vec<(u32, u32, Vec<u32>)>> = std::sync::OnceLock::new();
+    ROWS.get_or_init(|| {
+        JOE_KUO_TABLE
+            .lines()
+            .skip(1)
+            .enumerate()
+            .map(|(k, line)| {
+                let v: Vec<u32> = line
+                    .split_whitespace()
+                    .map(|x| x.parse().expect("the built-in Joe–Kuo table holds integers"))
+                    .collect();
+                assert_eq!(v[0] as usize, k + 2, "the built-in Joe–Kuo table is in order");
+                (v[1], v[2], v[3..].to_vec())
+            })
+            .collect()
+    })
+}
 
 /// The most dimensions the built-in Sobol direction numbers cover.
-pub const SOBOL_MAX_DIM: usize = JOE_KUO.len() + 1;
+pub const SOBOL_MAX_DIM: usize = 1000;
 
 /// Bits of each Sobol coordinate (and the most points: 2³²).
 const BITS: usize = 32;
@@ -52,7 +52,8 @@ fn direction_numbers(dim: usize) -> Vec<[u32; BITS]> {
         if d == 0 {
             m = [1; BITS];
         } else {
-            let (s, a, init) = JOE_KUO[d - 1];
+            let (s, a, init) = &joe_kuo()[d - 1];
+            let (s, a) = (*s, *a);
             let s = s as usize;
             m[..s].copy_from_slice(&init.iter().map(|&x| x as u64).collect::<Vec<_>>());
             for k in s..BITS {
@@ -277,10 +278,47 @@ mod tests {
         assert_eq!(d2, [0.5, 0.25, 0.75, 0.375, 0.875, 0.125, 0.625]);
     }
 
+    /// Unscrambled points far along the sequence in high dimensions against SciPy's
+    /// `qmc.Sobol(d=1000, scramble=False, bits=32)` (the same Joe–Kuo table, Gray-code order),
+    /// as integers: x · 2³².
+    #[test]
+    fn high_dimensions_match_an_independent_implementation() {
+        let v = direction_numbers(SOBOL_MAX_DIM);
+        let reference: [(usize, [(usize, u32); 5]); 2] = [
+            (
+                1000,
+                [
+                    (20, 2243952640),
+                    (21, 2361393152),
+                    (99, 801112064),
+                    (500, 3116367872),
+                    (999, 859832320),
+                ],
+            ),
+            (
+                12345,
+                [
+                    (20, 855900160),
+                    (21, 348913664),
+                    (99, 2314469376),
+                    (500, 1299447808),
+                    (999, 562823168),
+                ],
+            ),
+        ];
+        for (i, dims) in reference {
+            let x = sobol_bits(&v, i as u64);
+            for (d, want) in dims {
+                assert_eq!(x[d], want, "point {i}, dimension {d}");
+            }
+        }
+    }
+
     #[test]
     fn direction_numbers_are_odd_and_below_their_power_of_two() {
-        for (s, _, m) in JOE_KUO {
-            assert_eq!(m.len(), s as usize);
+        assert_eq!(joe_kuo().len() + 1, SOBOL_MAX_DIM);
+        for (s, _, m) in joe_kuo() {
+            assert_eq!(m.len(), *s as usize);
             for (k, &mk) in m.iter().enumerate() {
                 assert!(mk % 2 == 1 && mk < 1 << (k + 1), "m = {m:?}");
             }
@@ -293,10 +331,11 @@ mod tests {
     fn sobol_projections_are_stratified() {
         let m = 10;
         let d = Design::new(DesignKind::Sobol, SOBOL_MAX_DIM, 1 << m, 9, 1).unwrap();
+        let points: Vec<Vec<f64>> = (0..1 << m).map(|i| d.point(i)).collect();
         for dim in 0..SOBOL_MAX_DIM {
             let mut seen = vec![false; 1 << m];
-            for i in 0..1 << m {
-                let j = (d.point(i)[dim] * (1 << m) as f64) as usize;
+            for p in &points {
+                let j = (p[dim] * (1 << m) as f64) as usize;
                 assert!(!seen[j], "dimension {dim}: two points in stratum {j}");
                 seen[j] = true;
             }
