@@ -1,5 +1,6 @@
 //! `mpirun -n R gradfem uq`: a 64-sample study gives byte-identical results on 1, 2 and 4 ranks,
-//! and the same bytes as one process and as sharded runs reduced; `mpirun -n R gradfem
+//! and the same bytes as one process and as sharded runs reduced (a random-field study too, on
+//! 1 and 2 ranks); `mpirun -n R gradfem
 //! identify` fits the pad's two specimens to the same report on 1, 2 and 4 ranks. Needs the `mpi` feature
 //! (`cargo test --release -p gradfem --features mpi --test uq_mpi`; scripts/test.sh runs it,
 //! installing OpenMPI first where it is missing); without the feature the test says so and
@@ -120,6 +121,42 @@ fn one_two_and_four_ranks_give_the_bytes_of_one_process_and_of_shards() {
     std::fs::remove_file(dir.path().join("rank2/parts/chunk-000003.json")).unwrap();
     mpirun(2, &["--quiet", "uq", p, "-o", &out("rank2")]);
     same(&plain, &dir.path().join("rank2"));
+}
+
+/// A random-field study (the conductivity per cell, Karhunen–Loève modes): every rank expands
+/// the field itself, and 1 and 2 ranks write the bytes of one process.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_random_field_study_is_the_same_on_one_and_two_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("field.toml");
+    let text = PROBLEM.replace(
+        "parameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1",
+        "parameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.3\nmodes = 8",
+    );
+    assert!(text.contains("correlation_length"));
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap();
+    let out = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    gradfem(&["--quiet", "uq", p, "-o", &out("plain")]);
+    mpirun(1, &["--quiet", "uq", p, "-o", &out("rank1")]);
+    mpirun(2, &["--quiet", "uq", p, "-o", &out("rank2")]);
+    let plain = dir.path().join("plain");
+    for other in ["rank1", "rank2"] {
+        same(&plain, &dir.path().join(other));
+    }
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(plain.join("uq.json")).unwrap()).unwrap();
+    assert_eq!(r["inputs"][0]["field"]["modes"], 8);
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_random_field_study_is_the_same_on_one_and_two_ranks() {
+    eprintln!(
+        "SKIPPED: gradfem was built without the `mpi` feature; the MPI test runs with \
+         `cargo test --release -p gradfem --features mpi --test uq_mpi` (scripts/test.sh does)"
+    );
 }
 
 /// `mpirun -n R gradfem identify` on the pad's two specimens (compression and shear, one per
