@@ -30,7 +30,7 @@
 //!    filtering weak entries into the diagonal gave no fewer iterations.
 //! 5. **Galerkin coarse operator** A_c = Pᵀ A P by two parallel sparse products (A P, then Pᵀ (A P)).
 //! 6. Stop when the level has at most `coarse_size` unknowns (or `max_levels` is reached, or
-//!    aggregation stalls); the coarsest level is solved by a dense Cholesky factorization (faer).
+//!    aggregation stalls); the coarsest level is solved by a dense Cholesky factorization (`dense::DenseCholesky`).
 //!
 //! With translations only, CG on 3D elasticity needs 34–49 iterations on the unit cube (N = 8 to
 //! 32) and 55–121 on an 8:1 cantilever as it is refined; with the rigid-body modes 19–23 and
@@ -58,7 +58,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use faer::linalg::solvers::Solve;
 use rayon::prelude::*;
 
 use crate::cg::{
@@ -1089,7 +1088,11 @@ struct Transfer {
 
 #[derive(Debug)]
 enum CoarseSolver {
-    Dense(faer::linalg::solvers::Llt<f64>),
+    /// Our own dense Cholesky: a few hundred unknowns, no workspace. (faer's blocked one
+    /// reserves ~200 MB of matrix-product buffers for such a matrix: few of those pages are
+    /// touched, so resident memory hardly changes, but they were half of every heap profile
+    /// of a 10⁵-unknown solve and hid what the memory is really spent on.)
+    Dense(crate::dense::DenseCholesky),
     /// The coarsest level is too large to factor (aggregation stalled): smooth it instead.
     Smooth,
 }
@@ -1271,19 +1274,19 @@ impl AmgHierarchy {
         let coarsest = levels.last().unwrap();
         let nc = coarsest.a.n_rows;
         let coarse = if nc <= MAX_DENSE {
-            let m = faer::Mat::<f64>::from_fn(nc, nc, |i, j| {
-                let r = coarsest.a.row_ptr[i]..coarsest.a.row_ptr[i + 1];
-                coarsest.a.col[r.clone()]
-                    .binary_search(&(j as u32))
-                    .map_or(0.0, |k| coarsest.a.val[r.start + k])
-            });
-            match m.llt(faer::Side::Lower) {
-                Ok(llt) => CoarseSolver::Dense(llt),
-                Err(e) => {
+            let mut m = vec![0.0; nc * nc];
+            for i in 0..nc {
+                for k in coarsest.a.row_ptr[i]..coarsest.a.row_ptr[i + 1] {
+                    m[i * nc + coarsest.a.col[k] as usize] = coarsest.a.val[k];
+                }
+            }
+            match crate::dense::DenseCholesky::factor(&m, nc) {
+                Ok(c) => CoarseSolver::Dense(c),
+                Err(row) => {
                     return Err(SolverError::NotPositiveDefinite {
                         field: "amg".into(),
                         detail: format!(
-                            "Cholesky of the coarsest AMG level ({nc} unknowns, level {}) failed: {e:?}",
+                            "Cholesky of the coarsest AMG level ({nc} unknowns, level {}) failed: pivot {row} is not positive",
                             levels.len() - 1
                         ),
                     });
@@ -1325,9 +1328,9 @@ impl AmgHierarchy {
         let level = &self.levels[l];
         if l + 1 == self.levels.len() {
             match &self.coarse {
-                CoarseSolver::Dense(llt) => {
+                CoarseSolver::Dense(c) => {
                     x.copy_from_slice(b);
-                    llt.solve_in_place(faer::MatMut::from_column_major_slice_mut(x, b.len(), 1));
+                    c.solve_in_place(x);
                 }
                 CoarseSolver::Smooth => {
                     self.smooth(level, b, x, w, true, true, self.params.pre_sweeps);
