@@ -115,7 +115,7 @@ fn kron_3x3(a: &CsrMatrix, block: [[f64; 3]; 3]) -> CsrMatrix {
         for brow in &block {
             for k in a.row_ptr[i]..a.row_ptr[i + 1] {
                 for (c, b) in brow.iter().enumerate() {
-                    col_idx.push(3 * a.col_idx[k] + c);
+                    col_idx.push(3 * a.col_idx[k] + c as u32);
                     values.push(a.values[k] * b);
                 }
             }

@@ -367,7 +367,7 @@ impl Csr32 {
                 n_rows: a.n_rows,
                 n_cols: a.n_cols,
                 row_ptr: a.row_ptr.clone(),
-                col: a.col_idx.par_iter().map(|&j| j as u32).collect(),
+                col: a.col_idx.clone(),
                 val: a.values.clone(),
             };
         }
@@ -382,8 +382,10 @@ impl Csr32 {
                     let (cols, vals) = a.row(i);
                     let before = col.len();
                     for (&j, &v) in cols.iter().zip(vals) {
-                        if j == i || v.abs() > DROP_TOL * (diag[i] * diag[j]).abs().sqrt() {
-                            col.push(j as u32);
+                        if j as usize == i
+                            || v.abs() > DROP_TOL * (diag[i] * diag[j as usize]).abs().sqrt()
+                        {
+                            col.push(j);
                             val.push(v);
                         }
                     }
@@ -411,8 +413,10 @@ impl Csr32 {
                     let (cols, vals) = a.row(i);
                     let before = col.len();
                     for (&j, &v) in cols.iter().zip(vals) {
-                        if j != i && v.abs() <= DROP_TOL * (diag[i] * diag[j]).abs().sqrt() {
-                            col.push(j as u32);
+                        if j as usize != i
+                            && v.abs() <= DROP_TOL * (diag[i] * diag[j as usize]).abs().sqrt()
+                        {
+                            col.push(j);
                             val.push(v);
                         }
                     }
@@ -440,7 +444,7 @@ impl Csr32 {
                 .collect();
             row.sort_unstable_by_key(|e| e.0);
             for (j, v) in row {
-                col_idx.push(j as usize);
+                col_idx.push(j);
                 values.push(v);
             }
             row_ptr.push(col_idx.len());
@@ -526,19 +530,33 @@ impl Csr32 {
 
     /// A B, in parallel over chunks of rows of A (dense accumulator of B's width per chunk);
     /// exact zeros produced by cancellation are kept (they are rare and harmless).
-    fn matmul(&self, b: &Csr32) -> Csr32 {
+    fn matmul(&self, b: &impl Rows) -> Csr32 {
+        let chunked = self.matmul_chunked(b);
+        let (row_ptr, col, val) = concat_rows(self.n_rows, chunked.parts);
+        Csr32 { n_rows: self.n_rows, n_cols: b.n_cols(), row_ptr, col, val }
+    }
+
+    /// A B as the row chunks that computed it, not joined: for an intermediate product read
+    /// row by row (A P of the Galerkin product R (A P)), which then never exists twice (the
+    /// chunks and their joined copy were the peak of the hierarchy's set-up).
+    fn matmul_chunked(&self, b: &impl Rows) -> ChunkedRows {
         assert_eq!(
-            self.n_cols, b.n_rows,
+            self.n_cols,
+            b.n_rows(),
             "product of {}×{} and {}×{}",
-            self.n_rows, self.n_cols, b.n_rows, b.n_cols
+            self.n_rows,
+            self.n_cols,
+            b.n_rows(),
+            b.n_cols()
         );
+        let width = b.n_cols();
         let n_chunks = self.n_rows.div_ceil(PRODUCT_ROWS);
         let parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)> = (0..n_chunks)
             .into_par_iter()
             .map(|c| {
                 let rows = c * PRODUCT_ROWS..((c + 1) * PRODUCT_ROWS).min(self.n_rows);
-                let mut acc = vec![0.0; b.n_cols];
-                let mut mark = vec![false; b.n_cols];
+                let mut acc = vec![0.0; width];
+                let mut mark = vec![false; width];
                 let mut touched: Vec<u32> = Vec::new();
                 let mut lens = Vec::with_capacity(rows.len());
                 let mut col = Vec::new();
@@ -546,13 +564,13 @@ impl Csr32 {
                 for i in rows {
                     for k in self.row_ptr[i]..self.row_ptr[i + 1] {
                         let (j, a) = (self.col[k] as usize, self.val[k]);
-                        for m in b.row_ptr[j]..b.row_ptr[j + 1] {
-                            let jj = b.col[m];
+                        let (bc, bv) = b.row(j);
+                        for (&jj, &bjv) in bc.iter().zip(bv) {
                             if !mark[jj as usize] {
                                 mark[jj as usize] = true;
                                 touched.push(jj);
                             }
-                            acc[jj as usize] += a * b.val[m];
+                            acc[jj as usize] += a * bjv;
                         }
                     }
                     touched.sort_unstable();
@@ -565,11 +583,77 @@ impl Csr32 {
                     }
                     touched.clear();
                 }
+                col.shrink_to_fit();
+                val.shrink_to_fit();
                 (lens, col, val)
             })
             .collect();
-        let (row_ptr, col, val) = concat_rows(self.n_rows, parts);
-        Csr32 { n_rows: self.n_rows, n_cols: b.n_cols, row_ptr, col, val }
+        ChunkedRows::new(self.n_rows, width, parts)
+    }
+}
+
+/// Row access to a sparse matrix with u32 columns: a [`Csr32`] or [`ChunkedRows`].
+trait Rows: Sync {
+    fn n_rows(&self) -> usize;
+    fn n_cols(&self) -> usize;
+    /// The columns and values of row i.
+    fn row(&self, i: usize) -> (&[u32], &[f64]);
+}
+
+impl Rows for Csr32 {
+    fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+    fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+    #[inline]
+    fn row(&self, i: usize) -> (&[u32], &[f64]) {
+        let r = self.row_ptr[i]..self.row_ptr[i + 1];
+        (&self.col[r.clone()], &self.val[r])
+    }
+}
+
+/// The rows of a product as computed, chunk by chunk: chunk c holds rows
+/// c · PRODUCT_ROWS … (row lengths, columns, values).
+struct ChunkedRows {
+    n_rows: usize,
+    n_cols: usize,
+    /// Per chunk: the offsets of its rows into its own arrays (lengths turned into starts).
+    starts: Vec<Vec<usize>>,
+    parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>,
+}
+
+impl ChunkedRows {
+    fn new(n_rows: usize, n_cols: usize, parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>) -> Self {
+        let starts = parts
+            .iter()
+            .map(|(lens, _, _)| {
+                let mut s = Vec::with_capacity(lens.len() + 1);
+                s.push(0);
+                for l in lens {
+                    s.push(s.last().unwrap() + l);
+                }
+                s
+            })
+            .collect();
+        ChunkedRows { n_rows, n_cols, starts, parts }
+    }
+}
+
+impl Rows for ChunkedRows {
+    fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+    fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+    #[inline]
+    fn row(&self, i: usize) -> (&[u32], &[f64]) {
+        let (c, k) = (i / PRODUCT_ROWS, i % PRODUCT_ROWS);
+        let r = self.starts[c][k]..self.starts[c][k + 1];
+        let (_, col, val) = &self.parts[c];
+        (&col[r.clone()], &val[r])
     }
 }
 
@@ -1265,7 +1349,7 @@ impl AmgHierarchy {
                 }
             }
             let r = p.transpose();
-            let ac = r.matmul(&a.matmul(&p));
+            let ac = r.matmul(&a.matmul_chunked(&p));
             tracing::debug!(level = lvl, n, nnz = a.nnz(), coarse = ac.n_rows, "AMG level built");
             levels.push(Level { a, inv_diag, lambda_max: 1.1 * rho });
             transfers.push(Transfer { aggregates: aggs, p, r });
@@ -1818,8 +1902,9 @@ impl LinearSolver for AmgCgSolver {
         }
         let key = {
             let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for &v in a.row_ptr.iter().chain(&a.col_idx) {
-                h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01b3);
+            for v in a.row_ptr.iter().map(|&p| p as u64).chain(a.col_idx.iter().map(|&j| j as u64))
+            {
+                h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
             }
             (a.n_rows, a.nnz(), h)
         };
@@ -1882,7 +1967,7 @@ mod tests {
             n_rows: m.n_rows,
             n_cols: m.n_cols,
             row_ptr: m.row_ptr.clone(),
-            col_idx: m.col.iter().map(|&c| c as usize).collect(),
+            col_idx: m.col.clone(),
             values: m.val.clone(),
         }
     }
@@ -1909,7 +1994,7 @@ mod tests {
                 }
                 row.sort_by_key(|e| e.0);
                 for (c, v) in row {
-                    col_idx.push(c);
+                    col_idx.push(c as u32);
                     values.push(v);
                 }
                 row_ptr.push(col_idx.len());

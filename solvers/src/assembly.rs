@@ -139,7 +139,7 @@ pub struct AssemblyPattern {
     offsets: Vec<usize>,
     element_dofs: Vec<usize>,
     row_ptr: Vec<usize>,
-    col_idx: Vec<usize>,
+    col_idx: Vec<u32>,
     /// Slot of local pair `(a, b)` of element `e` at `slot_offsets[e] + a · nd + b` (per node
     /// pair with [`Slots::Nodes`]: `slot_offsets[e] + A · nn + B`).
     slot_offsets: Vec<usize>,
@@ -200,6 +200,11 @@ impl AssemblyPattern {
                 "element_dofs[{k}] = {d} is neither < n_unknowns = {n_unknowns} nor CONSTRAINED"
             );
         }
+        assert!(
+            u32::try_from(n_unknowns).is_ok(),
+            "{n_unknowns} unknowns: CSR column indices are 32-bit (at most {})",
+            u32::MAX
+        );
         let n_elements = offsets.len() - 1;
         let max_nd = offsets.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
 
@@ -231,29 +236,29 @@ impl AssemblyPattern {
         // `vec![false; n]` is a zeroed allocation, cheap even when rayon calls the init closure
         // for many splits.
         const ROWS_PER_CHUNK: usize = 4096;
-        let chunks: Vec<(Vec<usize>, Vec<usize>)> = (0..n_unknowns.div_ceil(ROWS_PER_CHUNK))
+        let chunks: Vec<(Vec<usize>, Vec<u32>)> = (0..n_unknowns.div_ceil(ROWS_PER_CHUNK))
             .into_par_iter()
             .map_init(
                 || vec![false; n_unknowns],
                 |mark, c| {
                     let rows = c * ROWS_PER_CHUNK..((c + 1) * ROWS_PER_CHUNK).min(n_unknowns);
                     let mut lens = Vec::with_capacity(rows.len());
-                    let mut cols = Vec::with_capacity(rows.len() * 16);
+                    let mut cols: Vec<u32> = Vec::with_capacity(rows.len() * 16);
                     for i in rows {
                         let start = cols.len();
                         mark[i] = true;
-                        cols.push(i);
+                        cols.push(i as u32);
                         for &e in &adj[adj_ptr[i]..adj_ptr[i + 1]] {
                             for &d in &element_dofs[offsets[e]..offsets[e + 1]] {
                                 if d != CONSTRAINED && !mark[d] {
                                     mark[d] = true;
-                                    cols.push(d);
+                                    cols.push(d as u32);
                                 }
                             }
                         }
                         let row = &mut cols[start..];
                         for &d in row.iter() {
-                            mark[d] = false;
+                            mark[d as usize] = false;
                         }
                         row.sort_unstable();
                         lens.push(row.len());
@@ -367,7 +372,7 @@ impl AssemblyPattern {
     }
 
     /// CSR column indices of the pattern (sorted within each row).
-    pub fn col_idx(&self) -> &[usize] {
+    pub fn col_idx(&self) -> &[u32] {
         &self.col_idx
     }
 
@@ -605,7 +610,7 @@ struct Incidence<'a> {
 fn build_slots<S: SlotIndex>(
     inc: &Incidence<'_>,
     row_ptr: &[usize],
-    col_idx: &[usize],
+    col_idx: &[u32],
     slot_offsets: &[usize],
     b: usize,
 ) -> Vec<S> {
@@ -632,7 +637,7 @@ fn build_slots<S: SlotIndex>(
             for i in c * ROWS_PER_CHUNK..((c + 1) * ROWS_PER_CHUNK).min(n) {
                 let start = row_ptr[i];
                 for (k, &j) in col_idx[start..row_ptr[i + 1]].iter().enumerate() {
-                    pos[j] = start + k;
+                    pos[j as usize] = start + k;
                 }
                 for &e in &inc.adj[inc.adj_ptr[i]..inc.adj_ptr[i + 1]] {
                     let dofs = &inc.element_dofs[inc.offsets[e]..inc.offsets[e + 1]];

@@ -156,7 +156,7 @@ pub fn par_spmv(a: &CsrMatrix, x: &[f64], y: &mut [f64]) {
             let r = a.row_ptr[i]..a.row_ptr[i + 1];
             let mut s = 0.0;
             for (&j, &v) in a.col_idx[r.clone()].iter().zip(&a.values[r]) {
-                s += v * x[j];
+                s += v * x[j as usize];
             }
             *yi = s;
         }
@@ -542,13 +542,13 @@ mod tests {
         let mut values = Vec::new();
         for i in 0..n {
             if i > 0 {
-                col_idx.push(i - 1);
+                col_idx.push(i as u32 - 1);
                 values.push(-1.0);
             }
-            col_idx.push(i);
+            col_idx.push(i as u32);
             values.push(2.0);
             if i + 1 < n {
-                col_idx.push(i + 1);
+                col_idx.push(i as u32 + 1);
                 values.push(-1.0);
             }
             row_ptr.push(col_idx.len());

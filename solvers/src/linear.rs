@@ -88,8 +88,8 @@ impl PatternKey {
     fn of(a: &CsrMatrix) -> Self {
         // FNV-1a style mixing over whole words.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &v in a.row_ptr.iter().chain(&a.col_idx) {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        for v in a.row_ptr.iter().map(|&p| p as u64).chain(a.col_idx.iter().map(|&j| j as u64)) {
+            h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
         }
         PatternKey { n: a.n_rows, nnz: a.nnz(), hash: h }
     }
@@ -134,10 +134,16 @@ fn check_rhs(field: &str, n: usize, b: &[f64]) -> Result<(), SolverError> {
     }
 }
 
-/// The CSR arrays of `a` read as CSC: this is `Aᵀ` for faer.
-fn transpose_view(a: &CsrMatrix) -> SparseColMatRef<'_, usize, f64> {
-    let sym =
-        SymbolicSparseColMatRef::new_checked(a.n_cols, a.n_rows, &a.row_ptr, None, &a.col_idx);
+/// `a`'s column indices widened to faer's index type (its views take one index type for the
+/// pointers and the indices): a copy that lives for one factorization.
+fn wide_cols(a: &CsrMatrix) -> Vec<usize> {
+    a.col_idx.iter().map(|&j| j as usize).collect()
+}
+
+/// The CSR arrays of `a` (with its columns widened, [`wide_cols`]) read as CSC: this is `Aᵀ`
+/// for faer.
+fn transpose_view<'a>(a: &'a CsrMatrix, cols: &'a [usize]) -> SparseColMatRef<'a, usize, f64> {
+    let sym = SymbolicSparseColMatRef::new_checked(a.n_cols, a.n_rows, &a.row_ptr, None, cols);
     SparseColMatRef::new(sym, &a.values)
 }
 
@@ -278,7 +284,8 @@ impl CholeskySolver {
             return Ok((factor_flops(&an.symbolic), an.symbolic.len_val()));
         }
         self.symbolic = None;
-        let symbolic = self.analyse_with(a, transpose_view(a), used)?;
+        let cols = wide_cols(a);
+        let symbolic = self.analyse_with(a, transpose_view(a, &cols), used)?;
         let flops = factor_flops(&symbolic);
         let nnz = symbolic.len_val();
         let nd_pending = self.ordering == CholeskyOrdering::Auto
@@ -414,7 +421,8 @@ impl LinearSolver for CholeskySolver {
             return Ok(());
         }
         let key = PatternKey::of(a);
-        let at = transpose_view(a);
+        let cols = wide_cols(a);
+        let at = transpose_view(a, &cols);
         if self.symbolic.as_ref().is_none_or(|an| an.key != key) {
             // A failed analysis must not leave the previous pattern's analysis in place.
             self.symbolic = None;
@@ -573,7 +581,8 @@ impl LinearSolver for LuSolver {
             return Ok(());
         }
         let key = PatternKey::of(a);
-        let at = transpose_view(a);
+        let cols = wide_cols(a);
+        let at = transpose_view(a, &cols);
         if self.symbolic.as_ref().is_none_or(|(k, _)| *k != key) {
             let t = std::time::Instant::now();
             let symbolic =
@@ -824,7 +833,7 @@ mod tests {
         let g = grid_system(6, &[&[1.0]], 0.01);
         let m = g.n_rows;
         let row = |i: usize| -> Vec<(usize, f64)> {
-            (g.row_ptr[i]..g.row_ptr[i + 1]).map(|k| (g.col_idx[k], g.values[k])).collect()
+            (g.row_ptr[i]..g.row_ptr[i + 1]).map(|k| (g.col_idx[k] as usize, g.values[k])).collect()
         };
         let mut rows: Vec<_> = (0..m).map(row).collect();
         rows.push(vec![(m, 3.0)]);

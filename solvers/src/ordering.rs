@@ -185,7 +185,7 @@ fn node_graph(a: &CsrMatrix, starts: &[usize]) -> (Vec<usize>, Vec<usize>) {
         let r = starts[g];
         a.col_idx[a.row_ptr[r]..a.row_ptr[r + 1]]
             .iter()
-            .map(|&j| group_of[j])
+            .map(|&j| group_of[j as usize])
             .filter(move |&h| h != g)
     };
     let mut degree = vec![0usize; n_groups + 1];
@@ -316,7 +316,7 @@ mod tests {
         for mut r in rows {
             r.sort_unstable();
             r.dedup();
-            col_idx.extend(r);
+            col_idx.extend(r.into_iter().map(|j| j as u32));
             row_ptr.push(col_idx.len());
         }
         let values = vec![1.0; col_idx.len()];
@@ -413,12 +413,18 @@ mod tests {
         // Two separate 4 × 4 × 4 grids side by side, plus an isolated unknown between them.
         let g = grid_pattern(4, 1);
         let m = g.n_rows;
-        let mut rows: Vec<Vec<usize>> =
-            (0..m).map(|i| g.col_idx[g.row_ptr[i]..g.row_ptr[i + 1]].to_vec()).collect();
+        let mut rows: Vec<Vec<usize>> = (0..m)
+            .map(|i| {
+                g.col_idx[g.row_ptr[i]..g.row_ptr[i + 1]].iter().map(|&j| j as usize).collect()
+            })
+            .collect();
         rows.push(vec![m]);
         for i in 0..m {
             rows.push(
-                g.col_idx[g.row_ptr[i]..g.row_ptr[i + 1]].iter().map(|j| j + m + 1).collect(),
+                g.col_idx[g.row_ptr[i]..g.row_ptr[i + 1]]
+                    .iter()
+                    .map(|&j| j as usize + m + 1)
+                    .collect(),
             );
         }
         let a = pattern(rows);

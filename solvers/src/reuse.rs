@@ -238,7 +238,7 @@ mod tests {
         let mut p = a.clone();
         for i in 0..a.n_rows {
             for k in a.row_ptr[i]..a.row_ptr[i + 1] {
-                p.values[k] *= d[i] * d[a.col_idx[k]];
+                p.values[k] *= d[i] * d[a.col_idx[k] as usize];
             }
         }
         p

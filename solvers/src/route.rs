@@ -291,8 +291,8 @@ impl SpdSolver {
 
     fn pattern_key(a: &CsrMatrix) -> (usize, usize, u64) {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &v in a.row_ptr.iter().chain(&a.col_idx) {
-            h = (h ^ v as u64).wrapping_mul(0x0000_0100_0000_01b3);
+        for v in a.row_ptr.iter().map(|&p| p as u64).chain(a.col_idx.iter().map(|&j| j as u64)) {
+            h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
         }
         (a.n_rows, a.nnz(), h)
     }
@@ -448,6 +448,7 @@ pub fn level_separator(a: &CsrMatrix) -> usize {
             let l = level[i];
             sizes[l as usize] += 1;
             for &j in &a.col_idx[a.row_ptr[i]..a.row_ptr[i + 1]] {
+                let j = j as usize;
                 if level[j] == u32::MAX {
                     level[j] = l + 1;
                     if sizes.len() <= l as usize + 1 {

@@ -4,7 +4,10 @@
 /// indices inside each row.
 ///
 /// For the symmetric systems of this crate the CSR arrays are also the CSC arrays of the same
-/// matrix, so they can be handed to faer (column-major) without a copy.
+/// matrix. Column indices are `u32` (12 bytes per entry with the value instead of 16: the
+/// fine-level matrix is the largest array of a solve, and every product and smoothing sweep
+/// streams it), so a matrix has fewer than 2³² columns; faer's factorizations get the indices
+/// widened at factorization time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CsrMatrix {
     pub n_rows: usize,
@@ -12,14 +15,19 @@ pub struct CsrMatrix {
     /// `row_ptr[i]..row_ptr[i + 1]` are the entries of row `i`; length `n_rows + 1`.
     pub row_ptr: Vec<usize>,
     /// Column index of each stored entry, sorted within each row.
-    pub col_idx: Vec<usize>,
+    pub col_idx: Vec<u32>,
     /// Value of each stored entry.
     pub values: Vec<f64>,
 }
 
 impl CsrMatrix {
     /// A matrix with the given structure and all values zero.
-    pub fn zeros(n_rows: usize, n_cols: usize, row_ptr: Vec<usize>, col_idx: Vec<usize>) -> Self {
+    pub fn zeros(n_rows: usize, n_cols: usize, row_ptr: Vec<usize>, col_idx: Vec<u32>) -> Self {
+        assert!(
+            u32::try_from(n_cols).is_ok(),
+            "a CSR matrix of {n_cols} columns: column indices are 32-bit (at most {})",
+            u32::MAX
+        );
         assert_eq!(
             row_ptr.len(),
             n_rows + 1,
@@ -44,7 +52,7 @@ impl CsrMatrix {
 
     /// The stored column indices and values of row `i`.
     #[inline]
-    pub fn row(&self, i: usize) -> (&[usize], &[f64]) {
+    pub fn row(&self, i: usize) -> (&[u32], &[f64]) {
         let r = self.row_ptr[i]..self.row_ptr[i + 1];
         (&self.col_idx[r.clone()], &self.values[r])
     }
@@ -52,6 +60,7 @@ impl CsrMatrix {
     /// The position of entry `(i, j)` in `col_idx`/`values`, if it is stored.
     pub fn find(&self, i: usize, j: usize) -> Option<usize> {
         let r = self.row_ptr[i]..self.row_ptr[i + 1];
+        let j = u32::try_from(j).ok()?;
         self.col_idx[r.clone()].binary_search(&j).ok().map(|k| r.start + k)
     }
 
@@ -61,7 +70,7 @@ impl CsrMatrix {
         assert_eq!(y.len(), self.n_rows, "y has {} entries for {} rows", y.len(), self.n_rows);
         for (i, yi) in y.iter_mut().enumerate() {
             let (cols, vals) = self.row(i);
-            *yi = cols.iter().zip(vals).map(|(&j, &v)| v * x[j]).sum();
+            *yi = cols.iter().zip(vals).map(|(&j, &v)| v * x[j as usize]).sum();
         }
     }
 
@@ -73,7 +82,7 @@ impl CsrMatrix {
         for (i, &xi) in x.iter().enumerate() {
             let (cols, vals) = self.row(i);
             for (&j, &v) in cols.iter().zip(vals) {
-                y[j] += v * xi;
+                y[j as usize] += v * xi;
             }
         }
     }

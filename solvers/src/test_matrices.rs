@@ -13,7 +13,7 @@ pub(crate) fn csr(rows: Vec<Vec<(usize, f64)>>) -> CsrMatrix {
     for mut r in rows {
         r.sort_by_key(|&(j, _)| j);
         for (j, v) in r {
-            col_idx.push(j);
+            col_idx.push(j as u32);
             values.push(v);
         }
         row_ptr.push(col_idx.len());

@@ -92,6 +92,7 @@ impl KuhnPoisson {
                 }
             }
         }
+        let col_idx: Vec<u32> = col_idx.into_iter().map(|j: usize| j as u32).collect();
         let mut a = CsrMatrix::zeros(count, count, row_ptr, col_idx);
         let mut b = vec![0.0; count];
         for k in 0..n {
@@ -137,7 +138,7 @@ fn kuhn_matrix_is_symmetric_with_the_expected_row_sums() {
     for i in 0..p.a.n_rows {
         let (cols, vals) = p.a.row(i);
         for (&j, &v) in cols.iter().zip(vals) {
-            let t = p.a.values[p.a.find(j, i).unwrap()];
+            let t = p.a.values[p.a.find(j as usize, i).unwrap()];
             assert!((v - t).abs() < 1e-14, "({i},{j})");
         }
     }
@@ -159,7 +160,7 @@ fn kuhn_stiffness_is_the_seven_point_stencil() {
     let h = 1.0 / n as f64;
     let i = (3 * (n + 1) + 3) * n + (3 - 1); // interior node (3, 3, 3)
     let (cols, vals) = p.a.row(i);
-    let diag = vals[cols.binary_search(&i).unwrap()];
+    let diag = vals[cols.binary_search(&(i as u32)).unwrap()];
     assert!((diag - 6.0 * h).abs() < 1e-13, "{diag}");
     let big = vals.iter().filter(|v| v.abs() > 1e-12).count();
     assert_eq!(big, 7);
@@ -233,6 +234,7 @@ impl KuhnElasticity {
                 }
             }
         }
+        let col_idx: Vec<u32> = col_idx.into_iter().map(|j: usize| j as u32).collect();
         let mut a = CsrMatrix::zeros(count, count, row_ptr, col_idx);
         let (e, nu) = (1.0, 0.3);
         let lambda = e * nu / ((1.0 + nu) * (1.0 - 2.0 * nu));

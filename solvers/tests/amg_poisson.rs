@@ -21,7 +21,7 @@ fn cholesky_solve(a: &CsrMatrix, b: &[f64]) -> Vec<f64> {
     for i in 0..a.n_rows {
         let (cols, vals) = a.row(i);
         for (&j, &v) in cols.iter().zip(vals) {
-            t.push(Triplet::new(i, j, v));
+            t.push(Triplet::new(i, j as usize, v));
         }
     }
     let m = SparseColMat::<usize, f64>::try_new_from_triplets(a.n_rows, a.n_cols, &t).unwrap();
@@ -235,6 +235,7 @@ fn singular_neumann_problem_is_an_error_not_a_panic() {
             row_ptr.push(col_idx.len());
         }
     }
+    let col_idx = col_idx.into_iter().map(|j: usize| j as u32).collect();
     let a = CsrMatrix { n_rows: n * n, n_cols: n * n, row_ptr, col_idx, values };
     let mut solver = AmgCgSolver::new(
         "electrical",
@@ -325,7 +326,7 @@ fn block_size_three_solves_three_decoupled_poisson_problems() {
         for c in 0..3 {
             let (cols, vals) = p.a.row(i);
             for (&j, &v) in cols.iter().zip(vals) {
-                col_idx.push(3 * j + c);
+                col_idx.push(3 * j + c as u32);
                 values.push(v * (c + 1) as f64);
             }
             row_ptr.push(col_idx.len());

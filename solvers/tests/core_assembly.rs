@@ -111,9 +111,9 @@ fn kuhn_cube_pattern_and_laplacian() {
     for i in 0..nu {
         let (cols, _) = a0.row(i);
         assert!(cols.windows(2).all(|w| w[0] < w[1]));
-        assert!(cols.contains(&i));
+        assert!(cols.contains(&(i as u32)));
         for &j in cols {
-            assert!(a0.find(j, i).is_some(), "pattern not symmetric at ({i}, {j})");
+            assert!(a0.find(j as usize, i).is_some(), "pattern not symmetric at ({i}, {j})");
         }
     }
     // The centre node (2,2,2) has all 14 neighbours inside.
@@ -132,7 +132,7 @@ fn kuhn_cube_pattern_and_laplacian() {
     for i in 0..nu {
         let (cols, vals) = a.row(i);
         for (&j, &v) in cols.iter().zip(vals) {
-            assert!((v - a.values[a.find(j, i).unwrap()]).abs() < 1e-14);
+            assert!((v - a.values[a.find(j as usize, i).unwrap()]).abs() < 1e-14);
         }
     }
     let u: Vec<f64> = nodes.iter().map(|&v| x[v][0] + 2.0 * x[v][1] - x[v][2]).collect();

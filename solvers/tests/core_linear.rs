@@ -30,6 +30,7 @@ fn from_dense(a: &[Vec<f64>]) -> CsrMatrix {
         }
         row_ptr.push(col_idx.len());
     }
+    let col_idx = col_idx.into_iter().map(|j: usize| j as u32).collect();
     let mut m = CsrMatrix::zeros(n, n, row_ptr, col_idx);
     m.values = values;
     m

@@ -15,7 +15,7 @@ fn tridiagonal_pattern(n: usize) -> CsrMatrix {
         }
         row_ptr.push(col_idx.len());
     }
-    CsrMatrix::zeros(n, n, row_ptr, col_idx)
+    CsrMatrix::zeros(n, n, row_ptr, col_idx.into_iter().map(|j: usize| j as u32).collect())
 }
 
 /// −(k(u) u′)′ = f on (0, 1), u(0) = u(1) = 0, k(u) = 1 + u², P1 elements with midpoint k:
@@ -113,7 +113,7 @@ impl NonlinearProblem for Arctan {
     }
     fn tangent_pattern(&self) -> CsrMatrix {
         let n = self.c.len();
-        CsrMatrix::zeros(n, n, (0..=n).collect(), (0..n).collect())
+        CsrMatrix::zeros(n, n, (0..=n).collect(), (0..n as u32).collect())
     }
     fn residual(&mut self, u: &[f64], r: &mut [f64]) {
         for ((ri, ui), ci) in r.iter_mut().zip(u).zip(&self.c) {
@@ -294,7 +294,7 @@ fn linear_problem_takes_one_step() {
     for i in 0..5 {
         let (s, e) = (a.row_ptr[i], a.row_ptr[i + 1]);
         for k in s..e {
-            a.values[k] = if a.col_idx[k] == i { 4.0 } else { -1.0 + 0.1 * i as f64 };
+            a.values[k] = if a.col_idx[k] as usize == i { 4.0 } else { -1.0 + 0.1 * i as f64 };
         }
     }
     let mut p = Linear { a, b: vec![1.0, 2.0, 3.0, 4.0, 5.0], tangent_calls: 0 };
