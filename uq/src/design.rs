@@ -78,14 +78,18 @@ fn direction_numbers(dim: usize) -> Vec<[u32; BITS]> {
     out
 }
 
-/// Laine and Karras's permutation of a 32-bit integer: output bit k depends only on input
-/// bits 0..=k and the seed (multiplications by even constants carry upwards only).
+/// A Laine–Karras permutation of a 32-bit integer: output bit k depends only on input bits
+/// 0..=k and the seed (additions, multiplications by odd numbers and x ⊕ x·even carry
+/// upwards only). Burley's improved form: the seed enters both as an addend and, through its
+/// high half, as an odd multiplier, so the leading scrambled digits depend on many seed bits
+/// (with the seed as an addend only, they depend on its lowest bits alone, and two
+/// replicates whose seeds share their low byte share their first eight digits).
 fn laine_karras(mut x: u32, seed: u32) -> u32 {
+    x ^= x.wrapping_mul(0x3d20_adea);
     x = x.wrapping_add(seed);
-    x ^= x.wrapping_mul(0x6c50_b47c);
-    x ^= x.wrapping_mul(0xb82f_1e52);
-    x ^= x.wrapping_mul(0xc7af_e638);
-    x ^= x.wrapping_mul(0x8d22_f6e6);
+    x = x.wrapping_mul((seed >> 16) | 1);
+    x ^= x.wrapping_mul(0x0552_6c56);
+    x ^= x.wrapping_mul(0x53a2_2864);
     x
 }
 
@@ -420,6 +424,26 @@ mod tests {
     /// The scramble permutes each elementary interval's points among its sub-intervals: on
     /// the first k bits it is a bijection of {0..2^k} for every seed, and different seeds give
     /// different permutations.
+    /// Seeds that share their low byte (the case where the additive form gave two replicates
+    /// the same first eight digits) give unrelated leading digits, and the leading byte of a
+    /// scrambled point is uniform over seeds.
+    #[test]
+    fn seeds_sharing_low_bits_scramble_apart() {
+        let (a, b) = (0xbf03_17cb_u32, 0x7ec4_19cb_u32);
+        let same = (0..64u32)
+            .filter(|&k| owen_scramble(k << 26, a) >> 24 == owen_scramble(k << 26, b) >> 24)
+            .count();
+        assert!(same <= 2, "{same} of 64 points share their leading byte");
+        let mut counts = [0usize; 16];
+        let mut rng = SplitMix64::new(3);
+        for _ in 0..16 * 256 {
+            let seed = (rng.next_u64() >> 32) as u32;
+            counts[(owen_scramble(0x8000_0000, seed) >> 28) as usize] += 1;
+        }
+        // 256 expected per bin; 5 standard deviations (√240 ≈ 15.5) either way.
+        assert!(counts.iter().all(|&c| (178..=334).contains(&c)), "{counts:?}");
+    }
+
     #[test]
     fn owen_scramble_permutes_every_leading_bit_block() {
         for seed in [0u32, 1, 0xdead_beef] {
