@@ -9,11 +9,17 @@
 //! Run: `cargo run --release --example bench_thermal -- --n 46`
 //! Prints one JSON line: n, unknowns, elements, assembly_s, factor_s, solve_s, gradient_s,
 //! forward_s, peak_rss_mb, J, dJ_dk, dJ_dke_norm, linear_solver.
+//!
+//! `--device cuda` (a build with `--features cuda`) runs the forward solve and the gradient on
+//! the GPU instead (gradfem-gpu: gathered assembly, Jacobi-PCG to `--cg-rel-tol`, default
+//! 1e-10, adjoint and per-element gradient on the device) and prints device, setup_s (kernel
+//! compilation and upload), forward_s, gradient_s, CG iterations, J, dJ_dk and dJ_dke_norm.
+//! `--check` adds the CPU path's J and gradient and their relative differences.
 
 use std::time::Instant;
 
 use gradfem::run::LinearChoice;
-use gradfem::thermal::ThermalProblem;
+use gradfem::thermal::{CgParams, Device, ThermalProblem};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_thermal::{BcKind, BcSpec, ConductivityLaw, ObjectiveKind, ObjectiveTerm, RegionSpec};
@@ -22,9 +28,17 @@ use gradfem_thermal::{BcKind, BcSpec, ConductivityLaw, ObjectiveKind, ObjectiveT
 mod rss;
 use rss::peak_rss_mb;
 
+fn fail(message: &str) -> ! {
+    eprintln!("bench_thermal: {message}");
+    std::process::exit(2)
+}
+
 fn main() {
     let mut n = 20usize;
     let mut solver = "auto".to_string();
+    let mut device = Device::Cpu;
+    let mut cg_rel_tol = 1e-10;
+    let mut check = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -32,7 +46,24 @@ fn main() {
                 n = args.next().and_then(|v| v.parse().ok()).expect("--n takes a positive integer")
             }
             "--solver" => solver = args.next().expect("--solver takes auto|cholesky|lu|amg-cg"),
-            other => panic!("unknown argument '{other}' (expected --n N [--solver S])"),
+            "--device" => {
+                device = match args.next().as_deref().map(str::parse::<Device>) {
+                    Some(Ok(d)) => d,
+                    _ => fail("--device takes cpu|cuda"),
+                }
+            }
+            "--cg-rel-tol" => {
+                cg_rel_tol = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v: &f64| *v > 0.0)
+                    .unwrap_or_else(|| fail("--cg-rel-tol takes a positive number"))
+            }
+            "--check" => check = true,
+            other => fail(&format!(
+                "unknown argument '{other}' (expected --n N [--solver S] [--device cpu|cuda] \
+                 [--cg-rel-tol TOL] [--check])"
+            )),
         }
     }
     let t_mesh = Instant::now();
@@ -59,6 +90,49 @@ fn main() {
     .expect("valid problem");
     let id = problem.register("thermal.k_elem.domain", None).expect("registered");
     let setup_s = t_setup.elapsed().as_secs_f64();
+    if device == Device::Cuda {
+        let params = CgParams { rel_tol: cg_rel_tol, max_iterations: 100_000 };
+        let d = problem
+            .device_gradient(Device::Cuda, &params)
+            .unwrap_or_else(|e| fail(&format!("--device cuda: {e}")));
+        let dj_dk: f64 = d.dj_dk.iter().sum();
+        let norm = d.dj_dk.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let mut out = serde_json::json!({
+            "n": n,
+            "unknowns": problem.model.n_unknowns(),
+            "elements": problem.model.n_volume_elements(),
+            "device": d.backend,
+            "mesh_s": mesh_s,
+            "setup_s": setup_s,
+            "device_setup_s": d.setup_s,
+            "forward_s": d.forward_s,
+            "gradient_s": d.gradient_s,
+            "forward_plus_gradient_s": d.forward_s + d.gradient_s,
+            "cg_rel_tol": cg_rel_tol,
+            "cg_iterations": d.cg_iterations,
+            "peak_rss_mb": peak_rss_mb(),
+            "J": d.objective,
+            "dJ_dk": dj_dk,
+            "dJ_dke_norm": norm,
+        });
+        if check {
+            let c = problem
+                .device_gradient(Device::Cpu, &params)
+                .unwrap_or_else(|e| fail(&format!("the CPU check: {e}")));
+            let scale = c.dj_dk.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let dg = d.dj_dk.iter().zip(&c.dj_dk).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            out["cpu_check"] = serde_json::json!({
+                "backend": c.backend,
+                "forward_s": c.forward_s,
+                "gradient_s": c.gradient_s,
+                "J": c.objective,
+                "J_rel_diff": (d.objective - c.objective).abs() / c.objective.abs(),
+                "dJ_dke_max_rel_diff": dg / scale,
+            });
+        }
+        println!("{out}");
+        return;
+    }
 
     let t_fwd = Instant::now();
     problem.solve().expect("forward solve");

@@ -7,8 +7,9 @@
 # creates it (seeing the system's packages, so an h5py or torch already installed is used as it
 # is), installs what is missing from PyPI once — h5py and numpy (the HDF5 cross-check), maturin
 # and pytest (the Python package), torch (its PyTorch bridge; PyPI's CUDA build without triton,
-# about 5 GB), scipy and jax (its JAX bridge, CPU) — then builds the package from python/ into
-# it (`pip install ./python`) and runs its pytest suite.
+# about 5 GB), scipy and jax (its JAX bridge, CPU), NVRTC 13.0 (the GPU kernels' compile check,
+# in .venv/nvrtc-13.0) — then builds the package from python/ into it (`pip install ./python`)
+# and runs its pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,11 +58,26 @@ PY
 fi
 need scipy scipy
 need jax jax
+# NVRTC of CUDA 13.0 for the GPU backend's compile check (no GPU needed: NVRTC only makes PTX).
+# Pinned to the 13.0 series, the CUDA version of the GPU test machine's driver (PTX of a newer
+# NVRTC does not load on an older driver). It goes into a folder of its own inside the venv,
+# not the venv's site-packages, where torch keeps the newer nvidia-cuda-nvrtc it requires.
+nvrtc_dir="$(pwd)/$venv/nvrtc-13.0"
+nvrtc_lib="$nvrtc_dir/nvidia/cu13/lib"
+if [ ! -e "$nvrtc_lib/libnvrtc.so.13" ]; then
+  echo "scripts/test.sh: installing nvidia-cuda-nvrtc 13.0 into $nvrtc_dir" >&2
+  "$py" -m pip install --quiet --target "$nvrtc_dir" "nvidia-cuda-nvrtc==13.0.*"
+fi
 export GRADFEM_PYTHON="$py"
 export GRADFEM_REQUIRE_H5PY=1
 
 # The extension crate links against the interpreter that loads it: pytest tests it.
 cargo test --release --workspace --exclude gradfem-python "$@"
+
+# The GPU backend with its `cuda` feature (no GPU here): every NVRTC kernel source compiles.
+# cudarc dlopens libnvrtc.so.13 by name, so the wheel's lib folder goes on LD_LIBRARY_PATH.
+LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  cargo test --release -p gradfem-gpu --features cuda --test nvrtc_compile
 
 # `gradfem uq` and `gradfem identify` across MPI ranks (feature `mpi`, rsmpi over Debian's
 # OpenMPI): installs libopenmpi-dev, libclang-dev and pkgconf with apt where missing, then

@@ -542,6 +542,16 @@ impl Model {
         self
     }
 
+    /// Where to solve: `cpu` (the default) or `cuda` (`[solver] device`). A model is set up as
+    /// a problem file is, and problem-file runs are not yet wired to the GPU: with `cuda`,
+    /// [`build`](Self::build) answers with the reason (no `cuda` feature, no driver or device,
+    /// or not yet supported). The device path today is
+    /// [`ThermalProblem::device_gradient`](crate::thermal::ThermalProblem::device_gradient).
+    pub fn device(mut self, name: &str) -> Self {
+        self.table(&["solver"]).insert("device".into(), Value::String(name.into()));
+        self
+    }
+
     /// Any other key of the problem file, as a TOML value at a dotted table path, e.g.
     /// `set("transient", "end_time", 1e-3.into())`.
     pub fn set_key(mut self, table: &str, key: &str, value: Value) -> Self {

@@ -246,6 +246,7 @@ impl Problem {
 pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
     let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
     let spec = &file.spec;
+    check_device(file)?;
     if spec.electrical.is_some()
         || spec.mechanical.is_some()
         || spec.hyperelastic.is_some()
@@ -410,6 +411,7 @@ fn build_electrical(
 pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
     let run_err = |source: RunError| AppError::Run { file: file.path.clone(), source };
     let spec = &file.spec;
+    check_device(file)?;
     let mesh = file.build_mesh()?;
     let (mut thermal, terminal_terms, mechanical_terms) = build_thermal(file, &mesh)?;
     let mechanical = match &spec.mechanical {
@@ -1319,6 +1321,28 @@ fn check_solver(file: &ProblemFile) -> Result<(), AppError> {
         return refuse("cg_rel_tol", s.cg_rel_tol.to_string(), "must lie in (0, 1)");
     }
     Ok(())
+}
+
+/// `[solver] device`: `cpu` runs; `cuda` is an error naming why this build, this machine or
+/// this kind of run cannot use the GPU. Problem-file runs are not wired to the device yet: the
+/// device path is the library's [`ThermalProblem::device_gradient`] (a steady thermal Tet4
+/// problem) and `examples/bench_thermal.rs --device cuda`.
+pub fn check_device(file: &ProblemFile) -> Result<(), AppError> {
+    match file.device()? {
+        gradfem_gpu::Device::Cpu => Ok(()),
+        gradfem_gpu::Device::Cuda => {
+            let why = match gradfem_gpu::cuda_ready() {
+                Err(e) => e.to_string(),
+                Ok(name) => format!(
+                    "a CUDA device ({name}) is present, but problem-file runs are not yet supported \
+                     on it; the device path covers a steady thermal Tet4 problem through the \
+                     library (gradfem::thermal::ThermalProblem::device_gradient) and \
+                     examples/bench_thermal.rs --device cuda"
+                ),
+            };
+            Err(invalid(file, &format!("[solver] device = \"cuda\": {why}")))
+        }
+    }
 }
 
 fn invalid(file: &ProblemFile, message: &str) -> AppError {

@@ -32,6 +32,11 @@ struct Cli {
     /// its whole records are read, with a warning).
     #[arg(long, global = true)]
     strict: bool,
+    /// Where to solve: `cpu` or `cuda` (overrides the problem file's `[solver] device`).
+    /// Problem-file runs are not yet wired to the GPU: `cuda` answers with the reason (no
+    /// `cuda` feature, no driver or device, or not yet supported for problem files).
+    #[arg(long, global = true, value_name = "cpu|cuda")]
+    device: Option<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -291,12 +296,22 @@ fn spinner(quiet: bool, label: &str) -> Progress {
 static ALLOW_LARGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Whether `--strict` was given (set once, before any file is read).
 static STRICT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `--device`, when given (set once, before any problem is read).
+static DEVICE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Apply `--device` to a problem file read from disk.
+fn apply_device(file: &mut ProblemFile) {
+    if let Some(d) = DEVICE.get() {
+        file.spec.solver.device = d.clone();
+    }
+}
 
 fn load(path: &Path, quiet: bool) -> Result<(ProblemFile, app::Problem)> {
     let pb = spinner(quiet, "setting up");
     let mut file = ProblemFile::read(path)?;
     file.allow_large = ALLOW_LARGE.load(std::sync::atomic::Ordering::Relaxed);
     file.strict = STRICT.load(std::sync::atomic::Ordering::Relaxed);
+    apply_device(&mut file);
     let problem = app::build_problem(&file)?;
     pb.finish();
     Ok((file, problem))
@@ -694,6 +709,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
     ALLOW_LARGE.store(cli.allow_large, std::sync::atomic::Ordering::Relaxed);
     STRICT.store(cli.strict, std::sync::atomic::Ordering::Relaxed);
+    if let Some(d) = &cli.device {
+        d.parse::<gradfem::thermal::Device>().map_err(|e| anyhow::anyhow!("--device {d}: {e}"))?;
+        let _ = DEVICE.set(d.clone());
+    }
     match cli.command {
         None => run_default(quiet),
         Some(Command::Run { file, json, output }) => {
@@ -1061,6 +1080,7 @@ fn uq_command(
     let pb = spinner(quiet || json, "setting up");
     let mut pf = ProblemFile::read(&file)?;
     pf.allow_large = ALLOW_LARGE.load(std::sync::atomic::Ordering::Relaxed);
+    apply_device(&mut pf);
     let dir = output_dir(&pf, output);
     let mut study = uq::Study::new(pf)?;
     pb.finish();
@@ -1344,10 +1364,11 @@ fn optimize(
 
 fn run_default(quiet: bool) -> Result<ExitCode> {
     let started = std::time::Instant::now();
-    let pf = ProblemFile::parse(
+    let mut pf = ProblemFile::parse(
         Path::new("<embedded microactuator_builtin.toml>"),
         DEFAULT_PROBLEM.to_string(),
     )?;
+    apply_device(&mut pf);
     let mut problem = app::build_problem(&pf)?;
     let forward_started = std::time::Instant::now();
     solve(&mut problem, &pf, quiet)?;

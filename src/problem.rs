@@ -563,6 +563,9 @@ pub struct SolverSpec {
     /// Relative tolerance of the iterative linear solver (amg-cg).
     #[serde(default = "cg_tol")]
     pub cg_rel_tol: f64,
+    /// Where the systems are solved: `cpu` or `cuda` (see [`ProblemFile::device`]).
+    #[serde(default = "cpu")]
+    pub device: String,
 }
 
 impl Default for SolverSpec {
@@ -573,12 +576,16 @@ impl Default for SolverSpec {
             abs_tol: 0.0,
             max_iterations: max_it(),
             cg_rel_tol: cg_tol(),
+            device: cpu(),
         }
     }
 }
 
 fn auto() -> String {
     "auto".into()
+}
+fn cpu() -> String {
+    "cpu".into()
 }
 fn newton_tol() -> f64 {
     1e-10
@@ -888,6 +895,16 @@ impl ProblemFile {
             spec,
             allow_large: false,
             strict: false,
+        })
+    }
+
+    /// `[solver] device`, checked: `cpu` or `cuda`.
+    pub fn device(&self) -> Result<gradfem_gpu::Device, ProblemError> {
+        self.spec.solver.device.parse().map_err(|_| {
+            self.invalid(format!(
+                "[solver] device = \"{}\": expected \"cpu\" or \"cuda\"",
+                self.spec.solver.device
+            ))
         })
     }
 

@@ -15,6 +15,28 @@ use gradfem_thermal::{BcSpec, ObjectiveTerm, RegionSpec};
 
 pub use gradfem_coupling::fields::thermal::SolveTimings;
 pub use gradfem_coupling::taylor::direction;
+pub use gradfem_gpu::{CgParams, Device, GpuError};
+
+/// What [`ThermalProblem::device_gradient`] returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceGradient {
+    /// What ran it: `cuda (<device>)`, or `cpu (<linear solver>)`.
+    pub backend: String,
+    /// The objective J.
+    pub objective: f64,
+    /// dJ/dk_e for every volume element, in model element order.
+    pub dj_dk: Vec<f64>,
+    /// The nodal temperature.
+    pub temperature: Vec<f64>,
+    /// Forward and adjoint CG iterations (device runs).
+    pub cg_iterations: Option<[usize; 2]>,
+    /// Seconds of the forward solve (device: assembly, CG, download of T).
+    pub forward_s: f64,
+    /// Seconds of the objective, adjoint solve and gradient.
+    pub gradient_s: f64,
+    /// Seconds setting the device up (compiling the kernels, uploading the mesh); 0 on the CPU.
+    pub setup_s: f64,
+}
 
 /// A steady thermal problem: one thermal field in a coupled problem of its own.
 pub struct ThermalProblem {
@@ -108,6 +130,92 @@ impl ThermalProblem {
             .into_iter()
             .map(|(id, v)| (format!("dJ/d{}", self.registry().get(id).name), v))
             .collect()
+    }
+
+    /// One forward solve and the gradient dJ/dk_e of the objective with respect to the
+    /// conductivity of every volume element (model element order), on `device`, at the
+    /// model's current parameters. A device run leaves the problem's own solution as it was;
+    /// the CPU path solves the problem as [`solve`](Self::solve) does.
+    ///
+    /// [`Device::Cuda`] runs the GPU backend (`gradfem-gpu`): element matrices, gathered
+    /// assembly, Jacobi-preconditioned CG to `cg.rel_tol`, adjoint CG and the per-element
+    /// gradient on the device, J and ∂J/∂T on the host. It is an error when this build has no
+    /// `cuda` feature, or the machine no driver, device or NVRTC. A problem without device
+    /// kernels (cells other than Tet4, a temperature-dependent k, convection or heat-flux
+    /// boundaries, a Joule source) runs on the CPU instead, and says so once in the log.
+    ///
+    /// [`Device::Cpu`] runs the CPU path: the field's direct or AMG solver and adjoint.
+    pub fn device_gradient(
+        &mut self,
+        device: Device,
+        cg: &CgParams,
+    ) -> Result<DeviceGradient, RunError> {
+        if device == Device::Cuda {
+            let field = self.field();
+            let model = &field.model;
+            match gradfem_gpu::Tet4System::new(model, &field.pattern) {
+                Ok(system) => {
+                    let objective = |t: &[f64]| {
+                        let e =
+                            gradfem_thermal::objective::evaluate(model, &field.objective, t, false)
+                                .map_err(|e| GpuError::Input(e.to_string()))?;
+                        Ok((e.value, e.d_temperature))
+                    };
+                    let k = &model.k_elem[..model.n_volume_elements()];
+                    let run = gradfem_gpu::run_thermal_on(device, &system, k, cg, objective)
+                        .map_err(|e| RunError::Setup(format!("thermal on the GPU: {e}")))?;
+                    return Ok(DeviceGradient {
+                        backend: run.backend,
+                        objective: run.objective,
+                        dj_dk: run.dj_dk,
+                        temperature: run.temperature,
+                        cg_iterations: Some([run.forward_cg.iterations, run.adjoint_cg.iterations]),
+                        forward_s: run.forward_s,
+                        gradient_s: run.objective_s + run.gradient_s,
+                        setup_s: run.setup_s,
+                    });
+                }
+                Err(GpuError::Unsupported(why)) => {
+                    static SAID: std::sync::Once = std::sync::Once::new();
+                    SAID.call_once(|| {
+                        tracing::warn!("thermal: {why}; this problem runs on the CPU");
+                    });
+                }
+                Err(e) => return Err(RunError::Setup(format!("thermal on the GPU: {e}"))),
+            }
+        }
+        self.cpu_conductivity_gradient()
+    }
+
+    /// The CPU path of [`device_gradient`](Self::device_gradient).
+    fn cpu_conductivity_gradient(&mut self) -> Result<DeviceGradient, RunError> {
+        let t0 = std::time::Instant::now();
+        let t = self.solve()?.to_vec();
+        let field = self.problem.find_mut::<ThermalField>().expect("the thermal field");
+        let forward_s = t0.elapsed().as_secs_f64();
+        let t1 = std::time::Instant::now();
+        let eval = field.evaluate_objective(false)?;
+        let lambda = field.adjoint_solve_nodal(&eval.d_temperature)?;
+        let want = gradfem_thermal::VjpRequest {
+            conductivity: true,
+            source: false,
+            boundary: false,
+            temperature: false,
+            coords: false,
+        };
+        let vjp = field.model.parameter_vjp(&t, &lambda, want);
+        let gradient_s = t1.elapsed().as_secs_f64();
+        let solver = field.last_solve.linear_solver.clone();
+        Ok(DeviceGradient {
+            backend: format!("cpu ({solver})"),
+            objective: eval.value,
+            dj_dk: vjp.k_elem.iter().map(|v| -v).collect(),
+            temperature: t,
+            cg_iterations: None,
+            forward_s,
+            gradient_s,
+            setup_s: 0.0,
+        })
     }
 
     fn field(&self) -> &ThermalField {

@@ -1,0 +1,293 @@
+//! The device pipeline of a steady thermal Tet4 problem, written once over a [`Backend`]: the
+//! CPU twins ([`crate::twin::CpuTwin`]) or the CUDA kernels (`crate::cuda::CudaBackend`, with
+//! the `cuda` feature). The host loop (Jacobi-preconditioned CG, the order of the kernels) is
+//! this one function for both, so a device run and its twin do the same operations.
+
+use crate::error::GpuError;
+use crate::system::Tet4System;
+
+/// The kernels of the pipeline over vectors of some memory (host or device).
+pub trait Backend {
+    /// A vector of f64 in the backend's memory.
+    type Vector;
+
+    /// What runs the kernels, for logs and reports.
+    fn name(&self) -> String;
+    /// The system the backend holds.
+    fn system(&self) -> &Tet4System;
+    /// A new vector of `n` zeros.
+    fn zeros(&mut self, n: usize) -> Result<Self::Vector, GpuError>;
+    /// A new vector with the values of `host`.
+    fn upload(&mut self, host: &[f64]) -> Result<Self::Vector, GpuError>;
+    /// The values of `v`, on the host.
+    fn download(&mut self, v: &Self::Vector) -> Result<Vec<f64>, GpuError>;
+    /// `dst` = `src` (same length).
+    fn copy(&mut self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<(), GpuError>;
+    /// Element matrices `ke` (16 per element) and residuals at zero free temperatures `re`
+    /// (4 per element) for conductivities `k` (one per element).
+    fn element_matrices(
+        &mut self,
+        k: &Self::Vector,
+        ke: &mut Self::Vector,
+        re: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// CSR values gathered from the element matrices.
+    fn assemble_matrix(
+        &mut self,
+        ke: &Self::Vector,
+        values: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// The load b = −R(T_free = 0) gathered from the element residuals.
+    fn assemble_rhs(&mut self, re: &Self::Vector, b: &mut Self::Vector) -> Result<(), GpuError>;
+    /// 1 / diagonal of the matrix.
+    fn inverse_diagonal(
+        &mut self,
+        values: &Self::Vector,
+        inv: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// y = A x.
+    fn spmv(
+        &mut self,
+        values: &Self::Vector,
+        x: &Self::Vector,
+        y: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// xᵀy, by the fixed-order block reduction.
+    fn dot(&mut self, x: &Self::Vector, y: &Self::Vector) -> Result<f64, GpuError>;
+    /// y = y + a x.
+    fn axpy(&mut self, a: f64, x: &Self::Vector, y: &mut Self::Vector) -> Result<(), GpuError>;
+    /// y = x + a y.
+    fn xpay(&mut self, x: &Self::Vector, a: f64, y: &mut Self::Vector) -> Result<(), GpuError>;
+    /// z = inv ∘ r.
+    fn jacobi(
+        &mut self,
+        inv: &Self::Vector,
+        r: &Self::Vector,
+        z: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// Nodal values: the unknowns `u` at free nodes, `fixed` at constrained ones.
+    fn to_nodal(
+        &mut self,
+        u: &Self::Vector,
+        fixed: &Self::Vector,
+        out: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// dJ/dk_e = −λ_eᵀ K_e⁰ T_e per element, from nodal T and λ.
+    fn conductivity_gradient(
+        &mut self,
+        t: &Self::Vector,
+        lambda: &Self::Vector,
+        out: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+}
+
+/// Settings of the device CG.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CgParams {
+    /// Stop when ‖r‖ ≤ `rel_tol` ‖b‖.
+    pub rel_tol: f64,
+    /// Most iterations.
+    pub max_iterations: usize,
+}
+
+impl Default for CgParams {
+    fn default() -> Self {
+        CgParams { rel_tol: 1e-10, max_iterations: 100_000 }
+    }
+}
+
+/// How one CG solve ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CgInfo {
+    /// Iterations done.
+    pub iterations: usize,
+    /// ‖r‖ / ‖b‖ at the end (0 for a zero right-hand side).
+    pub relative_residual: f64,
+}
+
+/// The forward solve and the adjoint gradient of a steady thermal Tet4 problem on a backend:
+/// the per-element conductivities go in, the nodal temperature and dJ/dk_e come out.
+pub struct ThermalPipeline<B: Backend> {
+    backend: B,
+    n_el: usize,
+    k: B::Vector,
+    ke: B::Vector,
+    re: B::Vector,
+    values: B::Vector,
+    inv_diag: B::Vector,
+    b: B::Vector,
+    x: B::Vector,
+    r: B::Vector,
+    z: B::Vector,
+    p: B::Vector,
+    q: B::Vector,
+    zero_u: B::Vector,
+    fixed: B::Vector,
+    zero_nodal: B::Vector,
+    t_nodal: B::Vector,
+    lambda_nodal: B::Vector,
+    grad: B::Vector,
+    solved: bool,
+}
+
+impl<B: Backend> ThermalPipeline<B> {
+    /// Allocate the vectors of the pipeline on `backend`.
+    pub fn new(mut backend: B) -> Result<Self, GpuError> {
+        let (n_el, n, n_nodes, nnz) = {
+            let s = backend.system();
+            (s.n_elements(), s.n_unknowns, s.n_nodes, s.nnz())
+        };
+        let fixed = backend.system().fixed.clone();
+        Ok(ThermalPipeline {
+            n_el,
+            k: backend.zeros(n_el)?,
+            ke: backend.zeros(16 * n_el)?,
+            re: backend.zeros(4 * n_el)?,
+            values: backend.zeros(nnz)?,
+            inv_diag: backend.zeros(n)?,
+            b: backend.zeros(n)?,
+            x: backend.zeros(n)?,
+            r: backend.zeros(n)?,
+            z: backend.zeros(n)?,
+            p: backend.zeros(n)?,
+            q: backend.zeros(n)?,
+            zero_u: backend.zeros(n)?,
+            fixed: backend.upload(&fixed)?,
+            zero_nodal: backend.zeros(n_nodes)?,
+            t_nodal: backend.zeros(n_nodes)?,
+            lambda_nodal: backend.zeros(n_nodes)?,
+            grad: backend.zeros(n_el)?,
+            solved: false,
+            backend,
+        })
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// Assemble the matrix and the load for conductivities `k` (one per element, each finite
+    /// and > 0) without solving.
+    pub fn assemble(&mut self, k: &[f64]) -> Result<(), GpuError> {
+        if k.len() != self.n_el {
+            return Err(GpuError::Input(format!(
+                "{} conductivities for {} elements",
+                k.len(),
+                self.n_el
+            )));
+        }
+        if let Some((e, v)) = k.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v > 0.0)) {
+            return Err(GpuError::Input(format!(
+                "the conductivity of element {e} is {v}; it must be finite and positive"
+            )));
+        }
+        self.solved = false;
+        self.k = self.backend.upload(k)?;
+        let be = &mut self.backend;
+        be.element_matrices(&self.k, &mut self.ke, &mut self.re)?;
+        be.assemble_matrix(&self.ke, &mut self.values)?;
+        be.assemble_rhs(&self.re, &mut self.b)?;
+        be.inverse_diagonal(&self.values, &mut self.inv_diag)
+    }
+
+    /// The assembled CSR values (after [`assemble`](Self::assemble)), on the host.
+    pub fn matrix_values(&mut self) -> Result<Vec<f64>, GpuError> {
+        self.backend.download(&self.values)
+    }
+
+    /// The assembled load b = −R(T_free = 0), on the host.
+    pub fn load(&mut self) -> Result<Vec<f64>, GpuError> {
+        self.backend.download(&self.b)
+    }
+
+    /// Solve K T = b for conductivities `k`; returns the nodal temperature (fixed values at
+    /// constrained nodes) and how CG ended.
+    pub fn forward(
+        &mut self,
+        k: &[f64],
+        params: &CgParams,
+    ) -> Result<(Vec<f64>, CgInfo), GpuError> {
+        self.assemble(k)?;
+        let info = self.pcg(params)?;
+        self.backend.to_nodal(&self.x, &self.fixed, &mut self.t_nodal)?;
+        self.solved = true;
+        Ok((self.backend.download(&self.t_nodal)?, info))
+    }
+
+    /// The adjoint of the last [`forward`](Self::forward): solve K λ = ∂J/∂T (the operator is
+    /// symmetric) for `t_bar` given per node, then dJ/dk_e = −λ_eᵀ K_e⁰ T_e per element.
+    pub fn gradient(
+        &mut self,
+        t_bar: &[f64],
+        params: &CgParams,
+    ) -> Result<(Vec<f64>, CgInfo), GpuError> {
+        if !self.solved {
+            return Err(GpuError::Input("gradient before a forward solve".into()));
+        }
+        let s = self.backend.system();
+        if t_bar.len() != s.n_nodes {
+            return Err(GpuError::Input(format!(
+                "∂J/∂T has {} values for {} nodes",
+                t_bar.len(),
+                s.n_nodes
+            )));
+        }
+        let mut rhs = vec![0.0; s.n_unknowns];
+        for (node, &d) in s.dof_of_node.iter().enumerate() {
+            if d >= 0 {
+                rhs[d as usize] = t_bar[node];
+            }
+        }
+        self.b = self.backend.upload(&rhs)?;
+        let info = self.pcg(params)?;
+        let be = &mut self.backend;
+        be.to_nodal(&self.x, &self.zero_nodal, &mut self.lambda_nodal)?;
+        be.conductivity_gradient(&self.t_nodal, &self.lambda_nodal, &mut self.grad)?;
+        Ok((be.download(&self.grad)?, info))
+    }
+
+    /// Jacobi-preconditioned CG from x = 0 on the assembled matrix, right-hand side `b`.
+    fn pcg(&mut self, params: &CgParams) -> Result<CgInfo, GpuError> {
+        let be = &mut self.backend;
+        be.copy(&self.zero_u, &mut self.x)?;
+        if be.system().n_unknowns == 0 {
+            return Ok(CgInfo::default());
+        }
+        let bb = be.dot(&self.b, &self.b)?;
+        if !bb.is_finite() {
+            return Err(GpuError::Input(format!("the right-hand side's ‖b‖² is {bb}")));
+        }
+        if bb == 0.0 {
+            return Ok(CgInfo::default());
+        }
+        let b_norm = bb.sqrt();
+        be.copy(&self.b, &mut self.r)?;
+        be.jacobi(&self.inv_diag, &self.r, &mut self.z)?;
+        be.copy(&self.z, &mut self.p)?;
+        let mut rz = be.dot(&self.r, &self.z)?;
+        let mut rel = 1.0;
+        for it in 1..=params.max_iterations {
+            be.spmv(&self.values, &self.p, &mut self.q)?;
+            let pq = be.dot(&self.p, &self.q)?;
+            if !(pq > 0.0 && pq.is_finite()) {
+                return Err(GpuError::Breakdown { iteration: it, curvature: pq });
+            }
+            let alpha = rz / pq;
+            be.axpy(alpha, &self.p, &mut self.x)?;
+            be.axpy(-alpha, &self.q, &mut self.r)?;
+            rel = be.dot(&self.r, &self.r)?.sqrt() / b_norm;
+            if !rel.is_finite() {
+                return Err(GpuError::Breakdown { iteration: it, curvature: pq });
+            }
+            if rel <= params.rel_tol {
+                return Ok(CgInfo { iterations: it, relative_residual: rel });
+            }
+            be.jacobi(&self.inv_diag, &self.r, &mut self.z)?;
+            let rz_new = be.dot(&self.r, &self.z)?;
+            be.xpay(&self.z, rz_new / rz, &mut self.p)?;
+            rz = rz_new;
+        }
+        Err(GpuError::NotConverged { iterations: params.max_iterations, relative_residual: rel })
+    }
+}

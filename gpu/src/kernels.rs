@@ -1,0 +1,262 @@
+//! The CUDA C sources of the device kernels, compiled at run time by NVRTC.
+//!
+//! Every kernel has a CPU twin in [`crate::twin`] doing the same arithmetic in the same order.
+//! The sources are compiled with `--fmad=false`, so no multiply–add is contracted into a fused
+//! one and each operation rounds as the twin's Rust (which never contracts) does.
+
+/// Threads per block of every launch; the block reductions of [`VECTOR`] assume it.
+pub const BLOCK: u32 = 256;
+
+/// Entries each thread of a dot-product block sums before the block's tree reduction: a block
+/// covers `BLOCK · DOT_CHUNK` consecutive entries.
+pub const DOT_CHUNK: u32 = 8;
+
+/// One NVRTC program: its name, CUDA C source and the kernels it defines.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    /// Program name (also the name NVRTC reports in its log).
+    pub name: &'static str,
+    /// CUDA C source.
+    pub source: &'static str,
+    /// The `extern "C"` kernels it defines.
+    pub functions: &'static [&'static str],
+}
+
+/// NVRTC options of every program: no fused multiply–add contraction (the twins' rounding).
+pub const NVRTC_OPTIONS: &[&str] = &["--fmad=false"];
+
+/// Thermal Tet4 element kernels: element conductivity matrices with the element residual at
+/// zero free temperatures, and the per-element conductivity gradient.
+pub const TET4_THERMAL: KernelSource = KernelSource {
+    name: "tet4_thermal.cu",
+    source: r#"
+// Barycentric gradients g[a] (constant on the cell) and volume of an affine tetrahedron.
+__device__ static double tet4_gradients(const double* __restrict__ coords,
+                                        const unsigned int* __restrict__ nodes, unsigned int e,
+                                        double g[4][3]) {
+    double x[4][3];
+    for (int a = 0; a < 4; ++a) {
+        unsigned int n = nodes[4u * e + a];
+        for (int c = 0; c < 3; ++c) x[a][c] = coords[3u * n + c];
+    }
+    double e1[3], e2[3], e3[3];
+    for (int c = 0; c < 3; ++c) {
+        e1[c] = x[1][c] - x[0][c];
+        e2[c] = x[2][c] - x[0][c];
+        e3[c] = x[3][c] - x[0][c];
+    }
+    double c23[3] = {e2[1] * e3[2] - e2[2] * e3[1], e2[2] * e3[0] - e2[0] * e3[2],
+                     e2[0] * e3[1] - e2[1] * e3[0]};
+    double c31[3] = {e3[1] * e1[2] - e3[2] * e1[1], e3[2] * e1[0] - e3[0] * e1[2],
+                     e3[0] * e1[1] - e3[1] * e1[0]};
+    double c12[3] = {e1[1] * e2[2] - e1[2] * e2[1], e1[2] * e2[0] - e1[0] * e2[2],
+                     e1[0] * e2[1] - e1[1] * e2[0]};
+    double det = e1[0] * c23[0] + e1[1] * c23[1] + e1[2] * c23[2];
+    double inv = 1.0 / det;
+    for (int c = 0; c < 3; ++c) {
+        g[1][c] = c23[c] * inv;
+        g[2][c] = c31[c] * inv;
+        g[3][c] = c12[c] * inv;
+    }
+    for (int c = 0; c < 3; ++c) g[0][c] = -(g[1][c] + g[2][c] + g[3][c]);
+    return det / 6.0;
+}
+
+// K_e = k_e V g_a.g_b (row-major, 16 per element) and the element residual at the fixed
+// temperatures with every free temperature zero: r_e[a] = sum_b K_e[a][b] T_fix[b] - Q V / 4.
+extern "C" __global__ void tet4_element_matrices(
+    unsigned int n_el, const double* __restrict__ coords, const unsigned int* __restrict__ nodes,
+    const double* __restrict__ k, const double* __restrict__ source,
+    const double* __restrict__ fixed, double* __restrict__ ke, double* __restrict__ re) {
+    unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_el) return;
+    double g[4][3];
+    double vol = tet4_gradients(coords, nodes, e, g);
+    double kv = k[e] * vol;
+    double kk[4][4];
+    for (int a = 0; a < 4; ++a) {
+        for (int b = a; b < 4; ++b) {
+            double v = kv * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+            kk[a][b] = v;
+            kk[b][a] = v;
+        }
+    }
+    double te[4];
+    for (int a = 0; a < 4; ++a) te[a] = fixed[nodes[4u * e + a]];
+    double sq = source[e] * vol * 0.25;
+    for (int a = 0; a < 4; ++a) {
+        re[4u * e + a] = kk[a][0] * te[0] + kk[a][1] * te[1] + kk[a][2] * te[2] +
+                         kk[a][3] * te[3] - sq;
+        for (int b = 0; b < 4; ++b) ke[16u * e + 4u * a + b] = kk[a][b];
+    }
+}
+
+// dJ/dk_e = -lambda_e^T K_e^0 T_e = -V (grad lambda . grad T) on each element.
+extern "C" __global__ void tet4_conductivity_gradient(
+    unsigned int n_el, const double* __restrict__ coords, const unsigned int* __restrict__ nodes,
+    const double* __restrict__ t, const double* __restrict__ lambda, double* __restrict__ out) {
+    unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_el) return;
+    double g[4][3];
+    double vol = tet4_gradients(coords, nodes, e, g);
+    double gl[3] = {0.0, 0.0, 0.0};
+    double gt[3] = {0.0, 0.0, 0.0};
+    for (int a = 0; a < 4; ++a) {
+        unsigned int n = nodes[4u * e + a];
+        double la = lambda[n];
+        double ta = t[n];
+        for (int c = 0; c < 3; ++c) {
+            gl[c] += la * g[a][c];
+            gt[c] += ta * g[a][c];
+        }
+    }
+    out[e] = -(vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]));
+}
+"#,
+    functions: &["tet4_element_matrices", "tet4_conductivity_gradient"],
+};
+
+/// Deterministic assembly by gathering: one thread per CSR entry (or per unknown) sums its
+/// element contributions in the fixed order of the gather table.
+pub const ASSEMBLY: KernelSource = KernelSource {
+    name: "assembly.cu",
+    source: r#"
+// values[i] = sum over c in ptr[i]..ptr[i+1] of ke[idx[c]], in that order.
+extern "C" __global__ void csr_gather(unsigned int nnz, const unsigned int* __restrict__ ptr,
+                                      const unsigned int* __restrict__ idx,
+                                      const double* __restrict__ ke,
+                                      double* __restrict__ values) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nnz) return;
+    double s = 0.0;
+    for (unsigned int c = ptr[i]; c < ptr[i + 1]; ++c) s += ke[idx[c]];
+    values[i] = s;
+}
+
+// b[i] = -(sum over c in ptr[i]..ptr[i+1] of re[idx[c]]): the load -R(T_free = 0).
+extern "C" __global__ void rhs_gather(unsigned int n, const unsigned int* __restrict__ ptr,
+                                      const unsigned int* __restrict__ idx,
+                                      const double* __restrict__ re, double* __restrict__ b) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double s = 0.0;
+    for (unsigned int c = ptr[i]; c < ptr[i + 1]; ++c) s += re[idx[c]];
+    b[i] = -s;
+}
+
+// inv[i] = 1 / A[i][i] (the pattern stores every diagonal entry).
+extern "C" __global__ void csr_inverse_diagonal(unsigned int n,
+                                                const unsigned int* __restrict__ row_ptr,
+                                                const unsigned int* __restrict__ col_idx,
+                                                const double* __restrict__ values,
+                                                double* __restrict__ inv) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double d = 0.0;
+    for (unsigned int c = row_ptr[i]; c < row_ptr[i + 1]; ++c) {
+        if (col_idx[c] == i) d = values[c];
+    }
+    inv[i] = 1.0 / d;
+}
+"#,
+    functions: &["csr_gather", "rhs_gather", "csr_inverse_diagonal"],
+};
+
+/// Vector kernels of the preconditioned CG: SpMV, the two-pass deterministic dot product,
+/// axpy-type updates, the Jacobi preconditioner and the unknowns → nodes scatter.
+pub const VECTOR: KernelSource = KernelSource {
+    name: "vector.cu",
+    source: r#"
+#define BLOCK 256
+#define DOT_CHUNK 8
+
+// y = A x, one thread per row, the row's entries in column order.
+extern "C" __global__ void csr_spmv(unsigned int n, const unsigned int* __restrict__ row_ptr,
+                                    const unsigned int* __restrict__ col_idx,
+                                    const double* __restrict__ values,
+                                    const double* __restrict__ x, double* __restrict__ y) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double s = 0.0;
+    for (unsigned int c = row_ptr[i]; c < row_ptr[i + 1]; ++c) s += values[c] * x[col_idx[c]];
+    y[i] = s;
+}
+
+// Tree reduction of sh[0..BLOCK) into sh[0], halving the stride.
+__device__ static void block_tree_sum(double* sh) {
+    for (unsigned int stride = BLOCK / 2; stride > 0; stride >>= 1) {
+        __syncthreads();
+        if (threadIdx.x < stride) sh[threadIdx.x] = sh[threadIdx.x] + sh[threadIdx.x + stride];
+    }
+    __syncthreads();
+}
+
+// partial[b] = the dot of block b's BLOCK * DOT_CHUNK entries: thread t sums entries
+// base + j * BLOCK + t for j = 0..DOT_CHUNK, then a tree over the threads.
+extern "C" __global__ void dot_partial(unsigned int n, const double* __restrict__ x,
+                                       const double* __restrict__ y,
+                                       double* __restrict__ partial) {
+    __shared__ double sh[BLOCK];
+    unsigned int base = blockIdx.x * (BLOCK * DOT_CHUNK);
+    double s = 0.0;
+    for (unsigned int j = 0; j < DOT_CHUNK; ++j) {
+        unsigned int i = base + j * BLOCK + threadIdx.x;
+        if (i < n) s += x[i] * y[i];
+    }
+    sh[threadIdx.x] = s;
+    block_tree_sum(sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+// out[0] = sum of partial[0..m): one block, thread t sums t, t + BLOCK, ..., then a tree.
+extern "C" __global__ void dot_finish(unsigned int m, const double* __restrict__ partial,
+                                      double* __restrict__ out) {
+    __shared__ double sh[BLOCK];
+    double s = 0.0;
+    for (unsigned int i = threadIdx.x; i < m; i += BLOCK) s += partial[i];
+    sh[threadIdx.x] = s;
+    block_tree_sum(sh);
+    if (threadIdx.x == 0) out[0] = sh[0];
+}
+
+// y = y + a x
+extern "C" __global__ void axpy(unsigned int n, double a, const double* __restrict__ x,
+                                double* __restrict__ y) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = y[i] + a * x[i];
+}
+
+// y = x + a y
+extern "C" __global__ void xpay(unsigned int n, const double* __restrict__ x, double a,
+                                double* __restrict__ y) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + a * y[i];
+}
+
+// z = inv_diag * r (Jacobi preconditioner)
+extern "C" __global__ void jacobi(unsigned int n, const double* __restrict__ inv,
+                                  const double* __restrict__ r, double* __restrict__ z) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) z[i] = inv[i] * r[i];
+}
+
+// out[node] = u[dof[node]] for a free node, fixed[node] for a constrained one (dof < 0).
+extern "C" __global__ void to_nodal(unsigned int n_nodes, const int* __restrict__ dof,
+                                    const double* __restrict__ u,
+                                    const double* __restrict__ fixed, double* __restrict__ out) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_nodes) return;
+    int d = dof[i];
+    out[i] = d >= 0 ? u[d] : fixed[i];
+}
+"#,
+    functions: &["csr_spmv", "dot_partial", "dot_finish", "axpy", "xpay", "jacobi", "to_nodal"],
+};
+
+/// Every NVRTC program of the backend.
+pub const ALL: &[KernelSource] = &[TET4_THERMAL, ASSEMBLY, VECTOR];
+
+/// Number of dot-product blocks (partial sums) for vectors of `n` entries.
+pub fn dot_blocks(n: usize) -> usize {
+    n.div_ceil((BLOCK * DOT_CHUNK) as usize)
+}

@@ -1,0 +1,339 @@
+//! CPU twins of the device kernels: each function does the arithmetic of the kernel of the
+//! same name in [`crate::kernels`] in the same order (one loop iteration per CUDA thread), so a
+//! device run can be checked against them and they against the CPU assembly and solvers.
+//!
+//! [`CpuTwin`] is the [`Backend`](crate::backend::Backend) made of them: the device pipeline
+//! run on the CPU, one thread.
+
+use crate::backend::Backend;
+use crate::error::GpuError;
+use crate::kernels::{BLOCK, DOT_CHUNK, dot_blocks};
+use crate::system::Tet4System;
+
+/// Barycentric gradients and volume of the Tet4 element `e` (the kernels' `tet4_gradients`).
+fn tet4_gradients(coords: &[f64], nodes: &[u32], e: usize) -> ([[f64; 3]; 4], f64) {
+    let mut x = [[0.0; 3]; 4];
+    for a in 0..4 {
+        let n = nodes[4 * e + a] as usize;
+        for c in 0..3 {
+            x[a][c] = coords[3 * n + c];
+        }
+    }
+    let (mut e1, mut e2, mut e3) = ([0.0; 3], [0.0; 3], [0.0; 3]);
+    for c in 0..3 {
+        e1[c] = x[1][c] - x[0][c];
+        e2[c] = x[2][c] - x[0][c];
+        e3[c] = x[3][c] - x[0][c];
+    }
+    let c23 = [
+        e2[1] * e3[2] - e2[2] * e3[1],
+        e2[2] * e3[0] - e2[0] * e3[2],
+        e2[0] * e3[1] - e2[1] * e3[0],
+    ];
+    let c31 = [
+        e3[1] * e1[2] - e3[2] * e1[1],
+        e3[2] * e1[0] - e3[0] * e1[2],
+        e3[0] * e1[1] - e3[1] * e1[0],
+    ];
+    let c12 = [
+        e1[1] * e2[2] - e1[2] * e2[1],
+        e1[2] * e2[0] - e1[0] * e2[2],
+        e1[0] * e2[1] - e1[1] * e2[0],
+    ];
+    let det = e1[0] * c23[0] + e1[1] * c23[1] + e1[2] * c23[2];
+    let inv = 1.0 / det;
+    let mut g = [[0.0; 3]; 4];
+    for c in 0..3 {
+        g[1][c] = c23[c] * inv;
+        g[2][c] = c31[c] * inv;
+        g[3][c] = c12[c] * inv;
+    }
+    for c in 0..3 {
+        g[0][c] = -(g[1][c] + g[2][c] + g[3][c]);
+    }
+    (g, det / 6.0)
+}
+
+/// Twin of `tet4_element_matrices`: `ke[16e..16e+16]` = k_e V g_a·g_b (row-major) and
+/// `re[4e..4e+4]` = Σ_b K_e[a][b] T_fix[b] − Q_e V / 4.
+pub fn tet4_element_matrices(
+    coords: &[f64],
+    nodes: &[u32],
+    k: &[f64],
+    source: &[f64],
+    fixed: &[f64],
+    ke: &mut [f64],
+    re: &mut [f64],
+) {
+    for e in 0..k.len() {
+        let (g, vol) = tet4_gradients(coords, nodes, e);
+        let kv = k[e] * vol;
+        let mut kk = [[0.0; 4]; 4];
+        for a in 0..4 {
+            for b in a..4 {
+                let v = kv * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+                kk[a][b] = v;
+                kk[b][a] = v;
+            }
+        }
+        let te: [f64; 4] = std::array::from_fn(|a| fixed[nodes[4 * e + a] as usize]);
+        let sq = source[e] * vol * 0.25;
+        for a in 0..4 {
+            re[4 * e + a] =
+                kk[a][0] * te[0] + kk[a][1] * te[1] + kk[a][2] * te[2] + kk[a][3] * te[3] - sq;
+            for b in 0..4 {
+                ke[16 * e + 4 * a + b] = kk[a][b];
+            }
+        }
+    }
+}
+
+/// Twin of `tet4_conductivity_gradient`: `out[e]` = −V_e ∇λ·∇T = −λ_eᵀ K_e⁰ T_e.
+pub fn tet4_conductivity_gradient(
+    coords: &[f64],
+    nodes: &[u32],
+    t: &[f64],
+    lambda: &[f64],
+    out: &mut [f64],
+) {
+    for (e, o) in out.iter_mut().enumerate() {
+        let (g, vol) = tet4_gradients(coords, nodes, e);
+        let (mut gl, mut gt) = ([0.0; 3], [0.0; 3]);
+        for a in 0..4 {
+            let n = nodes[4 * e + a] as usize;
+            let (la, ta) = (lambda[n], t[n]);
+            for c in 0..3 {
+                gl[c] += la * g[a][c];
+                gt[c] += ta * g[a][c];
+            }
+        }
+        *o = -(vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]));
+    }
+}
+
+/// Twin of `csr_gather`: `values[i]` = Σ_{c ∈ ptr[i]..ptr[i+1]} `ke[idx[c]]`, in that order.
+pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], values: &mut [f64]) {
+    for (i, v) in values.iter_mut().enumerate() {
+        let mut s = 0.0;
+        for c in ptr[i]..ptr[i + 1] {
+            s += ke[idx[c as usize] as usize];
+        }
+        *v = s;
+    }
+}
+
+/// Twin of `rhs_gather`: `b[i]` = −Σ_{c ∈ ptr[i]..ptr[i+1]} `re[idx[c]]`.
+pub fn rhs_gather(ptr: &[u32], idx: &[u32], re: &[f64], b: &mut [f64]) {
+    for (i, bi) in b.iter_mut().enumerate() {
+        let mut s = 0.0;
+        for c in ptr[i]..ptr[i + 1] {
+            s += re[idx[c as usize] as usize];
+        }
+        *bi = -s;
+    }
+}
+
+/// Twin of `csr_inverse_diagonal`: `inv[i]` = 1 / A_ii.
+pub fn csr_inverse_diagonal(row_ptr: &[u32], col_idx: &[u32], values: &[f64], inv: &mut [f64]) {
+    for (i, o) in inv.iter_mut().enumerate() {
+        let mut d = 0.0;
+        for c in row_ptr[i] as usize..row_ptr[i + 1] as usize {
+            if col_idx[c] as usize == i {
+                d = values[c];
+            }
+        }
+        *o = 1.0 / d;
+    }
+}
+
+/// Twin of `csr_spmv`: y = A x, each row's entries in column order.
+pub fn csr_spmv(row_ptr: &[u32], col_idx: &[u32], values: &[f64], x: &[f64], y: &mut [f64]) {
+    for (i, yi) in y.iter_mut().enumerate() {
+        let mut s = 0.0;
+        for c in row_ptr[i] as usize..row_ptr[i + 1] as usize {
+            s += values[c] * x[col_idx[c] as usize];
+        }
+        *yi = s;
+    }
+}
+
+/// The kernels' `block_tree_sum`: sh[0] after halving strides 128, 64, …, 1.
+fn block_tree_sum(sh: &mut [f64; BLOCK as usize]) -> f64 {
+    let mut stride = BLOCK as usize / 2;
+    while stride > 0 {
+        for t in 0..stride {
+            sh[t] += sh[t + stride];
+        }
+        stride /= 2;
+    }
+    sh[0]
+}
+
+/// Twin of `dot_partial`: the partial dot of each block of `BLOCK · DOT_CHUNK` entries.
+pub fn dot_partial(x: &[f64], y: &[f64], partial: &mut [f64]) {
+    let n = x.len();
+    let (block, chunk) = (BLOCK as usize, DOT_CHUNK as usize);
+    for (b, p) in partial.iter_mut().enumerate() {
+        let base = b * block * chunk;
+        let mut sh = [0.0; BLOCK as usize];
+        for (t, s) in sh.iter_mut().enumerate() {
+            let mut acc = 0.0;
+            for j in 0..chunk {
+                let i = base + j * block + t;
+                if i < n {
+                    acc += x[i] * y[i];
+                }
+            }
+            *s = acc;
+        }
+        *p = block_tree_sum(&mut sh);
+    }
+}
+
+/// Twin of `dot_finish`: the sum of the partials, thread t summing t, t + BLOCK, …, then the
+/// tree.
+pub fn dot_finish(partial: &[f64]) -> f64 {
+    let mut sh = [0.0; BLOCK as usize];
+    for (t, s) in sh.iter_mut().enumerate() {
+        let mut acc = 0.0;
+        let mut i = t;
+        while i < partial.len() {
+            acc += partial[i];
+            i += BLOCK as usize;
+        }
+        *s = acc;
+    }
+    block_tree_sum(&mut sh)
+}
+
+/// The deterministic dot product of the device: [`dot_partial`] then [`dot_finish`].
+pub fn dot(x: &[f64], y: &[f64]) -> f64 {
+    assert_eq!(x.len(), y.len(), "dot of vectors of {} and {} entries", x.len(), y.len());
+    let mut partial = vec![0.0; dot_blocks(x.len())];
+    dot_partial(x, y, &mut partial);
+    dot_finish(&partial)
+}
+
+/// Twin of `axpy`: y = y + a x.
+pub fn axpy(a: f64, x: &[f64], y: &mut [f64]) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+/// Twin of `xpay`: y = x + a y.
+pub fn xpay(x: &[f64], a: f64, y: &mut [f64]) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = xi + a * *yi;
+    }
+}
+
+/// Twin of `jacobi`: z = inv ∘ r.
+pub fn jacobi(inv: &[f64], r: &[f64], z: &mut [f64]) {
+    for ((zi, &di), &ri) in z.iter_mut().zip(inv).zip(r) {
+        *zi = di * ri;
+    }
+}
+
+/// Twin of `to_nodal`: `out[node]` = `u[dof[node]]`, or `fixed[node]` where `dof[node] < 0`.
+pub fn to_nodal(dof: &[i32], u: &[f64], fixed: &[f64], out: &mut [f64]) {
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = if dof[i] >= 0 { u[dof[i] as usize] } else { fixed[i] };
+    }
+}
+
+/// The device pipeline run on the CPU with the twins (one thread): the reference a device
+/// run is compared with, and a path that runs everywhere.
+pub struct CpuTwin {
+    sys: Tet4System,
+}
+
+impl CpuTwin {
+    /// The twin backend of `system`.
+    pub fn new(system: &Tet4System) -> Self {
+        CpuTwin { sys: system.clone() }
+    }
+}
+
+impl Backend for CpuTwin {
+    type Vector = Vec<f64>;
+
+    fn name(&self) -> String {
+        "cpu-twin".into()
+    }
+    fn system(&self) -> &Tet4System {
+        &self.sys
+    }
+    fn zeros(&mut self, n: usize) -> Result<Vec<f64>, GpuError> {
+        Ok(vec![0.0; n])
+    }
+    fn upload(&mut self, host: &[f64]) -> Result<Vec<f64>, GpuError> {
+        Ok(host.to_vec())
+    }
+    fn download(&mut self, v: &Vec<f64>) -> Result<Vec<f64>, GpuError> {
+        Ok(v.clone())
+    }
+    fn copy(&mut self, src: &Vec<f64>, dst: &mut Vec<f64>) -> Result<(), GpuError> {
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+    fn element_matrices(
+        &mut self,
+        k: &Vec<f64>,
+        ke: &mut Vec<f64>,
+        re: &mut Vec<f64>,
+    ) -> Result<(), GpuError> {
+        let s = &self.sys;
+        tet4_element_matrices(&s.coords, &s.nodes, k, &s.source, &s.fixed, ke, re);
+        Ok(())
+    }
+    fn assemble_matrix(&mut self, ke: &Vec<f64>, values: &mut Vec<f64>) -> Result<(), GpuError> {
+        csr_gather(&self.sys.matrix_gather_ptr, &self.sys.matrix_gather_idx, ke, values);
+        Ok(())
+    }
+    fn assemble_rhs(&mut self, re: &Vec<f64>, b: &mut Vec<f64>) -> Result<(), GpuError> {
+        rhs_gather(&self.sys.rhs_gather_ptr, &self.sys.rhs_gather_idx, re, b);
+        Ok(())
+    }
+    fn inverse_diagonal(&mut self, values: &Vec<f64>, inv: &mut Vec<f64>) -> Result<(), GpuError> {
+        csr_inverse_diagonal(&self.sys.row_ptr, &self.sys.col_idx, values, inv);
+        Ok(())
+    }
+    fn spmv(&mut self, values: &Vec<f64>, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<(), GpuError> {
+        csr_spmv(&self.sys.row_ptr, &self.sys.col_idx, values, x, y);
+        Ok(())
+    }
+    fn dot(&mut self, x: &Vec<f64>, y: &Vec<f64>) -> Result<f64, GpuError> {
+        Ok(dot(x, y))
+    }
+    fn axpy(&mut self, a: f64, x: &Vec<f64>, y: &mut Vec<f64>) -> Result<(), GpuError> {
+        axpy(a, x, y);
+        Ok(())
+    }
+    fn xpay(&mut self, x: &Vec<f64>, a: f64, y: &mut Vec<f64>) -> Result<(), GpuError> {
+        xpay(x, a, y);
+        Ok(())
+    }
+    fn jacobi(&mut self, inv: &Vec<f64>, r: &Vec<f64>, z: &mut Vec<f64>) -> Result<(), GpuError> {
+        jacobi(inv, r, z);
+        Ok(())
+    }
+    fn to_nodal(
+        &mut self,
+        u: &Vec<f64>,
+        fixed: &Vec<f64>,
+        out: &mut Vec<f64>,
+    ) -> Result<(), GpuError> {
+        to_nodal(&self.sys.dof_of_node, u, fixed, out);
+        Ok(())
+    }
+    fn conductivity_gradient(
+        &mut self,
+        t: &Vec<f64>,
+        lambda: &Vec<f64>,
+        out: &mut Vec<f64>,
+    ) -> Result<(), GpuError> {
+        tet4_conductivity_gradient(&self.sys.coords, &self.sys.nodes, t, lambda, out);
+        Ok(())
+    }
+}
