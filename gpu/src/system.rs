@@ -155,7 +155,7 @@ impl Tet4System {
         let dof_of_node =
             model.dofs.unknown_of_node.iter().map(|d| d.map_or(-1, |d| d as i32)).collect();
         let row_ptr = pattern.row_ptr().iter().map(|&v| v as u32).collect();
-        let col_idx = pattern.col_idx().iter().map(|&v| v as u32).collect();
+        let col_idx = pattern.col_idx().to_vec();
         let (matrix_gather_ptr, matrix_gather_idx) = invert(pattern.nnz(), 16 * n_el, |s| {
             let (e, a, b) = (s / 16, (s % 16) / 4, s % 4);
             pattern.slot(e, a, b)
