@@ -526,8 +526,14 @@ fn random_field(
     };
     let points: Vec<[f64; 3]> = cells.iter().map(|c| c.centroid).collect();
     let volumes: Vec<f64> = cells.iter().map(|c| c.volume).collect();
+    let started = std::time::Instant::now();
     let mut kl = KarhunenLoeve::compute(&points, &volumes, covariance, *length.get_ref(), modes)
         .map_err(|e| at(file, length, &key("correlation_length"), e.to_string()))?;
+    tracing::info!(
+        "{name}: Karhunen–Loève expansion over {n} cells ({} quadrature points), {modes} modes in {:.2} s",
+        kl.quadrature_points,
+        started.elapsed().as_secs_f64()
+    );
     if let Some(e) = energy {
         match kl.modes_for(e) {
             Some(m) => kl.truncate(m),
