@@ -161,7 +161,7 @@ impl Tet4System {
             pattern.slot(e, a, b)
         });
         let (rhs_gather_ptr, rhs_gather_idx) = invert(n_unknowns, 4 * n_el, |s| {
-            let d = pattern.element_dofs(s / 4)[s % 4];
+            let d = pattern.element_dof(s / 4, s % 4);
             (d != gradfem_solvers::assembly::CONSTRAINED).then_some(d)
         });
         Ok(Tet4System {

@@ -136,13 +136,15 @@ impl SharedMut {
 #[derive(Clone, Debug)]
 pub struct AssemblyPattern {
     n_unknowns: usize,
-    offsets: Vec<usize>,
-    element_dofs: Vec<usize>,
+    /// Where each element's dofs start in `element_dofs`.
+    offsets: Starts,
+    /// The local dofs of every element, as unknowns (`u32::MAX`: constrained).
+    element_dofs: Vec<u32>,
     row_ptr: Vec<usize>,
     col_idx: Vec<u32>,
     /// Slot of local pair `(a, b)` of element `e` at `slot_offsets[e] + a · nd + b` (per node
     /// pair with [`Slots::Nodes`]: `slot_offsets[e] + A · nn + B`).
-    slot_offsets: Vec<usize>,
+    slot_offsets: Starts,
     slots: Slots,
     /// Elements are grouped into blocks of `block_size` consecutive elements; the blocks of
     /// colour `c` are `colour_blocks[colour_ptr[c]..colour_ptr[c + 1]]`.
@@ -316,11 +318,14 @@ impl AssemblyPattern {
 
         AssemblyPattern {
             n_unknowns,
-            offsets: offsets.to_vec(),
-            element_dofs: element_dofs.to_vec(),
+            offsets: Starts::of(offsets),
+            element_dofs: element_dofs
+                .iter()
+                .map(|&d| if d == CONSTRAINED { u32::MAX } else { d as u32 })
+                .collect(),
             row_ptr,
             col_idx,
-            slot_offsets,
+            slot_offsets: Starts::of(&slot_offsets),
             slots,
             block_size,
             colour_ptr,
@@ -336,7 +341,7 @@ impl AssemblyPattern {
 
     /// Number of elements.
     pub fn n_elements(&self) -> usize {
-        self.offsets.len() - 1
+        self.offsets.count()
     }
 
     /// Number of stored matrix entries.
@@ -362,8 +367,13 @@ impl AssemblyPattern {
     }
 
     /// Local dofs of element `e` (unknown indices or [`CONSTRAINED`]).
-    pub fn element_dofs(&self, e: usize) -> &[usize] {
-        &self.element_dofs[self.offsets[e]..self.offsets[e + 1]]
+    pub fn element_dofs(&self, e: usize) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.element_dofs[self.offsets.range(e)].iter().map(|&d| wide(d))
+    }
+
+    /// Local dof `a` of element `e` (an unknown index or [`CONSTRAINED`]).
+    pub fn element_dof(&self, e: usize, a: usize) -> usize {
+        wide(self.element_dofs[self.offsets.range(e)][a])
     }
 
     /// CSR row pointers of the pattern.
@@ -379,27 +389,27 @@ impl AssemblyPattern {
     /// The position in `values` of local pair `(a, b)` of element `e`, or `None` when either
     /// local dof is constrained.
     pub fn slot(&self, e: usize, a: usize, b: usize) -> Option<usize> {
-        let nd = self.offsets[e + 1] - self.offsets[e];
+        let nd = self.offsets.range(e).len();
         assert!(
             a < nd && b < nd,
             "local pair ({a}, {b}) out of range for element {e} with {nd} dofs"
         );
         match &self.slots {
             Slots::U32(s) => {
-                let k = self.slot_offsets[e] + a * nd + b;
+                let k = self.slot_offsets.start(e) + a * nd + b;
                 (s[k] != u32::MAX).then_some(s[k] as usize)
             }
             Slots::U64(s) => {
-                let k = self.slot_offsets[e] + a * nd + b;
+                let k = self.slot_offsets.start(e) + a * nd + b;
                 (s[k] != usize::MAX).then_some(s[k])
             }
             Slots::Nodes { b: size, slots } => {
                 let nn = nd / size;
-                let k = self.slot_offsets[e] + (a / size) * nn + b / size;
+                let k = self.slot_offsets.start(e) + (a / size) * nn + b / size;
                 if slots[k] == u32::MAX {
                     return None;
                 }
-                let first = self.element_dofs(e)[a - a % size];
+                let first = self.element_dof(e, a - a % size);
                 let row = first + a % size;
                 Some(self.row_ptr[row] + slots[k] as usize - self.row_ptr[first] + b % size)
             }
@@ -529,7 +539,7 @@ impl AssemblyPattern {
                 || (vec![0.0; max_nd * max_nd], vec![0.0; max_nd]),
                 |(ke_buf, fe_buf), &block| {
                     for e in self.block_range(block) {
-                        let dofs = &self.element_dofs[self.offsets[e]..self.offsets[e + 1]];
+                        let dofs = &self.element_dofs[self.offsets.range(e)];
                         let nd = dofs.len();
                         let ke = &mut ke_buf[..nd * nd];
                         let fe = &mut fe_buf[..nd];
@@ -537,7 +547,8 @@ impl AssemblyPattern {
                         fe.fill(0.0);
                         kernel(e, ke, fe);
                         if want_matrix && b == 1 {
-                            let s = &slots[self.slot_offsets[e]..self.slot_offsets[e] + nd * nd];
+                            let s0 = self.slot_offsets.start(e);
+                            let s = &slots[s0..s0 + nd * nd];
                             for (&k, &v) in s.iter().zip(ke.iter()) {
                                 if k != S::NONE {
                                     // SAFETY: `k < nnz` by construction of the slot table, and
@@ -548,12 +559,14 @@ impl AssemblyPattern {
                             }
                         } else if want_matrix {
                             let nn = nd / b;
-                            let s = &slots[self.slot_offsets[e]..self.slot_offsets[e] + nn * nn];
+                            let s0 = self.slot_offsets.start(e);
+                            let s = &slots[s0..s0 + nn * nn];
                             for an in 0..nn {
                                 let first = dofs[b * an];
-                                if first == CONSTRAINED {
+                                if first == u32::MAX {
                                     continue;
                                 }
+                                let first = first as usize;
                                 for i in 0..b {
                                     let shift = self.row_ptr[first + i] - self.row_ptr[first];
                                     let row = &ke[(b * an + i) * nd..(b * an + i + 1) * nd];
@@ -578,16 +591,72 @@ impl AssemblyPattern {
                         }
                         if want_vector {
                             for (&d, &v) in dofs.iter().zip(fe.iter()) {
-                                if d != CONSTRAINED {
+                                if d != u32::MAX {
                                     // SAFETY: `d < n_unknowns` (checked in `new`), and no
                                     // other block of this colour has unknown `d`.
-                                    unsafe { *vector.ptr().add(d) += v };
+                                    unsafe { *vector.ptr().add(d as usize) += v };
                                 }
                             }
                         }
                     }
                 },
             );
+        }
+    }
+}
+
+/// A stored dof (`u32::MAX`: constrained) as the public `usize` one.
+#[inline(always)]
+fn wide(d: u32) -> usize {
+    if d == u32::MAX { CONSTRAINED } else { d as usize }
+}
+
+/// The starts of consecutive runs in a flat array (each element's dofs, each element's slot
+/// table): a stride when every run has the same length (meshes of one cell type: no array at
+/// all), the offsets otherwise.
+#[derive(Clone, Debug)]
+enum Starts {
+    /// `count` runs of `len` entries each.
+    Uniform { len: usize, count: usize },
+    /// Run e is `offsets[e]..offsets[e + 1]`.
+    Varying(Vec<usize>),
+}
+
+impl Starts {
+    /// The starts of the runs `offsets` describes (`offsets[0] = 0`, one more than runs).
+    fn of(offsets: &[usize]) -> Self {
+        let count = offsets.len() - 1;
+        let len = if count == 0 { 0 } else { offsets[1] - offsets[0] };
+        if offsets.windows(2).all(|w| w[1] - w[0] == len) {
+            Starts::Uniform { len, count }
+        } else {
+            Starts::Varying(offsets.to_vec())
+        }
+    }
+
+    /// The number of runs.
+    fn count(&self) -> usize {
+        match self {
+            Starts::Uniform { count, .. } => *count,
+            Starts::Varying(o) => o.len() - 1,
+        }
+    }
+
+    /// Where run e starts.
+    #[inline(always)]
+    fn start(&self, e: usize) -> usize {
+        match self {
+            Starts::Uniform { len, .. } => e * len,
+            Starts::Varying(o) => o[e],
+        }
+    }
+
+    /// The entries of run e.
+    #[inline(always)]
+    fn range(&self, e: usize) -> std::ops::Range<usize> {
+        match self {
+            Starts::Uniform { len, .. } => e * len..(e + 1) * len,
+            Starts::Varying(o) => o[e]..o[e + 1],
         }
     }
 }
@@ -885,7 +954,7 @@ mod tests {
         let mut seen = vec![usize::MAX; n + 2];
         for c in 0..p.n_colours() {
             for e in p.colour_elements(c) {
-                for &d in p.element_dofs(e) {
+                for d in p.element_dofs(e) {
                     assert_ne!(seen[d], c, "colour {c} has two elements with unknown {d}");
                     seen[d] = c;
                 }
