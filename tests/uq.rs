@@ -14,31 +14,11 @@ use std::process::Command;
 use gradfem::problem::ProblemFile;
 use gradfem::uq::{self, Log, Shard, Study};
 
+#[path = "support/uq_slab.rs"]
+mod uq_slab;
+use uq_slab::slab;
+
 const T0: f64 = 300.0;
-
-fn slab(uq: &str) -> String {
-    format!(
-        r#"title = "slab"
-[mesh]
-box = {{ lengths = [1.0, 0.1, 0.1], divisions = [6, 1, 1], cell = "tet4" }}
-
-[[thermal.material]]
-group = "domain"
-k = 10.0
-source = 1000.0
-
-[[thermal.bc]]
-group = "xmin"
-kind = "temperature"
-value = 300.0
-
-[[objective]]
-kind = "average"
-group = "domain"
-
-{uq}"#
-    )
-}
 
 fn write_problem(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);

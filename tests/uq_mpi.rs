@@ -12,25 +12,12 @@ use std::path::Path;
 use std::process::Command;
 
 #[cfg(feature = "mpi")]
-const PROBLEM: &str = r#"title = "slab under MPI"
-[mesh]
-box = { lengths = [1.0, 0.1, 0.1], divisions = [6, 1, 1], cell = "tet4" }
+#[path = "support/uq_slab.rs"]
+mod uq_slab;
 
-[[thermal.material]]
-group = "domain"
-k = 10.0
-source = 1000.0
-
-[[thermal.bc]]
-group = "xmin"
-kind = "temperature"
-value = 300.0
-
-[[objective]]
-kind = "average"
-group = "domain"
-
-[uq]
+/// The slab study: 64 Sobol samples in chunks of 4, the seed's check.
+#[cfg(feature = "mpi")]
+const UQ_TABLE: &str = r#"[uq]
 design = "sobol"
 samples = 64
 batch = 4
@@ -57,6 +44,12 @@ quantity = "max_temperature"
 rule = "seed_check"
 output = "mean_temperature"
 "#;
+
+/// The slab with its study.
+#[cfg(feature = "mpi")]
+fn problem() -> String {
+    uq_slab::slab(UQ_TABLE)
+}
 
 #[cfg(feature = "mpi")]
 fn gradfem(args: &[&str]) {
@@ -93,7 +86,7 @@ fn same(a: &Path, b: &Path) {
 fn one_two_and_four_ranks_give_the_bytes_of_one_process_and_of_shards() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("slab.toml");
-    std::fs::write(&path, PROBLEM).unwrap();
+    std::fs::write(&path, problem()).unwrap();
     let p = path.to_str().unwrap();
     let out = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     gradfem(&["--quiet", "uq", p, "-o", &out("plain")]);
@@ -130,7 +123,7 @@ fn one_two_and_four_ranks_give_the_bytes_of_one_process_and_of_shards() {
 fn a_random_field_study_is_the_same_on_one_and_two_ranks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("field.toml");
-    let text = PROBLEM.replace(
+    let text = problem().replace(
         "parameter = \"thermal.k.domain\"\ndistribution = \"normal\"\ncv = 0.1",
         "parameter = \"thermal.k_elem.domain\"\ndistribution = \"lognormal\"\ncv = 0.1\ncorrelation_length = 0.3\nmodes = 8",
     );
