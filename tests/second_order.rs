@@ -112,6 +112,20 @@ fn second_order_taylor_remainders_fall_at_rate_three(
     assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
 }
 
+/// `gradfem optimize FILE -o OUT --json`, which must succeed, as JSON.
+fn optimize_json(file: &std::path::Path, out_dir: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["--quiet", "optimize"])
+        .arg(file)
+        .arg("-o")
+        .arg(out_dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// H·δp against central differences of adjoint gradients, entry by entry.
 #[test]
 fn hessian_vector_product_matches_differences_of_gradients() {
@@ -205,16 +219,7 @@ fn newton_cg_identifies_in_fewer_than_half_the_evaluations_of_lbfgs() {
                 &format!("[optimize]\nmethod = \"{method}\"\ngtol = 1e-8\n\n[parameters]"),
             );
         std::fs::write(&file, body).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
-            .args(["--quiet", "optimize"])
-            .arg(&file)
-            .arg("-o")
-            .arg(dir.path().join(method))
-            .arg("--json")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+        optimize_json(&file, &dir.path().join(method))
     };
     let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
     let evaluations = |v: &serde_json::Value| v["evaluations"].as_u64().unwrap();
@@ -399,16 +404,7 @@ fn newton_cg_with_a_peak_constraint_matches_lbfgs_in_fewer_evaluations() {
                 ),
             );
         std::fs::write(&file, body).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
-            .args(["--quiet", "optimize"])
-            .arg(&file)
-            .arg("-o")
-            .arg(dir.path().join(method))
-            .arg("--json")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap()
+        optimize_json(&file, &dir.path().join(method))
     };
     let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
     assert!(newton["feasible"].as_bool().unwrap(), "{newton}");
