@@ -3,9 +3,12 @@
 import runpy
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
+@pytest.mark.torch
 def test_the_network_learns_the_conductivity_field():
     m = runpy.run_path(str(EXAMPLES / "conductivity_network.py"))
     losses = m["main"](steps=40)["losses"]
@@ -22,11 +25,13 @@ def test_the_monte_carlo_check_agrees_with_first_order():
     assert abs(excess - predicted) < 0.6 * predicted, r
 
 
+@pytest.mark.torch
 def test_the_spring_stiffness_is_calibrated_through_the_dynamics_adjoint():
     m = runpy.run_path(str(EXAMPLES / "spring_calibration.py"))
     assert abs(m["k"].item() - 4.0) < 1e-6, m["k"]
 
 
+@pytest.mark.torch
 def test_k_and_h_are_calibrated_from_deflection_curves_in_vacuum_and_in_air():
     m = runpy.run_path(str(EXAMPLES / "actuator_calibration.py"))
     r = m["main"]()
