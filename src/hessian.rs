@@ -201,7 +201,7 @@ pub fn compute(
             let mut e = vec![0.0; n];
             for j in 0..n {
                 e[j] = scale[j];
-                let dt = problem.tangent_flat(&e)?;
+                let dt = problem.tangent_flat("thermal", &e)?;
                 e[j] = 0.0;
                 for (s, (loc, nn)) in locations.iter().zip(&nodes).enumerate() {
                     g[s][j] = nn.iter().zip(&loc.shape).map(|(&a, &sh)| sh * dt[a]).sum();

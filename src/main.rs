@@ -107,7 +107,7 @@ enum Command {
         per_parameter: bool,
         /// Also test the Hessian: the second-order Taylor test along the same direction, whose
         /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
-        /// Hessian-vector products; a problem of one steady thermal field so far).
+        /// Hessian-vector products; steady thermal and electro-thermal problems so far).
         #[arg(long)]
         second_order: bool,
     },

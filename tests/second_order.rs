@@ -193,13 +193,189 @@ fn dense_hessian_is_symmetric() {
     }
 }
 
+/// A Joule-heated bar: voltage (or `current`) at x = 0, ground at x = L, both ends held at
+/// 300 K and a convective top. `alpha_r` adds ρ(T) = ρ₀(1 + α_R(T − 300 K)), which closes the
+/// cycle electrical ⇄ thermal (solved monolithic); without it the coupling is one way.
+fn joule_bar(
+    cell: &str,
+    alpha_r: Option<f64>,
+    drive: &str,
+    objectives: &str,
+    register: &str,
+) -> Simulation {
+    let law = alpha_r.map_or(String::new(), |a| format!("alpha_r = {a}\nt_ref = 300.0"));
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.1, 0.01, 0.01], divisions = [6, 2, 2], cell = "{cell}" }}
+
+[[thermal.material]]
+group = "domain"
+k = 34.0
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "xmax"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "ymax"
+kind = "convection"
+h = 800.0
+t_inf = 295.0
+
+[[electrical.conductor]]
+group = "domain"
+sigma = 5.0e4
+{law}
+
+[[electrical.terminal]]
+group = "xmin"
+{drive}
+
+[[electrical.terminal]]
+group = "xmax"
+kind = "ground"
+
+[coupling]
+scheme = "monolithic"
+
+{objectives}
+
+[parameters]
+register = [{register}]
+
+[solver]
+rel_tol = 1e-13
+"#
+    );
+    Simulation::from_toml("joule_bar.toml", &text).unwrap()
+}
+
+const VOLTAGE: &str = "kind = \"voltage\"\nvalue = 2.0";
+const CURRENT: &str = "kind = \"current\"\ncurrent = 40.0";
+const MAX_T: &str = "[[objective]]\nkind = \"max\"\ngroup = \"domain\"\np = 8.0\n";
+const RESISTANCE: &str =
+    "[[objective]]\nkind = \"resistance\"\ndrive = \"xmin\"\nreference = \"xmax\"\nweight = 1e4\n";
+const CURRENT_OUT: &str = "[[objective]]\nkind = \"current\"\nterminal = \"xmax\"\nweight = 0.1\n";
+
+/// Electro-thermal problems, one way and with the ρ(T) cycle, with electrical and thermal
+/// objectives and every kind of electrical parameter: the second-order Taylor remainders fall
+/// at rate 3.
+#[rstest]
+#[case::one_way_max(
+    "tet4",
+    None,
+    VOLTAGE,
+    MAX_T,
+    "\"electrical.sigma_elem.domain\", \"load.xmin.voltage\", \"thermal.k.domain\", \"bc.ymax.h\", \"bc.xmin.temperature\""
+)]
+#[case::one_way_current("hex8", None, VOLTAGE, &format!("{MAX_T}{CURRENT_OUT}"),
+    "\"electrical.sigma.domain\", \"load.xmin.voltage\", \"thermal.k.domain\"")]
+#[case::cycle_max(
+    "tet4",
+    Some(1.25e-3),
+    VOLTAGE,
+    MAX_T,
+    "\"load.xmin.voltage\", \"electrical.sigma.domain\", \"electrical.alpha_r.domain\", \"thermal.k.domain\", \"bc.ymax.h\""
+)]
+#[case::cycle_resistance_current_terminal("hex8", Some(1.25e-3), CURRENT, &format!("{MAX_T}{RESISTANCE}"),
+    "\"electrical.sigma_elem.domain\", \"load.xmin.current\", \"electrical.alpha_r.domain\", \"thermal.k.domain\"")]
+#[case::cycle_resistance_voltage("tet4", Some(2.0e-3), VOLTAGE, &format!("{RESISTANCE}{CURRENT_OUT}"),
+    "\"load.xmin.voltage\", \"electrical.sigma_elem.domain\", \"electrical.alpha_r.domain\", \"bc.ymax.h\"")]
+fn electrothermal_second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] alpha_r: Option<f64>,
+    #[case] drive: &str,
+    #[case] objectives: &str,
+    #[case] register: &str,
+) {
+    let mut sim = joule_bar(cell, alpha_r, drive, objectives, register);
+    let p = sim.parameter_vector();
+    let dir = random_direction_scaled(&p, 5);
+    let t = sim.taylor_test_second_order(&dir, 0.01, 5).unwrap();
+    eprintln!("{cell} {alpha_r:?}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
+}
+
+/// On the ρ(T) cycle, H·δp against central differences of adjoint gradients, entry by entry.
 #[test]
-fn coupled_problems_are_refused_with_a_message() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/microactuator_electrothermal.toml");
-    let mut sim = Simulation::from_file(&path).unwrap();
+fn electrothermal_hessian_vector_product_matches_differences_of_gradients() {
+    let mut sim = joule_bar(
+        "tet4",
+        Some(1.25e-3),
+        VOLTAGE,
+        &format!("{MAX_T}{RESISTANCE}"),
+        "\"electrical.sigma_elem.domain\", \"load.xmin.voltage\", \"electrical.alpha_r.domain\", \"thermal.k.domain\"",
+    );
+    let p0 = sim.parameter_vector();
+    let dir = random_direction_scaled(&p0, 3);
+    let names = sim.registered();
+    let mut by_name = BTreeMap::new();
+    let mut at = 0;
+    for name in &names {
+        let n = sim.parameter(name).unwrap().len();
+        by_name.insert(name.clone(), dir[at..at + n].to_vec());
+        at += n;
+    }
+    let hv = sim.hvp(&by_name).unwrap();
+    let hv = sim.flatten(&hv);
+    let gradient_at = |sim: &mut Simulation, s: f64| {
+        let mut at = 0;
+        for name in &names {
+            let n = sim.parameter(name).unwrap().len();
+            let v: Vec<f64> = (0..n).map(|i| p0[at + i] + s * dir[at + i]).collect();
+            sim.set_parameter_values(name, &v).unwrap();
+            at += n;
+        }
+        let g = sim.gradient().unwrap();
+        sim.flatten(&g)
+    };
+    let h = 1e-4;
+    let gp = gradient_at(&mut sim, h);
+    let gm = gradient_at(&mut sim, -h);
+    let largest = hv.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    for i in 0..hv.len() {
+        let fd = (gp[i] - gm[i]) / (2.0 * h);
+        let scale = hv[i].abs().max(fd.abs()).max(1e-300);
+        assert!(
+            (hv[i] - fd).abs() <= 1e-5 * scale + 1e-9 * largest,
+            "entry {i}: H·δp {} vs differences {fd}",
+            hv[i]
+        );
+    }
+}
+
+/// What second order does not cover yet is refused with a message naming it.
+#[test]
+fn uncovered_problems_are_refused_with_a_message() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let actuator = std::fs::read_to_string(root.join("examples/microactuator.toml")).unwrap();
+    let mut sim = Simulation::from_toml(root.join("examples/a.toml"), &actuator).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("one field") && e.contains("electrical"), "{e}");
+    assert!(e.contains("node coordinates"), "{e}");
+    let without_shape = actuator.replace("    \"morph.hot_arm_width\",\n", "");
+    let mut sim = Simulation::from_toml(root.join("examples/b.toml"), &without_shape).unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("mechanical") && e.contains("second-order"), "{e}");
+    let mut sim = Simulation::from_file(root.join("examples/transient_slab.toml")).unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("stepped in time"), "{e}");
+    let staggered =
+        std::fs::read_to_string(root.join("examples/microactuator_electrothermal.toml"))
+            .unwrap()
+            .replace("scheme = \"monolithic\"", "scheme = \"staggered\"");
+    let mut sim = Simulation::from_toml(root.join("examples/staggered.toml"), &staggered).unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("staggered"), "{e}");
 }
 
 /// `gradfem optimize` with `method = "newton-cg"` on the sensor-misfit identification reaches

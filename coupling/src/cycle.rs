@@ -670,6 +670,19 @@ impl CoupledProblem {
         for &i in members {
             add_into(&mut bars.state[i], &contributions.state[i]);
         }
+        if let (Some(r), Some(c)) = (&mut bars.record, &contributions.record) {
+            for &i in members {
+                r.lambda[i] = lambda[i].clone();
+            }
+            for (acc, y) in r.y_bar.iter_mut().zip(&c.y_bar) {
+                if let Some(y) = y {
+                    match acc {
+                        Some(a) => add_into(a, y),
+                        slot => *slot = Some(y.clone()),
+                    }
+                }
+            }
+        }
         for &i in members {
             let l = lambda[i].as_ref().expect("every member has its adjoint");
             let state_bar = std::mem::take(&mut bars.state[i]);
@@ -818,6 +831,29 @@ impl CoupledProblem {
                     }
                 }
             }
+        }
+        Ok(out)
+    }
+
+    /// The cycle's tangent from `rhs` = −dR/dε over its members' unknowns (stage order) by one
+    /// solve with the LU factors of the converged Jacobian; per member, over its state (zero
+    /// at prescribed entries).
+    pub(crate) fn monolithic_tangent_solve(
+        &mut self,
+        members: &[usize],
+        mut rhs: Vec<f64>,
+    ) -> Result<Vec<Vec<f64>>, RunError> {
+        let mono = self
+            .monolithic_mut(members)
+            .ok_or_else(|| setup("the monolithic system is not built: solve first"))?;
+        if !rhs.is_empty() {
+            mono.solver.solve_in_place(&mut rhs)?;
+        }
+        let (offsets, sizes) = (mono.layout.offsets.clone(), mono.layout.n_unknowns.clone());
+        let mut out = Vec::with_capacity(members.len());
+        for (k, &i) in members.iter().enumerate() {
+            let kern = self.fields()[i].cell_kernels().expect("a monolithic cycle's field");
+            out.push(kern.lambda_from_unknowns(&rhs[offsets[k]..offsets[k] + sizes[k]]));
         }
         Ok(out)
     }

@@ -295,19 +295,18 @@ pub trait Field: Any + Send {
         None
     }
 
-    /// The field as `Any`, for callers that know its type (reports, outputs).
-    /// The field's second-order products (tangent-linear solve, Hessian-vector product), when
-    /// it has them; `None` by default.
+    /// The field's second-order products (tangent-linear solves, second-order adjoint terms),
+    /// when it has them; `None` by default.
     fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
         None
     }
 
-    /// Whether [`second_order`](Self::second_order) gives products (a check that needs no
-    /// mutable access).
-    fn has_second_order(&self) -> bool {
-        false
+    /// [`second_order`](Self::second_order) for the products that need no solve.
+    fn second_order_ref(&self) -> Option<&dyn SecondOrder> {
+        None
     }
 
+    /// The field as `Any`, for callers that know its type (reports, outputs).
     fn as_any(&self) -> &dyn Any;
 
     /// The field as mutable `Any`.
@@ -474,15 +473,73 @@ pub struct StepChoice {
     pub max_error: f64,
 }
 
-/// Second-order derivatives of a field solved on its own (no inputs): the tangent-linear model
-/// and the second-order adjoint, which together give exact Hessian-vector products of the
-/// field's objective terms. Both reuse the factorization of the last solve.
-pub trait SecondOrder {
-    /// The directional derivative of the state (nodal, the layout of output port 0) along the
-    /// parameter direction `dir` (shaped like the registry's gradient): one linearized solve.
-    fn tangent(&mut self, dir: &Gradient, registry: &ParamRegistry) -> Result<Vec<f64>, RunError>;
+/// A direction of the second-order products: δp, with the tangents it gives the field's state
+/// and inputs.
+#[derive(Clone, Copy)]
+pub struct Direction<'a> {
+    /// δp, shaped like the registry's gradient.
+    pub params: &'a Gradient,
+    /// δu over the state (output port 0's layout), prescribed entries included.
+    pub state: &'a [f64],
+    /// δx per input port (an empty vector: zero, or the port is not fed).
+    pub inputs: &'a [Vec<f64>],
+}
 
-    /// H·dir, the Hessian of the field's objective terms applied to `dir`, added into
-    /// `rev.grad`: a tangent solve, then the adjoint of the linearized adjoint.
-    fn hessian_vector(&mut self, dir: &Gradient, rev: &mut Reverse) -> Result<(), RunError>;
+/// Second-order derivatives of a field, for exact Hessian-vector products of a coupled problem
+/// by the tangent-linear model and the second-order adjoint (forward over reverse).
+///
+/// With the Lagrangian L = J − Σ_f λ_fᵀ R_f, the engine carries the tangents (δu, δx, δy) of a
+/// parameter direction δp forward through the graph ([`tangent`](Self::tangent),
+/// [`residual_jvp`](Self::residual_jvp), [`output_jvp`](Self::output_jvp)), then runs the
+/// first-order reverse pass once more with the derivatives of its seeds along the direction:
+/// each field's [`objective_hessian`](Self::objective_hessian), its
+/// [`second_order_vjp`](Self::second_order_vjp) at the first-order λ, and the
+/// [`output_second_order_vjp`](Self::output_second_order_vjp) of its derived outputs at their
+/// first-order seeds ȳ. Every product here holds λ and ȳ fixed and differentiates along (δu,
+/// δx, δp); the solves reuse the factorizations of the last solve.
+pub trait SecondOrder {
+    /// δu on the state entries the parameters prescribe (fixed temperatures, terminal
+    /// voltages) along `params`; zero elsewhere.
+    fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64>;
+
+    /// dR/dε along `dir` on the rows of the field's unknowns (the rows and sign of the system a
+    /// monolithic cycle assembles from the field's element kernels).
+    fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError>;
+
+    /// The tangent of the state along `params` with the input tangents `inputs`: K δu = −dR/dε
+    /// on the unknowns, the prescribed entries from the parameters; one solve with the
+    /// factorization of the last solve.
+    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError>;
+
+    /// The tangent δy of derived output `port` ≥ 1 along `dir`.
+    fn output_jvp(&self, port: usize, dir: &Direction) -> Result<Vec<f64>, RunError> {
+        let _ = dir;
+        Err(RunError::Setup(format!("no second-order products of output port {port}")))
+    }
+
+    /// With λ held: −d/dε[(∂R/∂u)ᵀλ] over the state (prescribed entries included) and
+    /// −d/dε[(∂R/∂x)ᵀλ] per input port, returned; −d/dε[(∂R/∂p)ᵀλ] added to `rev`.
+    fn second_order_vjp(
+        &self,
+        lambda: &[f64],
+        dir: &Direction,
+        rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError>;
+
+    /// With ȳ held: d/dε of [`Field::output_vjp`] of derived output `port` (state and input
+    /// parts returned, parameter part added to `rev`).
+    fn output_second_order_vjp(
+        &self,
+        port: usize,
+        y_bar: &[f64],
+        dir: &Direction,
+        rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError> {
+        let _ = (y_bar, dir, rev);
+        Err(RunError::Setup(format!("no second-order products of output port {port}")))
+    }
+
+    /// d/dε of [`Field::objective_seed`] along `dir`: the objective terms' Hessian applied to
+    /// the direction (the parameter part added to `rev`).
+    fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError>;
 }

@@ -189,6 +189,23 @@ pub(crate) struct Bars {
     pub state: Vec<Vec<f64>>,
     pub unknowns: Vec<Vec<f64>>,
     pub inputs: Vec<Vec<Vec<f64>>>,
+    /// When set, the reverse pass keeps what the second-order adjoint reuses.
+    pub record: Option<ReverseRecord>,
+}
+
+/// What a reverse pass leaves for the second-order adjoint: every field's adjoint λ and the
+/// seed ȳ of every transfer from a derived output (by transfer index).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ReverseRecord {
+    pub lambda: Vec<Option<Vec<f64>>>,
+    pub y_bar: Vec<Option<Vec<f64>>>,
+}
+
+impl ReverseRecord {
+    /// An empty record for `fields` fields and `transfers` transfers.
+    pub fn new(fields: usize, transfers: usize) -> Self {
+        ReverseRecord { lambda: vec![None; fields], y_bar: vec![None; transfers] }
+    }
 }
 
 /// A coupled problem on one mesh: fields, transfers, the parameter registry and the shape.
@@ -215,6 +232,9 @@ pub struct CoupledProblem {
     /// What the last run in time left for the reverse sweep of the cycle that holds the
     /// stepped field (when it lies on one): its states, all or the first and last.
     pub(crate) cycle_states: Option<crate::time_cycle::CycleRecord>,
+    /// The adjoints of the last steady gradient, which a Hessian-vector product at the same
+    /// solution reuses; every mutable access forgets them.
+    pub(crate) reverse_record: Option<ReverseRecord>,
 }
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -239,6 +259,7 @@ impl CoupledProblem {
             time: None,
             history: None,
             cycle_states: None,
+            reverse_record: None,
         }
     }
 
@@ -246,6 +267,7 @@ impl CoupledProblem {
 
     /// Add a field; returns its index. Names are unique.
     pub fn add_field(&mut self, field: Box<dyn Field>) -> Result<usize, RunError> {
+        self.reverse_record = None;
         if self.fields.iter().any(|f| f.name() == field.name()) {
             return Err(setup(format!("the field '{}' is added twice", field.name())));
         }
@@ -267,6 +289,7 @@ impl CoupledProblem {
         to: &str,
         to_port: &str,
     ) -> Result<(), RunError> {
+        self.reverse_record = None;
         let find = |f: &str| {
             self.field_index(f).ok_or_else(|| {
                 setup(format!(
@@ -361,6 +384,7 @@ impl CoupledProblem {
     /// List the fields' objective terms in this order of fields (by name) instead of the order
     /// they were added.
     pub fn set_term_order(&mut self, names: &[&str]) {
+        self.reverse_record = None;
         let mut order: Vec<usize> = names.iter().filter_map(|n| self.field_index(n)).collect();
         for i in 0..self.fields.len() {
             if !order.contains(&i) {
@@ -398,6 +422,7 @@ impl CoupledProblem {
 
     /// The field named `name` as its concrete type, mutably (invalidates nothing by itself).
     pub fn field_mut<T: Field>(&mut self, name: &str) -> Option<&mut T> {
+        self.reverse_record = None;
         let i = self.field_index(name)?;
         self.fields[i].as_any_mut().downcast_mut::<T>()
     }
@@ -409,6 +434,7 @@ impl CoupledProblem {
 
     /// The first field of type `T`, mutably.
     pub fn find_mut<T: Field>(&mut self) -> Option<&mut T> {
+        self.reverse_record = None;
         self.fields.iter_mut().find_map(|f| f.as_any_mut().downcast_mut::<T>())
     }
 
@@ -452,6 +478,7 @@ impl CoupledProblem {
 
     /// The registry, to change values (then call [`apply_parameters`](Self::apply_parameters)).
     pub fn registry_mut(&mut self) -> &mut ParamRegistry {
+        self.reverse_record = None;
         &mut self.registry
     }
 
@@ -462,6 +489,7 @@ impl CoupledProblem {
 
     /// The shape, to define morphs before registration.
     pub fn shape_mut(&mut self) -> &mut Shape {
+        self.reverse_record = None;
         &mut self.shape
     }
 
@@ -493,6 +521,7 @@ impl CoupledProblem {
     /// Register a parameter by name: `mesh.coordinates`, `morph.<name>`, or a name one of the
     /// fields owns.
     pub fn register(&mut self, name: &str, bounds: Option<[f64; 2]>) -> Result<ParamId, RunError> {
+        self.reverse_record = None;
         let with_bounds = |spec: ParamSpec| match bounds {
             Some([lo, hi]) => spec.with_bounds(Some(lo), Some(hi)),
             None => spec,
@@ -529,6 +558,7 @@ impl CoupledProblem {
     /// Copy the registry's values into every field (and the coordinates into every field when
     /// a shape parameter is registered). Invalidates the solution.
     pub fn apply_parameters(&mut self) -> Result<(), RunError> {
+        self.reverse_record = None;
         let coords = self.shape.is_active().then(|| self.shape.coordinates(&self.registry));
         for f in &mut self.fields {
             f.apply_parameters(&self.registry, coords.as_deref())?;
@@ -547,6 +577,7 @@ impl CoupledProblem {
     /// Make the problem time-dependent: the field with a time stepping ([`Field::dynamic`]) is
     /// stepped, and J is `rule` over the history ([`crate::time`]).
     pub fn set_time_rule(&mut self, rule: crate::time::TimeRule) {
+        self.reverse_record = None;
         self.time = Some(rule);
         self.history = None;
     }
@@ -583,6 +614,7 @@ impl CoupledProblem {
 
     /// Solve every stage in order (in time: see [`crate::time`]).
     pub fn solve(&mut self) -> Result<(), RunError> {
+        self.reverse_record = None;
         if self.time.is_some() {
             return self.solve_in_time();
         }
@@ -649,7 +681,11 @@ impl CoupledProblem {
         let ta = Instant::now();
         let mut bars = self.seeds(&mut grad)?;
         timings.accumulate_s += ta.elapsed().as_secs_f64();
+        if self.second_order_support().is_ok() {
+            bars.record = Some(ReverseRecord::new(self.fields.len(), self.transfers.len()));
+        }
         self.reverse_stages(&mut bars, &mut grad, &mut timings)?;
+        self.reverse_record = bars.record.take();
         timings.gradient_s = t0.elapsed().as_secs_f64();
         self.last_gradient = timings.clone();
         Ok((j, grad, timings))
@@ -666,6 +702,7 @@ impl CoupledProblem {
                 .iter()
                 .map(|f| f.inputs().iter().map(|p| vec![0.0; p.layout.len(n)]).collect())
                 .collect(),
+            record: None,
         }
     }
 
@@ -730,6 +767,9 @@ impl CoupledProblem {
                 let state_bar = std::mem::take(&mut bars.state[i]);
                 let lambda = self.fields[i].adjoint_solve(&state_bar, &bars.unknowns[i])?;
                 timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
+                if let Some(r) = &mut bars.record {
+                    r.lambda[i] = Some(lambda.clone());
+                }
                 let ta = Instant::now();
                 self.accumulate_and_hand_back(i, &lambda, &state_bar, bars, grad, &[])?;
                 timings.accumulate_s += ta.elapsed().as_secs_f64();
@@ -784,6 +824,14 @@ impl CoupledProblem {
     ) -> Result<(), RunError> {
         let src = &self.fields[t.from];
         let y_bar = t.reverse(x_bar, t.source_len);
+        // The parameter pass (with `rev`) sees every seed of a derived output exactly once.
+        if let (Some(r), true) = (&mut bars.record, rev.is_some() && t.from_port != 0) {
+            let k = self.transfers.iter().position(|u| std::ptr::eq(u, t)).expect("a transfer");
+            match &mut r.y_bar[k] {
+                Some(acc) => add_into(acc, &y_bar),
+                slot => *slot = Some(y_bar.clone()),
+            }
+        }
         if t.from_port == 0 {
             add_into(&mut bars.state[t.from], &y_bar);
             return Ok(());
@@ -807,6 +855,9 @@ impl CoupledProblem {
         only: Option<usize>,
     ) -> Result<Bars, RunError> {
         let mut out = self.zero_bars();
+        if rev.is_some() {
+            out.record = Some(ReverseRecord::new(self.fields.len(), self.transfers.len()));
+        }
         for t in &self.transfers {
             if !(members.contains(&t.from) && members.contains(&t.to)) {
                 continue;
@@ -843,6 +894,7 @@ impl CoupledProblem {
 
     /// Mutable access to the fields (for the cycle solvers and the time stepping).
     pub(crate) fn fields_mut(&mut self) -> &mut [Box<dyn Field>] {
+        self.reverse_record = None;
         &mut self.fields
     }
 
@@ -868,12 +920,6 @@ impl CoupledProblem {
     /// fields.
     pub(crate) fn parts(&self) -> (&ParamRegistry, &Shape) {
         (&self.registry, &self.shape)
-    }
-
-    /// Split borrows for a field's reverse products: the registry and shape beside the
-    /// mutable fields.
-    pub(crate) fn parts_and_fields(&mut self) -> (&ParamRegistry, &Shape, &mut [Box<dyn Field>]) {
-        (&self.registry, &self.shape, &mut self.fields)
     }
 }
 

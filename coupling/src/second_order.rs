@@ -3,17 +3,23 @@
 //! linearized adjoint), the dense Hessian by repeated products, and the second-order Taylor
 //! test that checks them.
 //!
-//! Covered so far: a problem of one steady field that has [`crate::field::SecondOrder`] (the
-//! thermal field, with k(T), sources, fixed temperatures, convection and heat flux as
-//! parameters, scalar or per element). Coupled graphs, time stepping and shape parameters are
+//! Covered: steady coupling graphs whose fields all have [`crate::field::SecondOrder`] (the
+//! thermal field with k(T), sources, fixed temperatures, convection and heat flux; the
+//! electrical field with σ₀ per conductor or element, α_R, terminal voltages and currents and
+//! the Joule heat it hands on), acyclic or with monolithic cycles (electro-thermal with ρ(T)).
+//! Time stepping, staggered cycles, shape parameters and fields without the capability are
 //! refused with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;
 
+use std::collections::HashMap;
+
 use crate::error::RunError;
-use crate::field::Reverse;
-use crate::problem::CoupledProblem;
+use crate::field::{Direction, Reverse, Seed};
+use crate::problem::{
+    CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_into,
+};
 
 /// The second-order Taylor test of a Hessian-vector product along a direction δp:
 /// r(h) = |J(p + h δp) − J(p) − h ∇J·δp − ½ h² δpᵀHδp| falls as h³ when H·δp is exact (as h²
@@ -68,16 +74,23 @@ fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunError> {
     Ok(g)
 }
 
+/// The tangents of a parameter direction through the graph: every field's state, its inputs
+/// and its derived outputs that feed a transfer.
+struct Tangents {
+    state: Vec<Vec<f64>>,
+    inputs: Vec<Vec<Vec<f64>>>,
+    /// By (field, output port).
+    outputs: HashMap<(usize, usize), Vec<f64>>,
+}
+
 impl CoupledProblem {
     /// Whether Hessian-vector products are available for this problem: `Ok` or the reason
     /// they are not (what is not covered yet), checked without solving.
     pub fn second_order_support(&self) -> Result<(), RunError> {
-        let i = self.second_order_field()?;
-        let name = self.field_names()[i].clone();
-        if !self.fields()[i].has_second_order() {
-            return Err(RunError::Setup(format!(
-                "the {name} field has no second-order products yet"
-            )));
+        if self.is_transient() {
+            return Err(RunError::Setup(
+                "Hessian-vector products of problems stepped in time are not available yet".into(),
+            ));
         }
         if self.shape().is_active() {
             return Err(RunError::Setup(
@@ -86,60 +99,224 @@ impl CoupledProblem {
                     .into(),
             ));
         }
+        for f in self.fields() {
+            if f.second_order_ref().is_none() {
+                return Err(RunError::Setup(format!(
+                    "the {} field has no second-order products yet",
+                    f.name()
+                )));
+            }
+        }
+        if self.cycle.scheme != CycleScheme::Monolithic
+            && self.schedule().iter().any(|s| s.is_coupled())
+        {
+            return Err(RunError::Setup(
+                "Hessian-vector products of a cycle solved staggered are not available yet; \
+                 use [coupling] scheme = \"monolithic\""
+                    .into(),
+            ));
+        }
         Ok(())
     }
 
-    /// Refuse the problems second order does not cover yet; the index of the one field.
-    fn second_order_field(&self) -> Result<usize, RunError> {
-        if self.is_transient() {
-            return Err(RunError::Setup(
-                "Hessian-vector products of problems stepped in time are not available yet".into(),
-            ));
+    /// The tangent of the value of transfer `t`'s source port.
+    fn source_tangent(&self, tan: &Tangents, t: &Transfer) -> Vec<f64> {
+        if t.from_port == 0 {
+            t.forward(&tan.state[t.from], t.target_len)
+        } else {
+            let y = tan.outputs.get(&(t.from, t.from_port)).expect("source tangent computed first");
+            t.forward(y, t.target_len)
         }
-        if self.fields().len() != 1 || !self.transfers().is_empty() {
-            return Err(RunError::Setup(format!(
-                "Hessian-vector products are available for a problem of one field so far; \
-                 this one couples {}",
-                self.field_names().join(", ")
-            )));
+    }
+
+    /// Set the input tangents of field `i` from its transfers whose sources are done (by
+    /// `from_state`: transfers from states, or from derived outputs).
+    fn feed_tangents(&self, tan: &mut Tangents, i: usize, from_state: bool) {
+        for t in self.transfers() {
+            if t.to == i && (t.from_port == 0) == from_state {
+                let x = self.source_tangent(tan, t);
+                tan.inputs[i][t.to_port] = x;
+            }
         }
-        Ok(0)
+    }
+
+    /// The tangents of field `i`'s derived outputs that feed a transfer.
+    fn output_tangents(
+        &self,
+        tan: &mut Tangents,
+        i: usize,
+        dir: &Gradient,
+    ) -> Result<(), RunError> {
+        let ports: Vec<usize> = self
+            .transfers()
+            .iter()
+            .filter(|t| t.from == i && t.from_port != 0)
+            .map(|t| t.from_port)
+            .collect();
+        for port in ports {
+            let so = self.fields()[i].second_order_ref().expect("checked");
+            let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+            let y = so.output_jvp(port, &d)?;
+            tan.outputs.insert((i, port), y);
+        }
+        Ok(())
+    }
+
+    /// Carry the direction `dir` forward through the stages: one tangent-linear solve per
+    /// field, one coupled solve per cycle (with the factors of its monolithic Jacobian).
+    fn tangents(&mut self, dir: &Gradient) -> Result<Tangents, RunError> {
+        let nf = self.fields().len();
+        let mut tan = Tangents {
+            state: vec![Vec::new(); nf],
+            inputs: self.fields().iter().map(|f| vec![Vec::new(); f.inputs().len()]).collect(),
+            outputs: HashMap::new(),
+        };
+        for stage in self.schedule() {
+            let members = stage.fields.clone();
+            if !stage.is_coupled() {
+                let i = members[0];
+                self.feed_tangents(&mut tan, i, true);
+                self.feed_tangents(&mut tan, i, false);
+                let inputs = tan.inputs[i].clone();
+                let so = self.fields_mut()[i].second_order().expect("checked");
+                tan.state[i] = so.tangent(dir, &inputs)?;
+                self.output_tangents(&mut tan, i, dir)?;
+                continue;
+            }
+            // A cycle: J δU = −dR/dε at the prescribed tangents, then δu = δu⁰ + P δU.
+            for &i in &members {
+                tan.state[i] =
+                    self.fields()[i].second_order_ref().expect("checked").prescribed_tangent(dir);
+            }
+            self.feed_cycle_tangents(&mut tan, &members, dir)?;
+            let mut rhs = Vec::new();
+            for &i in &members {
+                let so = self.fields()[i].second_order_ref().expect("checked");
+                let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+                rhs.extend(so.residual_jvp(&d)?.into_iter().map(|v| -v));
+            }
+            let du = self.monolithic_tangent_solve(&members, rhs)?;
+            for (&i, du) in members.iter().zip(du) {
+                add_into(&mut tan.state[i], &du);
+            }
+            self.feed_cycle_tangents(&mut tan, &members, dir)?;
+        }
+        Ok(tan)
+    }
+
+    /// The input and output tangents of a cycle's fields at their current state tangents.
+    fn feed_cycle_tangents(
+        &self,
+        tan: &mut Tangents,
+        members: &[usize],
+        dir: &Gradient,
+    ) -> Result<(), RunError> {
+        for &i in members {
+            self.feed_tangents(tan, i, true);
+        }
+        for &i in members {
+            self.output_tangents(tan, i, dir)?;
+        }
+        for &i in members {
+            self.feed_tangents(tan, i, false);
+        }
+        Ok(())
     }
 
     /// H·δp: the Hessian of the objective applied to the parameter direction `dir` (shaped
-    /// like the gradient), by one tangent-linear and one second-order adjoint solve on the
-    /// factorization of the last solve (solved first when needed).
+    /// like the gradient), by the second-order adjoint of the whole graph: the first-order
+    /// reverse pass (keeping its adjoints), the tangents of the direction carried forward
+    /// (one linearized solve per field or cycle), and the reverse pass once more with the
+    /// derivatives of its seeds along the direction. Every solve reuses the factorization of
+    /// the last solve (solved first when needed).
     pub fn hessian_vector(&mut self, dir: &Gradient) -> Result<Gradient, RunError> {
-        let i = self.second_order_field()?;
+        self.second_order_support()?;
         if !self.is_solved() {
             self.solve()?;
         }
+        let nf = self.fields().len();
+        let mut timings = GradientTimings::default();
+        // 1. The first-order adjoints: those the last gradient kept at this solution, or a
+        //    reverse pass now.
+        let record = match self.reverse_record.take() {
+            Some(r) => r,
+            None => {
+                let mut first = Gradient::zeros(self.registry());
+                let mut bars = self.seeds(&mut first)?;
+                bars.record = Some(ReverseRecord::new(nf, self.transfers().len()));
+                self.reverse_stages(&mut bars, &mut first, &mut timings)?;
+                bars.record.take().expect("kept")
+            }
+        };
+        // 2. The tangents.
+        let tan = self.tangents(dir)?;
+        // 3. The seeds' derivatives along the direction.
         let mut hv = Gradient::zeros(self.registry());
-        let name = self.field_names()[i].clone();
-        let (registry, shape, fields) = self.parts_and_fields();
-        let mut rev = Reverse { registry, shape, grad: &mut hv };
-        let second = fields[i].second_order().ok_or_else(|| {
-            RunError::Setup(format!("the {name} field has no second-order products yet"))
-        })?;
-        second.hessian_vector(dir, &mut rev)?;
+        let mut seeds = self.zero_bars();
+        {
+            let (registry, shape) = self.parts();
+            for i in 0..nf {
+                let so = self.fields()[i].second_order_ref().expect("checked");
+                let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+                let mut rev = Reverse { registry, shape, grad: &mut hv };
+                let Seed { state, unknowns, inputs } = so.objective_hessian(&d, &mut rev)?;
+                add_into(&mut seeds.state[i], &state);
+                if !unknowns.is_empty() {
+                    seeds.unknowns[i] = unknowns;
+                }
+                for (p, x) in inputs {
+                    add_into(&mut seeds.inputs[i][p], &x);
+                }
+                if let Some(lambda) = &record.lambda[i] {
+                    let ov = so.second_order_vjp(lambda, &d, &mut rev)?;
+                    add_into(&mut seeds.state[i], &ov.state);
+                    for (p, x) in ov.inputs {
+                        add_into(&mut seeds.inputs[i][p], &x);
+                    }
+                }
+            }
+            for (k, t) in self.transfers().iter().enumerate() {
+                let Some(y_bar) = &record.y_bar[k] else { continue };
+                let i = t.from;
+                let so = self.fields()[i].second_order_ref().expect("checked");
+                let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+                let mut rev = Reverse { registry, shape, grad: &mut hv };
+                let ov = so.output_second_order_vjp(t.from_port, y_bar, &d, &mut rev)?;
+                add_into(&mut seeds.state[i], &ov.state);
+                for (p, x) in ov.inputs {
+                    add_into(&mut seeds.inputs[i][p], &x);
+                }
+            }
+        }
+        // 4. The second-order adjoint: the same reverse pass on those seeds.
+        self.reverse_stages(&mut seeds, &mut hv, &mut timings)?;
+        self.reverse_record = Some(record);
         Ok(hv)
     }
 
-    /// The directional derivative of the state (nodal) along a parameter direction `dir`
-    /// (flat, the order of [`ParamVector::all`]): one tangent-linear solve on the
-    /// factorization of the last solve.
-    pub fn tangent_flat(&mut self, dir: &[f64]) -> Result<Vec<f64>, RunError> {
-        let i = self.second_order_field()?;
+    /// The directional derivative of every field's state (nodal, by field in the order of
+    /// [`fields`](Self::fields)) along a parameter direction `dir` (flat, the order of
+    /// [`ParamVector::all`]): one tangent-linear solve per field or cycle, on the
+    /// factorizations of the last solve.
+    pub fn state_tangents(&mut self, dir: &[f64]) -> Result<Vec<Vec<f64>>, RunError> {
+        self.second_order_support()?;
         if !self.is_solved() {
             self.solve()?;
         }
         let d = shaped(self.registry(), dir)?;
-        let name = self.field_names()[i].clone();
-        let (registry, _, fields) = self.parts_and_fields();
-        let second = fields[i].second_order().ok_or_else(|| {
-            RunError::Setup(format!("the {name} field has no second-order products yet"))
+        Ok(self.tangents(&d)?.state)
+    }
+
+    /// The directional derivative of the state of field `name` along `dir` (flat, the order
+    /// of [`ParamVector::all`]); see [`state_tangents`](Self::state_tangents).
+    pub fn tangent_flat(&mut self, name: &str, dir: &[f64]) -> Result<Vec<f64>, RunError> {
+        let i = self.field_names().iter().position(|n| n == name).ok_or_else(|| {
+            RunError::Setup(format!(
+                "no {name} field; the problem has {}",
+                self.field_names().join(", ")
+            ))
         })?;
-        second.tangent(&d, registry)
+        Ok(self.state_tangents(dir)?.swap_remove(i))
     }
 
     /// [`hessian_vector`](Self::hessian_vector) on flat vectors in the order of

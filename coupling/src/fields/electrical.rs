@@ -17,8 +17,8 @@ use std::borrow::Cow;
 use std::time::Instant;
 
 use gradfem_electrical::{
-    ConductorSpec, ElectricalModel, TerminalFunctional, TerminalKind, TerminalSpec,
-    VjpRequest as ElVjpRequest,
+    ConductorSpec, ElectricalDirection, ElectricalModel, TerminalFunctional, TerminalKind,
+    TerminalSpec, VjpRequest as ElVjpRequest,
 };
 use gradfem_mesh::{CellId, Mesh};
 use gradfem_solvers::assembly::AssemblyPattern;
@@ -29,7 +29,9 @@ use serde::Serialize;
 
 use crate::cell::CellKernels;
 use crate::error::{LinearChoice, RunError};
-use crate::field::{Field, Layout, OutputVjp, Port, Reverse, Seed, SolveMode};
+use crate::field::{
+    Direction, Field, Layout, OutputVjp, Port, Reverse, SecondOrder, Seed, SolveMode,
+};
 
 /// One weighted terminal objective term.
 #[derive(Clone, Debug, PartialEq)]
@@ -341,6 +343,269 @@ impl ElectricalField {
     }
 }
 
+// ----- second order ----------------------------------------------------------------------
+
+impl ElectricalField {
+    /// The model direction of `dir`: σ₀ and α_R from the parameters, δφ from the state tangent
+    /// (empty: the prescribed part), δT from the temperature input's tangent.
+    fn electrical_direction(&self, dir: &Direction) -> ElectricalDirection {
+        let mut d = ElectricalDirection::zeros(&self.model);
+        for (id, b) in &self.bindings {
+            let v = dir.params.get(*id);
+            match *b {
+                EBinding::Sigma(c) => {
+                    for &e in &self.model.conductors[c].elements {
+                        d.sigma_elem[e] += v[0];
+                    }
+                }
+                EBinding::SigmaElem(c) => {
+                    for (&e, vi) in self.model.conductors[c].elements.iter().zip(v) {
+                        d.sigma_elem[e] += vi;
+                    }
+                }
+                EBinding::AlphaR(c) => d.alpha_r[c] += v[0],
+                EBinding::Current(_) | EBinding::Voltage(_) => {}
+            }
+        }
+        d.phi = if dir.state.is_empty() {
+            self.prescribed_tangent(dir.params)
+        } else {
+            dir.state.to_vec()
+        };
+        if let Some(dt) = dir.inputs.first().filter(|v| !v.is_empty()) {
+            d.temperature.copy_from_slice(dt);
+        }
+        d
+    }
+
+    /// δI of each current terminal along the parameters (zero where its current is not
+    /// registered).
+    fn current_direction(&self, params: &Gradient) -> Vec<f64> {
+        let mut di = vec![0.0; self.model.terminals.len()];
+        for (id, b) in &self.bindings {
+            if let EBinding::Current(k) = *b {
+                di[k] += params.get(*id)[0];
+            }
+        }
+        di
+    }
+
+    /// Add `coef` times a functional's partials (`ev`) to the unknowns' and temperature seeds
+    /// and to the gradient.
+    fn add_partials(
+        &self,
+        ev: &gradfem_electrical::TerminalFunctionalEval,
+        coef: f64,
+        u_bar: &mut [f64],
+        t_bar: &mut [f64],
+        grad: &mut Gradient,
+    ) {
+        u_bar.iter_mut().zip(&ev.d_unknowns).for_each(|(u, d)| *u += coef * d);
+        t_bar.iter_mut().zip(&ev.d_temperature).for_each(|(t, d)| *t += coef * d);
+        self.add_material(grad, &ev.d_sigma_elem, &ev.d_alpha_r, coef);
+        self.add_terminals(grad, &ev.d_current, &ev.d_voltage, coef);
+    }
+
+    /// Add `coef` times the Hessian of terminal `k`'s reaction current applied to `d` (a
+    /// voltage terminal's I = Σ over its nodes of the interior residual) to the seeds and the
+    /// gradient.
+    fn add_current_hessian(
+        &self,
+        k: usize,
+        coef: f64,
+        d: &ElectricalDirection,
+        u_bar: &mut [f64],
+        t_bar: &mut [f64],
+        grad: &mut Gradient,
+    ) -> Result<(), RunError> {
+        let term = &self.model.terminals[k];
+        if !term.is_voltage() {
+            return Ok(()); // a given current: a parameter, linear
+        }
+        let mut w = vec![0.0; self.model.n_nodes()];
+        for &n in &term.owned_nodes {
+            w[n] = 1.0;
+        }
+        let so = self.model.second_order_vjp(self.phi()?, self.temperature(), &w, d);
+        let scaled: Vec<f64> = so.phi.iter().map(|v| coef * v).collect();
+        u_bar.iter_mut().zip(self.model.unknowns_adjoint(&scaled)).for_each(|(u, v)| *u += v);
+        let dv = self.model.voltage_adjoint(&scaled);
+        self.add_terminals(grad, &vec![0.0; dv.len()], &dv, 1.0);
+        t_bar.iter_mut().zip(&so.temperature).for_each(|(t, v)| *t += coef * v);
+        self.add_material(grad, &so.sigma_elem, &so.alpha_r, coef);
+        Ok(())
+    }
+
+    /// δI of terminal `k` along `d` (and the current parameters' `di`).
+    fn current_tangent(
+        &self,
+        k: usize,
+        d: &ElectricalDirection,
+        di: &[f64],
+    ) -> Result<f64, RunError> {
+        let term = &self.model.terminals[k];
+        if !term.is_voltage() {
+            return Ok(di[k]);
+        }
+        let r = self.model.residual_jvp(self.phi()?, self.temperature(), d);
+        Ok(term.owned_nodes.iter().map(|&n| r[n]).sum())
+    }
+
+    /// δV of terminal `k` along the state tangent.
+    fn voltage_tangent(&self, k: usize, d: &ElectricalDirection) -> f64 {
+        let term = &self.model.terminals[k];
+        match term.kind {
+            TerminalKind::Ground => 0.0,
+            _ => term.owned_nodes.first().or(term.nodes.first()).map_or(0.0, |&n| d.phi[n]),
+        }
+    }
+}
+
+impl SecondOrder for ElectricalField {
+    fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64> {
+        let mut dphi = vec![0.0; self.model.n_nodes()];
+        for (id, b) in &self.bindings {
+            if let EBinding::Voltage(k) = *b {
+                let v = params.get(*id)[0];
+                for &n in &self.model.terminals[k].owned_nodes {
+                    dphi[n] += v;
+                }
+            }
+        }
+        dphi
+    }
+
+    fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
+        let d = self.electrical_direction(dir);
+        let nodal = self.model.residual_jvp(self.phi()?, self.temperature(), &d);
+        let mut r = self.model.unknowns_adjoint(&nodal);
+        // A current terminal's row carries −I.
+        for (k, di) in self.current_direction(dir.params).into_iter().enumerate() {
+            if let Some(u) = self.model.terminals[k].unknown {
+                r[u] -= di;
+            }
+        }
+        Ok(r)
+    }
+
+    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+        let prescribed = self.prescribed_tangent(params);
+        let dir = Direction { params, state: &prescribed, inputs };
+        let mut rhs = self.residual_jvp(&dir)?;
+        rhs.iter_mut().for_each(|v| *v = -*v);
+        if !rhs.is_empty() {
+            self.solver.solve_in_place(&mut rhs)?;
+        }
+        let mut dphi = self.model.nodal_from_unknowns(&rhs);
+        dphi.iter_mut().zip(&prescribed).for_each(|(a, b)| *a += b);
+        Ok(dphi)
+    }
+
+    fn output_jvp(&self, port: usize, dir: &Direction) -> Result<Vec<f64>, RunError> {
+        debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
+        let d = self.electrical_direction(dir);
+        Ok(self.model.joule_jvp(self.phi()?, self.temperature(), &d))
+    }
+
+    fn second_order_vjp(
+        &self,
+        lambda: &[f64],
+        dir: &Direction,
+        rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError> {
+        second_order_coordinates(rev)?;
+        let d = self.electrical_direction(dir);
+        let so = self.model.second_order_vjp(self.phi()?, self.temperature(), lambda, &d);
+        // −(∂R/∂I) = 1 is constant: a current parameter has no second-order term.
+        self.add_material(rev.grad, &so.sigma_elem, &so.alpha_r, -1.0);
+        let inputs = if self.temperature.is_some() {
+            vec![(0, so.temperature.into_iter().map(|v| -v).collect())]
+        } else {
+            Vec::new()
+        };
+        Ok(OutputVjp { state: so.phi.into_iter().map(|v| -v).collect(), inputs })
+    }
+
+    fn output_second_order_vjp(
+        &self,
+        port: usize,
+        y_bar: &[f64],
+        dir: &Direction,
+        rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError> {
+        debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
+        second_order_coordinates(rev)?;
+        let d = self.electrical_direction(dir);
+        let js = self.model.joule_second_order_vjp(self.phi()?, self.temperature(), y_bar, &d);
+        self.add_material(rev.grad, &js.sigma_elem, &js.alpha_r, 1.0);
+        let inputs =
+            if self.temperature.is_some() { vec![(0, js.temperature)] } else { Vec::new() };
+        Ok(OutputVjp { state: js.phi, inputs })
+    }
+
+    fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
+        second_order_coordinates(rev)?;
+        if self.objective.is_empty() {
+            return Ok(Seed::default());
+        }
+        let phi = self.phi()?;
+        let t = self.temperature();
+        let d = self.electrical_direction(dir);
+        let di = self.current_direction(dir.params);
+        let mut u_bar = vec![0.0; self.model.n_unknowns()];
+        let mut t_bar = vec![0.0; self.model.n_nodes()];
+        let m = &self.model;
+        for term in &self.objective {
+            let w = term.weight;
+            match &term.functional {
+                // Linear in the potential and the parameters.
+                TerminalFunctional::Voltage { .. } => {}
+                TerminalFunctional::Current { terminal } => {
+                    let k = m.terminal_index(terminal)?;
+                    self.add_current_hessian(k, w, &d, &mut u_bar, &mut t_bar, rev.grad)?;
+                }
+                TerminalFunctional::Resistance { drive, reference } => {
+                    // f = ΔV/I: d/dε ∇f = (−δI/I²)∇ΔV + (−δΔV/I² + 2ΔV δI/I³)∇I − (ΔV/I²)H_I δ.
+                    let (kd, kr) = (m.terminal_index(drive)?, m.terminal_index(reference)?);
+                    let current =
+                        |name: &str| TerminalFunctional::Current { terminal: name.into() };
+                    let voltage =
+                        |name: &str| TerminalFunctional::Voltage { terminal: name.into() };
+                    let eval = |f: &TerminalFunctional| {
+                        gradfem_electrical::functional::evaluate(m, f, phi, t, false)
+                    };
+                    let ei = eval(&current(drive))?;
+                    let (evd, evr) = (eval(&voltage(drive))?, eval(&voltage(reference))?);
+                    let i = ei.value;
+                    let dv = evd.value - evr.value;
+                    let di_k = self.current_tangent(kd, &d, &di)?;
+                    let ddv = self.voltage_tangent(kd, &d) - self.voltage_tangent(kr, &d);
+                    let c_v = -w * di_k / (i * i);
+                    let c_i = w * (-ddv / (i * i) + 2.0 * dv * di_k / (i * i * i));
+                    self.add_partials(&evd, c_v, &mut u_bar, &mut t_bar, rev.grad);
+                    self.add_partials(&evr, -c_v, &mut u_bar, &mut t_bar, rev.grad);
+                    self.add_partials(&ei, c_i, &mut u_bar, &mut t_bar, rev.grad);
+                    let c_h = -w * dv / (i * i);
+                    self.add_current_hessian(kd, c_h, &d, &mut u_bar, &mut t_bar, rev.grad)?;
+                }
+            }
+        }
+        let inputs = if t.is_some() { vec![(0, t_bar)] } else { Vec::new() };
+        Ok(Seed { state: Vec::new(), unknowns: u_bar, inputs })
+    }
+}
+
+/// Second-order products hold the node coordinates: refuse a shape parameter.
+fn second_order_coordinates(rev: &Reverse) -> Result<(), RunError> {
+    if rev.wants_coordinates() {
+        return Err(setup(
+            "electrical: Hessian-vector products with respect to node coordinates (shape \
+             parameters) are not available yet",
+        ));
+    }
+    Ok(())
+}
+
 impl Field for ElectricalField {
     fn name(&self) -> &str {
         "electrical"
@@ -615,6 +880,14 @@ impl Field for ElectricalField {
         }
         let inputs = if t.is_some() { vec![(0, jv.temperature)] } else { Vec::new() };
         Ok(OutputVjp { state: jv.phi, inputs })
+    }
+
+    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+        Some(self)
+    }
+
+    fn second_order_ref(&self) -> Option<&dyn SecondOrder> {
+        Some(self)
     }
 
     fn cell_kernels(&self) -> Option<Box<dyn CellKernels + '_>> {

@@ -24,8 +24,8 @@ use serde::Serialize;
 use crate::cell::CellKernels;
 use crate::error::{LinearChoice, RunError};
 use crate::field::{
-    CyclePlan, Dynamic, Field, Layout, Port, Reverse, SecondOrder, Seed, SolveMode, StepChoice,
-    StepInfo,
+    CyclePlan, Direction, Dynamic, Field, Layout, OutputVjp, Port, Reverse, SecondOrder, Seed,
+    SolveMode, StepChoice, StepInfo,
 };
 use crate::fields::thermal_transient::ThermalTransient;
 
@@ -524,7 +524,7 @@ impl ThermalField {
         }
     }
 
-    /// Refuse what the second-order products do not cover yet.
+    /// Refuse what the second-order products do not cover yet; the solved temperature.
     fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
         if self.transient.is_some() {
             return Err(RunError::Setup(
@@ -540,65 +540,96 @@ impl ThermalField {
                     .into(),
             ));
         }
-        if self.model.external_source().is_some() {
-            return Err(RunError::Setup(
-                "thermal: Hessian-vector products of a thermal field fed by another field \
-                 (Joule heat) are not available yet"
-                    .into(),
-            ));
-        }
-        self.temperature.as_deref().ok_or_else(|| RunError::Setup("solve first".into()))
+        self.temperature.as_deref().ok_or_else(|| RunError::Setup("thermal: solve first".into()))
     }
 
-    /// The tangent δT (every node) along the model direction `d` whose temperature part holds
-    /// the fixed nodes' changes: K δu = −(dR/dε) on the free rows, fixed nodes as given.
-    fn tangent_of(
-        &mut self,
+    /// The model direction of `params` with the state tangent `state` (empty: the prescribed
+    /// part only).
+    fn direction_with_state(
+        &self,
+        params: &Gradient,
+        state: &[f64],
+    ) -> gradfem_thermal::ThermalDirection {
+        let mut d = self.thermal_direction(params);
+        if !state.is_empty() {
+            d.temperature.copy_from_slice(state);
+        }
+        d
+    }
+
+    /// dR/dε at every node along `d` and the source tangent `dq` (per point; empty: zero).
+    fn nodal_residual_jvp(
+        &self,
         t: &[f64],
         d: &gradfem_thermal::ThermalDirection,
-    ) -> Result<Vec<f64>, RunError> {
-        let jvp = self.model.residual_jvp(t, d);
+        dq: &[f64],
+    ) -> Vec<f64> {
+        let mut jvp = self.model.residual_jvp(t, d);
+        if !dq.is_empty() && self.model.external_source().is_some() {
+            add_into(&mut jvp, &self.model.external_source_jvp(dq));
+        }
+        jvp
+    }
+}
+
+fn add_into(acc: &mut [f64], v: &[f64]) {
+    acc.iter_mut().zip(v).for_each(|(a, b)| *a += b);
+}
+
+fn input_or_empty(inputs: &[Vec<f64>], port: usize) -> &[f64] {
+    inputs.get(port).map_or(&[], |v| v.as_slice())
+}
+
+impl SecondOrder for ThermalField {
+    fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64> {
+        self.thermal_direction(params).temperature
+    }
+
+    fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
+        let t = self.check_second_order(false)?;
+        let d = self.direction_with_state(dir.params, dir.state);
+        Ok(self.model.dofs.gather(&self.nodal_residual_jvp(t, &d, input_or_empty(dir.inputs, 0))))
+    }
+
+    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+        let t = self.check_second_order(false)?.to_vec();
+        let d = self.thermal_direction(params);
+        let jvp = self.nodal_residual_jvp(&t, &d, input_or_empty(inputs, 0));
         let mut rhs = self.model.dofs.gather(&jvp);
         rhs.iter_mut().for_each(|v| *v = -*v);
         if !rhs.is_empty() {
             self.solver.solve_in_place(&mut rhs)?;
         }
-        let mut dt = d.temperature.clone();
+        let mut dt = d.temperature;
         self.model.dofs.scatter(&rhs, &mut dt);
         Ok(dt)
     }
-}
 
-impl SecondOrder for ThermalField {
-    fn tangent(&mut self, dir: &Gradient, _registry: &ParamRegistry) -> Result<Vec<f64>, RunError> {
-        let t = self.check_second_order(false)?.to_vec();
-        let d = self.thermal_direction(dir);
-        self.tangent_of(&t, &d)
+    fn second_order_vjp(
+        &self,
+        lambda: &[f64],
+        dir: &Direction,
+        rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError> {
+        // The residual is linear in the external source with coefficients that depend on the
+        // coordinates alone: no input terms.
+        let t = self.check_second_order(rev.wants_coordinates())?;
+        let d = self.direction_with_state(dir.params, dir.state);
+        let (s_t, s_p) = self.model.second_order_vjp(t, lambda, &d);
+        self.subtract_parameter_products(&s_p, None, rev.grad);
+        Ok(OutputVjp { state: s_t.into_iter().map(|v| -v).collect(), inputs: Vec::new() })
     }
 
-    fn hessian_vector(&mut self, dir: &Gradient, rev: &mut Reverse) -> Result<(), RunError> {
-        // With L = J − λᵀR and Kᵀλ = ∂J/∂T, the gradient is ∂J/∂p − (∂R/∂p)ᵀλ; along the
-        // direction: K δT = −dR/dε, Kᵀ δλ = (∂²J/∂T²)δT − d/dε[(∂R/∂T)ᵀλ], and
-        // H·δp = −d/dε[(∂R/∂p)ᵀλ] − (∂R/∂p)ᵀδλ (+ the fixed temperatures' rows).
-        let t = self.check_second_order(rev.wants_coordinates())?.to_vec();
-        let t_bar = self.evaluate_objective(false)?.d_temperature;
-        let lambda = self.adjoint_solve_nodal(&t_bar)?;
-        let mut d = self.thermal_direction(dir);
-        d.temperature = self.tangent_of(&t, &d)?;
-        let (s_t, s_p) = self.model.second_order_vjp(&t, &lambda, &d);
-        let mut rhs2 = gradfem_thermal::objective::hessian_product(
+    fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
+        // The objective terms depend on the temperature alone (and the coordinates, held).
+        let t = self.check_second_order(rev.wants_coordinates())?;
+        let state = gradfem_thermal::objective::hessian_product(
             &self.model,
             &self.objective,
-            &t,
-            &d.temperature,
+            t,
+            dir.state,
         )?;
-        rhs2.iter_mut().zip(&s_t).for_each(|(r, s)| *r -= s);
-        let dlambda = self.adjoint_solve_nodal(&rhs2)?;
-        // −(∂R/∂p)ᵀδλ and the fixed temperatures' rows, as the first-order accumulation does.
-        self.accumulate(&dlambda, &rhs2, rev, &[])?;
-        // −d/dε[(∂R/∂p)ᵀλ] (its fixed-temperature rows are in rhs2, taken above).
-        self.subtract_parameter_products(&s_p, None, rev.grad);
-        Ok(())
+        Ok(Seed { state, ..Seed::default() })
     }
 }
 
@@ -881,12 +912,12 @@ impl Field for ThermalField {
         if self.transient.is_some() { Some(self as &mut dyn Dynamic) } else { None }
     }
 
-    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+    fn second_order_ref(&self) -> Option<&dyn SecondOrder> {
         Some(self)
     }
 
-    fn has_second_order(&self) -> bool {
-        true
+    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+        Some(self)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -9,6 +9,7 @@
 pub mod functional;
 pub mod law;
 pub mod model;
+pub mod second_order;
 
 pub use functional::{TerminalFunctional, TerminalFunctionalEval};
 pub use law::{ResistivityLaw, conductivity, current_density, joule_heat};
@@ -16,3 +17,4 @@ pub use model::{
     CONSTRAINED, ConductorSpec, ElectricalError, ElectricalModel, ElectricalVjp, JouleVjp,
     TerminalKind, TerminalSpec, VjpRequest,
 };
+pub use second_order::{ElectricalDirection, ElectricalSecondOrder};

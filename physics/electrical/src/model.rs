@@ -67,7 +67,7 @@ use gradfem_kernel::generic;
 pub const CONSTRAINED: usize = usize::MAX;
 
 /// Largest number of nodes of a supported cell (Hex27).
-const MAX_NODES: usize = 27;
+pub(crate) const MAX_NODES: usize = 27;
 
 fn default_law() -> ResistivityLaw {
     ResistivityLaw::Constant
@@ -367,15 +367,15 @@ impl ResidualProducts {
 const PRODUCTS_WIDTH: usize = 5;
 
 /// Per-point quantities of a volume element at a quadrature point.
-struct PointState {
+pub(crate) struct PointState {
     /// det J · weight.
-    w: f64,
+    pub(crate) w: f64,
     /// σ, ∂σ/∂T, ∂σ/∂α_R, σ/σ₀ (= 1/m).
-    sigma: f64,
-    dsigma_dt: f64,
-    dsigma_da: f64,
-    inv_m: f64,
-    grad_phi: [f64; 3],
+    pub(crate) sigma: f64,
+    pub(crate) dsigma_dt: f64,
+    pub(crate) dsigma_da: f64,
+    pub(crate) inv_m: f64,
+    pub(crate) grad_phi: [f64; 3],
 }
 
 impl ElectricalModel {
@@ -948,7 +948,7 @@ impl ElectricalModel {
     }
 
     /// Loop over the quadrature points of volume element `e`: `f(q, shape, grads, state)`.
-    fn for_points(
+    pub(crate) fn for_points(
         &self,
         e: usize,
         phi: &[f64],

@@ -968,6 +968,43 @@ impl ThermalModel {
         self.external_source = source;
     }
 
+    /// (∂R/∂Q) δQ at every node for a change `dq` of the external source (one value per
+    /// quadrature point): −Σ_q w_q det J N_a(x_q) δQ_q, the forward of
+    /// [`external_source_vjp`](Self::external_source_vjp).
+    pub fn external_source_jvp(&self, dq: &[f64]) -> Vec<f64> {
+        let locals: Vec<[f64; MAX_NODES]> = (0..self.n_volume)
+            .into_par_iter()
+            .map(|e| {
+                let blk = &self.blocks[self.elem_block[e] as usize];
+                let nn = self.element_nodes(e).len();
+                let x = self.element_coords(e);
+                let mut g = [[0.0; 3]; MAX_NODES];
+                let mut out = [0.0; MAX_NODES];
+                let o = self.qp_offsets[e];
+                for q in 0..blk.table.n_points() {
+                    let det = geometry::physical_gradients_into(
+                        3,
+                        blk.table.grad(q),
+                        &x[..nn],
+                        &mut g[..nn],
+                    );
+                    let c = blk.table.weights[q] * det * dq[o + q];
+                    for (oa, na) in out.iter_mut().zip(blk.table.shape(q)) {
+                        *oa -= c * na;
+                    }
+                }
+                out
+            })
+            .collect();
+        let mut total = vec![0.0; self.n_nodes()];
+        for (e, l) in locals.iter().enumerate() {
+            for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                total[n] += l[a];
+            }
+        }
+        total
+    }
+
     /// λᵀ ∂R/∂Q_q for every quadrature point q of the volume elements: −w_q det J λ(x_q), the
     /// reverse of handing a per-point source to this field.
     pub fn external_source_vjp(&self, lambda: &[f64]) -> Vec<f64> {

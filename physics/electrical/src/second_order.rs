@@ -1,0 +1,706 @@
+//! Second-order products of the electrical residual and of the Joule heat, for tangent-linear
+//! solves and Hessian-vector products by the second-order adjoint.
+//!
+//! On volume element e the residual r(φₑ, Tₑ, σ₀ₑ, α_R) and the Joule heat at its points
+//! Q(φₑ, Tₑ, σ₀ₑ, α_R) depend on the element's nodal potentials and temperatures and on its
+//! conductor's σ₀ and α_R. Along a direction δv of those variables:
+//!
+//! - [`ElectricalModel::residual_jvp`] and [`ElectricalModel::joule_jvp`] give dr/dε and dQ/dε
+//!   (the right-hand side of a tangent-linear solve, and the tangent of the Joule heat handed
+//!   to the thermal field);
+//! - [`ElectricalModel::second_order_vjp`] gives d/dε of every vector-Jacobian product of the
+//!   residual with a fixed λ (∂/∂v of λᵀ dr/dε), and
+//!   [`ElectricalModel::joule_second_order_vjp`] the same for the Joule heat with a fixed seed
+//!   Q̄ per point.
+//!
+//! Everything comes from dual numbers over the generic element kernels
+//! ([`ElectricalModel::element_residual_generic`] and the Joule heat's), so every resistivity
+//! law is differentiated exactly: `Dual64` for the directional derivatives, `HyperDual64` (one
+//! pass per element variable) for the second derivatives. Node coordinates are not a direction
+//! here.
+
+use num_dual::{Dual64, DualNum, HyperDual64};
+use rayon::prelude::*;
+
+use crate::model::{ElectricalModel, MAX_NODES as MAX};
+
+/// σ at a point with its derivatives in (σ₀, T, α_R) (see `point_conductivity`).
+#[derive(Clone, Copy, Debug, Default)]
+struct PointSigma {
+    sigma: f64,
+    /// ∂σ/∂(σ₀, T, α_R).
+    grad: [f64; 3],
+    /// δσ along the direction.
+    delta: f64,
+    /// ∂δσ/∂(σ₀, T, α_R).
+    delta_grad: [f64; 3],
+}
+
+fn dot(a: [f64; 3], b: [f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
+/// A direction in the electrical model's variables.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElectricalDirection {
+    /// δφ at every node (the nodes of voltage terminals included: a terminal voltage that
+    /// changes moves them).
+    pub phi: Vec<f64>,
+    /// δT at every node (zero without a temperature field).
+    pub temperature: Vec<f64>,
+    /// δσ₀ per volume element.
+    pub sigma_elem: Vec<f64>,
+    /// δα_R per conductor (read for conductors with the linear law only).
+    pub alpha_r: Vec<f64>,
+}
+
+impl ElectricalDirection {
+    /// The zero direction of `model`.
+    pub fn zeros(model: &ElectricalModel) -> Self {
+        ElectricalDirection {
+            phi: vec![0.0; model.n_nodes()],
+            temperature: vec![0.0; model.n_nodes()],
+            sigma_elem: vec![0.0; model.n_volume_elements()],
+            alpha_r: vec![0.0; model.conductors.len()],
+        }
+    }
+}
+
+/// d/dε of the vector-Jacobian products of the residual (or of the Joule heat) with a fixed
+/// seed: per node for φ and T, per volume element for σ₀, per conductor for α_R.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElectricalSecondOrder {
+    /// d/dε (∂·/∂φ)ᵀ λ at every node.
+    pub phi: Vec<f64>,
+    /// d/dε (∂·/∂T)ᵀ λ at every node (zero without a temperature field).
+    pub temperature: Vec<f64>,
+    /// d/dε λᵀ ∂·/∂σ₀ per volume element.
+    pub sigma_elem: Vec<f64>,
+    /// d/dε λᵀ ∂·/∂α_R per conductor.
+    pub alpha_r: Vec<f64>,
+}
+
+/// What an element's scalar is made of: the residual weighted by λ at its nodes, or the Joule
+/// heat weighted by Q̄ at its points.
+#[derive(Clone, Copy)]
+enum Weighted<'a> {
+    Residual(&'a [f64]),
+    Joule(&'a [f64]),
+}
+
+/// The element variables (value, direction): nodal φ, nodal T (when present), σ₀, α_R.
+struct ElementVariables {
+    values: Vec<f64>,
+    direction: Vec<f64>,
+    nn: usize,
+    with_t: bool,
+}
+
+impl ElectricalModel {
+    fn element_variables(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+    ) -> ElementVariables {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let c = self.element_conductor(e);
+        let law = &self.conductors[c].law;
+        let mut values = Vec::with_capacity(2 * nn + 2);
+        let mut direction = Vec::with_capacity(2 * nn + 2);
+        for &n in nodes {
+            values.push(phi[n]);
+            direction.push(dir.phi[n]);
+        }
+        if let Some(t) = t {
+            for &n in nodes {
+                values.push(t[n]);
+                direction.push(dir.temperature[n]);
+            }
+        }
+        values.push(self.sigma_elem[e]);
+        direction.push(dir.sigma_elem[e]);
+        let alpha = law.alpha_r();
+        values.push(alpha.unwrap_or(0.0));
+        direction.push(if alpha.is_some() { dir.alpha_r[c] } else { 0.0 });
+        ElementVariables { values, direction, nn, with_t: t.is_some() }
+    }
+
+    /// The element's residual (nn values) or Joule heat (one per point) at variables `v`.
+    fn element_outputs<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        e: usize,
+        v: &[D],
+        nn: usize,
+        with_t: bool,
+        joule: bool,
+        out: &mut [D],
+    ) {
+        let x: Vec<[D; 3]> =
+            self.element_nodes(e).iter().map(|&n| self.coords[n].map(D::from)).collect();
+        let phi_e = &v[..nn];
+        let t_e = with_t.then(|| &v[nn..2 * nn]);
+        let (sigma0, alpha_r) = (v[v.len() - 2], v[v.len() - 1]);
+        if joule {
+            self.joule_heat_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
+        } else {
+            self.element_residual_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
+        }
+    }
+
+    fn n_points(&self, e: usize) -> usize {
+        self.qp_offsets()[e + 1] - self.qp_offsets()[e]
+    }
+
+    /// [`residual_jvp`](Self::residual_jvp) by dual numbers over the generic kernel (the
+    /// reference the closed form is tested against).
+    pub fn residual_jvp_dual(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+    ) -> Vec<f64> {
+        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let ev = self.element_variables(e, phi, t, dir);
+                let v: Vec<Dual64> =
+                    ev.values.iter().zip(&ev.direction).map(|(&a, &d)| Dual64::new(a, d)).collect();
+                let mut r = vec![Dual64::from(0.0); ev.nn];
+                self.element_outputs(e, &v, ev.nn, ev.with_t, false, &mut r);
+                r.iter().map(|r| r.eps).collect()
+            })
+            .collect();
+        let mut out = vec![0.0; self.n_nodes()];
+        for (e, local) in per_element.iter().enumerate() {
+            for (&n, v) in self.element_nodes(e).iter().zip(local) {
+                out[n] += v;
+            }
+        }
+        out
+    }
+
+    /// [`joule_jvp`](Self::joule_jvp) by dual numbers over the generic kernel.
+    pub fn joule_jvp_dual(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+    ) -> Vec<f64> {
+        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let ev = self.element_variables(e, phi, t, dir);
+                let v: Vec<Dual64> =
+                    ev.values.iter().zip(&ev.direction).map(|(&a, &d)| Dual64::new(a, d)).collect();
+                let mut q = vec![Dual64::from(0.0); self.n_points(e)];
+                self.element_outputs(e, &v, ev.nn, ev.with_t, true, &mut q);
+                q.iter().map(|q| q.eps).collect()
+            })
+            .collect();
+        per_element.concat()
+    }
+
+    /// d/dε of the residual's vector-Jacobian products with `lambda` (every node; the current
+    /// terminals' nodes carry their unknown's value) held fixed, along `dir`.
+    pub fn second_order_vjp(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        lambda: &[f64],
+        dir: &ElectricalDirection,
+    ) -> ElectricalSecondOrder {
+        self.closed_form_products(phi, t, Weighted::Residual(lambda), dir)
+    }
+
+    /// d/dε of the Joule heat's vector-Jacobian products with the seed `q_bar` (one value per
+    /// point) held fixed, along `dir`.
+    pub fn joule_second_order_vjp(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        q_bar: &[f64],
+        dir: &ElectricalDirection,
+    ) -> ElectricalSecondOrder {
+        self.closed_form_products(phi, t, Weighted::Joule(q_bar), dir)
+    }
+
+    /// [`second_order_vjp`](Self::second_order_vjp) by hyper-dual numbers over the generic
+    /// kernel, one pass per element variable (the reference of the closed form).
+    pub fn second_order_vjp_dual(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        lambda: &[f64],
+        dir: &ElectricalDirection,
+    ) -> ElectricalSecondOrder {
+        self.second_order_products(phi, t, Weighted::Residual(lambda), dir)
+    }
+
+    /// [`joule_second_order_vjp`](Self::joule_second_order_vjp) by hyper-dual numbers.
+    pub fn joule_second_order_vjp_dual(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        q_bar: &[f64],
+        dir: &ElectricalDirection,
+    ) -> ElectricalSecondOrder {
+        self.second_order_products(phi, t, Weighted::Joule(q_bar), dir)
+    }
+
+    fn second_order_products(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        weights: Weighted,
+        dir: &ElectricalDirection,
+    ) -> ElectricalSecondOrder {
+        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let ev = self.element_variables(e, phi, t, dir);
+                let (w, joule): (Vec<f64>, bool) = match weights {
+                    Weighted::Residual(l) => {
+                        (self.element_nodes(e).iter().map(|&n| l[n]).collect(), false)
+                    }
+                    Weighted::Joule(q) => {
+                        let o = self.qp_offsets()[e];
+                        (q[o..o + self.n_points(e)].to_vec(), true)
+                    }
+                };
+                if w.iter().all(|&v| v == 0.0) {
+                    return vec![0.0; ev.values.len()];
+                }
+                let m = ev.values.len();
+                let mut out = vec![0.0; m];
+                let mut buf = vec![HyperDual64::from(0.0); w.len()];
+                for (i, o) in out.iter_mut().enumerate() {
+                    let v: Vec<HyperDual64> = (0..m)
+                        .map(|j| {
+                            let unit = if i == j { 1.0 } else { 0.0 };
+                            HyperDual64::new(ev.values[j], ev.direction[j], unit, 0.0)
+                        })
+                        .collect();
+                    self.element_outputs(e, &v, ev.nn, ev.with_t, joule, &mut buf);
+                    *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
+                }
+                out
+            })
+            .collect();
+        let mut res = ElectricalSecondOrder {
+            phi: vec![0.0; self.n_nodes()],
+            temperature: vec![0.0; self.n_nodes()],
+            sigma_elem: vec![0.0; self.n_volume_elements()],
+            alpha_r: vec![0.0; self.conductors.len()],
+        };
+        for (e, local) in per_element.iter().enumerate() {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            for (a, &n) in nodes.iter().enumerate() {
+                res.phi[n] += local[a];
+                if t.is_some() {
+                    res.temperature[n] += local[nn + a];
+                }
+            }
+            let m = local.len();
+            res.sigma_elem[e] += local[m - 2];
+            res.alpha_r[self.element_conductor(e)] += local[m - 1];
+        }
+        res
+    }
+
+    /// σ at a point of element `e` and its derivatives in (σ₀, T, α_R): the gradient, the
+    /// directional derivative δσ along `d3` and that derivative's gradient, exact for every
+    /// resistivity law (hyper-dual numbers over σ = σ₀/m(T, α_R), three passes of a scalar
+    /// function).
+    fn point_conductivity(&self, e: usize, tq: f64, with_t: bool, d3: [f64; 3]) -> PointSigma {
+        let cond = &self.conductors[self.element_conductor(e)];
+        let v = [self.sigma_elem[e], tq, cond.law.alpha_r().unwrap_or(0.0)];
+        let mut out = PointSigma::default();
+        for k in 0..3 {
+            if k == 1 && !with_t {
+                continue; // T is the reference, not a variable
+            }
+            let x: [HyperDual64; 3] = std::array::from_fn(|j| {
+                HyperDual64::new(v[j], d3[j], if j == k { 1.0 } else { 0.0 }, 0.0)
+            });
+            let s = crate::law::conductivity(x[0], &cond.law, cond.t_ref, x[2], x[1]);
+            out.sigma = s.re;
+            out.delta = s.eps1;
+            out.grad[k] = s.eps2;
+            out.delta_grad[k] = s.eps1eps2;
+        }
+        out
+    }
+
+    /// The closed forms of the second-order products on the volume elements. With
+    /// δσ = ∇σ·(δσ₀, δT, δα) at a point and ∇δφ, ∇λ, ∇φ there, for the residual
+    /// (L = ∫ σ ∇λ·∇φ): ∂dL/∂φ_b = ∫ δσ ∇λ·∇N_b, ∂dL/∂T_b = ∫ (∂δσ/∂T ∇λ·∇φ + σ_T ∇λ·∇δφ) N_b,
+    /// and ∂dL/∂s = ∫ ∂δσ/∂s ∇λ·∇φ + σ_s ∇λ·∇δφ for s = σ₀, α_R; for the Joule heat
+    /// (L = Σ_q Q̄_q σ|∇φ|²) the same with 2∇φ in place of ∇λ and the φ terms
+    /// 2 Q̄ (δσ ∇φ + σ ∇δφ)·∇N_b.
+    fn closed_form_products(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        weights: Weighted,
+        dir: &ElectricalDirection,
+    ) -> ElectricalSecondOrder {
+        let with_t = t.is_some();
+        let per_element: Vec<[f64; 2 * MAX + 2]> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let mut out = [0.0; 2 * MAX + 2];
+                let nodes = self.element_nodes(e);
+                let nn = nodes.len();
+                let lam: Option<Vec<f64>> = match weights {
+                    Weighted::Residual(l) => {
+                        let v: Vec<f64> = nodes.iter().map(|&n| l[n]).collect();
+                        if v.iter().all(|&x| x == 0.0) {
+                            return out;
+                        }
+                        Some(v)
+                    }
+                    Weighted::Joule(_) => None,
+                };
+                let o = self.qp_offsets()[e];
+                let c = self.element_conductor(e);
+                let d_alpha =
+                    if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
+                let (mut d_sigma0, mut d_alpha_r) = (0.0, 0.0);
+                self.for_points(e, phi, t, |q, n, g, s| {
+                    let (tq, dtq) = match t {
+                        Some(t) => (
+                            (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
+                            (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
+                        ),
+                        None => (self.conductors[c].t_ref, 0.0),
+                    };
+                    let ps =
+                        self.point_conductivity(e, tq, with_t, [dir.sigma_elem[e], dtq, d_alpha]);
+                    let gp = s.grad_phi;
+                    let mut gd = [0.0; 3];
+                    for a in 0..nn {
+                        for k in 0..3 {
+                            gd[k] += g[a][k] * dir.phi[nodes[a]];
+                        }
+                    }
+                    // (weight, the vector paired with ∇N_b in the φ rows, the scalar the
+                    // conductivity multiplies, its derivative along the direction)
+                    let (wq, row, base, dbase) = match (&lam, weights) {
+                        (Some(l), _) => {
+                            let mut gl = [0.0; 3];
+                            for a in 0..nn {
+                                for k in 0..3 {
+                                    gl[k] += g[a][k] * l[a];
+                                }
+                            }
+                            let row = gl.map(|v| ps.delta * v);
+                            (s.w, row, dot(gl, gp), dot(gl, gd))
+                        }
+                        (None, Weighted::Joule(qb)) => {
+                            let row: [f64; 3] = std::array::from_fn(|k| {
+                                2.0 * (ps.delta * gp[k] + ps.sigma * gd[k])
+                            });
+                            (qb[o + q], row, dot(gp, gp), 2.0 * dot(gp, gd))
+                        }
+                        (None, Weighted::Residual(_)) => unreachable!("λ gathered above"),
+                    };
+                    if wq == 0.0 {
+                        return;
+                    }
+                    for b in 0..nn {
+                        out[b] += wq * dot(row, g[b]);
+                        if with_t {
+                            out[MAX + b] +=
+                                wq * (ps.delta_grad[1] * base + ps.grad[1] * dbase) * n[b];
+                        }
+                    }
+                    d_sigma0 += wq * (ps.delta_grad[0] * base + ps.grad[0] * dbase);
+                    d_alpha_r += wq * (ps.delta_grad[2] * base + ps.grad[2] * dbase);
+                });
+                out[2 * MAX] = d_sigma0;
+                out[2 * MAX + 1] = d_alpha_r;
+                out
+            })
+            .collect();
+        let mut res = ElectricalSecondOrder {
+            phi: vec![0.0; self.n_nodes()],
+            temperature: vec![0.0; self.n_nodes()],
+            sigma_elem: vec![0.0; self.n_volume_elements()],
+            alpha_r: vec![0.0; self.conductors.len()],
+        };
+        for (e, local) in per_element.iter().enumerate() {
+            for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                res.phi[n] += local[a];
+                res.temperature[n] += local[MAX + a];
+            }
+            res.sigma_elem[e] += local[2 * MAX];
+            res.alpha_r[self.element_conductor(e)] += local[2 * MAX + 1];
+        }
+        res
+    }
+
+    /// dr/dε at every node: the residual's directional derivative
+    /// dr_a = ∫ δσ ∇N_a·∇φ + σ ∇N_a·∇δφ (rows of the terminals' nodes included; the caller
+    /// keeps the rows it solves for). Volume elements only: a current terminal's −I row is the
+    /// caller's.
+    pub fn residual_jvp(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+    ) -> Vec<f64> {
+        let per_element: Vec<[f64; MAX]> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let mut out = [0.0; MAX];
+                self.point_tangents(e, phi, t, dir, |_, _, g, s, delta, gd| {
+                    let j: [f64; 3] =
+                        std::array::from_fn(|k| delta * s.grad_phi[k] + s.sigma * gd[k]);
+                    for (o, gb) in out.iter_mut().zip(g) {
+                        *o += s.w * dot(j, *gb);
+                    }
+                });
+                out
+            })
+            .collect();
+        let mut total = vec![0.0; self.n_nodes()];
+        for (e, l) in per_element.iter().enumerate() {
+            for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                total[n] += l[a];
+            }
+        }
+        total
+    }
+
+    /// dQ/dε = δσ|∇φ|² + 2σ∇φ·∇δφ at every quadrature point (the layout of
+    /// [`joule_heat_qp`](Self::joule_heat_qp)).
+    pub fn joule_jvp(&self, phi: &[f64], t: Option<&[f64]>, dir: &ElectricalDirection) -> Vec<f64> {
+        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let mut out = vec![0.0; self.n_points(e)];
+                self.point_tangents(e, phi, t, dir, |q, _, _, s, delta, gd| {
+                    let gp = s.grad_phi;
+                    out[q] = delta * dot(gp, gp) + 2.0 * s.sigma * dot(gp, gd);
+                });
+                out
+            })
+            .collect();
+        per_element.concat()
+    }
+
+    /// Loop over the points of volume element `e` with δσ and ∇δφ along `dir`.
+    fn point_tangents(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+        mut f: impl FnMut(usize, &[f64], &[[f64; 3]], &crate::model::PointState, f64, [f64; 3]),
+    ) {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let c = self.element_conductor(e);
+        let law = &self.conductors[c].law;
+        let d_alpha = if law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
+        let d_sigma0 = dir.sigma_elem[e];
+        self.for_points(e, phi, t, |q, n, g, s| {
+            let dtq: f64 = if t.is_some() {
+                (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum()
+            } else {
+                0.0
+            };
+            let delta = s.inv_m * d_sigma0 + s.dsigma_dt * dtq + s.dsigma_da * d_alpha;
+            let mut gd = [0.0; 3];
+            for a in 0..nn {
+                for k in 0..3 {
+                    gd[k] += g[a][k] * dir.phi[nodes[a]];
+                }
+            }
+            f(q, n, g, s, delta, gd);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::law::ResistivityLaw;
+    use crate::model::{ConductorSpec, TerminalKind, TerminalSpec};
+    use gradfem_mesh::CellType;
+    use gradfem_mesh::generate::{BoxSpec, box_mesh};
+
+    /// A bar with a linear ρ(T), 0.3 V across it, and a non-uniform temperature.
+    fn bar() -> (ElectricalModel, Vec<f64>, Vec<f64>) {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1e-3, 2e-4, 1e-4],
+            divisions: [4, 2, 1],
+            cell_type: CellType::Tet4,
+        });
+        let law = ResistivityLaw::Linear { alpha_r: 1.2e-3 };
+        let conductor = ConductorSpec::with_resistivity("domain", 2e-5, law, 300.0);
+        let terminals = [
+            TerminalSpec { group: "xmin".into(), kind: TerminalKind::Voltage { value: 0.3 } },
+            TerminalSpec { group: "xmax".into(), kind: TerminalKind::Ground },
+        ];
+        let model = ElectricalModel::new(&mesh, &[conductor], &terminals).unwrap();
+        let phi: Vec<f64> = model.coords.iter().map(|p| 0.3 * (1.0 - p[0] / 1e-3)).collect();
+        let t: Vec<f64> =
+            model.coords.iter().map(|p| 300.0 + 5e4 * p[0] + 2e5 * p[1] * p[0]).collect();
+        (model, phi, t)
+    }
+
+    fn direction(model: &ElectricalModel) -> ElectricalDirection {
+        let mut d = ElectricalDirection::zeros(model);
+        for (n, p) in model.coords.iter().enumerate() {
+            d.phi[n] = 0.01 * (p[1] / 2e-4 - 0.3 * (n % 3) as f64);
+            d.temperature[n] = 2.0 * (p[0] / 1e-3) + 0.5 * (n % 2) as f64;
+        }
+        for (e, s) in d.sigma_elem.iter_mut().enumerate() {
+            *s = 1e3 * (1.0 + (e % 5) as f64);
+        }
+        d.alpha_r[0] = 2e-4;
+        d
+    }
+
+    fn moved(
+        model: &ElectricalModel,
+        phi: &[f64],
+        t: &[f64],
+        d: &ElectricalDirection,
+        h: f64,
+    ) -> (ElectricalModel, Vec<f64>, Vec<f64>) {
+        let mut m = model.clone();
+        for (s, ds) in m.sigma_elem.iter_mut().zip(&d.sigma_elem) {
+            *s += h * ds;
+        }
+        let a = m.conductors[0].law.alpha_r().unwrap();
+        m.set_alpha_r(0, a + h * d.alpha_r[0]);
+        let p: Vec<f64> = phi.iter().zip(&d.phi).map(|(a, b)| a + h * b).collect();
+        let tt: Vec<f64> = t.iter().zip(&d.temperature).map(|(a, b)| a + h * b).collect();
+        (m, p, tt)
+    }
+
+    /// The closed forms against the dual-number products, with and without a temperature
+    /// field, for the residual and the Joule heat.
+    #[test]
+    fn closed_forms_match_dual_numbers() {
+        let (model, phi, t) = bar();
+        let d = direction(&model);
+        let lambda: Vec<f64> = (0..model.n_nodes()).map(|n| ((n as f64) * 0.7).sin()).collect();
+        let q_bar: Vec<f64> =
+            (0..*model.qp_offsets().last().unwrap()).map(|q| ((q as f64) * 0.3).cos()).collect();
+        let close = |what: &str, a: &[f64], b: &[f64]| {
+            let scale = b.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert!((x - y).abs() <= 1e-11 * scale, "{what}[{i}]: {x} vs {y}");
+            }
+        };
+        for temp in [Some(t.as_slice()), None] {
+            close(
+                "jvp",
+                &model.residual_jvp(&phi, temp, &d),
+                &model.residual_jvp_dual(&phi, temp, &d),
+            );
+            close(
+                "joule jvp",
+                &model.joule_jvp(&phi, temp, &d),
+                &model.joule_jvp_dual(&phi, temp, &d),
+            );
+            let pairs = [
+                (
+                    model.second_order_vjp(&phi, temp, &lambda, &d),
+                    model.second_order_vjp_dual(&phi, temp, &lambda, &d),
+                ),
+                (
+                    model.joule_second_order_vjp(&phi, temp, &q_bar, &d),
+                    model.joule_second_order_vjp_dual(&phi, temp, &q_bar, &d),
+                ),
+            ];
+            for (a, b) in &pairs {
+                close("phi", &a.phi, &b.phi);
+                close("temperature", &a.temperature, &b.temperature);
+                close("sigma", &a.sigma_elem, &b.sigma_elem);
+                close("alpha", &a.alpha_r, &b.alpha_r);
+            }
+        }
+    }
+
+    #[test]
+    fn directional_derivatives_match_central_differences() {
+        let (model, phi, t) = bar();
+        let d = direction(&model);
+        let jvp = model.residual_jvp(&phi, Some(&t), &d);
+        let qjvp = model.joule_jvp(&phi, Some(&t), &d);
+        let h = 1e-6;
+        let (mp, pp, tp) = moved(&model, &phi, &t, &d, h);
+        let (mm, pm, tm) = moved(&model, &phi, &t, &d, -h);
+        let rp = mp.interior_residual(&pp, Some(&tp));
+        let rm = mm.interior_residual(&pm, Some(&tm));
+        let scale = jvp.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for (n, v) in jvp.iter().enumerate() {
+            let fd = (rp[n] - rm[n]) / (2.0 * h);
+            assert!((v - fd).abs() <= 1e-6 * scale, "node {n}: {v} vs {fd}");
+        }
+        let qp = mp.joule_heat_qp(&pp, Some(&tp));
+        let qm = mm.joule_heat_qp(&pm, Some(&tm));
+        let scale = qjvp.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for (q, v) in qjvp.iter().enumerate() {
+            let fd = (qp[q] - qm[q]) / (2.0 * h);
+            assert!((v - fd).abs() <= 1e-6 * scale, "point {q}: {v} vs {fd}");
+        }
+    }
+
+    #[test]
+    fn second_order_products_are_derivatives_of_the_first_order_ones() {
+        let (model, phi, t) = bar();
+        let d = direction(&model);
+        let lambda: Vec<f64> = model
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(n, p)| if model.unknown_of_node()[n].is_some() { p[0] * 1e3 - 0.2 } else { 0.0 })
+            .collect();
+        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d);
+        let want = crate::model::VjpRequest {
+            conductivity: true,
+            terminals: false,
+            temperature: true,
+            coords: false,
+        };
+        let h = 1e-5;
+        let (mp, pp, tp) = moved(&model, &phi, &t, &d, h);
+        let (mm, pm, tm) = moved(&model, &phi, &t, &d, -h);
+        let vp = mp.parameter_vjp(&pp, Some(&tp), &lambda, want);
+        let vm = mm.parameter_vjp(&pm, Some(&tm), &lambda, want);
+        let kp = mp.tangent_transpose_product(&pp, Some(&tp), &lambda);
+        let km = mm.tangent_transpose_product(&pm, Some(&tm), &lambda);
+        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
+            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let scale = fd.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
+            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+                assert!((g - f).abs() <= 1e-5 * scale, "{what}[{i}]: {g} vs {f}");
+            }
+        };
+        check("phi", &so.phi, &kp, &km);
+        check("temperature", &so.temperature, &vp.temperature, &vm.temperature);
+        check("sigma", &so.sigma_elem, &vp.sigma_elem, &vm.sigma_elem);
+        check("alpha", &so.alpha_r, &vp.alpha_r, &vm.alpha_r);
+
+        let q_bar: Vec<f64> = (0..model.qp_offsets().last().copied().unwrap())
+            .map(|q| 1.0 + (q % 7) as f64 * 0.1)
+            .collect();
+        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d);
+        let jp = mp.joule_vjp(&pp, Some(&tp), &q_bar, false);
+        let jm = mm.joule_vjp(&pm, Some(&tm), &q_bar, false);
+        check("joule phi", &js.phi, &jp.phi, &jm.phi);
+        check("joule temperature", &js.temperature, &jp.temperature, &jm.temperature);
+        check("joule sigma", &js.sigma_elem, &jp.sigma_elem, &jm.sigma_elem);
+        check("joule alpha", &js.alpha_r, &jp.alpha_r, &jm.alpha_r);
+    }
+}
