@@ -203,8 +203,20 @@ fn joule_bar(
     objectives: &str,
     register: &str,
 ) -> Simulation {
+    let text = joule_bar_text(cell, alpha_r, drive, objectives, register);
+    Simulation::from_toml("joule_bar.toml", &text).unwrap()
+}
+
+/// The text of [`joule_bar`].
+fn joule_bar_text(
+    cell: &str,
+    alpha_r: Option<f64>,
+    drive: &str,
+    objectives: &str,
+    register: &str,
+) -> String {
     let law = alpha_r.map_or(String::new(), |a| format!("alpha_r = {a}\nt_ref = 300.0"));
-    let text = format!(
+    format!(
         r#"
 [mesh]
 box = {{ lengths = [0.1, 0.01, 0.01], divisions = [6, 2, 2], cell = "{cell}" }}
@@ -253,8 +265,7 @@ register = [{register}]
 [solver]
 rel_tol = 1e-13
 "#
-    );
-    Simulation::from_toml("joule_bar.toml", &text).unwrap()
+    )
 }
 
 const VOLTAGE: &str = "kind = \"voltage\"\nvalue = 2.0";
@@ -299,11 +310,80 @@ fn electrothermal_second_order_taylor_remainders_fall_at_rate_three(
     let p = sim.parameter_vector();
     let dir = random_direction_scaled(&p, 5);
     let t = sim.taylor_test_second_order(&dir, 0.01, 5).unwrap();
-    eprintln!("{cell} {alpha_r:?}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    eprintln!(
+        "{cell} {alpha_r:?}: J {} first {} second {} remainders {:?} rates {:?}",
+        t.j0, t.first, t.second, t.remainders, t.rates
+    );
     assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
     let rate = t.min_rate().expect("remainders above round-off");
     assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
     assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
+}
+
+/// The Joule-heated bar as an actuator: polysilicon-like elasticity with thermal expansion,
+/// clamped at x = 0 with a prescribed displacement there, a traction on x = L and a body force.
+fn actuator_bar(cell: &str, alpha_r: Option<f64>, objectives: &str, register: &str) -> Simulation {
+    let mechanics = r#"
+[[mechanical.material]]
+group = "domain"
+young = 160.0e9
+poisson = 0.22
+alpha = 2.6e-6
+t_ref = 300.0
+body_force = [0.0, 0.0, -2.0e4]
+
+[[mechanical.bc]]
+group = "xmin"
+kind = "displacement"
+value = [1.0e-7, 2.0e-7, -1.0e-7]
+
+[[mechanical.bc]]
+group = "xmax"
+kind = "traction"
+traction = [0.0, 1.0e5, 2.0e4]
+"#;
+    let text = joule_bar_text(cell, alpha_r, VOLTAGE, objectives, register) + mechanics;
+    Simulation::from_toml("actuator_bar.toml", &text).unwrap()
+}
+
+const TIP: &str = "[[objective]]\nkind = \"average_displacement\"\ngroup = \"xmax\"\ndirection = [0.0, 1.0, 0.5]\nweight = 1.0e6\n";
+const COMPLIANCE: &str = "[[objective]]\nkind = \"compliance\"\nweight = 1.0e3\n";
+
+/// Thermo-elasticity downstream of the electro-thermal fields (one way and on the ρ(T)
+/// cycle), with every kind of linear-elastic parameter: the second-order Taylor remainders
+/// fall at rate 3.
+#[rstest]
+#[case::one_way_tip_and_compliance("tet4", None, 0.01, &format!("{TIP}{COMPLIANCE}"),
+    "\"load.xmin.voltage\", \"thermal.k.domain\", \"mechanical.alpha.domain\", \"mechanical.young.domain\", \"mechanical.poisson.domain\", \"mechanical.t_ref.domain\", \"mechanical.body_force.domain\", \"bc.xmax.traction\", \"bc.xmin.displacement\"")]
+#[case::cycle_tip("hex8", Some(1.25e-3), 0.01, &format!("{TIP}{MAX_T}"),
+    "\"load.xmin.voltage\", \"electrical.alpha_r.domain\", \"electrical.sigma_elem.domain\", \"mechanical.young_elem.domain\", \"mechanical.alpha.domain\", \"bc.ymax.h\"")]
+#[case::tet10_compliance(
+    "tet10",
+    Some(1.25e-3),
+    0.2,
+    COMPLIANCE,
+    "\"load.xmin.voltage\", \"mechanical.poisson.domain\", \"bc.xmax.traction\", \"mechanical.t_ref.domain\""
+)]
+fn thermoelastic_second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] alpha_r: Option<f64>,
+    #[case] h0: f64,
+    #[case] objectives: &str,
+    #[case] register: &str,
+) {
+    let mut sim = actuator_bar(cell, alpha_r, objectives, register);
+    let p = sim.parameter_vector();
+    let dir = random_direction_scaled(&p, 9);
+    let t = sim.taylor_test_second_order(&dir, h0, 5).unwrap();
+    eprintln!(
+        "{cell} {alpha_r:?}: J {} first {} second {} remainders {:?} rates {:?}",
+        t.j0, t.first, t.second, t.remainders, t.rates
+    );
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    // The first-order remainders are much larger: the curvature term matters.
+    assert!(t.remainders_first[0] > 5.0 * t.remainders[0]);
 }
 
 /// On the ρ(T) cycle, H·δp against central differences of adjoint gradients, entry by entry.
@@ -362,10 +442,13 @@ fn uncovered_problems_are_refused_with_a_message() {
     let mut sim = Simulation::from_toml(root.join("examples/a.toml"), &actuator).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("node coordinates"), "{e}");
-    let without_shape = actuator.replace("    \"morph.hot_arm_width\",\n", "");
-    let mut sim = Simulation::from_toml(root.join("examples/b.toml"), &without_shape).unwrap();
+    let von_mises = actuator.replace("    \"morph.hot_arm_width\",\n", "").replace(
+        "kind = \"average_displacement\"\ngroup = \"free_end\"\ndirection = [0.0, -1.0, 0.0]",
+        "kind = \"von_mises\"\ngroup = \"polysilicon_layer\"\np = 4.0",
+    );
+    let mut sim = Simulation::from_toml(root.join("examples/b.toml"), &von_mises).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("mechanical") && e.contains("second-order"), "{e}");
+    assert!(e.contains("VonMises") && e.contains("second-order"), "{e}");
     let mut sim = Simulation::from_file(root.join("examples/transient_slab.toml")).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("stepped in time"), "{e}");

@@ -20,7 +20,9 @@ use std::time::Instant;
 use gradfem_mechanical::linear::objective::{
     ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm, evaluate,
 };
-use gradfem_mechanical::{BcKind, BcSpec, LinearElasticModel, RegionSpec, VjpRequest};
+use gradfem_mechanical::{
+    BcKind, BcSpec, LinearElasticModel, MechanicalDirection, RegionSpec, VjpRequest,
+};
 use gradfem_mesh::Mesh;
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::error::SolverError;
@@ -30,7 +32,7 @@ use gradfem_solvers::sparse::CsrMatrix;
 use serde::Serialize;
 
 use crate::error::{LinearChoice, RunError};
-use crate::field::{Field, Port, Reverse, Seed, SolveMode};
+use crate::field::{Direction, Field, OutputVjp, Port, Reverse, SecondOrder, Seed, SolveMode};
 
 /// How one registered parameter maps onto the mechanical model.
 #[derive(Clone, Debug, PartialEq)]
@@ -738,6 +740,182 @@ pub fn output_cell_index(
     element_tags.map(|t| by_tag.get(&t).copied()).collect()
 }
 
+// ----- second order ----------------------------------------------------------------------
+
+impl MechanicalField {
+    /// Refuse what the second-order products do not cover; the solved displacement.
+    fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
+        if wants_coordinates {
+            return Err(setup(
+                "mechanical: Hessian-vector products with respect to node coordinates (shape \
+                 parameters) are not available yet",
+            ));
+        }
+        if self.imported.is_some() {
+            return Err(setup(
+                "mechanical: Hessian-vector products with an imported temperature field are \
+                 not available yet",
+            ));
+        }
+        if let Some(t) = self
+            .objective
+            .iter()
+            .find(|t| matches!(t.kind, MechObjectiveKind::VonMisesPNorm { .. }))
+        {
+            return Err(setup(format!(
+                "mechanical: the {:?} objective has no second-order products yet; displacement, \
+                 average_displacement and compliance have",
+                t.kind
+            )));
+        }
+        self.solved_displacement()
+    }
+
+    /// The model direction of `params` with the state tangent `state` (empty: the prescribed
+    /// part) and the temperature input's tangent.
+    fn mechanical_direction(&self, dir: &Direction) -> MechanicalDirection {
+        let m = &self.model;
+        let mut d = MechanicalDirection::zeros(m);
+        for (id, b) in &self.bindings {
+            let v = dir.params.get(*id);
+            match b {
+                MBinding::Young(r) => {
+                    m.regions[*r].elements.iter().for_each(|&e| d.young_elem[e] += v[0])
+                }
+                MBinding::YoungElem(r) => {
+                    for (&e, vi) in m.regions[*r].elements.iter().zip(v) {
+                        d.young_elem[e] += vi;
+                    }
+                }
+                MBinding::Poisson(r) => {
+                    m.regions[*r].elements.iter().for_each(|&e| d.poisson_elem[e] += v[0])
+                }
+                MBinding::Alpha(r) => d.alpha[*r] += v[0],
+                MBinding::TRef(r) => d.t_ref[*r] += v[0],
+                MBinding::BodyForce(r) => (0..3).for_each(|k| d.body_force[*r][k] += v[k]),
+                MBinding::Pressure(bc) => d.pressure[*bc] += v[0],
+                MBinding::Traction(bc) => (0..3).for_each(|k| d.traction[*bc][k] += v[k]),
+                MBinding::Displacement(..) | MBinding::ImportScale | MBinding::ImportOffset => {}
+            }
+        }
+        d.displacement = if dir.state.is_empty() {
+            self.prescribed_tangent(dir.params)
+        } else {
+            dir.state.to_vec()
+        };
+        if let Some(dt) = dir.inputs.first().filter(|v| !v.is_empty()) {
+            d.temperature.copy_from_slice(dt);
+        }
+        d
+    }
+}
+
+impl SecondOrder for MechanicalField {
+    fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64> {
+        let owner = self.model.constraint_owner();
+        let mut du = vec![0.0; 3 * self.model.n_nodes()];
+        for (id, b) in &self.bindings {
+            if let MBinding::Displacement(bc, comps) = b {
+                let v = params.get(*id);
+                for (k, &c) in comps.iter().enumerate() {
+                    for n in 0..self.model.n_nodes() {
+                        if owner[3 * n + c] == Some(*bc) {
+                            du[3 * n + c] += v[k];
+                        }
+                    }
+                }
+            }
+        }
+        du
+    }
+
+    fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
+        let u = self.check_second_order(false)?;
+        let d = self.mechanical_direction(dir);
+        Ok(self.model.dofs.gather(&self.model.residual_jvp(u, &d)))
+    }
+
+    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+        let u = self.check_second_order(false)?.to_vec();
+        let prescribed = self.prescribed_tangent(params);
+        let d = self.mechanical_direction(&Direction { params, state: &prescribed, inputs });
+        let mut rhs = self.model.dofs.gather(&self.model.residual_jvp(&u, &d));
+        rhs.iter_mut().for_each(|v| *v = -*v);
+        if !rhs.is_empty() {
+            self.solver.solve_in_place(&mut rhs)?;
+        }
+        let mut du = prescribed;
+        self.model.dofs.scatter(&rhs, &mut du);
+        Ok(du)
+    }
+
+    fn second_order_vjp(
+        &self,
+        lambda: &[f64],
+        dir: &Direction,
+        rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError> {
+        let u = self.check_second_order(rev.wants_coordinates())?;
+        let d = self.mechanical_direction(dir);
+        let so = self.model.second_order_vjp(u, lambda, &d);
+        self.add_material(rev.grad, &so.young_elem, &so.poisson_elem, -1.0);
+        for (id, b) in &self.bindings {
+            match b {
+                MBinding::Alpha(r) => rev.grad.get_mut(*id)[0] -= so.alpha[*r],
+                MBinding::TRef(r) => rev.grad.get_mut(*id)[0] -= so.t_ref[*r],
+                _ => {}
+            }
+        }
+        let inputs = if self.model.temperature().is_some() {
+            vec![(0, so.temperature.into_iter().map(|v| -v).collect())]
+        } else {
+            Vec::new()
+        };
+        Ok(OutputVjp { state: so.displacement.into_iter().map(|v| -v).collect(), inputs })
+    }
+
+    fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
+        // Displacement and mean-displacement terms are linear in u; compliance fᵀu is bilinear
+        // in the loads and u: d/dε ∂C/∂u = δf and d/dε ∂C/∂p = (∂f/∂p)ᵀδu.
+        let u = self.check_second_order(rev.wants_coordinates())?;
+        let compliance: f64 = self
+            .objective
+            .iter()
+            .filter(|t| t.kind == MechObjectiveKind::Compliance)
+            .map(|t| t.weight)
+            .sum();
+        if compliance == 0.0 || !self.want(false, false).loads {
+            return Ok(Seed::default());
+        }
+        let d = self.mechanical_direction(dir);
+        let state: Vec<f64> =
+            self.model.load_vector_jvp(&d).into_iter().map(|v| compliance * v).collect();
+        let load_only = VjpRequest {
+            material: false,
+            thermal: false,
+            loads: true,
+            displacement: false,
+            temperature: false,
+            coords: false,
+        };
+        let l = self.model.parameter_vjp(u, &d.displacement, load_only);
+        for (id, b) in &self.bindings {
+            let g = rev.grad.get_mut(*id);
+            match b {
+                MBinding::BodyForce(r) => {
+                    (0..3).for_each(|k| g[k] -= compliance * l.body_force[*r][k])
+                }
+                MBinding::Pressure(bc) => g[0] -= compliance * l.pressure[*bc],
+                MBinding::Traction(bc) => {
+                    (0..3).for_each(|k| g[k] -= compliance * l.traction[*bc][k])
+                }
+                _ => {}
+            }
+        }
+        Ok(Seed { state, ..Seed::default() })
+    }
+}
+
 impl Field for MechanicalField {
     fn name(&self) -> &str {
         "mechanical"
@@ -953,6 +1131,14 @@ impl Field for MechanicalField {
             return Ok(inputs.iter().map(|&p| (p, vec![0.0; n_nodes])).collect());
         }
         Ok(if inputs.contains(&0) { vec![(0, t_bar)] } else { Vec::new() })
+    }
+
+    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+        Some(self)
+    }
+
+    fn second_order_ref(&self) -> Option<&dyn SecondOrder> {
+        Some(self)
     }
 
     fn as_any(&self) -> &dyn Any {

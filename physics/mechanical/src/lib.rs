@@ -12,6 +12,7 @@ pub mod hyperelastic;
 pub mod linear;
 
 pub use linear::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm};
+pub use linear::second_order::{MechanicalDirection, MechanicalSecondOrder};
 pub use linear::{
     BcKind, BcSpec, ElementParams, LinearElasticModel, MechanicalError, ParameterVjp, RegionSpec,
     StressField, VjpRequest, von_mises,

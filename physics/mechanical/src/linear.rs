@@ -35,6 +35,7 @@
 //! Stresses are reported in Voigt order `[xx, yy, zz, yz, xz, xy]`.
 
 pub mod objective;
+pub mod second_order;
 
 use std::collections::HashMap;
 
@@ -51,7 +52,7 @@ use thiserror::Error;
 pub const CONSTRAINED: usize = usize::MAX;
 
 /// Largest number of nodes of a supported cell (Hex27).
-const MAX_NODES: usize = 27;
+pub(crate) const MAX_NODES: usize = 27;
 /// Largest number of local dofs (Hex27 × 3).
 const MAX_DOFS: usize = 3 * MAX_NODES;
 

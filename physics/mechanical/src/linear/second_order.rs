@@ -1,0 +1,565 @@
+//! Second-order products of the linear thermo-elastic residual, for tangent-linear solves and
+//! Hessian-vector products by the second-order adjoint.
+//!
+//! On a volume element, with ε(v) = sym ∇v, θ = α (T − T_ref), κ = 2μ + 3λ and an adjoint
+//! displacement Λ, the residual weighted by Λ is
+//!
+//! L = ∫ 2μ ε(u):ε(Λ) + λ tr ε(u) tr ε(Λ) − κ θ tr ε(Λ) − b·Λ dΩ,
+//!
+//! bilinear in (u, Lamé constants), (θ, κ) and (α, T − T_ref). Along a direction (δu, δT, δE,
+//! δν, δα, δT_ref) its derivative dL has the gradient
+//!
+//! - ∂dL/∂u_b = ∫ 2δμ ε(Λ)∇N_b + δλ tr ε(Λ) ∇N_b,
+//! - ∂dL/∂T_b = −∫ (δκ α + κ δα) tr ε(Λ) N_b,
+//! - ∂dL/∂s = ∫ 2 ∂δμ/∂s A + 2 μ_s δA + ∂δλ/∂s B + λ_s δB − ∂δκ/∂s θ C − κ_s δθ C for s = E, ν
+//!   (A = ε(u):ε(Λ), B = tr ε(u) tr ε(Λ), C = tr ε(Λ), δA and δB with δu),
+//! - ∂dL/∂α = −∫ (δκ (T − T_ref) + κ (δT − δT_ref)) C and ∂dL/∂T_ref = ∫ (δκ α + κ δα) C,
+//!
+//! the Lamé constants' first and second derivatives in (E, ν) by hyper-dual numbers. Loads
+//! (body force, traction, pressure) enter linearly with constant coefficients and have no
+//! second-order terms. [`LinearElasticModel::residual_jvp`] (the tangent's right-hand side)
+//! uses `Dual64` over the generic element residual, facets included;
+//! [`LinearElasticModel::second_order_vjp_dual`] is the hyper-dual reference the closed form
+//! is tested against. Node coordinates are not a direction here.
+
+use num_dual::{Dual64, HyperDual64};
+use rayon::prelude::*;
+
+use crate::linear::{ElementParams, LinearElasticModel, MAX_NODES, lame};
+
+/// A direction in the linear elastic model's variables.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MechanicalDirection {
+    /// δu, three per node (constrained components included: a prescribed displacement that
+    /// changes moves them).
+    pub displacement: Vec<f64>,
+    /// δT per node (read when the model has a temperature field).
+    pub temperature: Vec<f64>,
+    /// δE per volume element.
+    pub young_elem: Vec<f64>,
+    /// δν per volume element.
+    pub poisson_elem: Vec<f64>,
+    /// δα per region.
+    pub alpha: Vec<f64>,
+    /// δT_ref per region.
+    pub t_ref: Vec<f64>,
+    /// δb per region.
+    pub body_force: Vec<[f64; 3]>,
+    /// δ(traction) per boundary condition (traction conditions only).
+    pub traction: Vec<[f64; 3]>,
+    /// δ(pressure) per boundary condition (pressure conditions only).
+    pub pressure: Vec<f64>,
+}
+
+impl MechanicalDirection {
+    /// The zero direction of `model`.
+    pub fn zeros(model: &LinearElasticModel) -> Self {
+        let (nr, nb) = (model.regions.len(), model.boundaries.len());
+        MechanicalDirection {
+            displacement: vec![0.0; 3 * model.n_nodes()],
+            temperature: vec![0.0; model.n_nodes()],
+            young_elem: vec![0.0; model.n_volume_elements()],
+            poisson_elem: vec![0.0; model.n_volume_elements()],
+            alpha: vec![0.0; nr],
+            t_ref: vec![0.0; nr],
+            body_force: vec![[0.0; 3]; nr],
+            traction: vec![[0.0; 3]; nb],
+            pressure: vec![0.0; nb],
+        }
+    }
+}
+
+/// d/dε of the residual's vector-Jacobian products with a fixed λ (the parameters without
+/// second-order terms, the loads, are left out).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MechanicalSecondOrder {
+    /// d/dε (∂R/∂u)ᵀλ, three per node.
+    pub displacement: Vec<f64>,
+    /// d/dε (∂R/∂T)ᵀλ per node (zero without a temperature field).
+    pub temperature: Vec<f64>,
+    /// d/dε λᵀ∂R/∂E per volume element.
+    pub young_elem: Vec<f64>,
+    /// d/dε λᵀ∂R/∂ν per volume element.
+    pub poisson_elem: Vec<f64>,
+    /// d/dε λᵀ∂R/∂α per region.
+    pub alpha: Vec<f64>,
+    /// d/dε λᵀ∂R/∂T_ref per region.
+    pub t_ref: Vec<f64>,
+}
+
+/// Lamé's μ and λ with their derivatives in (E, ν) along a direction (δE, δν).
+#[derive(Clone, Copy, Debug, Default)]
+struct LameDerivatives {
+    mu: f64,
+    lambda: f64,
+    /// ∂(μ, λ)/∂(E, ν): [μ_E, μ_ν], [λ_E, λ_ν].
+    d_mu: [f64; 2],
+    d_lambda: [f64; 2],
+    /// δμ, δλ.
+    delta_mu: f64,
+    delta_lambda: f64,
+    /// ∂δμ/∂(E, ν), ∂δλ/∂(E, ν).
+    delta_mu_grad: [f64; 2],
+    delta_lambda_grad: [f64; 2],
+}
+
+fn lame_derivatives(e: f64, nu: f64, de: f64, dnu: f64) -> LameDerivatives {
+    let mut out = LameDerivatives::default();
+    for k in 0..2 {
+        let unit = |j: usize| if j == k { 1.0 } else { 0.0 };
+        let (l, m) =
+            lame(HyperDual64::new(e, de, unit(0), 0.0), HyperDual64::new(nu, dnu, unit(1), 0.0));
+        out.mu = m.re;
+        out.lambda = l.re;
+        out.d_mu[k] = m.eps2;
+        out.d_lambda[k] = l.eps2;
+        out.delta_mu = m.eps1;
+        out.delta_lambda = l.eps1;
+        out.delta_mu_grad[k] = m.eps1eps2;
+        out.delta_lambda_grad[k] = l.eps1eps2;
+    }
+    out
+}
+
+fn sym_grad(g: &[[f64; 3]], v: &[f64], nodes: usize) -> [[f64; 3]; 3] {
+    let mut gu = [[0.0; 3]; 3];
+    for a in 0..nodes {
+        for i in 0..3 {
+            for j in 0..3 {
+                gu[i][j] += v[3 * a + i] * g[a][j];
+            }
+        }
+    }
+    let mut e = [[0.0; 3]; 3];
+    for i in 0..3 {
+        for j in 0..3 {
+            e[i][j] = 0.5 * (gu[i][j] + gu[j][i]);
+        }
+    }
+    e
+}
+
+fn ddot(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> f64 {
+    (0..3).map(|i| (0..3).map(|j| a[i][j] * b[i][j]).sum::<f64>()).sum()
+}
+
+fn trace(a: &[[f64; 3]; 3]) -> f64 {
+    a[0][0] + a[1][1] + a[2][2]
+}
+
+/// Per volume element: the local displacement part (3·nn), temperature part (nn), then E, ν,
+/// α, T_ref.
+const LOCAL: usize = 4 * MAX_NODES + 4;
+
+impl LinearElasticModel {
+    /// The element's values of a nodal vector with `width` components per node.
+    fn gather_element(&self, e: usize, nodal: &[f64], width: usize) -> Vec<f64> {
+        let mut out = Vec::with_capacity(width * MAX_NODES);
+        for &n in self.element_nodes(e) {
+            out.extend_from_slice(&nodal[width * n..width * n + width]);
+        }
+        out
+    }
+
+    /// The nodal temperatures of element `e` the residual sees and whether they are a
+    /// variable (a temperature field is set).
+    fn element_temperature_values(&self, e: usize, t_ref: f64) -> (Vec<f64>, bool) {
+        match self.temperature() {
+            Some(t) => (self.element_nodes(e).iter().map(|&n| t[n]).collect(), true),
+            None => (vec![t_ref; self.element_nodes(e).len()], false),
+        }
+    }
+
+    /// Element `e`'s parameters lifted to dual numbers along `dir`.
+    fn dual_params(&self, e: usize, dir: &MechanicalDirection) -> ElementParams<Dual64> {
+        let p = self.element_params(e);
+        let mut d = p.lift::<Dual64>();
+        if e < self.n_volume_elements() {
+            let r = self.element_region(e);
+            let (l, m) = lame(
+                Dual64::new(self.young_elem[e], dir.young_elem[e]),
+                Dual64::new(self.poisson_elem[e], dir.poisson_elem[e]),
+            );
+            d.lambda = l;
+            d.mu = m;
+            d.alpha = Dual64::new(p.alpha, dir.alpha[r]);
+            d.t_ref = Dual64::new(p.t_ref, dir.t_ref[r]);
+            d.body = std::array::from_fn(|k| Dual64::new(p.body[k], dir.body_force[r][k]));
+        } else {
+            let b = self.elem_tag[e] as usize; // the facet's boundary condition
+            d.traction = std::array::from_fn(|k| Dual64::new(p.traction[k], dir.traction[b][k]));
+            d.pressure = Dual64::new(p.pressure, dir.pressure[b]);
+        }
+        d
+    }
+
+    /// dR/dε at every dof (three per node, constrained components included) along `dir`:
+    /// the right-hand side of a tangent-linear solve, facets' loads included.
+    pub fn residual_jvp(&self, u: &[f64], dir: &MechanicalDirection) -> Vec<f64> {
+        self.element_jvp(u, dir, false)
+    }
+
+    /// (∂f/∂p) δp: the change of the consistent load vector (body forces, tractions,
+    /// pressures; no thermal part) along `dir`, three per node.
+    pub fn load_vector_jvp(&self, dir: &MechanicalDirection) -> Vec<f64> {
+        let r = self.element_jvp(&vec![0.0; 3 * self.n_nodes()], dir, true);
+        r.into_iter().map(|v| -v).collect()
+    }
+
+    fn element_jvp(&self, u: &[f64], dir: &MechanicalDirection, loads_only: bool) -> Vec<f64> {
+        let mut out = vec![0.0; 3 * self.n_nodes()];
+        self.scatter(&mut out, 3, |e, local| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let c = Dual64::from;
+            let x: Vec<[Dual64; 3]> = nodes.iter().map(|&n| self.coords[n].map(c)).collect();
+            let mut p = self.dual_params(e, dir);
+            let (ue, te): (Vec<Dual64>, Vec<Dual64>) = if loads_only {
+                // u = 0 and T = T_ref: the loads alone.
+                p.lambda = c(p.lambda.re);
+                p.mu = c(p.mu.re);
+                p.alpha = c(0.0);
+                p.t_ref = c(p.t_ref.re);
+                (vec![c(0.0); 3 * nn], vec![p.t_ref; nn])
+            } else {
+                let (t, is_field) = self.element_temperature_values(e, p.t_ref.re);
+                let ue = nodes
+                    .iter()
+                    .flat_map(|&n| (0..3).map(move |k| (n, k)))
+                    .map(|(n, k)| Dual64::new(u[3 * n + k], dir.displacement[3 * n + k]))
+                    .collect();
+                let te = nodes
+                    .iter()
+                    .zip(t)
+                    .map(|(&n, tv)| {
+                        Dual64::new(tv, if is_field { dir.temperature[n] } else { 0.0 })
+                    })
+                    .collect();
+                (ue, te)
+            };
+            let mut r = vec![c(0.0); 3 * nn];
+            self.element_residual_generic(e, &x, &ue, &te, &p, &mut r);
+            for (l, ri) in local.iter_mut().zip(&r) {
+                *l = ri.eps;
+            }
+        });
+        out
+    }
+
+    /// d/dε of the residual's vector-Jacobian products with `lambda` (three per node, zero at
+    /// constrained components for an adjoint) held fixed, along `dir`: closed forms on the
+    /// volume elements (module docs).
+    pub fn second_order_vjp(
+        &self,
+        u: &[f64],
+        lambda: &[f64],
+        dir: &MechanicalDirection,
+    ) -> MechanicalSecondOrder {
+        let locals: Vec<[f64; LOCAL]> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| self.volume_second_order(e, u, lambda, dir))
+            .collect();
+        self.collect_second_order(&locals)
+    }
+
+    fn volume_second_order(
+        &self,
+        e: usize,
+        u: &[f64],
+        lambda: &[f64],
+        dir: &MechanicalDirection,
+    ) -> [f64; LOCAL] {
+        let mut out = [0.0; LOCAL];
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let le = self.gather_element(e, lambda, 3);
+        if le.iter().all(|&v| v == 0.0) {
+            return out;
+        }
+        let ue = self.gather_element(e, u, 3);
+        let de = self.gather_element(e, &dir.displacement, 3);
+        let r = self.element_region(e);
+        let p = self.element_params(e);
+        let (te, is_field) = self.element_temperature_values(e, p.t_ref);
+        let dte: Vec<f64> =
+            nodes.iter().map(|&n| if is_field { dir.temperature[n] } else { 0.0 }).collect();
+        let (dalpha, dtref) = (dir.alpha[r], dir.t_ref[r]);
+        let ld = lame_derivatives(
+            self.young_elem[e],
+            self.poisson_elem[e],
+            dir.young_elem[e],
+            dir.poisson_elem[e],
+        );
+        let kappa = 2.0 * ld.mu + 3.0 * ld.lambda;
+        let d_kappa = 2.0 * ld.delta_mu + 3.0 * ld.delta_lambda;
+        let kappa_s: [f64; 2] = std::array::from_fn(|k| 2.0 * ld.d_mu[k] + 3.0 * ld.d_lambda[k]);
+        let d_kappa_s: [f64; 2] =
+            std::array::from_fn(|k| 2.0 * ld.delta_mu_grad[k] + 3.0 * ld.delta_lambda_grad[k]);
+        let table = self.element_table(e);
+        let x = self.element_coordinates(e);
+        let mut g = [[0.0; 3]; MAX_NODES];
+        for q in 0..table.n_points() {
+            let det = gradfem_mesh::geometry::physical_gradients_into(
+                3,
+                table.grad(q),
+                &x[..nn],
+                &mut g[..nn],
+            );
+            let w = table.weights[q] * det;
+            let n = table.shape(q);
+            let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
+            let dtq: f64 = (0..nn).map(|a| n[a] * dte[a]).sum();
+            let el = sym_grad(&g, &le, nn);
+            let eu = sym_grad(&g, &ue, nn);
+            let ed = sym_grad(&g, &de, nn);
+            let c = trace(&el);
+            let a_ = ddot(&eu, &el);
+            let b_ = trace(&eu) * c;
+            let da = ddot(&ed, &el);
+            let db = trace(&ed) * c;
+            let theta = p.alpha * (tq - p.t_ref);
+            let d_theta = dalpha * (tq - p.t_ref) + p.alpha * (dtq - dtref);
+            for b in 0..nn {
+                for i in 0..3 {
+                    let eg = el[i][0] * g[b][0] + el[i][1] * g[b][1] + el[i][2] * g[b][2];
+                    out[3 * b + i] += w * (2.0 * ld.delta_mu * eg + ld.delta_lambda * c * g[b][i]);
+                }
+                if is_field {
+                    out[3 * MAX_NODES + b] -= w * (d_kappa * p.alpha + kappa * dalpha) * c * n[b];
+                }
+            }
+            for k in 0..2 {
+                out[4 * MAX_NODES + k] += w
+                    * (2.0 * ld.delta_mu_grad[k] * a_
+                        + 2.0 * ld.d_mu[k] * da
+                        + ld.delta_lambda_grad[k] * b_
+                        + ld.d_lambda[k] * db
+                        - d_kappa_s[k] * theta * c
+                        - kappa_s[k] * d_theta * c);
+            }
+            out[4 * MAX_NODES + 2] -= w * (d_kappa * (tq - p.t_ref) + kappa * (dtq - dtref)) * c;
+            out[4 * MAX_NODES + 3] += w * (d_kappa * p.alpha + kappa * dalpha) * c;
+        }
+        out
+    }
+
+    /// [`second_order_vjp`](Self::second_order_vjp) by hyper-dual numbers over the generic
+    /// element residual, one pass per element variable (the reference of the closed form).
+    pub fn second_order_vjp_dual(
+        &self,
+        u: &[f64],
+        lambda: &[f64],
+        dir: &MechanicalDirection,
+    ) -> MechanicalSecondOrder {
+        let locals: Vec<[f64; LOCAL]> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| {
+                let mut out = [0.0; LOCAL];
+                let nodes = self.element_nodes(e);
+                let nn = nodes.len();
+                let r = self.element_region(e);
+                let p = self.element_params(e);
+                let (te, is_field) = self.element_temperature_values(e, p.t_ref);
+                // Variables: u (3nn), T (nn), E, ν, α, T_ref.
+                let mut v: Vec<f64> = self.gather_element(e, u, 3);
+                let mut d: Vec<f64> = self.gather_element(e, &dir.displacement, 3);
+                v.extend(&te);
+                d.extend(nodes.iter().map(|&n| if is_field { dir.temperature[n] } else { 0.0 }));
+                v.extend([self.young_elem[e], self.poisson_elem[e], p.alpha, p.t_ref]);
+                d.extend([dir.young_elem[e], dir.poisson_elem[e], dir.alpha[r], dir.t_ref[r]]);
+                let le = self.gather_element(e, lambda, 3);
+                let x: Vec<[HyperDual64; 3]> =
+                    nodes.iter().map(|&n| self.coords[n].map(HyperDual64::from)).collect();
+                let m = v.len();
+                let mut res = vec![HyperDual64::from(0.0); 3 * nn];
+                for i in 0..m {
+                    let h: Vec<HyperDual64> = (0..m)
+                        .map(|j| HyperDual64::new(v[j], d[j], if i == j { 1.0 } else { 0.0 }, 0.0))
+                        .collect();
+                    let (l, mu) = lame(h[4 * nn], h[4 * nn + 1]);
+                    let mut hp = p.lift::<HyperDual64>();
+                    hp.lambda = l;
+                    hp.mu = mu;
+                    hp.alpha = h[4 * nn + 2];
+                    hp.t_ref = h[4 * nn + 3];
+                    self.element_residual_generic(
+                        e,
+                        &x,
+                        &h[..3 * nn],
+                        &h[3 * nn..4 * nn],
+                        &hp,
+                        &mut res,
+                    );
+                    let s: f64 = le.iter().zip(&res).map(|(l, r)| l * r.eps1eps2).sum();
+                    let slot = if i < 3 * nn {
+                        i
+                    } else if i < 4 * nn {
+                        3 * MAX_NODES + (i - 3 * nn)
+                    } else {
+                        4 * MAX_NODES + (i - 4 * nn)
+                    };
+                    out[slot] = s;
+                }
+                if !is_field {
+                    out[3 * MAX_NODES..4 * MAX_NODES].iter_mut().for_each(|o| *o = 0.0);
+                }
+                out
+            })
+            .collect();
+        self.collect_second_order(&locals)
+    }
+
+    fn collect_second_order(&self, locals: &[[f64; LOCAL]]) -> MechanicalSecondOrder {
+        let nr = self.regions.len();
+        let mut res = MechanicalSecondOrder {
+            displacement: vec![0.0; 3 * self.n_nodes()],
+            temperature: vec![0.0; self.n_nodes()],
+            young_elem: vec![0.0; self.n_volume_elements()],
+            poisson_elem: vec![0.0; self.n_volume_elements()],
+            alpha: vec![0.0; nr],
+            t_ref: vec![0.0; nr],
+        };
+        for (e, l) in locals.iter().enumerate() {
+            for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                for i in 0..3 {
+                    res.displacement[3 * n + i] += l[3 * a + i];
+                }
+                res.temperature[n] += l[3 * MAX_NODES + a];
+            }
+            let r = self.element_region(e);
+            res.young_elem[e] += l[4 * MAX_NODES];
+            res.poisson_elem[e] += l[4 * MAX_NODES + 1];
+            res.alpha[r] += l[4 * MAX_NODES + 2];
+            res.t_ref[r] += l[4 * MAX_NODES + 3];
+        }
+        res
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linear::{BcKind, BcSpec, RegionSpec};
+    use gradfem_mesh::CellType;
+    use gradfem_mesh::generate::{BoxSpec, box_mesh};
+
+    fn model(cell: CellType, with_t: bool) -> (LinearElasticModel, Vec<f64>) {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1e-3, 2e-4, 1e-4],
+            divisions: [3, 2, 1],
+            cell_type: cell,
+        });
+        let region = RegionSpec {
+            group: "domain".into(),
+            young: 1.6e11,
+            poisson: 0.22,
+            alpha: 2.6e-6,
+            t_ref: 293.0,
+            body_force: [0.0, -1e4, 0.0],
+        };
+        let bcs = [BcSpec {
+            group: "xmin".into(),
+            kind: BcKind::Displacement { value: [Some(0.0), Some(0.0), Some(0.0)] },
+        }];
+        let mut m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        if with_t {
+            let t = m.coords.iter().map(|p| 300.0 + 4e5 * p[0] + 1e6 * p[1]).collect();
+            m.set_temperature(Some(t)).unwrap();
+        }
+        let u =
+            m.coords.iter().flat_map(|p| [1e-2 * p[0] * p[1], -3e-3 * p[0], 5e-3 * p[2]]).collect();
+        (m, u)
+    }
+
+    fn direction(m: &LinearElasticModel) -> MechanicalDirection {
+        let mut d = MechanicalDirection::zeros(m);
+        for (i, v) in d.displacement.iter_mut().enumerate() {
+            *v = 1e-7 * ((i as f64) * 0.37).sin();
+        }
+        for (i, v) in d.temperature.iter_mut().enumerate() {
+            *v = 3.0 * ((i as f64) * 0.71).cos();
+        }
+        for (e, v) in d.young_elem.iter_mut().enumerate() {
+            *v = 1e10 * (1.0 + (e % 3) as f64);
+        }
+        for (e, v) in d.poisson_elem.iter_mut().enumerate() {
+            *v = 0.01 * (1.0 - (e % 2) as f64);
+        }
+        d.alpha[0] = 4e-7;
+        d.t_ref[0] = 2.0;
+        d.body_force[0] = [1e3, 0.0, -2e3];
+        d
+    }
+
+    #[test]
+    fn closed_form_matches_hyper_dual_numbers() {
+        for (cell, with_t) in
+            [(CellType::Tet4, true), (CellType::Hex8, true), (CellType::Tet10, false)]
+        {
+            let (m, u) = model(cell, with_t);
+            let d = direction(&m);
+            let lambda: Vec<f64> = (0..3 * m.n_nodes())
+                .map(|i| {
+                    if m.dofs.unknown_of_node[i].is_some() {
+                        ((i as f64) * 0.13).cos()
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let a = m.second_order_vjp(&u, &lambda, &d);
+            let b = m.second_order_vjp_dual(&u, &lambda, &d);
+            let close = |what: &str, x: &[f64], y: &[f64]| {
+                let scale = y.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
+                for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                    assert!((p - q).abs() <= 1e-10 * scale, "{cell:?} {what}[{i}]: {p} vs {q}");
+                }
+            };
+            close("u", &a.displacement, &b.displacement);
+            close("T", &a.temperature, &b.temperature);
+            close("E", &a.young_elem, &b.young_elem);
+            close("nu", &a.poisson_elem, &b.poisson_elem);
+            close("alpha", &a.alpha, &b.alpha);
+            close("t_ref", &a.t_ref, &b.t_ref);
+        }
+    }
+
+    #[test]
+    fn residual_jvp_matches_central_differences() {
+        let (m, u) = model(CellType::Tet4, true);
+        let d = direction(&m);
+        let jvp = m.residual_jvp(&u, &d);
+        let h = 1e-6;
+        let moved = |s: f64| {
+            let mut mm = m.clone();
+            for (e, v) in mm.young_elem.iter_mut().enumerate() {
+                *v += s * d.young_elem[e];
+            }
+            for (e, v) in mm.poisson_elem.iter_mut().enumerate() {
+                *v += s * d.poisson_elem[e];
+            }
+            mm.regions[0].alpha += s * d.alpha[0];
+            mm.regions[0].t_ref += s * d.t_ref[0];
+            for k in 0..3 {
+                mm.regions[0].body_force[k] += s * d.body_force[0][k];
+            }
+            let t: Vec<f64> = m
+                .temperature()
+                .unwrap()
+                .iter()
+                .zip(&d.temperature)
+                .map(|(a, b)| a + s * b)
+                .collect();
+            mm.set_temperature(Some(t)).unwrap();
+            let uu: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + s * b).collect();
+            mm.full_residual(&uu)
+        };
+        let (rp, rm) = (moved(h), moved(-h));
+        let scale = jvp.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+        for i in 0..jvp.len() {
+            let fd = (rp[i] - rm[i]) / (2.0 * h);
+            assert!((jvp[i] - fd).abs() <= 1e-6 * scale, "dof {i}: {} vs {fd}", jvp[i]);
+        }
+    }
+}
