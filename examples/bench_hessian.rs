@@ -9,7 +9,10 @@
 //!
 //! With `--physics electrothermal` the cube also conducts current (0.5 V from x = 0 to x = 1,
 //! σ₀ = 5·10⁴ S/m, ρ(T) linear with α_R = 1.25·10⁻³/K, the ρ(T) cycle solved monolithic), both
-//! x faces held at 300 K: registered the per-element σ₀, the voltage, α_R, k and h.
+//! x faces held at 300 K: registered the per-element σ₀, the voltage, α_R, k and h. With
+//! `--physics thermoelastic` the heated cube also expands (E = 160 GPa, ν = 0.22,
+//! α = 2.6·10⁻⁶/K, clamped at x = 0; objective the mean deflection of x = 1 along y and z): the
+//! whole chain I → Q → T → u, registered the voltage, α_R, k, h, E per element, ν and α.
 //!
 //! Run: `cargo run --release --example bench_hessian -- --n 30 [--physics electrothermal]`
 //! Prints one JSON line: physics, n, unknowns, elements, entries, forward_s, gradient_s,
@@ -37,14 +40,15 @@ fn main() {
                 physics = args.next().expect("--physics takes thermal or electrothermal")
             }
             other => panic!(
-                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal])"
+                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic])"
             ),
         }
     }
     let text = match physics.as_str() {
         "thermal" => thermal_cube(n),
         "electrothermal" => electrothermal_cube(n),
-        other => panic!("--physics {other}: expected thermal or electrothermal"),
+        "thermoelastic" => thermoelastic_cube(n),
+        other => panic!("--physics {other}: expected thermal, electrothermal or thermoelastic"),
     };
     let mut sim = Simulation::from_toml("bench_hessian.toml", &text).expect("valid problem");
     let t = Instant::now();
@@ -193,4 +197,30 @@ register = ["electrical.sigma_elem.domain", "load.xmin.voltage", "electrical.alp
 rel_tol = 1e-10
 "#
     )
+}
+
+/// The heated cube as an actuator: the electro-thermal cube with thermo-elasticity (module
+/// docs).
+fn thermoelastic_cube(n: usize) -> String {
+    let text = electrothermal_cube(n)
+        .replace(
+            "[[objective]]\nkind = \"max\"\ngroup = \"domain\"\np = 8.0",
+            "[[objective]]\nkind = \"average_displacement\"\ngroup = \"xmax\"\ndirection = [0.0, 1.0, 1.0]\nweight = 1.0e6",
+        )
+        .replace(
+            "register = [\"electrical.sigma_elem.domain\", \"load.xmin.voltage\", \"electrical.alpha_r.domain\", \"thermal.k.domain\", \"bc.zmax.h\"]",
+            "register = [\"load.xmin.voltage\", \"electrical.alpha_r.domain\", \"thermal.k.domain\", \"bc.zmax.h\", \"mechanical.young_elem.domain\", \"mechanical.poisson.domain\", \"mechanical.alpha.domain\"]",
+        );
+    text + r#"
+[[mechanical.material]]
+group = "domain"
+young = 160.0e9
+poisson = 0.22
+alpha = 2.6e-6
+t_ref = 300.0
+
+[[mechanical.bc]]
+group = "xmin"
+kind = "fixed"
+"#
 }

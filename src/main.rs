@@ -107,7 +107,8 @@ enum Command {
         per_parameter: bool,
         /// Also test the Hessian: the second-order Taylor test along the same direction, whose
         /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
-        /// Hessian-vector products; steady thermal and electro-thermal problems so far).
+        /// Hessian-vector products; steady thermal, electro-thermal and thermo-elastic problems
+        /// so far).
         #[arg(long)]
         second_order: bool,
     },

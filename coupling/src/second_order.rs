@@ -6,9 +6,10 @@
 //! Covered: steady coupling graphs whose fields all have [`crate::field::SecondOrder`] (the
 //! thermal field with k(T), sources, fixed temperatures, convection and heat flux; the
 //! electrical field with σ₀ per conductor or element, α_R, terminal voltages and currents and
-//! the Joule heat it hands on), acyclic or with monolithic cycles (electro-thermal with ρ(T)).
-//! Time stepping, staggered cycles, shape parameters and fields without the capability are
-//! refused with a message naming what is missing.
+//! the Joule heat it hands on; the linear mechanical field with E, ν, α, T_ref, loads and
+//! prescribed displacements, downstream of the temperature), acyclic or with monolithic cycles
+//! (electro-thermal with ρ(T)). Time stepping, staggered cycles, shape parameters and fields
+//! without the capability (finite strain) are refused with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;

@@ -146,8 +146,9 @@ class Problem:
     def hvp(self, direction: Mapping[str, Value]) -> Dict[str, Value]:
         """H·δp: the Hessian of the objective applied to ``direction`` (name -> float or
         array; names left out are zero), exact by one tangent-linear and one second-order
-        adjoint solves; a dict like ``gradient``. So far for steady thermal and electro-thermal
-        problems (others raise ``gradfem.SolverError`` saying so)."""
+        adjoint solves; a dict like ``gradient``. So far for steady thermal, electro-thermal
+        and linear thermo-elastic problems (others raise ``gradfem.SolverError`` saying
+        so)."""
         return dict(self._p.hvp(dict(direction)))
 
     def hessian(self) -> np.ndarray:

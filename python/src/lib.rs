@@ -353,8 +353,8 @@ impl Problem {
 
     /// The Hessian of the objective applied to a direction: `direction` maps registered names
     /// to a float or an array (names left out are zero); returns H·δp like `gradient`. Exact,
-    /// by the tangent-linear model and the second-order adjoint. Steady thermal and
-    /// electro-thermal problems (ρ(T) cycles monolithic) so far.
+    /// by the tangent-linear model and the second-order adjoint. Steady thermal,
+    /// electro-thermal and linear thermo-elastic problems (ρ(T) cycles monolithic) so far.
     fn hvp<'py>(
         &self,
         py: Python<'py>,

@@ -108,6 +108,17 @@ impl ResistivityLaw {
         self.multiplier_with(t0, D::from(self.alpha_r().unwrap_or(0.0)), t)
     }
 
+    /// m(T) with its first and second derivatives in (T, α_R), in plain floating point (the
+    /// second-order products): [m, m_T, m_α, m_TT, m_Tα, m_αα]. Every law is affine in T
+    /// (piecewise for a table: m_TT = 0 between its points) and the linear law is bilinear in
+    /// (α_R, T − T₀).
+    #[inline]
+    pub fn multiplier_second_derivatives(&self, t0: f64, t: f64) -> [f64; 6] {
+        let (m, m_t, m_a) = self.multiplier_and_slopes(t0, t);
+        let m_ta = if matches!(self, ResistivityLaw::Linear { .. }) { 1.0 } else { 0.0 };
+        [m, m_t, m_a, 0.0, m_ta, 0.0]
+    }
+
     /// m(T), ∂m/∂T and ∂m/∂α_R in plain floating point (the fast path of element loops).
     #[inline]
     pub fn multiplier_and_slopes(&self, t0: f64, t: f64) -> (f64, f64, f64) {
@@ -146,8 +157,37 @@ pub fn joule_heat<D: DualNum<Primitive = f64> + Copy>(sigma: D, grad_phi: [D; 3]
 #[cfg(test)]
 mod tests {
     use super::*;
-    use num_dual::Dual64;
+    use num_dual::{Dual64, HyperDual64};
     use rstest::rstest;
+
+    /// The second derivatives against hyper-dual numbers over the generic multiplier, inside
+    /// a table's intervals.
+    #[test]
+    fn second_derivatives_match_hyper_dual_numbers() {
+        for law in laws() {
+            let alpha = law.alpha_r().unwrap_or(0.0);
+            for t in [270.0, 320.0, 350.0] {
+                let got = law.multiplier_second_derivatives(300.0, t);
+                let at = |dt: [f64; 2], da: [f64; 2]| {
+                    law.multiplier_with(
+                        300.0,
+                        HyperDual64::new(alpha, da[0], da[1], 0.0),
+                        HyperDual64::new(t, dt[0], dt[1], 0.0),
+                    )
+                };
+                let tt = at([1.0, 1.0], [0.0, 0.0]);
+                let ta = at([1.0, 0.0], [0.0, 1.0]);
+                let aa = at([0.0, 0.0], [1.0, 1.0]);
+                let want = [tt.re, tt.eps1, aa.eps1, tt.eps1eps2, ta.eps1eps2, aa.eps1eps2];
+                for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-12 * w.abs().max(1.0),
+                        "{law:?} T={t} [{k}]: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
 
     fn laws() -> Vec<ResistivityLaw> {
         vec![

@@ -311,28 +311,39 @@ impl ElectricalModel {
         res
     }
 
-    /// σ at a point of element `e` and its derivatives in (σ₀, T, α_R): the gradient, the
-    /// directional derivative δσ along `d3` and that derivative's gradient, exact for every
-    /// resistivity law (hyper-dual numbers over σ = σ₀/m(T, α_R), three passes of a scalar
-    /// function).
+    /// σ = σ₀/m(T, α_R) at a point of element `e` with its derivatives in (σ₀, T, α_R): the
+    /// gradient, the directional derivative δσ along `d3` and that derivative's gradient,
+    /// from the law's own second derivatives of m
+    /// ([`ResistivityLaw::multiplier_second_derivatives`](crate::law::ResistivityLaw::multiplier_second_derivatives)).
     fn point_conductivity(&self, e: usize, tq: f64, with_t: bool, d3: [f64; 3]) -> PointSigma {
         let cond = &self.conductors[self.element_conductor(e)];
-        let v = [self.sigma_elem[e], tq, cond.law.alpha_r().unwrap_or(0.0)];
-        let mut out = PointSigma::default();
-        for k in 0..3 {
-            if k == 1 && !with_t {
-                continue; // T is the reference, not a variable
-            }
-            let x: [HyperDual64; 3] = std::array::from_fn(|j| {
-                HyperDual64::new(v[j], d3[j], if j == k { 1.0 } else { 0.0 }, 0.0)
-            });
-            let s = crate::law::conductivity(x[0], &cond.law, cond.t_ref, x[2], x[1]);
-            out.sigma = s.re;
-            out.delta = s.eps1;
-            out.grad[k] = s.eps2;
-            out.delta_grad[k] = s.eps1eps2;
+        let s0 = self.sigma_elem[e];
+        let [m, m_t, m_a, m_tt, m_ta, m_aa] =
+            cond.law.multiplier_second_derivatives(cond.t_ref, tq);
+        // T is the reference, not a variable, without a temperature field.
+        let (m_t, m_tt, m_ta) = if with_t { (m_t, m_tt, m_ta) } else { (0.0, 0.0, 0.0) };
+        let (i1, i2, i3) = (1.0 / m, 1.0 / (m * m), 1.0 / (m * m * m));
+        let grad = [i1, -s0 * m_t * i2, -s0 * m_a * i2];
+        // Hessian of σ in (σ₀, T, α_R).
+        let h = [
+            [0.0, -m_t * i2, -m_a * i2],
+            [
+                -m_t * i2,
+                s0 * (2.0 * m_t * m_t * i3 - m_tt * i2),
+                s0 * (2.0 * m_t * m_a * i3 - m_ta * i2),
+            ],
+            [
+                -m_a * i2,
+                s0 * (2.0 * m_t * m_a * i3 - m_ta * i2),
+                s0 * (2.0 * m_a * m_a * i3 - m_aa * i2),
+            ],
+        ];
+        PointSigma {
+            sigma: s0 * i1,
+            grad,
+            delta: dot(grad, d3),
+            delta_grad: std::array::from_fn(|k| dot(h[k], d3)),
         }
-        out
     }
 
     /// The closed forms of the second-order products on the volume elements. With
