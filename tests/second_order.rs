@@ -330,7 +330,7 @@ young = 160.0e9
 poisson = 0.22
 alpha = 2.6e-6
 t_ref = 300.0
-body_force = [0.0, 0.0, -2.0e4]
+body_force = [1.0e3, 2.0e3, -2.0e4]
 
 [[mechanical.bc]]
 group = "xmin"
@@ -340,7 +340,7 @@ value = [1.0e-7, 2.0e-7, -1.0e-7]
 [[mechanical.bc]]
 group = "xmax"
 kind = "traction"
-traction = [0.0, 1.0e5, 2.0e4]
+traction = [1.0e4, 1.0e5, 2.0e4]
 "#;
     let text = joule_bar_text(cell, alpha_r, VOLTAGE, objectives, register) + mechanics;
     Simulation::from_toml("actuator_bar.toml", &text).unwrap()
@@ -348,6 +348,8 @@ traction = [0.0, 1.0e5, 2.0e4]
 
 const TIP: &str = "[[objective]]\nkind = \"average_displacement\"\ngroup = \"xmax\"\ndirection = [0.0, 1.0, 0.5]\nweight = 1.0e6\n";
 const COMPLIANCE: &str = "[[objective]]\nkind = \"compliance\"\nweight = 1.0e3\n";
+const VON_MISES: &str =
+    "[[objective]]\nkind = \"von_mises\"\ngroup = \"domain\"\np = 6.0\nweight = 1.0e-6\n";
 
 /// Thermo-elasticity downstream of the electro-thermal fields (one way and on the ρ(T)
 /// cycle), with every kind of linear-elastic parameter: the second-order Taylor remainders
@@ -363,6 +365,13 @@ const COMPLIANCE: &str = "[[objective]]\nkind = \"compliance\"\nweight = 1.0e3\n
     0.2,
     COMPLIANCE,
     "\"load.xmin.voltage\", \"mechanical.poisson.domain\", \"bc.xmax.traction\", \"mechanical.t_ref.domain\""
+)]
+#[case::von_mises_stress(
+    "tet4",
+    Some(1.25e-3),
+    0.05,
+    VON_MISES,
+    "\"load.xmin.voltage\", \"mechanical.young_elem.domain\", \"mechanical.poisson.domain\", \"mechanical.alpha.domain\", \"bc.xmax.traction\""
 )]
 fn thermoelastic_second_order_taylor_remainders_fall_at_rate_three(
     #[case] cell: &str,
@@ -442,13 +451,10 @@ fn uncovered_problems_are_refused_with_a_message() {
     let mut sim = Simulation::from_toml(root.join("examples/a.toml"), &actuator).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("node coordinates"), "{e}");
-    let von_mises = actuator.replace("    \"morph.hot_arm_width\",\n", "").replace(
-        "kind = \"average_displacement\"\ngroup = \"free_end\"\ndirection = [0.0, -1.0, 0.0]",
-        "kind = \"von_mises\"\ngroup = \"polysilicon_layer\"\np = 4.0",
-    );
-    let mut sim = Simulation::from_toml(root.join("examples/b.toml"), &von_mises).unwrap();
+    let finite_strain = std::fs::read_to_string(root.join("examples/rubber_pad.toml")).unwrap();
+    let mut sim = Simulation::from_toml(root.join("examples/c.toml"), &finite_strain).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("VonMises") && e.contains("second-order"), "{e}");
+    assert!(e.contains("second-order"), "{e}");
     let mut sim = Simulation::from_file(root.join("examples/transient_slab.toml")).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("stepped in time"), "{e}");

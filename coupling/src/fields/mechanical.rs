@@ -757,17 +757,6 @@ impl MechanicalField {
                  not available yet",
             ));
         }
-        if let Some(t) = self
-            .objective
-            .iter()
-            .find(|t| matches!(t.kind, MechObjectiveKind::VonMisesPNorm { .. }))
-        {
-            return Err(setup(format!(
-                "mechanical: the {:?} objective has no second-order products yet; displacement, \
-                 average_displacement and compliance have",
-                t.kind
-            )));
-        }
         self.solved_displacement()
     }
 
@@ -875,41 +864,50 @@ impl SecondOrder for MechanicalField {
     }
 
     fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
-        // Displacement and mean-displacement terms are linear in u; compliance fᵀu is bilinear
-        // in the loads and u: d/dε ∂C/∂u = δf and d/dε ∂C/∂p = (∂f/∂p)ᵀδu.
+        // Displacement, mean-displacement and cotangent terms are linear in u; compliance fᵀu
+        // is bilinear in the loads and u (d/dε ∂C/∂u = δf, d/dε ∂C/∂p = (∂f/∂p)ᵀδu); the von
+        // Mises p-norm is a function of u and μ(E, ν).
         let u = self.check_second_order(rev.wants_coordinates())?;
+        let d = self.mechanical_direction(dir);
+        let mut state = vec![0.0; u.len()];
+        for term in &self.objective {
+            if let MechObjectiveKind::VonMisesPNorm { group, p } = &term.kind {
+                let els = self.model.group_elements(group).map_err(mech)?;
+                let (du, de, dn) = self.model.von_mises_pnorm_hessian(els, *p, u, &d);
+                state.iter_mut().zip(&du).for_each(|(s, v)| *s += term.weight * v);
+                self.add_material(rev.grad, &de, &dn, term.weight);
+            }
+        }
         let compliance: f64 = self
             .objective
             .iter()
             .filter(|t| t.kind == MechObjectiveKind::Compliance)
             .map(|t| t.weight)
             .sum();
-        if compliance == 0.0 || !self.want(false, false).loads {
-            return Ok(Seed::default());
-        }
-        let d = self.mechanical_direction(dir);
-        let state: Vec<f64> =
-            self.model.load_vector_jvp(&d).into_iter().map(|v| compliance * v).collect();
-        let load_only = VjpRequest {
-            material: false,
-            thermal: false,
-            loads: true,
-            displacement: false,
-            temperature: false,
-            coords: false,
-        };
-        let l = self.model.parameter_vjp(u, &d.displacement, load_only);
-        for (id, b) in &self.bindings {
-            let g = rev.grad.get_mut(*id);
-            match b {
-                MBinding::BodyForce(r) => {
-                    (0..3).for_each(|k| g[k] -= compliance * l.body_force[*r][k])
+        if compliance != 0.0 && self.want(false, false).loads {
+            let df = self.model.load_vector_jvp(&d);
+            state.iter_mut().zip(&df).for_each(|(s, v)| *s += compliance * v);
+            let load_only = VjpRequest {
+                material: false,
+                thermal: false,
+                loads: true,
+                displacement: false,
+                temperature: false,
+                coords: false,
+            };
+            let l = self.model.parameter_vjp(u, &d.displacement, load_only);
+            for (id, b) in &self.bindings {
+                let g = rev.grad.get_mut(*id);
+                match b {
+                    MBinding::BodyForce(r) => {
+                        (0..3).for_each(|k| g[k] -= compliance * l.body_force[*r][k])
+                    }
+                    MBinding::Pressure(bc) => g[0] -= compliance * l.pressure[*bc],
+                    MBinding::Traction(bc) => {
+                        (0..3).for_each(|k| g[k] -= compliance * l.traction[*bc][k])
+                    }
+                    _ => {}
                 }
-                MBinding::Pressure(bc) => g[0] -= compliance * l.pressure[*bc],
-                MBinding::Traction(bc) => {
-                    (0..3).for_each(|k| g[k] -= compliance * l.traction[*bc][k])
-                }
-                _ => {}
             }
         }
         Ok(Seed { state, ..Seed::default() })
