@@ -124,6 +124,11 @@ enum Command {
         /// residuals at the current parameters, which should be the fitted ones).
         #[arg(long)]
         noise: Option<f64>,
+        /// One Hessian-vector product H·δp instead of the dense Hessian: δp as NAME=VALUE for a
+        /// registered parameter (repeat for several; every entry of a per-element parameter
+        /// takes VALUE; names left out are zero). Writes hessian_vector.json.
+        #[arg(long = "direction", value_name = "NAME=VALUE")]
+        direction: Vec<String>,
         /// Print hessian.json to standard output as well.
         #[arg(long)]
         json: bool,
@@ -693,6 +698,31 @@ fn write_outputs(
 }
 
 /// Start the output set of `dir`.
+/// δp from `--direction NAME=VALUE` arguments: every entry of the named parameter takes
+/// VALUE; names left out are zero.
+fn parse_direction(
+    problem: &gradfem::app::Problem,
+    args: &[String],
+) -> Result<gradfem_solvers::params::Gradient> {
+    let reg = problem.registry();
+    let mut dir = gradfem_solvers::params::Gradient::zeros(reg);
+    for arg in args {
+        let (name, value) = arg.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!("--direction {arg}: expected NAME=VALUE (e.g. thermal.k.domain=1.0)")
+        })?;
+        let value: f64 = value
+            .trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--direction {arg}: '{value}' is not a number"))?;
+        if !value.is_finite() {
+            anyhow::bail!("--direction {arg}: the value must be finite");
+        }
+        let id = reg.id(name.trim()).map_err(|e| anyhow::anyhow!("--direction {arg}: {e}"))?;
+        dir.get_mut(id).iter_mut().for_each(|v| *v = value);
+    }
+    Ok(dir)
+}
+
 fn begin_set(dir: &Path) -> Result<gradfem::io::output_set::OutputSet> {
     gradfem::io::output_set::OutputSet::begin(dir)
         .map_err(|e| anyhow::anyhow!("cannot write the outputs: {e}"))
@@ -774,10 +804,59 @@ fn run(cli: Cli) -> Result<ExitCode> {
             optimize(&mut problem, &settings, &dir, quiet, json)?;
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Hessian { file, noise, json, output }) => {
+        Some(Command::Hessian { file, noise, json, output, direction }) => {
             let (pf, mut problem) = load(&file, quiet || json)?;
             need_objective(&pf, "hessian")?;
             solve(&mut problem, &pf, quiet || json)?;
+            if !direction.is_empty() {
+                let dir = parse_direction(&problem, &direction)?;
+                let pb = spinner(quiet || json, "Hessian-vector product");
+                let hv = problem.hessian_vector(&dir)?;
+                pb.finish();
+                let reg = problem.registry();
+                let mut by_name = serde_json::Map::new();
+                let mut dir_by_name = serde_json::Map::new();
+                let mut curvature = 0.0;
+                for (id, spec) in reg.iter() {
+                    curvature +=
+                        dir.get(id).iter().zip(hv.get(id)).map(|(a, b)| a * b).sum::<f64>();
+                    by_name.insert(spec.name.clone(), serde_json::json!(hv.get(id)));
+                    dir_by_name.insert(spec.name.clone(), serde_json::json!(dir.get(id)));
+                }
+                let report = serde_json::json!({
+                    "direction": dir_by_name,
+                    "hessian_vector": by_name,
+                    "curvature": curvature,
+                });
+                let out = output_dir(&pf, output);
+                let set = begin_set(&out)?;
+                let path = set.dir().join("hessian_vector.json");
+                std::fs::write(&path, serde_json::to_string_pretty(&report)?).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot write {}: {e}",
+                        out.join("hessian_vector.json").display()
+                    )
+                })?;
+                commit_set(set)?;
+                if json {
+                    println!("{}", serde_json::to_string(&report)?);
+                } else if !quiet {
+                    println!("H·δp (δpᵀHδp = {curvature:.6e}):");
+                    for (name, v) in &by_name {
+                        let v: Vec<f64> = serde_json::from_value(v.clone())?;
+                        match v.as_slice() {
+                            [x] => println!("  {name:<40} {x:.6e}"),
+                            many => println!(
+                                "  {name:<40} {} entries, |·|max {:.6e}",
+                                many.len(),
+                                many.iter().fold(0.0f64, |a, x| a.max(x.abs()))
+                            ),
+                        }
+                    }
+                    println!("  wrote {}", out.join("hessian_vector.json").display());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let n = gradfem_solvers::params::ParamVector::all(problem.registry()).len();
             let pb = Progress::bar(
                 ProgressMode::detect(quiet || json),

@@ -770,3 +770,43 @@ fn newton_cg_designs_the_microactuator_deflection_in_fewer_than_half_the_evaluat
         voltage(&lbfgs)
     );
 }
+
+/// `gradfem hessian FILE --direction NAME=VALUE` writes one product, the library's.
+#[test]
+fn hessian_command_with_a_direction_writes_the_product() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = root.join("examples/microactuator_electrothermal.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["--quiet", "hessian"])
+        .arg(&file)
+        .args(["--direction", "load.anchor_hot_outer_base.voltage=1.0"])
+        .args(["--direction", "thermal.k.polysilicon_layer=0.5", "-o"])
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(dir.path().join("out/hessian_vector.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut sim = Simulation::from_file(&file).unwrap();
+    let direction = BTreeMap::from([
+        ("load.anchor_hot_outer_base.voltage".to_string(), vec![1.0]),
+        ("thermal.k.polysilicon_layer".to_string(), vec![0.5]),
+    ]);
+    let hv = sim.hvp(&direction).unwrap();
+    for (name, v) in &hv.by_name {
+        let cli = r["hessian_vector"][name][0].as_f64().unwrap();
+        assert!((cli - v[0]).abs() <= 1e-10 * v[0].abs().max(1e-300), "{name}: {cli} vs {}", v[0]);
+    }
+    let curvature = r["curvature"].as_f64().unwrap();
+    assert!((curvature - hv.value).abs() <= 1e-10 * hv.value.abs(), "{curvature} vs {}", hv.value);
+    // A malformed direction is refused with the expected form.
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .args(["--quiet", "hessian"])
+        .arg(&file)
+        .args(["--direction", "voltage"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("NAME=VALUE"));
+}
