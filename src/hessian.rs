@@ -30,7 +30,7 @@ pub struct Direction {
     pub vector: Vec<f64>,
 }
 
-/// The Laplace approximation of the posterior of the parameters of a sensor misfit.
+/// The Laplace approximation of the posterior of the parameters of a least-squares misfit.
 #[derive(Clone, Debug, Serialize)]
 pub struct Posterior {
     /// The sensors' noise σ (the unit of the temperatures): given, or estimated as
@@ -38,7 +38,7 @@ pub struct Posterior {
     pub noise: f64,
     /// Whether `noise` was estimated from the residuals.
     pub noise_estimated: bool,
-    /// The number of sensors.
+    /// The number of observations (a misfit's sensors, a fit's data points).
     pub sensors: usize,
     /// Posterior covariance σ²/w · H⁻¹ (row-major over the entries, in the parameters' units).
     pub covariance: Vec<Vec<f64>>,
@@ -138,12 +138,96 @@ pub fn compute(
         return Err(RunError::Setup(format!("--noise {s}: the sensors' noise must be positive")));
     }
     let values = pv.gather(problem.registry());
-    let scale: Vec<f64> = values.iter().map(|v| if *v != 0.0 { v.abs() } else { 1.0 }).collect();
     let (objective, grad, _) = problem.gradient()?;
     let gradient = grad.flatten(&pv);
     let started = std::time::Instant::now();
     let hessian = problem.dense_hessian(|k| progress(k, n))?;
     let seconds = started.elapsed().as_secs_f64();
+    let entries: Vec<String> = (0..n).map(|i| pv.entry_name(i)).collect();
+    let misfit = match misfit_term(problem) {
+        Some((weight, sensors)) => {
+            let m = sensors.len();
+            let (sigma, estimated) = match noise {
+                Some(s) => (s, false),
+                None if m > n => (((2.0 * objective / weight) / (m - n) as f64).sqrt(), true),
+                None => {
+                    return Err(RunError::Setup(format!(
+                        "{m} sensors for {n} parameter entries: the noise cannot be estimated \
+                         from the residuals; give it with --noise"
+                    )));
+                }
+            };
+            // Gauss–Newton: G = d(sensor values)/dp by one tangent solve per entry.
+            let thermal = problem.thermal();
+            let locations = sensors
+                .iter()
+                .map(|s| gradfem_thermal::objective::locate(&thermal.model, [s[0], s[1], s[2]]))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| RunError::Setup(format!("sensor misfit: {e}")))?;
+            let nodes: Vec<Vec<usize>> =
+                locations.iter().map(|l| thermal.model.element_nodes(l.element).to_vec()).collect();
+            let mut g = vec![vec![0.0; n]; m];
+            let mut e = vec![0.0; n];
+            for j in 0..n {
+                e[j] = 1.0;
+                let dt = problem.tangent_flat("thermal", &e)?;
+                e[j] = 0.0;
+                for (s, (loc, nn)) in locations.iter().zip(&nodes).enumerate() {
+                    g[s][j] = nn.iter().zip(&loc.shape).map(|(&a, &sh)| sh * dt[a]).sum();
+                }
+            }
+            let gauss_newton = (0..n * n)
+                .map(|k| (0..m).map(|s| g[s][k / n] * g[s][k % n]).sum::<f64>())
+                .collect();
+            Some(Misfit {
+                weight,
+                noise: sigma,
+                noise_estimated: estimated,
+                observations: m,
+                gauss_newton,
+            })
+        }
+        None => None,
+    };
+    Ok(analyze(entries, values, objective, gradient, &hessian, misfit, n, seconds))
+}
+
+/// The scale of each entry for the analysis in scaled variables: its magnitude (1 where zero).
+fn scales(values: &[f64]) -> Vec<f64> {
+    values.iter().map(|v| if *v != 0.0 { v.abs() } else { 1.0 }).collect()
+}
+
+/// A least-squares misfit J = w · ½ Σ r², for its Laplace posterior.
+#[derive(Clone, Debug)]
+pub struct Misfit {
+    /// w.
+    pub weight: f64,
+    /// The observations' noise σ (the unit of r).
+    pub noise: f64,
+    /// Whether `noise` was estimated from the residuals.
+    pub noise_estimated: bool,
+    /// The number of observations.
+    pub observations: usize,
+    /// The Gauss–Newton matrix GᵀG (G = dr/dp, n × n row-major, the parameters' units).
+    pub gauss_newton: Vec<f64>,
+}
+
+/// The report of a dense Hessian (row-major, n × n over `entries` at `values`): symmetry,
+/// eigen-directions in scaled variables and, for a least-squares `misfit` whose Hessian is
+/// positive definite, the Laplace posterior σ²/w · H⁻¹ beside Gauss–Newton's σ²/w · (GᵀG)⁻¹.
+/// Used by `gradfem hessian` and by `gradfem identify`.
+pub fn analyze(
+    entries: Vec<String>,
+    values: Vec<f64>,
+    objective: f64,
+    gradient: Vec<f64>,
+    hessian: &[f64],
+    misfit: Option<Misfit>,
+    hessian_products: usize,
+    seconds: f64,
+) -> HessianReport {
+    let n = values.len();
+    let scale = scales(&values);
     let h = |i: usize, j: usize| hessian[i * n + j];
     let h_max = hessian.iter().fold(0.0f64, |a, v| a.max(v.abs())).max(f64::MIN_POSITIVE);
     let scaled: Vec<f64> = (0..n * n).map(|k| scale[k / n] * hessian[k] * scale[k % n]).collect();
@@ -161,85 +245,50 @@ pub fn compute(
         .zip(&eig.vectors)
         .map(|(&eigenvalue, vector)| Direction { eigenvalue, vector: vector.clone() })
         .collect();
-    let posterior = match misfit_term(problem) {
-        Some((weight, sensors)) if positive_definite => {
-            let m = sensors.len();
-            let (sigma, estimated) = match noise {
-                Some(s) => (s, false),
-                None if m > n => (((2.0 * objective / weight) / (m - n) as f64).sqrt(), true),
-                None => {
-                    return Err(RunError::Setup(format!(
-                        "{m} sensors for {n} parameter entries: the noise cannot be estimated \
-                         from the residuals; give it with --noise"
-                    )));
-                }
-            };
-            // C = σ²/w · H⁻¹ (J = w · ½ Σ r², the negative log-likelihood is Σ r²/(2σ²)).
-            let inv_scaled = inverse_from_eigen(&eig.values, &eig.vectors);
-            let factor = sigma * sigma / weight;
-            let covariance: Vec<Vec<f64>> = (0..n)
-                .map(|i| (0..n).map(|j| factor * scale[i] * inv_scaled[i][j] * scale[j]).collect())
-                .collect();
-            let std_dev: Vec<f64> = (0..n).map(|i| covariance[i][i].sqrt()).collect();
-            let correlation = (0..n)
-                .map(|i| {
-                    (0..n)
-                        .map(|j| (covariance[i][j] / (std_dev[i] * std_dev[j])).clamp(-1.0, 1.0))
-                        .collect()
-                })
-                .collect();
-            // Gauss–Newton: G = d(sensor values)/dp by one tangent solve per entry.
-            let thermal = problem.thermal();
-            let locations = sensors
-                .iter()
-                .map(|s| gradfem_thermal::objective::locate(&thermal.model, [s[0], s[1], s[2]]))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| RunError::Setup(format!("sensor misfit: {e}")))?;
-            let nodes: Vec<Vec<usize>> =
-                locations.iter().map(|l| thermal.model.element_nodes(l.element).to_vec()).collect();
-            let mut g = vec![vec![0.0; n]; m]; // scaled columns
-            let mut e = vec![0.0; n];
-            for j in 0..n {
-                e[j] = scale[j];
-                let dt = problem.tangent_flat("thermal", &e)?;
-                e[j] = 0.0;
-                for (s, (loc, nn)) in locations.iter().zip(&nodes).enumerate() {
-                    g[s][j] = nn.iter().zip(&loc.shape).map(|(&a, &sh)| sh * dt[a]).sum();
-                }
-            }
-            let gtg: Vec<f64> = (0..n * n)
-                .map(|k| (0..m).map(|s| g[s][k / n] * g[s][k % n]).sum::<f64>())
-                .collect();
-            let gauss_newton_difference =
-                (0..n * n).fold(0.0f64, |a, k| a.max((scaled[k] - weight * gtg[k]).abs())) / s_max;
-            let gn = symmetric_eigen(&gtg, n);
-            let gn_pd = gn.values.iter().all(|&v| v > 1e-12 * gn.values[n - 1].abs());
-            let gauss_newton_covariance: Vec<Vec<f64>> = if gn_pd {
-                let inv = inverse_from_eigen(&gn.values, &gn.vectors);
+    let posterior = misfit.filter(|_| positive_definite).map(|m| {
+        // C = σ²/w · H⁻¹ (J = w · ½ Σ r², the negative log-likelihood is Σ r²/(2σ²)).
+        let inv_scaled = inverse_from_eigen(&eig.values, &eig.vectors);
+        let factor = m.noise * m.noise / m.weight;
+        let covariance: Vec<Vec<f64>> = (0..n)
+            .map(|i| (0..n).map(|j| factor * scale[i] * inv_scaled[i][j] * scale[j]).collect())
+            .collect();
+        let std_dev: Vec<f64> = (0..n).map(|i| covariance[i][i].sqrt()).collect();
+        let correlation = (0..n)
+            .map(|i| {
                 (0..n)
-                    .map(|i| (0..n).map(|j| factor * scale[i] * inv[i][j] * scale[j]).collect())
+                    .map(|j| (covariance[i][j] / (std_dev[i] * std_dev[j])).clamp(-1.0, 1.0))
                     .collect()
-            } else {
-                vec![vec![f64::NAN; n]; n]
-            };
-            let gauss_newton_std_dev =
-                (0..n).map(|i| gauss_newton_covariance[i][i].sqrt()).collect();
-            Some(Posterior {
-                noise: sigma,
-                noise_estimated: estimated,
-                sensors: m,
-                covariance,
-                std_dev,
-                correlation,
-                gauss_newton_std_dev,
-                gauss_newton_covariance,
-                gauss_newton_difference,
             })
+            .collect();
+        let gtg: Vec<f64> =
+            (0..n * n).map(|k| scale[k / n] * m.gauss_newton[k] * scale[k % n]).collect();
+        let gauss_newton_difference =
+            (0..n * n).fold(0.0f64, |a, k| a.max((scaled[k] - m.weight * gtg[k]).abs())) / s_max;
+        let gn = symmetric_eigen(&gtg, n);
+        let gn_pd = gn.values.iter().all(|&v| v > 1e-12 * gn.values[n - 1].abs());
+        let gauss_newton_covariance: Vec<Vec<f64>> = if gn_pd {
+            let inv = inverse_from_eigen(&gn.values, &gn.vectors);
+            (0..n)
+                .map(|i| (0..n).map(|j| factor * scale[i] * inv[i][j] * scale[j]).collect())
+                .collect()
+        } else {
+            vec![vec![f64::NAN; n]; n]
+        };
+        let gauss_newton_std_dev = (0..n).map(|i| gauss_newton_covariance[i][i].sqrt()).collect();
+        Posterior {
+            noise: m.noise,
+            noise_estimated: m.noise_estimated,
+            sensors: m.observations,
+            covariance,
+            std_dev,
+            correlation,
+            gauss_newton_std_dev,
+            gauss_newton_covariance,
+            gauss_newton_difference,
         }
-        _ => None,
-    };
-    Ok(HessianReport {
-        entries: (0..n).map(|i| pv.entry_name(i)).collect(),
+    });
+    HessianReport {
+        entries,
         values,
         scale,
         objective,
@@ -249,9 +298,9 @@ pub fn compute(
         eigen,
         positive_definite,
         posterior,
-        hessian_products: n,
+        hessian_products,
         seconds,
-    })
+    }
 }
 
 /// The most parameters drawn in the posterior plot (the first ones, in registration order).

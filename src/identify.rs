@@ -332,8 +332,9 @@ impl Homogeneous {
             "ogden" => format!("ogden{}", self.fit.fixed_alpha.len()),
             other => other.to_string(),
         };
-        let (_, jac) = self.fit.residuals_and_jacobian(&x);
+        let (residuals, jac) = self.fit.residuals_and_jacobian(&x);
         let correlation = Correlation::from_jacobian(self.fit.free_names(), &jac);
+        let laplace = self.laplace(&x, &s, &residuals, &jac);
         let unit = self.stress_unit.as_deref().unwrap_or("the unit of the measured stresses");
         let convention = format!(
             "{OGDEN_CONVENTION}; incompressible (λ̄_i = λ_i); μ_p in {unit}{}",
@@ -381,8 +382,45 @@ impl Homogeneous {
             mu_tilde,
             neo_hookean: None,
             fem: None,
+            laplace: Some(laplace),
         };
         (report, x)
+    }
+
+    /// The exact Hessian of ½ Σ r² at the fit `x` and its Laplace posterior, with the noise σ
+    /// of the Gauss–Newton errors (√(Σ r²/(m − n))) and JᵀJ beside it.
+    fn laplace(
+        &self,
+        x: &[f64],
+        s: &FitSummary,
+        residuals: &[f64],
+        jac: &[Vec<f64>],
+    ) -> crate::hessian::HessianReport {
+        let n = x.len();
+        let started = std::time::Instant::now();
+        let hessian = self.fit.hessian(x);
+        let mut gradient = vec![0.0; n];
+        let objective = self.fit.objective(x, &mut gradient);
+        let gauss_newton = (0..n * n)
+            .map(|k| jac.iter().map(|row| row[k / n] * row[k % n]).sum::<f64>())
+            .collect();
+        let misfit = crate::hessian::Misfit {
+            weight: 1.0,
+            noise: s.sigma,
+            noise_estimated: true,
+            observations: residuals.len(),
+            gauss_newton,
+        };
+        crate::hessian::analyze(
+            self.fit.free_names(),
+            x.to_vec(),
+            objective,
+            gradient,
+            &hessian,
+            Some(misfit),
+            0,
+            started.elapsed().as_secs_f64(),
+        )
     }
 
     fn write(

@@ -911,6 +911,7 @@ impl FemIdentification {
                 residuals: m,
                 time_s,
             }),
+            laplace: None,
         }
     }
 

@@ -140,6 +140,11 @@ pub struct IdentifyReport {
     /// For a FEM fit: iterations and solves.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fem: Option<FemFitInfo>,
+    /// Homogeneous fits: the exact Hessian of the misfit at the optimum (not only JᵀJ), its
+    /// eigen-directions (which combinations the data do not determine) and the Laplace
+    /// posterior σ² H⁻¹ beside Gauss–Newton's σ² (JᵀJ)⁻¹, as `gradfem hessian` reports them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub laplace: Option<crate::hessian::HessianReport>,
 }
 
 /// The correlation matrix of fitted parameters: ρ_ij = C_ij / √(C_ii C_jj) of the covariance
@@ -278,6 +283,14 @@ pub(crate) fn write_outputs(
     let plotted = plot(&set.dir().join("fit.png")).map(|()| dir.join("fit.png"));
     if plotted.is_err() {
         let _ = std::fs::remove_file(set.dir().join("fit.png"));
+    }
+    // The Laplace posterior's marginals and pairwise ellipses, beside Gauss–Newton's.
+    if let Some(l) = report.laplace.as_ref().filter(|l| l.posterior.is_some()) {
+        let png = set.dir().join("posterior.png");
+        if let Err(e) = crate::hessian::plot_posterior(l, &png) {
+            tracing::warn!("identify: posterior.png not drawn: {e}");
+            let _ = std::fs::remove_file(&png);
+        }
     }
     set.commit().map_err(|e| werr(dir, e.to_string()))?;
     Ok((dir.join("identify.json"), plotted))

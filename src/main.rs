@@ -1079,6 +1079,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     println!("  Ogden's published moduli μ̃_p = 2μ_p/α_p: {}", published.join(", "));
                 }
                 print_correlation(&report.correlation);
+                if let Some(post) = report.laplace.as_ref().and_then(|l| l.posterior.as_ref()) {
+                    let l = report.laplace.as_ref().expect("the posterior's report");
+                    println!(
+                        "  Laplace posterior (exact Hessian; σ = {:.3e}): std dev vs Gauss–Newton",
+                        post.noise
+                    );
+                    for (i, name) in l.entries.iter().enumerate() {
+                        println!(
+                            "  {name:>8}   {:.3e} vs {:.3e} ({:+.0} %)",
+                            post.std_dev[i],
+                            post.gauss_newton_std_dev[i],
+                            100.0 * (post.std_dev[i] / post.gauss_newton_std_dev[i] - 1.0)
+                        );
+                    }
+                    if let Some(weakest) = l.eigen.first() {
+                        let (k, _) =
+                            weakest.vector.iter().enumerate().fold((0, 0.0f64), |b, (k, v)| {
+                                if v.abs() > b.1 { (k, v.abs()) } else { b }
+                            });
+                        println!(
+                            "  least determined direction (scaled curvature {:.3e}): mostly {}",
+                            weakest.eigenvalue, l.entries[k]
+                        );
+                    }
+                }
                 for e in &report.experiments {
                     let abs = e.rms_error.map_or(String::new(), |a| format!(", rms error {a:.4e}"));
                     println!(

@@ -126,6 +126,41 @@ fn treloar_fit_reports_correlations_convention_and_starts() {
     assert!(text.contains("μ̃_p = 2μ_p/α_p: mu_tilde1 = "), "{text}");
 }
 
+/// The Laplace posterior from the exact Hessian of the misfit: its Gauss–Newton part
+/// reproduces the reported standard errors, the exact ones differ by the residual curvature,
+/// and posterior.png shows both.
+#[test]
+fn treloar_fit_reports_the_laplace_posterior_beside_gauss_newton() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = root().join("examples/treloar_ogden3.toml");
+    let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let l = &r["laplace"];
+    assert!(l["positive_definite"].as_bool().unwrap(), "{l}");
+    assert!(l["asymmetry"].as_f64().unwrap() < 1e-12, "{l}");
+    let entries: Vec<&str> =
+        l["entries"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(entries, ["mu1", "alpha1", "mu2", "alpha2", "mu3", "alpha3"]);
+    let post = &l["posterior"];
+    for (i, name) in entries.iter().enumerate() {
+        let gn = post["gauss_newton_std_dev"][i].as_f64().unwrap();
+        let se = r["std_errors"][name].as_f64().unwrap();
+        assert!((gn - se).abs() <= 1e-8 * se, "{name}: Gauss–Newton {gn} vs std error {se}");
+        let exact = post["std_dev"][i].as_f64().unwrap();
+        assert!(exact > 0.5 * se && exact < 2.0 * se, "{name}: Laplace {exact} vs {se}");
+    }
+    // The residuals are not zero: the exact Hessian is not JᵀJ.
+    let d = post["gauss_newton_difference"].as_f64().unwrap();
+    assert!(d > 1e-6 && d < 0.1, "{d}");
+    let png = std::fs::read(dir.path().join("results/treloar_ogden3/posterior.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+    let out = gradfem_in(dir.path(), &["identify", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Laplace posterior (exact Hessian"), "{text}");
+    assert!(text.contains("least determined direction"), "{text}");
+}
+
 #[test]
 fn neo_hookean_fits_worse_than_ogden() {
     let dir = tempfile::tempdir().unwrap();

@@ -34,7 +34,7 @@
 #![allow(non_snake_case)] // F, P: the mathematical names.
 
 use crate::hyperelastic::{Mat3, StrainEnergy};
-use num_dual::{Dual2_64, Dual64, DualNum};
+use num_dual::{Dual2_64, Dual64, DualNum, HyperDual64};
 use std::path::{Path, PathBuf};
 
 /// Errors of the homogeneous solvers and of reading test data.
@@ -408,6 +408,40 @@ impl OgdenFit {
         (r, J)
     }
 
+    /// The exact Hessian of the objective `½ Σ r_k²` (row-major, n × n over the free
+    /// parameters): `JᵀJ + Σ r_k ∇²r_k`, by hyper-dual numbers over the closed-form stresses
+    /// (one pass per pair of parameters).
+    pub fn hessian(&self, x: &[f64]) -> Vec<f64> {
+        let n = x.len();
+        let mut h = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..=i {
+                let xd: Vec<HyperDual64> = x
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &v)| {
+                        let (a, b) = (f64::from(u8::from(k == i)), f64::from(u8::from(k == j)));
+                        HyperDual64::new(v, a, b, 0.0)
+                    })
+                    .collect();
+                let terms = self.terms(&xd);
+                let mut f = HyperDual64::from(0.0);
+                for e in &self.experiments {
+                    for (&l, &p) in e.stretch.iter().zip(&e.nominal_stress) {
+                        if p == 0.0 {
+                            continue;
+                        }
+                        let r = incompressible_nominal_stress(e.mode, l, &terms) / p - 1.0;
+                        f += r * r * 0.5;
+                    }
+                }
+                h[i * n + j] = f.eps1eps2;
+                h[j * n + i] = f.eps1eps2;
+            }
+        }
+        h
+    }
+
     /// Objective `½ Σ r_k²`, writing its gradient `Jᵀr` into `grad`.
     pub fn objective(&self, x: &[f64], grad: &mut [f64]) -> f64 {
         let (r, J) = self.residuals_and_jacobian(x);
@@ -632,6 +666,49 @@ mod tests {
             let mut d = [0.0; 4];
             let fd = (fit.objective(&xp, &mut d) - fit.objective(&xm, &mut d)) / (2.0 * h);
             assert!((fd - g[i]).abs() < 1e-5 * (1.0 + g[i].abs()), "{i}: {} vs {fd}", g[i]);
+        }
+    }
+
+    #[test]
+    fn fit_hessian_matches_differences_of_the_gradient_and_gauss_newton_at_zero_residual() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/treloar");
+        let fit = OgdenFit::ogden(read_treloar(&dir).unwrap(), 2);
+        let x = [0.4, 1.5, 0.01, 4.0];
+        let h = fit.hessian(&x);
+        for i in 0..4 {
+            let d = 1e-6 * x[i].abs();
+            let (mut xp, mut xm) = (x, x);
+            xp[i] += d;
+            xm[i] -= d;
+            let (mut gp, mut gm) = ([0.0; 4], [0.0; 4]);
+            fit.objective(&xp, &mut gp);
+            fit.objective(&xm, &mut gm);
+            for j in 0..4 {
+                let fd = (gp[j] - gm[j]) / (2.0 * d);
+                let scale = (h[i * 4 + i].abs() * h[j * 4 + j].abs()).sqrt();
+                assert!(
+                    (fd - h[j * 4 + i]).abs() < 1e-5 * scale,
+                    "H[{j}][{i}]: {} vs {fd}",
+                    h[j * 4 + i]
+                );
+            }
+        }
+        // Data made by the model itself: every residual is zero and H = JᵀJ.
+        let mut synthetic = fit.clone();
+        for e in &mut synthetic.experiments {
+            for (p, &l) in e.nominal_stress.iter_mut().zip(&e.stretch) {
+                if *p != 0.0 {
+                    *p = incompressible_nominal_stress(e.mode, l, &fit.terms::<f64>(&x));
+                }
+            }
+        }
+        let h = synthetic.hessian(&x);
+        let (_, jac) = synthetic.residuals_and_jacobian(&x);
+        for a in 0..4 {
+            for b in 0..4 {
+                let jtj: f64 = jac.iter().map(|row| row[a] * row[b]).sum();
+                assert!((h[a * 4 + b] - jtj).abs() <= 1e-10 * jtj.abs().max(h[a * 4 + a].abs()));
+            }
         }
     }
 }
