@@ -11,8 +11,9 @@ def flatten(p, d):
     return np.concatenate([np.atleast_1d(np.asarray(d[name], dtype=np.float64)) for name in p.parameters])
 
 
-def test_hvp_matches_differences_of_gradients(root):
-    p = gradfem.Problem.from_toml(root / "examples" / "nonlinear_conductivity.toml")
+def assert_hvp_matches_differences_of_gradients(p):
+    """H·δp along a direction over every registered scalar against central differences of
+    gradients at p ± 1e-3 δp."""
     x0 = {k: float(v) for k, v in p.parameters.items()}
     direction = {k: 0.01 * v * (1.0 + 0.3 * i) for i, (k, v) in enumerate(x0.items())}
     hv = flatten(p, p.hvp(direction))
@@ -24,6 +25,12 @@ def test_hvp_matches_differences_of_gradients(root):
     p.set_parameters(x0)
     fd = (grads[0] - grads[1]) / (2.0 * h)
     assert np.allclose(hv, fd, rtol=1e-5, atol=1e-9 * np.abs(fd).max()), (hv, fd)
+
+
+def test_hvp_matches_differences_of_gradients(root):
+    assert_hvp_matches_differences_of_gradients(
+        gradfem.Problem.from_toml(root / "examples" / "nonlinear_conductivity.toml")
+    )
 
 
 def test_dense_hessian_is_symmetric_and_matches_hvp(root):
@@ -39,18 +46,9 @@ def test_dense_hessian_is_symmetric_and_matches_hvp(root):
 
 def test_coupled_hvp_matches_differences_of_gradients(root):
     """Through the microactuator's electro-thermal cycle (ρ(T), solved monolithic)."""
-    p = gradfem.Problem.from_toml(root / "examples" / "microactuator_electrothermal.toml")
-    x0 = {k: float(v) for k, v in p.parameters.items()}
-    direction = {k: 0.01 * v * (1.0 + 0.3 * i) for i, (k, v) in enumerate(x0.items())}
-    hv = flatten(p, p.hvp(direction))
-    h = 1e-3
-    grads = []
-    for s in (h, -h):
-        p.set_parameters({k: x0[k] + s * direction[k] for k in x0})
-        grads.append(flatten(p, p.gradient()))
-    p.set_parameters(x0)
-    fd = (grads[0] - grads[1]) / (2.0 * h)
-    assert np.allclose(hv, fd, rtol=1e-5, atol=1e-9 * np.abs(fd).max()), (hv, fd)
+    assert_hvp_matches_differences_of_gradients(
+        gradfem.Problem.from_toml(root / "examples" / "microactuator_electrothermal.toml")
+    )
 
 
 def test_uncovered_problems_raise_a_clear_error(root):

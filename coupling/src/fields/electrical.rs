@@ -597,13 +597,7 @@ impl SecondOrder for ElectricalField {
 
 /// Second-order products hold the node coordinates: refuse a shape parameter.
 fn second_order_coordinates(rev: &Reverse) -> Result<(), RunError> {
-    if rev.wants_coordinates() {
-        return Err(setup(
-            "electrical: Hessian-vector products with respect to node coordinates (shape \
-             parameters) are not available yet",
-        ));
-    }
-    Ok(())
+    crate::field::refuse_shape_second_order("electrical", rev.wants_coordinates())
 }
 
 impl Field for ElectricalField {

@@ -743,14 +743,45 @@ pub fn output_cell_index(
 // ----- second order ----------------------------------------------------------------------
 
 impl MechanicalField {
+    /// The summed weight of the compliance terms (0 without one).
+    fn compliance_weight(&self) -> f64 {
+        self.objective
+            .iter()
+            .filter(|t| t.kind == MechObjectiveKind::Compliance)
+            .map(|t| t.weight)
+            .sum()
+    }
+
+    /// Add `scale · vᵀ ∂f/∂p = −scale · vᵀ ∂R/∂p` for the registered loads (body forces,
+    /// pressures, tractions): the explicit load partials of compliance fᵀu with v = u, and
+    /// their derivative along a direction with v = δu.
+    fn add_load_products(&self, u: &[f64], v: &[f64], scale: f64, grad: &mut Gradient) {
+        if !self.want(false, false).loads {
+            return;
+        }
+        let load_only = VjpRequest {
+            material: false,
+            thermal: false,
+            loads: true,
+            displacement: false,
+            temperature: false,
+            coords: false,
+        };
+        let l = self.model.parameter_vjp(u, v, load_only);
+        for (id, b) in &self.bindings {
+            let g = grad.get_mut(*id);
+            match b {
+                MBinding::BodyForce(r) => (0..3).for_each(|k| g[k] -= scale * l.body_force[*r][k]),
+                MBinding::Pressure(bc) => g[0] -= scale * l.pressure[*bc],
+                MBinding::Traction(bc) => (0..3).for_each(|k| g[k] -= scale * l.traction[*bc][k]),
+                _ => {}
+            }
+        }
+    }
+
     /// Refuse what the second-order products do not cover; the solved displacement.
     fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
-        if wants_coordinates {
-            return Err(setup(
-                "mechanical: Hessian-vector products with respect to node coordinates (shape \
-                 parameters) are not available yet",
-            ));
-        }
+        crate::field::refuse_shape_second_order("mechanical", wants_coordinates)?;
         if self.imported.is_some() {
             return Err(setup(
                 "mechanical: Hessian-vector products with an imported temperature field are \
@@ -878,37 +909,11 @@ impl SecondOrder for MechanicalField {
                 self.add_material(rev.grad, &de, &dn, term.weight);
             }
         }
-        let compliance: f64 = self
-            .objective
-            .iter()
-            .filter(|t| t.kind == MechObjectiveKind::Compliance)
-            .map(|t| t.weight)
-            .sum();
+        let compliance = self.compliance_weight();
         if compliance != 0.0 && self.want(false, false).loads {
             let df = self.model.load_vector_jvp(&d);
             state.iter_mut().zip(&df).for_each(|(s, v)| *s += compliance * v);
-            let load_only = VjpRequest {
-                material: false,
-                thermal: false,
-                loads: true,
-                displacement: false,
-                temperature: false,
-                coords: false,
-            };
-            let l = self.model.parameter_vjp(u, &d.displacement, load_only);
-            for (id, b) in &self.bindings {
-                let g = rev.grad.get_mut(*id);
-                match b {
-                    MBinding::BodyForce(r) => {
-                        (0..3).for_each(|k| g[k] -= compliance * l.body_force[*r][k])
-                    }
-                    MBinding::Pressure(bc) => g[0] -= compliance * l.pressure[*bc],
-                    MBinding::Traction(bc) => {
-                        (0..3).for_each(|k| g[k] -= compliance * l.traction[*bc][k])
-                    }
-                    _ => {}
-                }
-            }
+            self.add_load_products(u, &d.displacement, compliance, rev.grad);
         }
         Ok(Seed { state, ..Seed::default() })
     }
@@ -992,39 +997,9 @@ impl Field for MechanicalField {
             rev.add_coordinates(dx, 1.0);
         }
         // Compliance fᵀu depends on the loads explicitly: uᵀ ∂f/∂p = −uᵀ ∂R/∂p.
-        let compliance: f64 = self
-            .objective
-            .iter()
-            .filter(|t| t.kind == MechObjectiveKind::Compliance)
-            .map(|t| t.weight)
-            .sum();
-        if compliance != 0.0 && self.want(false, false).loads {
-            let load_only = VjpRequest {
-                material: false,
-                thermal: false,
-                loads: true,
-                displacement: false,
-                temperature: false,
-                coords: false,
-            };
-            let l = self.model.parameter_vjp(u, u, load_only);
-            for (id, b) in &self.bindings {
-                let g = rev.grad.get_mut(*id);
-                match b {
-                    MBinding::BodyForce(r) => {
-                        for k in 0..3 {
-                            g[k] -= compliance * l.body_force[*r][k];
-                        }
-                    }
-                    MBinding::Pressure(bc) => g[0] -= compliance * l.pressure[*bc],
-                    MBinding::Traction(bc) => {
-                        for k in 0..3 {
-                            g[k] -= compliance * l.traction[*bc][k];
-                        }
-                    }
-                    _ => {}
-                }
-            }
+        let compliance = self.compliance_weight();
+        if compliance != 0.0 {
+            self.add_load_products(u, u, compliance, rev.grad);
         }
         Ok(Seed { state: eval.d_displacement, ..Default::default() })
     }

@@ -532,14 +532,7 @@ impl ThermalField {
                     .into(),
             ));
         }
-        if wants_coordinates {
-            return Err(RunError::Setup(
-                "thermal: Hessian-vector products with respect to node coordinates (shape \
-                 parameters) are not available yet; register material, source and boundary \
-                 parameters"
-                    .into(),
-            ));
-        }
+        crate::field::refuse_shape_second_order("thermal", wants_coordinates)?;
         self.temperature.as_deref().ok_or_else(|| RunError::Setup("thermal: solve first".into()))
     }
 

@@ -13,13 +13,15 @@
 //!   [`ElectricalModel::joule_second_order_vjp`] the same for the Joule heat with a fixed seed
 //!   Q̄ per point.
 //!
-//! Everything comes from dual numbers over the generic element kernels
-//! ([`ElectricalModel::element_residual_generic`] and the Joule heat's), so every resistivity
-//! law is differentiated exactly: `Dual64` for the directional derivatives, `HyperDual64` (one
-//! pass per element variable) for the second derivatives. Node coordinates are not a direction
+//! The products are closed forms on the volume elements: with δσ = ∇σ·(δσ₀, δT, δα_R) at a
+//! point, σ's first and second derivatives from the resistivity law's own
+//! (`ResistivityLaw::multiplier_second_derivatives`), every law is differentiated exactly. The
+//! tests hold them to dual numbers over the generic element kernels
+//! ([`ElectricalModel::element_residual_generic`] and the Joule heat's: `Dual64` for the
+//! tangents, `HyperDual64`, one pass per element variable, for the second-order products) and
+//! to central differences of the first-order products. Node coordinates are not a direction
 //! here.
 
-use num_dual::{Dual64, DualNum, HyperDual64};
 use rayon::prelude::*;
 
 use crate::model::{ElectricalModel, MAX_NODES as MAX};
@@ -88,119 +90,9 @@ enum Weighted<'a> {
     Joule(&'a [f64]),
 }
 
-/// The element variables (value, direction): nodal φ, nodal T (when present), σ₀, α_R.
-struct ElementVariables {
-    values: Vec<f64>,
-    direction: Vec<f64>,
-    nn: usize,
-    with_t: bool,
-}
-
 impl ElectricalModel {
-    fn element_variables(
-        &self,
-        e: usize,
-        phi: &[f64],
-        t: Option<&[f64]>,
-        dir: &ElectricalDirection,
-    ) -> ElementVariables {
-        let nodes = self.element_nodes(e);
-        let nn = nodes.len();
-        let c = self.element_conductor(e);
-        let law = &self.conductors[c].law;
-        let mut values = Vec::with_capacity(2 * nn + 2);
-        let mut direction = Vec::with_capacity(2 * nn + 2);
-        for &n in nodes {
-            values.push(phi[n]);
-            direction.push(dir.phi[n]);
-        }
-        if let Some(t) = t {
-            for &n in nodes {
-                values.push(t[n]);
-                direction.push(dir.temperature[n]);
-            }
-        }
-        values.push(self.sigma_elem[e]);
-        direction.push(dir.sigma_elem[e]);
-        let alpha = law.alpha_r();
-        values.push(alpha.unwrap_or(0.0));
-        direction.push(if alpha.is_some() { dir.alpha_r[c] } else { 0.0 });
-        ElementVariables { values, direction, nn, with_t: t.is_some() }
-    }
-
-    /// The element's residual (nn values) or Joule heat (one per point) at variables `v`.
-    fn element_outputs<D: DualNum<Primitive = f64> + Copy>(
-        &self,
-        e: usize,
-        v: &[D],
-        nn: usize,
-        with_t: bool,
-        joule: bool,
-        out: &mut [D],
-    ) {
-        let x: Vec<[D; 3]> =
-            self.element_nodes(e).iter().map(|&n| self.coords[n].map(D::from)).collect();
-        let phi_e = &v[..nn];
-        let t_e = with_t.then(|| &v[nn..2 * nn]);
-        let (sigma0, alpha_r) = (v[v.len() - 2], v[v.len() - 1]);
-        if joule {
-            self.joule_heat_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
-        } else {
-            self.element_residual_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
-        }
-    }
-
     fn n_points(&self, e: usize) -> usize {
         self.qp_offsets()[e + 1] - self.qp_offsets()[e]
-    }
-
-    /// [`residual_jvp`](Self::residual_jvp) by dual numbers over the generic kernel (the
-    /// reference the closed form is tested against).
-    pub fn residual_jvp_dual(
-        &self,
-        phi: &[f64],
-        t: Option<&[f64]>,
-        dir: &ElectricalDirection,
-    ) -> Vec<f64> {
-        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
-            .into_par_iter()
-            .map(|e| {
-                let ev = self.element_variables(e, phi, t, dir);
-                let v: Vec<Dual64> =
-                    ev.values.iter().zip(&ev.direction).map(|(&a, &d)| Dual64::new(a, d)).collect();
-                let mut r = vec![Dual64::from(0.0); ev.nn];
-                self.element_outputs(e, &v, ev.nn, ev.with_t, false, &mut r);
-                r.iter().map(|r| r.eps).collect()
-            })
-            .collect();
-        let mut out = vec![0.0; self.n_nodes()];
-        for (e, local) in per_element.iter().enumerate() {
-            for (&n, v) in self.element_nodes(e).iter().zip(local) {
-                out[n] += v;
-            }
-        }
-        out
-    }
-
-    /// [`joule_jvp`](Self::joule_jvp) by dual numbers over the generic kernel.
-    pub fn joule_jvp_dual(
-        &self,
-        phi: &[f64],
-        t: Option<&[f64]>,
-        dir: &ElectricalDirection,
-    ) -> Vec<f64> {
-        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
-            .into_par_iter()
-            .map(|e| {
-                let ev = self.element_variables(e, phi, t, dir);
-                let v: Vec<Dual64> =
-                    ev.values.iter().zip(&ev.direction).map(|(&a, &d)| Dual64::new(a, d)).collect();
-                let mut q = vec![Dual64::from(0.0); self.n_points(e)];
-                self.element_outputs(e, &v, ev.nn, ev.with_t, true, &mut q);
-                q.iter().map(|q| q.eps).collect()
-            })
-            .collect();
-        per_element.concat()
     }
 
     /// d/dε of the residual's vector-Jacobian products with `lambda` (every node; the current
@@ -225,90 +117,6 @@ impl ElectricalModel {
         dir: &ElectricalDirection,
     ) -> ElectricalSecondOrder {
         self.closed_form_products(phi, t, Weighted::Joule(q_bar), dir)
-    }
-
-    /// [`second_order_vjp`](Self::second_order_vjp) by hyper-dual numbers over the generic
-    /// kernel, one pass per element variable (the reference of the closed form).
-    pub fn second_order_vjp_dual(
-        &self,
-        phi: &[f64],
-        t: Option<&[f64]>,
-        lambda: &[f64],
-        dir: &ElectricalDirection,
-    ) -> ElectricalSecondOrder {
-        self.second_order_products(phi, t, Weighted::Residual(lambda), dir)
-    }
-
-    /// [`joule_second_order_vjp`](Self::joule_second_order_vjp) by hyper-dual numbers.
-    pub fn joule_second_order_vjp_dual(
-        &self,
-        phi: &[f64],
-        t: Option<&[f64]>,
-        q_bar: &[f64],
-        dir: &ElectricalDirection,
-    ) -> ElectricalSecondOrder {
-        self.second_order_products(phi, t, Weighted::Joule(q_bar), dir)
-    }
-
-    fn second_order_products(
-        &self,
-        phi: &[f64],
-        t: Option<&[f64]>,
-        weights: Weighted,
-        dir: &ElectricalDirection,
-    ) -> ElectricalSecondOrder {
-        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
-            .into_par_iter()
-            .map(|e| {
-                let ev = self.element_variables(e, phi, t, dir);
-                let (w, joule): (Vec<f64>, bool) = match weights {
-                    Weighted::Residual(l) => {
-                        (self.element_nodes(e).iter().map(|&n| l[n]).collect(), false)
-                    }
-                    Weighted::Joule(q) => {
-                        let o = self.qp_offsets()[e];
-                        (q[o..o + self.n_points(e)].to_vec(), true)
-                    }
-                };
-                if w.iter().all(|&v| v == 0.0) {
-                    return vec![0.0; ev.values.len()];
-                }
-                let m = ev.values.len();
-                let mut out = vec![0.0; m];
-                let mut buf = vec![HyperDual64::from(0.0); w.len()];
-                for (i, o) in out.iter_mut().enumerate() {
-                    let v: Vec<HyperDual64> = (0..m)
-                        .map(|j| {
-                            let unit = if i == j { 1.0 } else { 0.0 };
-                            HyperDual64::new(ev.values[j], ev.direction[j], unit, 0.0)
-                        })
-                        .collect();
-                    self.element_outputs(e, &v, ev.nn, ev.with_t, joule, &mut buf);
-                    *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
-                }
-                out
-            })
-            .collect();
-        let mut res = ElectricalSecondOrder {
-            phi: vec![0.0; self.n_nodes()],
-            temperature: vec![0.0; self.n_nodes()],
-            sigma_elem: vec![0.0; self.n_volume_elements()],
-            alpha_r: vec![0.0; self.conductors.len()],
-        };
-        for (e, local) in per_element.iter().enumerate() {
-            let nodes = self.element_nodes(e);
-            let nn = nodes.len();
-            for (a, &n) in nodes.iter().enumerate() {
-                res.phi[n] += local[a];
-                if t.is_some() {
-                    res.temperature[n] += local[nn + a];
-                }
-            }
-            let m = local.len();
-            res.sigma_elem[e] += local[m - 2];
-            res.alpha_r[self.element_conductor(e)] += local[m - 1];
-        }
-        res
     }
 
     /// σ = σ₀/m(T, α_R) at a point of element `e` with its derivatives in (σ₀, T, α_R): the
@@ -540,6 +348,214 @@ impl ElectricalModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use num_dual::{Dual64, DualNum, HyperDual64};
+
+    /// The element variables (value, direction): nodal φ, nodal T (when present), σ₀, α_R.
+    struct ElementVariables {
+        values: Vec<f64>,
+        direction: Vec<f64>,
+        nn: usize,
+        with_t: bool,
+    }
+
+    /// The reference implementations the closed forms are tested against: dual numbers over
+    /// the generic element kernels (`Dual64` for the tangents, `HyperDual64`, one pass per
+    /// element variable, for the second-order products).
+    impl ElectricalModel {
+        fn element_variables(
+            &self,
+            e: usize,
+            phi: &[f64],
+            t: Option<&[f64]>,
+            dir: &ElectricalDirection,
+        ) -> ElementVariables {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let c = self.element_conductor(e);
+            let law = &self.conductors[c].law;
+            let mut values = Vec::with_capacity(2 * nn + 2);
+            let mut direction = Vec::with_capacity(2 * nn + 2);
+            for &n in nodes {
+                values.push(phi[n]);
+                direction.push(dir.phi[n]);
+            }
+            if let Some(t) = t {
+                for &n in nodes {
+                    values.push(t[n]);
+                    direction.push(dir.temperature[n]);
+                }
+            }
+            values.push(self.sigma_elem[e]);
+            direction.push(dir.sigma_elem[e]);
+            let alpha = law.alpha_r();
+            values.push(alpha.unwrap_or(0.0));
+            direction.push(if alpha.is_some() { dir.alpha_r[c] } else { 0.0 });
+            ElementVariables { values, direction, nn, with_t: t.is_some() }
+        }
+
+        /// The element's residual (nn values) or Joule heat (one per point) at variables `v`.
+        fn element_outputs<D: DualNum<Primitive = f64> + Copy>(
+            &self,
+            e: usize,
+            v: &[D],
+            nn: usize,
+            with_t: bool,
+            joule: bool,
+            out: &mut [D],
+        ) {
+            let x: Vec<[D; 3]> =
+                self.element_nodes(e).iter().map(|&n| self.coords[n].map(D::from)).collect();
+            let phi_e = &v[..nn];
+            let t_e = with_t.then(|| &v[nn..2 * nn]);
+            let (sigma0, alpha_r) = (v[v.len() - 2], v[v.len() - 1]);
+            if joule {
+                self.joule_heat_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
+            } else {
+                self.element_residual_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
+            }
+        }
+
+        /// [`residual_jvp`](Self::residual_jvp) by dual numbers over the generic kernel (the
+        /// reference the closed form is tested against).
+        pub fn residual_jvp_dual(
+            &self,
+            phi: &[f64],
+            t: Option<&[f64]>,
+            dir: &ElectricalDirection,
+        ) -> Vec<f64> {
+            let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+                .into_par_iter()
+                .map(|e| {
+                    let ev = self.element_variables(e, phi, t, dir);
+                    let v: Vec<Dual64> = ev
+                        .values
+                        .iter()
+                        .zip(&ev.direction)
+                        .map(|(&a, &d)| Dual64::new(a, d))
+                        .collect();
+                    let mut r = vec![Dual64::from(0.0); ev.nn];
+                    self.element_outputs(e, &v, ev.nn, ev.with_t, false, &mut r);
+                    r.iter().map(|r| r.eps).collect()
+                })
+                .collect();
+            let mut out = vec![0.0; self.n_nodes()];
+            for (e, local) in per_element.iter().enumerate() {
+                for (&n, v) in self.element_nodes(e).iter().zip(local) {
+                    out[n] += v;
+                }
+            }
+            out
+        }
+
+        /// [`joule_jvp`](Self::joule_jvp) by dual numbers over the generic kernel.
+        pub fn joule_jvp_dual(
+            &self,
+            phi: &[f64],
+            t: Option<&[f64]>,
+            dir: &ElectricalDirection,
+        ) -> Vec<f64> {
+            let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+                .into_par_iter()
+                .map(|e| {
+                    let ev = self.element_variables(e, phi, t, dir);
+                    let v: Vec<Dual64> = ev
+                        .values
+                        .iter()
+                        .zip(&ev.direction)
+                        .map(|(&a, &d)| Dual64::new(a, d))
+                        .collect();
+                    let mut q = vec![Dual64::from(0.0); self.n_points(e)];
+                    self.element_outputs(e, &v, ev.nn, ev.with_t, true, &mut q);
+                    q.iter().map(|q| q.eps).collect()
+                })
+                .collect();
+            per_element.concat()
+        }
+
+        /// [`second_order_vjp`](Self::second_order_vjp) by hyper-dual numbers over the generic
+        /// kernel, one pass per element variable (the reference of the closed form).
+        pub fn second_order_vjp_dual(
+            &self,
+            phi: &[f64],
+            t: Option<&[f64]>,
+            lambda: &[f64],
+            dir: &ElectricalDirection,
+        ) -> ElectricalSecondOrder {
+            self.second_order_products(phi, t, Weighted::Residual(lambda), dir)
+        }
+
+        /// [`joule_second_order_vjp`](Self::joule_second_order_vjp) by hyper-dual numbers.
+        pub fn joule_second_order_vjp_dual(
+            &self,
+            phi: &[f64],
+            t: Option<&[f64]>,
+            q_bar: &[f64],
+            dir: &ElectricalDirection,
+        ) -> ElectricalSecondOrder {
+            self.second_order_products(phi, t, Weighted::Joule(q_bar), dir)
+        }
+
+        fn second_order_products(
+            &self,
+            phi: &[f64],
+            t: Option<&[f64]>,
+            weights: Weighted,
+            dir: &ElectricalDirection,
+        ) -> ElectricalSecondOrder {
+            let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+                .into_par_iter()
+                .map(|e| {
+                    let ev = self.element_variables(e, phi, t, dir);
+                    let (w, joule): (Vec<f64>, bool) = match weights {
+                        Weighted::Residual(l) => {
+                            (self.element_nodes(e).iter().map(|&n| l[n]).collect(), false)
+                        }
+                        Weighted::Joule(q) => {
+                            let o = self.qp_offsets()[e];
+                            (q[o..o + self.n_points(e)].to_vec(), true)
+                        }
+                    };
+                    if w.iter().all(|&v| v == 0.0) {
+                        return vec![0.0; ev.values.len()];
+                    }
+                    let m = ev.values.len();
+                    let mut out = vec![0.0; m];
+                    let mut buf = vec![HyperDual64::from(0.0); w.len()];
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let v: Vec<HyperDual64> = (0..m)
+                            .map(|j| {
+                                let unit = if i == j { 1.0 } else { 0.0 };
+                                HyperDual64::new(ev.values[j], ev.direction[j], unit, 0.0)
+                            })
+                            .collect();
+                        self.element_outputs(e, &v, ev.nn, ev.with_t, joule, &mut buf);
+                        *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
+                    }
+                    out
+                })
+                .collect();
+            let mut res = ElectricalSecondOrder {
+                phi: vec![0.0; self.n_nodes()],
+                temperature: vec![0.0; self.n_nodes()],
+                sigma_elem: vec![0.0; self.n_volume_elements()],
+                alpha_r: vec![0.0; self.conductors.len()],
+            };
+            for (e, local) in per_element.iter().enumerate() {
+                let nodes = self.element_nodes(e);
+                let nn = nodes.len();
+                for (a, &n) in nodes.iter().enumerate() {
+                    res.phi[n] += local[a];
+                    if t.is_some() {
+                        res.temperature[n] += local[nn + a];
+                    }
+                }
+                let m = local.len();
+                res.sigma_elem[e] += local[m - 2];
+                res.alpha_r[self.element_conductor(e)] += local[m - 1];
+            }
+            res
+        }
+    }
     use crate::law::ResistivityLaw;
     use crate::model::{ConductorSpec, TerminalKind, TerminalSpec};
     use gradfem_mesh::CellType;
@@ -626,11 +642,11 @@ mod tests {
             let pairs = [
                 (
                     model.second_order_vjp(&phi, temp, &lambda, &d),
-                    model.second_order_vjp_dual(&phi, temp, &lambda, &d),
+                    model.second_order_products(&phi, temp, Weighted::Residual(&lambda), &d),
                 ),
                 (
                     model.joule_second_order_vjp(&phi, temp, &q_bar, &d),
-                    model.joule_second_order_vjp_dual(&phi, temp, &q_bar, &d),
+                    model.second_order_products(&phi, temp, Weighted::Joule(&q_bar), &d),
                 ),
             ];
             for (a, b) in &pairs {
