@@ -116,7 +116,8 @@ enum Command {
     /// product by the second-order adjoint per entry), its eigen-directions and, for a sensor
     /// misfit, the Laplace posterior (covariance, standard deviations, correlations) beside
     /// the Gauss–Newton approximation; writes hessian.json and, for a misfit, posterior.png
-    /// (marginals and pairwise ellipses). So far for a steady problem of one thermal field.
+    /// (marginals and pairwise ellipses); with `--direction`, one product instead. Steady
+    /// thermal, electro-thermal and linear thermo-elastic problems so far.
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,
