@@ -767,12 +767,12 @@ impl CoupledProblem {
                 let state_bar = std::mem::take(&mut bars.state[i]);
                 let lambda = self.fields[i].adjoint_solve(&state_bar, &bars.unknowns[i])?;
                 timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
-                if let Some(r) = &mut bars.record {
-                    r.lambda[i] = Some(lambda.clone());
-                }
                 let ta = Instant::now();
                 self.accumulate_and_hand_back(i, &lambda, &state_bar, bars, grad, &[])?;
                 timings.accumulate_s += ta.elapsed().as_secs_f64();
+                if let Some(r) = &mut bars.record {
+                    r.lambda[i] = Some(lambda);
+                }
             }
         }
         Ok(())

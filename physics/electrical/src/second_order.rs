@@ -472,29 +472,6 @@ mod tests {
             per_element.concat()
         }
 
-        /// [`second_order_vjp`](Self::second_order_vjp) by hyper-dual numbers over the generic
-        /// kernel, one pass per element variable (the reference of the closed form).
-        pub fn second_order_vjp_dual(
-            &self,
-            phi: &[f64],
-            t: Option<&[f64]>,
-            lambda: &[f64],
-            dir: &ElectricalDirection,
-        ) -> ElectricalSecondOrder {
-            self.second_order_products(phi, t, Weighted::Residual(lambda), dir)
-        }
-
-        /// [`joule_second_order_vjp`](Self::joule_second_order_vjp) by hyper-dual numbers.
-        pub fn joule_second_order_vjp_dual(
-            &self,
-            phi: &[f64],
-            t: Option<&[f64]>,
-            q_bar: &[f64],
-            dir: &ElectricalDirection,
-        ) -> ElectricalSecondOrder {
-            self.second_order_products(phi, t, Weighted::Joule(q_bar), dir)
-        }
-
         fn second_order_products(
             &self,
             phi: &[f64],
