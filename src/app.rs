@@ -496,6 +496,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         tol: cs.tol,
         max_iterations: cs.max_iterations,
         newton: thermal.newton.clone(),
+        lu: spec.solver.linear == "lu",
     };
     let (has_electrical, has_mechanical) = (electrical.is_some(), mechanical.is_some());
     let has_hyperelastic = hyperelastic.is_some();

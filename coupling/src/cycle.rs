@@ -8,8 +8,10 @@
 //!   transposed coupled system by the transposed iteration: the fields in reverse order, each
 //!   with its own transposed solve and the others' latest adjoints on the right-hand side.
 //! - **Monolithic**: Newton on all the cycle's unknowns with the coupled Jacobian assembled
-//!   element by element from the fields' kernels ([`crate::cell`]), LU; its adjoint is one
-//!   transposed solve with the factors of the converged Jacobian.
+//!   element by element from the fields' kernels ([`crate::cell`]), solved by GMRES
+//!   preconditioned with Cholesky factors of the fields' diagonal blocks (block Gauss–Seidel;
+//!   [`BlockGmresSolver`]), or by LU on request; its adjoint is one transposed solve with the
+//!   same preconditioner (or factors) of the converged Jacobian.
 //!
 //! Either way the parameter products run once, at the converged adjoints.
 
@@ -17,6 +19,7 @@ use std::time::Instant;
 
 use gradfem_mesh::CellId;
 use gradfem_solvers::assembly::{AssemblyPattern, CONSTRAINED};
+use gradfem_solvers::gmres::BlockGmresSolver;
 use gradfem_solvers::linear::{LinearSolver, LuSolver};
 use gradfem_solvers::newton::{NonlinearProblem, newton};
 use gradfem_solvers::params::Gradient;
@@ -58,8 +61,8 @@ struct Combined {
     n_dofs: usize,
 }
 
-/// The monolithic system of a cycle: its layout and an LU solver that keeps the factorization
-/// of the converged Jacobian for the adjoint.
+/// The monolithic system of a cycle: its layout and a solver that keeps the preconditioner (or
+/// factorization) of the converged Jacobian for the adjoint.
 pub(crate) struct Monolithic {
     layout: Layout,
     solver: Box<dyn LinearSolver>,
@@ -158,10 +161,12 @@ impl Monolithic {
         }
         let pattern = AssemblyPattern::new(total, &elem_offsets, &dofs);
         let label = names.join("-");
-        Ok(Monolithic {
-            layout: Layout { pattern, elements, offsets, n_unknowns },
-            solver: Box::new(LuSolver::new(&label)),
-        })
+        let solver: Box<dyn LinearSolver> = if p.cycle.lu {
+            Box::new(LuSolver::new(&label))
+        } else {
+            Box::new(BlockGmresSolver::new(&label, offsets[1..].to_vec()))
+        };
+        Ok(Monolithic { layout: Layout { pattern, elements, offsets, n_unknowns }, solver })
     }
 }
 

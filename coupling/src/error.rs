@@ -5,6 +5,7 @@
 use gradfem_solvers::amg::{AmgParams, NearNullspace};
 use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::error::SolverError;
+use gradfem_solvers::gmres::BlockGmresSolver;
 use gradfem_solvers::linear::{LinearSolver, LuSolver};
 use gradfem_solvers::params::ParamError;
 use gradfem_solvers::route::{Route, SpdSolver};
@@ -62,6 +63,16 @@ impl LinearChoice {
                 )));
             }
         })
+    }
+}
+
+/// The solver of a field's non-symmetric system (nonlinear conduction's tangent): LU when
+/// asked for, else GMRES preconditioned by the Cholesky factor of the symmetric part
+/// ([`BlockGmresSolver`], which falls back to LU by itself where that does not work).
+pub fn nonsymmetric_solver(field: &str, choice: LinearChoice) -> Box<dyn LinearSolver> {
+    match choice {
+        LinearChoice::Lu => Box::new(LuSolver::new(field)),
+        _ => Box::new(BlockGmresSolver::new(field, Vec::new())),
     }
 }
 

@@ -45,7 +45,8 @@ use crate::shape::Shape;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CycleScheme {
-    /// One Newton on all the cycle's unknowns with the full coupled Jacobian (LU).
+    /// One Newton on all the cycle's unknowns with the full coupled Jacobian (GMRES
+    /// preconditioned by the fields' blocks, or LU: [`CycleParams::lu`]).
     Monolithic,
     /// Block Gauss–Seidel between the fields until the change is below the tolerance.
     Staggered,
@@ -79,6 +80,11 @@ pub struct CycleParams {
     /// loose for a small problem whose residuals are small numbers).
     #[serde(skip)]
     pub newton: NewtonParams,
+    /// Solve the monolithic Jacobian by sparse LU (`[solver] linear = "lu"`) instead of GMRES
+    /// preconditioned by Cholesky factors of the fields' diagonal blocks
+    /// ([`gradfem_solvers::gmres::BlockGmresSolver`], the default, which falls back to LU
+    /// by itself where it must).
+    pub lu: bool,
 }
 
 impl Default for CycleParams {
@@ -88,6 +94,7 @@ impl Default for CycleParams {
             tol: 1e-11,
             max_iterations: 100,
             newton: NewtonParams { abs_tol: 0.0, ..NewtonParams::default() },
+            lu: false,
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod cg;
 pub mod checkpoint;
 pub mod dense;
 pub mod error;
+pub mod gmres;
 pub mod graph;
 pub mod interrupt;
 pub mod linear;

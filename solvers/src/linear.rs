@@ -111,12 +111,12 @@ fn check_square(a: &CsrMatrix) {
 }
 
 /// First row holding a NaN or infinity, if any.
-fn first_non_finite_row(a: &CsrMatrix) -> Option<usize> {
+pub(crate) fn first_non_finite_row(a: &CsrMatrix) -> Option<usize> {
     let k = a.values.iter().position(|v| !v.is_finite())?;
     Some(a.row_ptr.partition_point(|&p| p <= k) - 1)
 }
 
-fn non_finite(field: &str, quantity: &'static str, dof: usize) -> SolverError {
+pub(crate) fn non_finite(field: &str, quantity: &'static str, dof: usize) -> SolverError {
     SolverError::NonFinite {
         field: field.to_string(),
         quantity,

@@ -146,6 +146,9 @@ pub struct NewtonInfo {
     pub time_factor_s: f64,
     /// Seconds spent in linear solves.
     pub time_solve_s: f64,
+    /// The linear solver's name at the end ([`crate::linear::LinearSolver::name`]; a solver
+    /// that fell back to LU says `lu`). Empty when no solve ran.
+    pub linear_solver: &'static str,
 }
 
 fn norm2(v: &[f64]) -> f64 {
@@ -344,6 +347,7 @@ pub fn newton(
     }
     info.iterations = iteration;
     info.converged = true;
+    info.linear_solver = solver.name();
     tracing::debug!(
         field = %field,
         iterations = iteration,

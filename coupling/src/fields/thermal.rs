@@ -158,11 +158,10 @@ impl ThermalField {
     }
 
     fn make_solver(&self) -> Box<dyn LinearSolver> {
-        let choice = match self.linear_choice {
-            _ if !self.model.is_symmetric() => LinearChoice::Lu,
-            other => other,
-        };
-        crate::error::spd_solver("thermal", choice, self.cg_rel_tol, None)
+        if !self.model.is_symmetric() {
+            return crate::error::nonsymmetric_solver("thermal", self.linear_choice);
+        }
+        crate::error::spd_solver("thermal", self.linear_choice, self.cg_rel_tol, None)
     }
 
     /// The linear solver's name.
@@ -883,7 +882,7 @@ impl Field for ThermalField {
             solve_s: info.time_solve_s,
             newton_iterations: info.iterations,
             residual_history: info.residual_history.clone(),
-            linear_solver: "lu (monolithic cycle)".into(),
+            linear_solver: format!("{} (monolithic cycle)", info.linear_solver),
         };
         self.solved = true;
         Ok(())
