@@ -863,6 +863,30 @@ impl CoupledProblem {
         Ok(out)
     }
 
+    /// The adjoint of one field's system built alone ([`Self::monolithic_factor_placed`] with
+    /// `members = [field]`, a step's Jacobian of the stepped field in a staggered cycle): one
+    /// transposed solve for the seeds over its state and unknowns; over its state.
+    pub(crate) fn own_transposed_solve(
+        &mut self,
+        field: usize,
+        state_bar: &[f64],
+        unknowns_bar: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        let mut rhs = {
+            let kern = self.fields()[field].cell_kernels().expect("a field with its own system");
+            kern.unknowns_adjoint(state_bar)
+        };
+        add_into(&mut rhs, unknowns_bar);
+        let mono = self
+            .monolithic_mut(&[field])
+            .ok_or_else(|| setup("the field's own system is not built: solve first"))?;
+        if !rhs.is_empty() {
+            mono.solver.solve_transpose_in_place(&mut rhs)?;
+        }
+        let kern = self.fields()[field].cell_kernels().expect("a field with its own system");
+        Ok(kern.lambda_from_unknowns(&rhs))
+    }
+
     /// The cycle's adjoints from the seeds in `bars` by one transposed solve with the LU factors
     /// the monolithic system holds; by field index (`None` outside the cycle).
     pub(crate) fn monolithic_transposed_solve(

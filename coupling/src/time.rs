@@ -176,15 +176,6 @@ impl CoupledProblem {
         };
         let schedule = self.schedule();
         let pos = schedule.iter().position(|s| s.fields.contains(&d)).expect("scheduled");
-        if schedule[pos].is_coupled() && self.cycle.scheme != crate::CycleScheme::Monolithic {
-            let names: Vec<&str> =
-                schedule[pos].fields.iter().map(|&i| self.fields()[i].name()).collect();
-            return Err(setup(format!(
-                "the {} field is stepped in time on the cycle {}: every step is one coupled solve, which is monolithic ([coupling] scheme = \"monolithic\")",
-                self.fields()[d].name(),
-                names.join(" ⇄ ")
-            )));
-        }
         // Fields the stepped one feeds, directly or not.
         let mut fed = vec![false; self.fields().len()];
         for &f in &schedule[pos].fields {
@@ -272,8 +263,7 @@ impl CoupledProblem {
     }
 
     /// Check a time-dependent problem's set-up before anything is solved: one field stepped
-    /// in time and, when it lies on a cycle, a monolithic cycle and time settings the engine
-    /// can step there.
+    /// in time and, when it lies on a cycle, time settings the engine can step there.
     pub fn check_time_setup(&self) -> Result<(), RunError> {
         let layout = self.time_layout()?;
         if layout.stage.len() > 1 {

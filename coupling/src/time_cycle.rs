@@ -1,5 +1,8 @@
 //! A field stepped in time on a cycle: the temperature of a φ ⇄ T cycle (a resistivity that
-//! depends on T), where every step is one coupled Newton on all the cycle's unknowns.
+//! depends on T), where every step is one coupled Newton on all the cycle's unknowns
+//! (monolithic) or block Gauss–Seidel over the cycle's fields, the stepped one solving its rows
+//! of Gₖ by Newton on its own unknowns (staggered; its reverse is the transposed iteration per
+//! step).
 //!
 //! Step k (xᵏ = the cycle's states, u the stepped field's, θ ∈ [½, 1], BDF2 with θ = 1):
 //!
@@ -35,10 +38,11 @@ use std::collections::BTreeMap;
 use gradfem_solvers::checkpoint::{Checkpointing, reverse_sweep};
 use gradfem_solvers::params::Gradient;
 
+use crate::CycleScheme;
 use crate::cycle::TimeTerm;
 use crate::error::RunError;
 use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, SolveMode, StepChoice};
-use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
+use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into, rel_change};
 use crate::time::{TimeHistory, TimeLayout, merge_bars, scale_bars};
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -179,9 +183,158 @@ impl CoupledProblem {
         Ok(self.cycle_state(&run.members))
     }
 
-    /// One step from `now` (and `before`, BDF2) at time `t`: the coupled Newton with the step's
-    /// time terms; returns the new state and the Newton iterations.
+    /// One step from `now` (and `before`, BDF2) at time `t`, monolithic or staggered as the
+    /// cycle is solved; returns the new state and the Newton iterations.
     fn cycle_step(
+        &mut self,
+        run: &CycleRun,
+        step: CycleStep,
+        now: &CycleState,
+        before: Option<&CycleState>,
+        t: f64,
+    ) -> Result<(CycleState, usize), RunError> {
+        match self.cycle.scheme {
+            CycleScheme::Monolithic => self.cycle_step_monolithic(run, step, now, before, t),
+            CycleScheme::Staggered => self.cycle_step_staggered(run, step, now, before, t),
+        }
+    }
+
+    /// The stepped field's time terms of `step` for its own system (`member` 0 of
+    /// `[stepped]`), the explicit share from its rows at the placed state `now`.
+    fn own_time_term(
+        &mut self,
+        run: &CycleRun,
+        step: CycleStep,
+        now: &CycleState,
+        before: Option<&CycleState>,
+    ) -> Result<TimeTerm, RunError> {
+        let explicit = if step.theta < 1.0 {
+            let c = (1.0 - step.theta) / step.theta;
+            let r = self.monolithic_residual_rows(&[run.stepped], 0)?;
+            Some(r.into_iter().map(|v| c * v).collect())
+        } else {
+            None
+        };
+        let mut term = time_term(step, run.member, now, before, explicit);
+        term.member = 0;
+        Ok(term)
+    }
+
+    /// A step solved staggered: block Gauss–Seidel over the cycle's fields in stage order, the
+    /// stepped field solving its rows of Gₖ (time terms included, the other fields' outputs
+    /// held) by Newton on its own unknowns, the others their steady residuals, until the
+    /// relative change of every state is below the cycle's tolerance; then the fields before
+    /// the last once more at the converged inputs, so the state is the last sweep's.
+    fn cycle_step_staggered(
+        &mut self,
+        run: &CycleRun,
+        step: CycleStep,
+        now: &CycleState,
+        before: Option<&CycleState>,
+        t: f64,
+    ) -> Result<(CycleState, usize), RunError> {
+        self.place_cycle(&run.members, now)?;
+        let term = self.own_time_term(run, step, now, before)?;
+        let at = |e: RunError| {
+            setup(format!("time step to t = {:.6e} s (Δt = {:.3e} s): {e}", t + step.dt, step.dt))
+        };
+        let mut newton_iterations = 0;
+        let mut solve_member = |p: &mut Self, i: usize| -> Result<(), RunError> {
+            p.feed(i)?;
+            if i == run.stepped {
+                newton_iterations += p.monolithic_newton(&[i], Some(&term))?.iterations;
+                Ok(())
+            } else {
+                p.fields_mut()[i].solve(SolveMode::InCycle)
+            }
+        };
+        let mut prev: Option<Vec<Vec<f64>>> = None;
+        let mut last_change = f64::NAN;
+        for sweep in 0..self.cycle.max_iterations {
+            gradfem_solvers::interrupt::check("time stepping", || {
+                format!("step to t = {:.6e} s, sweep {}", t + step.dt, sweep + 1)
+            })?;
+            let mut states = Vec::with_capacity(run.members.len());
+            for &i in &run.members {
+                solve_member(self, i).map_err(at)?;
+                states.push(self.fields()[i].state().map(<[f64]>::to_vec).unwrap_or_default());
+            }
+            last_change = match &prev {
+                Some(p) => states.iter().zip(p).map(|(a, b)| rel_change(a, b)).fold(0.0, f64::max),
+                None => f64::INFINITY,
+            };
+            if last_change <= self.cycle.tol {
+                let (_, head) = run.members.split_last().expect("a cycle has fields");
+                for &i in head {
+                    solve_member(self, i).map_err(at)?;
+                }
+                return Ok((self.cycle_state(&run.members), newton_iterations));
+            }
+            prev = Some(states);
+        }
+        let names: Vec<&str> = run.members.iter().map(|&i| self.fields()[i].name()).collect();
+        Err(setup(format!(
+            "time step to t = {:.6e} s (Δt = {:.3e} s): the {} staggered iteration did not converge in {} sweeps (last relative change {last_change:.3e}, tolerance {:.1e}); a smaller step or [coupling] scheme = \"monolithic\" may help",
+            t + step.dt,
+            step.dt,
+            names.join("-"),
+            self.cycle.max_iterations,
+            self.cycle.tol
+        )))
+    }
+
+    /// The adjoint of a step solved staggered at the placed state (module docs): the other
+    /// fields solved again there (their factorizations then belong to it), the stepped
+    /// field's step Jacobian factored there, and the transposed block Gauss–Seidel iteration
+    /// for the seeds in `bars`; by field index.
+    fn staggered_step_adjoint(
+        &mut self,
+        run: &CycleRun,
+        term: &TimeTerm,
+        bars: &Bars,
+    ) -> Result<Vec<Option<Vec<f64>>>, RunError> {
+        let (members, d) = (&run.members[..], run.stepped);
+        for &i in members.iter().filter(|&&i| i != d) {
+            self.feed(i)?;
+            self.fields_mut()[i].solve(SolveMode::InCycle)?;
+        }
+        self.feed(d)?;
+        self.monolithic_factor_placed(&[d], Some(term))?;
+        let mut lambda: Vec<Option<Vec<f64>>> = vec![None; self.fields().len()];
+        for &i in members {
+            lambda[i] = Some(vec![0.0; bars.state[i].len()]);
+        }
+        let mut last = f64::NAN;
+        for _ in 0..self.cycle.max_iterations {
+            let mut change: f64 = 0.0;
+            for &i in members.iter().rev() {
+                let c = self.cycle_contributions(members, &lambda, None, Some(i))?;
+                let mut rhs = bars.state[i].clone();
+                add_into(&mut rhs, &c.state[i]);
+                let new = if i == d {
+                    self.own_transposed_solve(d, &rhs, &bars.unknowns[i])?
+                } else {
+                    let unknowns_bar = bars.unknowns[i].clone();
+                    self.fields_mut()[i].adjoint_solve(&rhs, &unknowns_bar)?
+                };
+                change = change.max(rel_change(&new, lambda[i].as_ref().expect("member")));
+                lambda[i] = Some(new);
+            }
+            last = change;
+            if change <= self.cycle.tol {
+                return Ok(lambda);
+            }
+        }
+        let names: Vec<&str> = members.iter().map(|&i| self.fields()[i].name()).collect();
+        Err(setup(format!(
+            "{}: the adjoint of a staggered time step did not converge in {} block Gauss-Seidel iterations (last relative change {last:.3e})",
+            names.join("-"),
+            self.cycle.max_iterations
+        )))
+    }
+
+    /// A step solved monolithically: the coupled Newton with the step's time terms.
+    fn cycle_step_monolithic(
         &mut self,
         run: &CycleRun,
         step: CycleStep,
@@ -518,10 +671,18 @@ impl CoupledProblem {
         let ts = std::time::Instant::now();
         if let Some(prev) = prev {
             let step = plan.steps[n - 1];
-            let term = time_term(step, member, prev, older, None);
+            let mut term = time_term(step, member, prev, older, None);
             self.absorb_internal_inputs(members, &mut local, grad)?;
-            self.monolithic_factor_placed(members, Some(&term))?;
-            let lambda = self.monolithic_transposed_solve(members, &local)?;
+            let lambda = match self.cycle.scheme {
+                CycleScheme::Monolithic => {
+                    self.monolithic_factor_placed(members, Some(&term))?;
+                    self.monolithic_transposed_solve(members, &local)?
+                }
+                CycleScheme::Staggered => {
+                    term.member = 0;
+                    self.staggered_step_adjoint(run, &term, &local)?
+                }
+            };
             sweep.timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
             let ta = std::time::Instant::now();
             self.finish_cycle_adjoint(members, &lambda, &mut local, grad)?;
