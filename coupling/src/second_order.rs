@@ -7,9 +7,11 @@
 //! thermal field with k(T), sources, fixed temperatures, convection and heat flux; the
 //! electrical field with σ₀ per conductor or element, α_R, terminal voltages and currents and
 //! the Joule heat it hands on; the linear mechanical field with E, ν, α, T_ref, loads and
-//! prescribed displacements, downstream of the temperature), acyclic or with monolithic cycles
-//! (electro-thermal with ρ(T)). Time stepping, staggered cycles, shape parameters and fields
-//! without the capability (finite strain) are refused with a message naming what is missing.
+//! prescribed displacements, downstream of the temperature), acyclic or with cycles
+//! (electro-thermal with ρ(T)), monolithic (the tangent by one solve with the converged
+//! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Time
+//! stepping, shape parameters and fields without the capability (finite strain) are refused
+//! with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;
@@ -108,15 +110,6 @@ impl CoupledProblem {
                 )));
             }
         }
-        if self.cycle.scheme != CycleScheme::Monolithic
-            && self.schedule().iter().any(|s| s.is_coupled())
-        {
-            return Err(RunError::Setup(
-                "Hessian-vector products of a cycle solved staggered are not available yet; \
-                 use [coupling] scheme = \"monolithic\""
-                    .into(),
-            ));
-        }
         Ok(())
     }
 
@@ -164,7 +157,8 @@ impl CoupledProblem {
     }
 
     /// Carry the direction `dir` forward through the stages: one tangent-linear solve per
-    /// field, one coupled solve per cycle (with the factors of its monolithic Jacobian).
+    /// field, one coupled solve per monolithic cycle (with its converged Jacobian's solver),
+    /// the linearized iteration per staggered one.
     fn tangents(&mut self, dir: &Gradient) -> Result<Tangents, RunError> {
         let nf = self.fields().len();
         let mut tan = Tangents {
@@ -190,6 +184,10 @@ impl CoupledProblem {
                     self.fields()[i].second_order_ref().expect("checked").prescribed_tangent(dir);
             }
             self.feed_cycle_tangents(&mut tan, &members, dir)?;
+            if self.cycle.scheme == CycleScheme::Staggered {
+                self.staggered_tangents(&mut tan, &members, dir)?;
+                continue;
+            }
             let mut rhs = Vec::new();
             for &i in &members {
                 let so = self.fields()[i].second_order_ref().expect("checked");
@@ -203,6 +201,42 @@ impl CoupledProblem {
             self.feed_cycle_tangents(&mut tan, &members, dir)?;
         }
         Ok(tan)
+    }
+
+    /// The tangents of a cycle solved staggered: the block Gauss–Seidel iteration of the
+    /// forward solve, linearized — each field's tangent-linear solve (on its factorization at
+    /// the converged state) at the others' latest tangents, until the relative change of every
+    /// tangent is below the cycle tolerance.
+    fn staggered_tangents(
+        &mut self,
+        tan: &mut Tangents,
+        members: &[usize],
+        dir: &Gradient,
+    ) -> Result<(), RunError> {
+        let mut last = f64::NAN;
+        for _ in 0..self.cycle.max_iterations {
+            let mut change: f64 = 0.0;
+            for &i in members {
+                self.feed_tangents(tan, i, true);
+                self.feed_tangents(tan, i, false);
+                let inputs = tan.inputs[i].clone();
+                let so = self.fields_mut()[i].second_order().expect("checked");
+                let new = so.tangent(dir, &inputs)?;
+                change = change.max(crate::problem::rel_change(&new, &tan.state[i]));
+                tan.state[i] = new;
+                self.output_tangents(tan, i, dir)?;
+            }
+            last = change;
+            if change <= self.cycle.tol {
+                return self.feed_cycle_tangents(tan, members, dir);
+            }
+        }
+        let names: Vec<&str> = members.iter().map(|&i| self.fields()[i].name()).collect();
+        Err(RunError::Setup(format!(
+            "{}: the tangent-linear block Gauss-Seidel iteration did not converge in {} iterations (last relative change {last:.3e})",
+            names.join("-"),
+            self.cycle.max_iterations
+        )))
     }
 
     /// The input and output tangents of a cycle's fields at their current state tangents.
