@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use gradfem::app::{self, Problem};
 use gradfem::problem::ProblemFile;
-use gradfem_solvers::taylor::TaylorParams;
+use gradfem_solvers::params::ParamVector;
+use gradfem_solvers::taylor::{TaylorParams, random_direction_scaled};
 
 fn data(p: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data").join(p).display().to_string()
@@ -119,6 +120,27 @@ fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
     p.apply_parameters().unwrap();
     let (j1, _) = p.objective_terms().unwrap();
     assert!(((j1 - j0) - d).abs() < 1e-9 * d.abs(), "{} vs {d}", j1 - j0);
+}
+
+/// Second order through the imported temperature's transfer: H·δp with scale and offset among
+/// the directions passes the second-order Taylor test (remainders at rate 3).
+#[test]
+fn scale_and_offset_of_the_imported_temperature_get_their_second_order_products() {
+    let temp = format!(
+        "{{ ansys = \"{}\", set = 1, scale = 1.2, offset = -3.0, temperature_unit = \"C\" }}",
+        data("ansys/file.rth")
+    );
+    let reg = "\"mechanical.temperature.scale\", \"mechanical.temperature.offset\", \"mechanical.young.material_1\", \"mechanical.alpha.material_1\"";
+    let mut p = build(&plate(&temp, reg)).unwrap();
+    p.solve().unwrap();
+    let pv = ParamVector::all(p.registry());
+    let dir = random_direction_scaled(&pv.gather(p.registry()), 13);
+    // Steps whose remainders stay far above J's rounding (J ≈ 2.4e3, remainders ≥ 1e-6).
+    let t = p.taylor_test_second_order(&dir, 0.2, 5).unwrap();
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    assert!(t.remainders_first[0] > 10.0 * t.remainders[0], "{t:?}");
 }
 
 #[test]

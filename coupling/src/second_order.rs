@@ -7,7 +7,8 @@
 //! thermal field with k(T), sources, fixed temperatures, convection and heat flux; the
 //! electrical field with σ₀ per conductor or element, α_R, terminal voltages and currents and
 //! the Joule heat it hands on; the linear mechanical field with E, ν, α, T_ref, loads and
-//! prescribed displacements, downstream of the temperature), acyclic or with cycles
+//! prescribed displacements, downstream of the temperature or of an imported temperature
+//! with its scale and offset), acyclic or with cycles
 //! (electro-thermal with ρ(T)), monolithic (the tangent by one solve with the converged
 //! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Time
 //! stepping, shape parameters and fields without the capability (finite strain) are refused

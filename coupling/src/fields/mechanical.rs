@@ -782,12 +782,6 @@ impl MechanicalField {
     /// Refuse what the second-order products do not cover; the solved displacement.
     fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
         crate::field::refuse_shape_second_order("mechanical", wants_coordinates)?;
-        if self.imported.is_some() {
-            return Err(setup(
-                "mechanical: Hessian-vector products with an imported temperature field are \
-                 not available yet",
-            ));
-        }
         self.solved_displacement()
     }
 
@@ -826,7 +820,36 @@ impl MechanicalField {
         if let Some(dt) = dir.inputs.first().filter(|v| !v.is_empty()) {
             d.temperature.copy_from_slice(dt);
         }
+        // An imported temperature T = offset + scale · T_imported moves with its coefficients.
+        if let Some(imp) = &self.imported {
+            for (id, b) in &self.bindings {
+                let v = dir.params.get(*id)[0];
+                match b {
+                    MBinding::ImportScale => {
+                        d.temperature.iter_mut().zip(&imp.values).for_each(|(t, x)| *t += v * x)
+                    }
+                    MBinding::ImportOffset => d.temperature.iter_mut().for_each(|t| *t += v),
+                    _ => {}
+                }
+            }
+        }
         d
+    }
+
+    /// The imported temperature's transfer takes a temperature seed `t_bar`: its products with
+    /// scale and offset (Σ T̄ₙ T_importedₙ and Σ T̄ₙ) go to their gradients.
+    fn imported_products(&self, t_bar: &[f64], grad: &mut Gradient) {
+        let Some(imp) = &self.imported else { return };
+        for (id, b) in &self.bindings {
+            let d = match b {
+                MBinding::ImportScale => {
+                    t_bar.iter().zip(&imp.values).map(|(tb, v)| tb * v).sum::<f64>()
+                }
+                MBinding::ImportOffset => t_bar.iter().sum::<f64>(),
+                _ => continue,
+            };
+            grad.get_mut(*id)[0] += d;
+        }
     }
 }
 
@@ -886,8 +909,12 @@ impl SecondOrder for MechanicalField {
                 _ => {}
             }
         }
-        let inputs = if self.model.temperature().is_some() {
-            vec![(0, so.temperature.into_iter().map(|v| -v).collect())]
+        let t_bar: Vec<f64> = so.temperature.into_iter().map(|v| -v).collect();
+        let inputs = if self.imported.is_some() {
+            self.imported_products(&t_bar, rev.grad);
+            Vec::new()
+        } else if self.model.temperature().is_some() {
+            vec![(0, t_bar)]
         } else {
             Vec::new()
         };
@@ -1090,17 +1117,8 @@ impl Field for MechanicalField {
             .temperature
             .map_or_else(|| vec![0.0; n_nodes], |t| t.into_iter().map(|v| -v).collect::<Vec<_>>());
         // The imported temperature's transfer takes T̄; nothing flows upstream.
-        if let Some(imp) = &self.imported {
-            for (id, b) in &self.bindings {
-                let d = match b {
-                    MBinding::ImportScale => {
-                        t_bar.iter().zip(&imp.values).map(|(tb, v)| tb * v).sum::<f64>()
-                    }
-                    MBinding::ImportOffset => t_bar.iter().sum::<f64>(),
-                    _ => continue,
-                };
-                rev.grad.get_mut(*id)[0] += d;
-            }
+        if self.imported.is_some() {
+            self.imported_products(&t_bar, rev.grad);
             return Ok(inputs.iter().map(|&p| (p, vec![0.0; n_nodes])).collect());
         }
         Ok(if inputs.contains(&0) { vec![(0, t_bar)] } else { Vec::new() })
