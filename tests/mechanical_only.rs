@@ -97,14 +97,21 @@ fn an_ansys_temperature_drives_the_mechanical_field_on_the_ansys_mesh() {
     assert_eq!(s.coupling_schedule, "thermal → mechanical");
 }
 
-#[test]
-fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
+/// The plate driven by the ANSYS temperature through T = −3 K + 1.2 · T_ansys, with
+/// `register`.
+fn imported_plate(register: &str) -> String {
     let temp = format!(
         "{{ ansys = \"{}\", set = 1, scale = 1.2, offset = -3.0, temperature_unit = \"C\" }}",
         data("ansys/file.rth")
     );
-    let reg = "\"mechanical.temperature.scale\", \"mechanical.temperature.offset\", \"mechanical.young.material_1\", \"mechanical.alpha.material_1\"";
-    let mut p = build(&plate(&temp, reg)).unwrap();
+    plate(&temp, register)
+}
+
+const REGISTER_IMPORTED: &str = "\"mechanical.temperature.scale\", \"mechanical.temperature.offset\", \"mechanical.young.material_1\", \"mechanical.alpha.material_1\"";
+
+#[test]
+fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
+    let mut p = build(&imported_plate(REGISTER_IMPORTED)).unwrap();
     p.solve().unwrap();
     let r = p.taylor_test(&TaylorParams { h0: 1e-2, steps: 5, min_rate: 1.9 }, |_| {}).unwrap();
     assert!(r.passed, "{}", r.table());
@@ -112,7 +119,7 @@ fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
     // its derivative.
     let reg1 = "\"mechanical.temperature.offset\"";
     let only_tip = |t: String| t.replace("weight = 1e-8", "weight = 0.0");
-    let mut p = build(&only_tip(plate(&temp, reg1))).unwrap();
+    let mut p = build(&only_tip(imported_plate(reg1))).unwrap();
     let (j0, g, _) = p.gradient().unwrap();
     let id = p.registry().id("mechanical.temperature.offset").unwrap();
     let d = g.get(id)[0];
@@ -126,12 +133,7 @@ fn scale_and_offset_of_the_imported_temperature_get_their_gradients() {
 /// the directions passes the second-order Taylor test (remainders at rate 3).
 #[test]
 fn scale_and_offset_of_the_imported_temperature_get_their_second_order_products() {
-    let temp = format!(
-        "{{ ansys = \"{}\", set = 1, scale = 1.2, offset = -3.0, temperature_unit = \"C\" }}",
-        data("ansys/file.rth")
-    );
-    let reg = "\"mechanical.temperature.scale\", \"mechanical.temperature.offset\", \"mechanical.young.material_1\", \"mechanical.alpha.material_1\"";
-    let mut p = build(&plate(&temp, reg)).unwrap();
+    let mut p = build(&imported_plate(REGISTER_IMPORTED)).unwrap();
     p.solve().unwrap();
     let pv = ParamVector::all(p.registry());
     let dir = random_direction_scaled(&pv.gather(p.registry()), 13);

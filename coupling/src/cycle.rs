@@ -34,6 +34,9 @@ fn setup(msg: impl Into<String>) -> RunError {
     RunError::Setup(msg.into())
 }
 
+/// Adjoints by field index (`None` for fields outside the cycle).
+pub(crate) type Adjoints = Vec<Option<Vec<f64>>>;
+
 /// One part of a combined element: (member k of the cycle, its element e, offset of its dofs
 /// in the combined element).
 #[derive(Clone, Copy, Debug)]
@@ -707,13 +710,30 @@ impl CoupledProblem {
     ) -> Result<usize, RunError> {
         self.absorb_internal_inputs(members, bars, grad)?;
         let ts = Instant::now();
-        let n = self.fields().len();
-        let mut lambda: Vec<Option<Vec<f64>>> = vec![None; n];
+        let (lambda, iterations) = self.transposed_gauss_seidel(members, bars, None)?;
+        timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
+        let ta = Instant::now();
+        self.finish_cycle_adjoint(members, &lambda, bars, grad)?;
+        timings.accumulate_s += ta.elapsed().as_secs_f64();
+        Ok(iterations)
+    }
+
+    /// The transposed block Gauss–Seidel iteration of a cycle for the seeds in `bars`: the
+    /// fields in reverse order, each with its own transposed solve and the others' latest
+    /// adjoints on the right-hand side, until the relative change is below the cycle
+    /// tolerance. `stepped` names a field whose own system ([`Self::own_transposed_solve`],
+    /// a step's Jacobian in time) solves instead of its field solver. Returns the adjoints by
+    /// field index and the iterations.
+    pub(crate) fn transposed_gauss_seidel(
+        &mut self,
+        members: &[usize],
+        bars: &Bars,
+        stepped: Option<usize>,
+    ) -> Result<(Adjoints, usize), RunError> {
+        let mut lambda: Adjoints = vec![None; self.fields().len()];
         for &i in members {
             lambda[i] = Some(vec![0.0; bars.state[i].len()]);
         }
-        let mut iterations = 0;
-        let mut converged = false;
         let mut last = f64::NAN;
         for it in 0..self.cycle.max_iterations {
             let mut change: f64 = 0.0;
@@ -721,30 +741,26 @@ impl CoupledProblem {
                 let c = self.cycle_contributions(members, &lambda, None, Some(i))?;
                 let mut rhs = bars.state[i].clone();
                 add_into(&mut rhs, &c.state[i]);
-                let unknowns_bar = bars.unknowns[i].clone();
-                let new = self.fields_mut()[i].adjoint_solve(&rhs, &unknowns_bar)?;
+                let new = if stepped == Some(i) {
+                    self.own_transposed_solve(i, &rhs, &bars.unknowns[i])?
+                } else {
+                    let unknowns_bar = bars.unknowns[i].clone();
+                    self.fields_mut()[i].adjoint_solve(&rhs, &unknowns_bar)?
+                };
                 change = change.max(rel_change(&new, lambda[i].as_ref().expect("member")));
                 lambda[i] = Some(new);
             }
-            iterations = it + 1;
             last = change;
             if change <= self.cycle.tol {
-                converged = true;
-                break;
+                return Ok((lambda, it + 1));
             }
         }
-        if !converged {
-            let names: Vec<&str> = members.iter().map(|&i| self.fields()[i].name()).collect();
-            return Err(setup(format!(
-                "{}: the coupled adjoint did not converge in {iterations} block Gauss-Seidel iterations (last relative change {last:.3e})",
-                names.join("-")
-            )));
-        }
-        timings.adjoint_solve_s += ts.elapsed().as_secs_f64();
-        let ta = Instant::now();
-        self.finish_cycle_adjoint(members, &lambda, bars, grad)?;
-        timings.accumulate_s += ta.elapsed().as_secs_f64();
-        Ok(iterations)
+        let names: Vec<&str> = members.iter().map(|&i| self.fields()[i].name()).collect();
+        Err(setup(format!(
+            "{}: the coupled adjoint did not converge in {} block Gauss-Seidel iterations (last relative change {last:.3e})",
+            names.join("-"),
+            self.cycle.max_iterations
+        )))
     }
 
     /// The adjoint of a monolithic cycle: one transposed solve with the LU factors of the

@@ -199,10 +199,13 @@ impl CoupledProblem {
         }
     }
 
-    /// The stepped field's time terms of `step` for its own system (`member` 0 of
-    /// `[stepped]`), the explicit share from its rows at the placed state `now`.
-    fn own_time_term(
+    /// The time terms of `step` from the placed state `now` (and `before`, BDF2) for the
+    /// system of `members` (the whole cycle, or the stepped field alone), the stepped field
+    /// being its member `member`; the explicit share (θ < 1) from those rows at `now`.
+    fn step_time_term(
         &mut self,
+        members: &[usize],
+        member: usize,
         run: &CycleRun,
         step: CycleStep,
         now: &CycleState,
@@ -210,13 +213,13 @@ impl CoupledProblem {
     ) -> Result<TimeTerm, RunError> {
         let explicit = if step.theta < 1.0 {
             let c = (1.0 - step.theta) / step.theta;
-            let r = self.monolithic_residual_rows(&[run.stepped], 0)?;
+            let r = self.monolithic_residual_rows(members, member)?;
             Some(r.into_iter().map(|v| c * v).collect())
         } else {
             None
         };
         let mut term = time_term(step, run.member, now, before, explicit);
-        term.member = 0;
+        term.member = member;
         Ok(term)
     }
 
@@ -234,7 +237,7 @@ impl CoupledProblem {
         t: f64,
     ) -> Result<(CycleState, usize), RunError> {
         self.place_cycle(&run.members, now)?;
-        let term = self.own_time_term(run, step, now, before)?;
+        let term = self.step_time_term(&[run.stepped], 0, run, step, now, before)?;
         let at = |e: RunError| {
             setup(format!("time step to t = {:.6e} s (Δt = {:.3e} s): {e}", t + step.dt, step.dt))
         };
@@ -300,37 +303,7 @@ impl CoupledProblem {
         }
         self.feed(d)?;
         self.monolithic_factor_placed(&[d], Some(term))?;
-        let mut lambda: Vec<Option<Vec<f64>>> = vec![None; self.fields().len()];
-        for &i in members {
-            lambda[i] = Some(vec![0.0; bars.state[i].len()]);
-        }
-        let mut last = f64::NAN;
-        for _ in 0..self.cycle.max_iterations {
-            let mut change: f64 = 0.0;
-            for &i in members.iter().rev() {
-                let c = self.cycle_contributions(members, &lambda, None, Some(i))?;
-                let mut rhs = bars.state[i].clone();
-                add_into(&mut rhs, &c.state[i]);
-                let new = if i == d {
-                    self.own_transposed_solve(d, &rhs, &bars.unknowns[i])?
-                } else {
-                    let unknowns_bar = bars.unknowns[i].clone();
-                    self.fields_mut()[i].adjoint_solve(&rhs, &unknowns_bar)?
-                };
-                change = change.max(rel_change(&new, lambda[i].as_ref().expect("member")));
-                lambda[i] = Some(new);
-            }
-            last = change;
-            if change <= self.cycle.tol {
-                return Ok(lambda);
-            }
-        }
-        let names: Vec<&str> = members.iter().map(|&i| self.fields()[i].name()).collect();
-        Err(setup(format!(
-            "{}: the adjoint of a staggered time step did not converge in {} block Gauss-Seidel iterations (last relative change {last:.3e})",
-            names.join("-"),
-            self.cycle.max_iterations
-        )))
+        Ok(self.transposed_gauss_seidel(members, bars, Some(d))?.0)
     }
 
     /// A step solved monolithically: the coupled Newton with the step's time terms.
@@ -343,14 +316,7 @@ impl CoupledProblem {
         t: f64,
     ) -> Result<(CycleState, usize), RunError> {
         self.place_cycle(&run.members, now)?;
-        let explicit = if step.theta < 1.0 {
-            let c = (1.0 - step.theta) / step.theta;
-            let r = self.monolithic_residual_rows(&run.members, run.member)?;
-            Some(r.into_iter().map(|v| c * v).collect())
-        } else {
-            None
-        };
-        let term = time_term(step, run.member, now, before, explicit);
+        let term = self.step_time_term(&run.members, run.member, run, step, now, before)?;
         let info = self.monolithic_newton(&run.members, Some(&term)).map_err(|e| {
             setup(format!("time step to t = {:.6e} s (Δt = {:.3e} s): {e}", t + step.dt, step.dt))
         })?;

@@ -197,6 +197,16 @@ impl BlockGmresSolver {
         Ok(())
     }
 
+    /// y = op(A) x: A x, or Aᵀ x for a transposed solve.
+    fn apply(&self, x: &[f64], y: &mut [f64], transpose: bool) {
+        let a = self.matrix.as_ref().expect("factored");
+        if transpose {
+            a.mul_transpose_vec_into(x, y);
+        } else {
+            a.mul_vec_into(x, y);
+        }
+    }
+
     /// Whether every block of `r = b − op(A) x` is below the tolerance (module docs); also
     /// returns the largest block ratio.
     fn converged(&self, b: &[f64], x: &[f64], r: &[f64], transpose: bool, tol: f64) -> (bool, f64) {
@@ -270,13 +280,7 @@ impl BlockGmresSolver {
             let mut k = 0;
             while k < m && total < self.params.max_iterations {
                 self.precondition(&basis[k], &mut z, transpose)?;
-                let a = self.matrix.as_ref().expect("factored");
-                if transpose {
-                    w.iter_mut().for_each(|v| *v = 0.0);
-                    a.mul_transpose_vec_into(&z, &mut w);
-                } else {
-                    a.mul_vec_into(&z, &mut w);
-                }
+                self.apply(&z, &mut w, transpose);
                 for col in h.iter_mut() {
                     col[k] = 0.0;
                 }
@@ -327,13 +331,7 @@ impl BlockGmresSolver {
             self.precondition(&u, &mut z, transpose)?;
             axpy(1.0, &z, &mut x);
             // The true residual.
-            let a = self.matrix.as_ref().expect("factored");
-            if transpose {
-                w.iter_mut().for_each(|v| *v = 0.0);
-                a.mul_transpose_vec_into(&x, &mut w);
-            } else {
-                a.mul_vec_into(&x, &mut w);
-            }
+            self.apply(&x, &mut w, transpose);
             for i in 0..n {
                 r[i] = b[i] - w[i];
             }
