@@ -22,6 +22,7 @@
 //! to central differences of the first-order products. Node coordinates are not a direction
 //! here.
 
+use gradfem_kernel::for_each_element_ordered;
 use rayon::prelude::*;
 
 use crate::model::{ElectricalModel, MAX_NODES as MAX};
@@ -168,97 +169,91 @@ impl ElectricalModel {
         dir: &ElectricalDirection,
     ) -> ElectricalSecondOrder {
         let with_t = t.is_some();
-        let per_element: Vec<[f64; 2 * MAX + 2]> = (0..self.n_volume_elements())
-            .into_par_iter()
-            .map(|e| {
-                let mut out = [0.0; 2 * MAX + 2];
-                let nodes = self.element_nodes(e);
-                let nn = nodes.len();
-                let lam: Option<Vec<f64>> = match weights {
-                    Weighted::Residual(l) => {
-                        let v: Vec<f64> = nodes.iter().map(|&n| l[n]).collect();
-                        if v.iter().all(|&x| x == 0.0) {
-                            return out;
-                        }
-                        Some(v)
-                    }
-                    Weighted::Joule(_) => None,
-                };
-                let o = self.qp_offsets()[e];
-                let c = self.element_conductor(e);
-                let d_alpha =
-                    if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
-                let (mut d_sigma0, mut d_alpha_r) = (0.0, 0.0);
-                self.for_points(e, phi, t, |q, n, g, s| {
-                    let (tq, dtq) = match t {
-                        Some(t) => (
-                            (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
-                            (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
-                        ),
-                        None => (self.conductors[c].t_ref, 0.0),
-                    };
-                    let ps =
-                        self.point_conductivity(e, tq, with_t, [dir.sigma_elem[e], dtq, d_alpha]);
-                    let gp = s.grad_phi;
-                    let mut gd = [0.0; 3];
-                    for a in 0..nn {
-                        for k in 0..3 {
-                            gd[k] += g[a][k] * dir.phi[nodes[a]];
-                        }
-                    }
-                    // (weight, the vector paired with ∇N_b in the φ rows, the scalar the
-                    // conductivity multiplies, its derivative along the direction)
-                    let (wq, row, base, dbase) = match (&lam, weights) {
-                        (Some(l), _) => {
-                            let mut gl = [0.0; 3];
-                            for a in 0..nn {
-                                for k in 0..3 {
-                                    gl[k] += g[a][k] * l[a];
-                                }
-                            }
-                            let row = gl.map(|v| ps.delta * v);
-                            (s.w, row, dot(gl, gp), dot(gl, gd))
-                        }
-                        (None, Weighted::Joule(qb)) => {
-                            let row: [f64; 3] = std::array::from_fn(|k| {
-                                2.0 * (ps.delta * gp[k] + ps.sigma * gd[k])
-                            });
-                            (qb[o + q], row, dot(gp, gp), 2.0 * dot(gp, gd))
-                        }
-                        (None, Weighted::Residual(_)) => unreachable!("λ gathered above"),
-                    };
-                    if wq == 0.0 {
-                        return;
-                    }
-                    for b in 0..nn {
-                        out[b] += wq * dot(row, g[b]);
-                        if with_t {
-                            out[MAX + b] +=
-                                wq * (ps.delta_grad[1] * base + ps.grad[1] * dbase) * n[b];
-                        }
-                    }
-                    d_sigma0 += wq * (ps.delta_grad[0] * base + ps.grad[0] * dbase);
-                    d_alpha_r += wq * (ps.delta_grad[2] * base + ps.grad[2] * dbase);
-                });
-                out[2 * MAX] = d_sigma0;
-                out[2 * MAX + 1] = d_alpha_r;
-                out
-            })
-            .collect();
         let mut res = ElectricalSecondOrder {
             phi: vec![0.0; self.n_nodes()],
             temperature: vec![0.0; self.n_nodes()],
             sigma_elem: vec![0.0; self.n_volume_elements()],
             alpha_r: vec![0.0; self.conductors.len()],
         };
-        for (e, local) in per_element.iter().enumerate() {
+        let compute = |e: usize| {
+            let mut out = [0.0; 2 * MAX + 2];
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let lam: Option<Vec<f64>> = match weights {
+                Weighted::Residual(l) => {
+                    let v: Vec<f64> = nodes.iter().map(|&n| l[n]).collect();
+                    if v.iter().all(|&x| x == 0.0) {
+                        return out;
+                    }
+                    Some(v)
+                }
+                Weighted::Joule(_) => None,
+            };
+            let o = self.qp_offsets()[e];
+            let c = self.element_conductor(e);
+            let d_alpha =
+                if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
+            let (mut d_sigma0, mut d_alpha_r) = (0.0, 0.0);
+            self.for_points(e, phi, t, |q, n, g, s| {
+                let (tq, dtq) = match t {
+                    Some(t) => (
+                        (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
+                        (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
+                    ),
+                    None => (self.conductors[c].t_ref, 0.0),
+                };
+                let ps = self.point_conductivity(e, tq, with_t, [dir.sigma_elem[e], dtq, d_alpha]);
+                let gp = s.grad_phi;
+                let mut gd = [0.0; 3];
+                for a in 0..nn {
+                    for k in 0..3 {
+                        gd[k] += g[a][k] * dir.phi[nodes[a]];
+                    }
+                }
+                // (weight, the vector paired with ∇N_b in the φ rows, the scalar the
+                // conductivity multiplies, its derivative along the direction)
+                let (wq, row, base, dbase) = match (&lam, weights) {
+                    (Some(l), _) => {
+                        let mut gl = [0.0; 3];
+                        for a in 0..nn {
+                            for k in 0..3 {
+                                gl[k] += g[a][k] * l[a];
+                            }
+                        }
+                        let row = gl.map(|v| ps.delta * v);
+                        (s.w, row, dot(gl, gp), dot(gl, gd))
+                    }
+                    (None, Weighted::Joule(qb)) => {
+                        let row: [f64; 3] =
+                            std::array::from_fn(|k| 2.0 * (ps.delta * gp[k] + ps.sigma * gd[k]));
+                        (qb[o + q], row, dot(gp, gp), 2.0 * dot(gp, gd))
+                    }
+                    (None, Weighted::Residual(_)) => unreachable!("λ gathered above"),
+                };
+                if wq == 0.0 {
+                    return;
+                }
+                for b in 0..nn {
+                    out[b] += wq * dot(row, g[b]);
+                    if with_t {
+                        out[MAX + b] += wq * (ps.delta_grad[1] * base + ps.grad[1] * dbase) * n[b];
+                    }
+                }
+                d_sigma0 += wq * (ps.delta_grad[0] * base + ps.grad[0] * dbase);
+                d_alpha_r += wq * (ps.delta_grad[2] * base + ps.grad[2] * dbase);
+            });
+            out[2 * MAX] = d_sigma0;
+            out[2 * MAX + 1] = d_alpha_r;
+            out
+        };
+        for_each_element_ordered(self.n_volume_elements(), compute, |e, local| {
             for (a, &n) in self.element_nodes(e).iter().enumerate() {
                 res.phi[n] += local[a];
                 res.temperature[n] += local[MAX + a];
             }
             res.sigma_elem[e] += local[2 * MAX];
             res.alpha_r[self.element_conductor(e)] += local[2 * MAX + 1];
-        }
+        });
         res
     }
 
@@ -272,26 +267,22 @@ impl ElectricalModel {
         t: Option<&[f64]>,
         dir: &ElectricalDirection,
     ) -> Vec<f64> {
-        let per_element: Vec<[f64; MAX]> = (0..self.n_volume_elements())
-            .into_par_iter()
-            .map(|e| {
-                let mut out = [0.0; MAX];
-                self.point_tangents(e, phi, t, dir, |_, _, g, s, delta, gd| {
-                    let j: [f64; 3] =
-                        std::array::from_fn(|k| delta * s.grad_phi[k] + s.sigma * gd[k]);
-                    for (o, gb) in out.iter_mut().zip(g) {
-                        *o += s.w * dot(j, *gb);
-                    }
-                });
-                out
-            })
-            .collect();
         let mut total = vec![0.0; self.n_nodes()];
-        for (e, l) in per_element.iter().enumerate() {
+        let compute = |e: usize| {
+            let mut out = [0.0; MAX];
+            self.point_tangents(e, phi, t, dir, |_, _, g, s, delta, gd| {
+                let j: [f64; 3] = std::array::from_fn(|k| delta * s.grad_phi[k] + s.sigma * gd[k]);
+                for (o, gb) in out.iter_mut().zip(g) {
+                    *o += s.w * dot(j, *gb);
+                }
+            });
+            out
+        };
+        for_each_element_ordered(self.n_volume_elements(), compute, |e, l| {
             for (a, &n) in self.element_nodes(e).iter().enumerate() {
                 total[n] += l[a];
             }
-        }
+        });
         total
     }
 

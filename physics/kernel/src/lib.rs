@@ -8,6 +8,28 @@ pub mod generic;
 
 use rayon::prelude::*;
 
+/// `compute(e)` for every element of `0..n_elements` in parallel, handed to `consume(e, value)`
+/// in element order, a chunk at a time: the per-element values of one chunk share a buffer
+/// reused from chunk to chunk (no array over all elements is allocated and zeroed anew per
+/// call), and sums `consume` forms do not depend on the thread count.
+pub fn for_each_element_ordered<T: Send>(
+    n_elements: usize,
+    compute: impl Fn(usize) -> T + Sync + Send,
+    mut consume: impl FnMut(usize, &T),
+) {
+    const CHUNK: usize = 1 << 12;
+    let mut buf: Vec<T> = Vec::with_capacity(CHUNK.min(n_elements));
+    let mut start = 0;
+    while start < n_elements {
+        let end = (start + CHUNK).min(n_elements);
+        (start..end).into_par_iter().map(&compute).collect_into_vec(&mut buf);
+        for (k, v) in buf.iter().enumerate() {
+            consume(start + k, v);
+        }
+        start = end;
+    }
+}
+
 /// Compute `width` values per local node of elements `0..n_elements` in parallel and add them to
 /// a nodal array (`width` entries per node) in element order, a chunk of elements at a time, so
 /// the result does not depend on the thread count and memory stays bounded. Element `e` has the
@@ -99,6 +121,34 @@ impl NodalDofMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_element_is_consumed_once_in_order_for_any_thread_count() {
+        // More elements than one chunk, and not a multiple of it.
+        let n = 3 * (1 << 12) + 17;
+        let run = || {
+            let mut seen = Vec::with_capacity(n);
+            let mut sum = 0.0;
+            for_each_element_ordered(
+                n,
+                |e| [e as f64, 1.0 / (e as f64 + 1.0)],
+                |e, v| {
+                    seen.push(e);
+                    assert_eq!(v[0], e as f64);
+                    sum += v[1];
+                },
+            );
+            (seen, sum)
+        };
+        let (seen, sum) = run();
+        assert!(seen.iter().copied().eq(0..n));
+        let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let (_, sum1) = one.install(run);
+        assert_eq!(sum.to_bits(), sum1.to_bits());
+        let mut none = 0;
+        for_each_element_ordered(0, |e| e, |_, _| none += 1);
+        assert_eq!(none, 0);
+    }
 
     #[test]
     fn scatter_adds_in_element_order_for_any_thread_count() {

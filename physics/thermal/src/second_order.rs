@@ -15,8 +15,8 @@
 //! (Joule heat from a coupled electrical field) do not depend on T or p inside this field and
 //! drop out of both products.
 
+use gradfem_kernel::for_each_element_ordered;
 use num_dual::{Dual64, HyperDual64};
-use rayon::prelude::*;
 
 use crate::model::{BcKind, ParameterVjp, ThermalModel};
 
@@ -264,55 +264,52 @@ impl ThermalModel {
     ) -> (Vec<f64>, ParameterVjp) {
         let n_el = self.n_elements();
         // Per element: ∂²(λᵀrₑ)/∂z ∂(direction) for its nodal temperatures and its parameters.
-        let per_element: Vec<(Vec<f64>, [f64; 5])> = (0..n_el)
-            .into_par_iter()
-            .map(|e| {
-                let nodes = self.element_nodes(e);
-                let nn = nodes.len();
-                let mut state = vec![0.0; nn];
-                let mut params = [0.0; 5];
-                if nodes.iter().all(|&n| lambda[n] == 0.0) {
-                    return (state, params);
-                }
-                if closed_form && e < self.n_volume {
-                    params[0] = self.volume_second_order(e, t, lambda, dir, &mut state);
-                    return (state, params);
-                }
-                let pars = element_parameters(self, e, dir);
-                let used = used_parameters(self, e);
-                if e >= self.n_volume && pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) {
-                    return (state, params);
-                }
-                let x: Vec<[HyperDual64; 3]> =
-                    nodes.iter().map(|&n| self.coords[n].map(HyperDual64::from)).collect();
-                let mut r = vec![HyperDual64::from(0.0); nn];
-                // ε₁ carries the direction, ε₂ picks one variable: λᵀr's ε₁ε₂ part is that
-                // variable's row of the Hessian of λᵀrₑ times the direction.
-                let mut second = |pick: usize| -> f64 {
-                    let te: Vec<HyperDual64> = nodes
-                        .iter()
-                        .enumerate()
-                        .map(|(a, &n)| {
-                            let e2 = if pick == a { 1.0 } else { 0.0 };
-                            HyperDual64::new(t[n], dir.temperature[n], e2, 0.0)
-                        })
-                        .collect();
-                    let p = |i: usize| {
-                        let e2 = if pick == nn + i { 1.0 } else { 0.0 };
-                        HyperDual64::new(pars[i].0, pars[i].1, e2, 0.0)
-                    };
-                    self.element_residual_generic(e, &x, &te, p(0), p(1), p(2), p(3), p(4), &mut r);
-                    (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
+        let compute = |e: usize| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let mut state = vec![0.0; nn];
+            let mut params = [0.0; 5];
+            if nodes.iter().all(|&n| lambda[n] == 0.0) {
+                return (state, params);
+            }
+            if closed_form && e < self.n_volume {
+                params[0] = self.volume_second_order(e, t, lambda, dir, &mut state);
+                return (state, params);
+            }
+            let pars = element_parameters(self, e, dir);
+            let used = used_parameters(self, e);
+            if e >= self.n_volume && pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) {
+                return (state, params);
+            }
+            let x: Vec<[HyperDual64; 3]> =
+                nodes.iter().map(|&n| self.coords[n].map(HyperDual64::from)).collect();
+            let mut r = vec![HyperDual64::from(0.0); nn];
+            // ε₁ carries the direction, ε₂ picks one variable: λᵀr's ε₁ε₂ part is that
+            // variable's row of the Hessian of λᵀrₑ times the direction.
+            let mut second = |pick: usize| -> f64 {
+                let te: Vec<HyperDual64> = nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &n)| {
+                        let e2 = if pick == a { 1.0 } else { 0.0 };
+                        HyperDual64::new(t[n], dir.temperature[n], e2, 0.0)
+                    })
+                    .collect();
+                let p = |i: usize| {
+                    let e2 = if pick == nn + i { 1.0 } else { 0.0 };
+                    HyperDual64::new(pars[i].0, pars[i].1, e2, 0.0)
                 };
-                for (a, s) in state.iter_mut().enumerate() {
-                    *s = second(a);
-                }
-                for i in used {
-                    params[i] = second(nn + i);
-                }
-                (state, params)
-            })
-            .collect();
+                self.element_residual_generic(e, &x, &te, p(0), p(1), p(2), p(3), p(4), &mut r);
+                (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
+            };
+            for (a, s) in state.iter_mut().enumerate() {
+                *s = second(a);
+            }
+            for i in used {
+                params[i] = second(nn + i);
+            }
+            (state, params)
+        };
         let nb = self.boundaries.len();
         let mut state = vec![0.0; self.n_nodes()];
         let mut out = ParameterVjp {
@@ -325,7 +322,7 @@ impl ThermalModel {
             coords: None,
         };
         // Summed in element order: the result does not depend on the thread count.
-        for (e, (local, params)) in per_element.iter().enumerate() {
+        for_each_element_ordered(n_el, compute, |e, (local, params)| {
             for (&n, v) in self.element_nodes(e).iter().zip(local) {
                 state[n] += v;
             }
@@ -338,7 +335,7 @@ impl ThermalModel {
                 out.t_inf[tag] += params[3];
                 out.q_in[tag] += params[4];
             }
-        }
+        });
         (state, out)
     }
 }
