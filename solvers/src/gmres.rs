@@ -51,10 +51,9 @@ struct DiagonalBlock {
     cholesky: CholeskySolver,
 }
 
-/// The structure derived from one pattern of `A`.
+/// The structure derived from one pattern of `A` (the pattern of the matrix kept in
+/// [`BlockGmresSolver`]).
 struct Prepared {
-    row_ptr: Vec<usize>,
-    col_idx: Vec<u32>,
     /// Block boundaries `0 = s_0 < s_1 < … < s_k = n`.
     starts: Vec<usize>,
     blocks: Vec<DiagonalBlock>,
@@ -143,7 +142,7 @@ impl BlockGmresSolver {
             let cholesky = CholeskySolver::new(&self.field);
             blocks.push(DiagonalBlock { start: s, sym, sources, cholesky });
         }
-        Ok(Prepared { row_ptr: a.row_ptr.clone(), col_idx: a.col_idx.clone(), starts, blocks })
+        Ok(Prepared { starts, blocks })
     }
 
     fn switch_to_lu(&mut self, a: &CsrMatrix, why: &str) -> Result<(), SolverError> {
@@ -374,10 +373,15 @@ impl LinearSolver for BlockGmresSolver {
         assert_eq!(a.n_rows, a.n_cols, "GMRES needs a square matrix");
         self.on_lu = false;
         self.last_iterations = None;
-        let same_pattern = self
-            .prepared
-            .as_ref()
-            .is_some_and(|p| p.row_ptr == a.row_ptr && p.col_idx == a.col_idx);
+        // Before any state changes: `prepared` belongs to the pattern of the kept `matrix`.
+        if let Some(row) = first_non_finite_row(a) {
+            return Err(non_finite(&self.field, "matrix", row));
+        }
+        let same_pattern = self.prepared.is_some()
+            && self
+                .matrix
+                .as_ref()
+                .is_some_and(|m| m.row_ptr == a.row_ptr && m.col_idx == a.col_idx);
         if !same_pattern {
             match self.prepare(a) {
                 Ok(p) => self.prepared = Some(p),
@@ -387,9 +391,6 @@ impl LinearSolver for BlockGmresSolver {
                     return self.switch_to_lu(a, &why);
                 }
             }
-        }
-        if let Some(row) = first_non_finite_row(a) {
-            return Err(non_finite(&self.field, "matrix", row));
         }
         let prep = self.prepared.as_mut().expect("prepared");
         let mut failure = None;
