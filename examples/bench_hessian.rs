@@ -13,6 +13,11 @@
 //! `--physics thermoelastic` the heated cube also expands (E = 160 GPa, ν = 0.22,
 //! α = 2.6·10⁻⁶/K, clamped at x = 0; objective the mean deflection of x = 1 along y and z): the
 //! whole chain I → Q → T → u, registered the voltage, α_R, k, h, E per element, ν and α.
+//! With `--physics hyperelastic` the cube is the peers' ogden3d solid (one-term compressible
+//! Ogden, μ = 1, α = 3, κ = 10, clamped at x = 0, the dead traction (0.5, 0, 0) on x = 1 in 3
+//! load steps; objective the mean x-displacement of x = 1 summed over the steps): registered
+//! μ₁, α₁, κ, the per-element factor of μ₁ and the traction. Its gradient runs the load
+//! steps' adjoint (one transposed solve per step), its product three solves per step.
 //!
 //! `--linear lu` solves the non-symmetric systems (the thermal tangent, the cycle's Jacobian)
 //! by sparse LU instead of the default block-preconditioned GMRES (and every other field by LU
@@ -46,7 +51,7 @@ fn main() {
             }
             "--linear" => linear = args.next().expect("--linear takes auto or lu"),
             other => panic!(
-                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic] [--linear auto|lu])"
+                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic] [--linear auto|lu])"
             ),
         }
     }
@@ -54,7 +59,10 @@ fn main() {
         "thermal" => thermal_cube(n),
         "electrothermal" => electrothermal_cube(n),
         "thermoelastic" => thermoelastic_cube(n),
-        other => panic!("--physics {other}: expected thermal, electrothermal or thermoelastic"),
+        "hyperelastic" => ogden_cube(n),
+        other => panic!(
+            "--physics {other}: expected thermal, electrothermal, thermoelastic or hyperelastic"
+        ),
     }
     .replace(
         "[solver]\nrel_tol = 1e-10\n",
@@ -87,9 +95,14 @@ fn main() {
         std::hint::black_box(h);
     }
     let entries = sim.parameter_vector().len();
-    let unknowns = sim.problem().thermal().model.n_unknowns();
+    let (unknowns, solver) = match sim.problem().hyperelastic() {
+        Some(h) => (h.problem.model.n_unknowns(), format!("{:?}", h.problem.params.linear_solver)),
+        None => {
+            let thermal = sim.problem().thermal();
+            (thermal.model.n_unknowns(), thermal.last_solve.linear_solver.clone())
+        }
+    };
     let elements = sim.mesh().n_cells_of_dim(3);
-    let solver = sim.problem().thermal().last_solve.linear_solver.clone();
     println!(
         "{}",
         serde_json::json!({
@@ -229,4 +242,44 @@ t_ref = 300.0
 group = "xmin"
 kind = "fixed"
 "#
+}
+
+/// The ogden3d cube under a dead traction in 3 load steps (module docs).
+fn ogden_cube(n: usize) -> String {
+    format!(
+        r#"
+[mesh]
+box = {{ lengths = [1.0, 1.0, 1.0], divisions = [{n}, {n}, {n}], cell = "tet4" }}
+
+[[hyperelastic.material]]
+group = "domain"
+law = "ogden"
+mu = [1.0]
+alpha = [3.0]
+kappa = 10.0
+
+[[hyperelastic.bc]]
+group = "xmin"
+kind = "fixed"
+
+[[hyperelastic.bc]]
+group = "xmax"
+kind = "traction"
+traction = [0.5, 0.0, 0.0]
+
+[hyperelastic]
+steps = 3
+
+[[objective]]
+kind = "average_displacement"
+group = "xmax"
+direction = [1.0, 0.0, 0.0]
+
+[parameters]
+register = ["hyperelastic.mu1.domain", "hyperelastic.alpha1.domain", "hyperelastic.kappa.domain", "hyperelastic.scale_elem.domain", "bc.xmax.traction"]
+
+[solver]
+rel_tol = 1e-10
+"#
+    )
 }

@@ -11,6 +11,7 @@
 
 use serde::Serialize;
 
+use gradfem_coupling::fields::finite_strain::{PathTerm, Quantity};
 use gradfem_solvers::dense::symmetric_eigen;
 use gradfem_solvers::params::ParamVector;
 use gradfem_thermal::ObjectiveKind;
@@ -33,20 +34,23 @@ pub struct Direction {
 /// The Laplace approximation of the posterior of the parameters of a least-squares misfit.
 #[derive(Clone, Debug, Serialize)]
 pub struct Posterior {
-    /// The sensors' noise σ (the unit of the temperatures): given, or estimated as
-    /// √(2J/w / (m − n)) from the misfit at the optimum (m sensors, n entries).
+    /// The observations' noise σ (in `unit`): given, or estimated as √(2J/w / (m − n)) from
+    /// the misfit at the optimum (m observations, n entries).
     pub noise: f64,
+    /// The unit of the observations and of `noise` (K for temperature sensors, N for
+    /// reaction forces, Pa for stress curves).
+    pub unit: &'static str,
     /// Whether `noise` was estimated from the residuals.
     pub noise_estimated: bool,
     /// The number of observations (a misfit's sensors, a fit's data points).
     pub sensors: usize,
-    /// Posterior covariance σ²/w · H⁻¹ (row-major over the entries, in the parameters' units).
+    /// Posterior covariance w σ² H⁻¹ (row-major over the entries, in the parameters' units).
     pub covariance: Vec<Vec<f64>>,
     /// √diag(covariance).
     pub std_dev: Vec<f64>,
     /// The correlation matrix of the covariance.
     pub correlation: Vec<Vec<f64>>,
-    /// The Gauss–Newton approximation of the same: σ²/w (GᵀG)⁻¹, its standard deviations.
+    /// The Gauss–Newton approximation of the same: σ² (GᵀG)⁻¹, its standard deviations.
     pub gauss_newton_std_dev: Vec<f64>,
     /// The Gauss–Newton covariance (row-major; NaN when GᵀG is singular).
     pub gauss_newton_covariance: Vec<Vec<f64>>,
@@ -86,16 +90,81 @@ pub struct HessianReport {
     pub seconds: f64,
 }
 
-/// A single misfit term: its weight and sensors.
-fn misfit_term(problem: &Problem) -> Option<(f64, Vec<[f64; 4]>)> {
-    let terms = &problem.thermal().objective;
-    match terms.as_slice() {
+/// A least-squares objective J = w · ½ Σ rᵢ²: its weight, the unit of the residuals and the
+/// sensitivities G = dr/dp (one row per observation, over the registered entries).
+struct LeastSquares {
+    weight: f64,
+    unit: &'static str,
+    sensitivities: Vec<Vec<f64>>,
+}
+
+/// The objective as a least-squares misfit, when it is one: a thermal sensor misfit alone
+/// (G by one tangent-linear solve per entry), or finite-strain force or displacement curves
+/// fitted by misfit terms of one weight w (J = w Σ (q_k − m_k)² = 2w · ½ Σ r², G by one
+/// transposed solve per observation, [`HyperelasticField::quantity_jacobian`]).
+///
+/// [`HyperelasticField::quantity_jacobian`]: gradfem_coupling::fields::hyperelastic::HyperelasticField::quantity_jacobian
+fn least_squares(
+    problem: &mut Problem,
+    pv: &ParamVector,
+) -> Result<Option<LeastSquares>, RunError> {
+    let n = pv.len();
+    let sensor_term = match problem.thermal().objective.as_slice() {
         [t] => match &t.kind {
             ObjectiveKind::Misfit { sensors } => Some((t.weight, sensors.clone())),
             _ => None,
         },
         _ => None,
+    };
+    if let Some((weight, sensors)) = sensor_term {
+        let thermal = problem.thermal();
+        let locations = sensors
+            .iter()
+            .map(|s| gradfem_thermal::objective::locate(&thermal.model, [s[0], s[1], s[2]]))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RunError::Setup(format!("sensor misfit: {e}")))?;
+        let nodes: Vec<Vec<usize>> =
+            locations.iter().map(|l| thermal.model.element_nodes(l.element).to_vec()).collect();
+        let mut g = vec![vec![0.0; n]; sensors.len()];
+        let mut e = vec![0.0; n];
+        for j in 0..n {
+            e[j] = 1.0;
+            let dt = problem.tangent_flat("thermal", &e)?;
+            e[j] = 0.0;
+            for (s, (loc, nn)) in locations.iter().zip(&nodes).enumerate() {
+                g[s][j] = nn.iter().zip(&loc.shape).map(|(&a, &sh)| sh * dt[a]).sum();
+            }
+        }
+        return Ok(Some(LeastSquares { weight, unit: "K", sensitivities: g }));
     }
+    let Some(h) = problem.hyperelastic() else { return Ok(None) };
+    let misfits: Vec<(usize, f64)> = h.misfit_terms().iter().map(|m| (m.0, m.2)).collect();
+    let weight = misfits.first().map(|m| m.1);
+    let one_weight = misfits.iter().all(|m| Some(m.1) == weight);
+    if misfits.is_empty() || misfits.len() != h.objective.terms.len() || !one_weight {
+        return Ok(None);
+    }
+    // Nothing else may weigh in J (another field's objective terms).
+    let (j_path, _) = h.objective_terms()?;
+    let (j_all, _) = problem.objective_terms()?;
+    if (j_all - j_path).abs() > 1e-12 * j_all.abs().max(f64::MIN_POSITIVE) {
+        return Ok(None);
+    }
+    let h = problem.hyperelastic().expect("checked");
+    let (_, rows) = h.quantity_jacobian(problem.registry())?;
+    let sensitivities =
+        misfits.iter().flat_map(|&(t, _)| rows[t].iter().map(|g| g.flatten(pv))).collect();
+    let unit = if h
+        .objective
+        .terms
+        .iter()
+        .all(|t| matches!(t, PathTerm::Misfit { quantity: Quantity::Reaction { .. }, .. }))
+    {
+        "N"
+    } else {
+        "the curves' units"
+    };
+    Ok(Some(LeastSquares { weight: 2.0 * weight.expect("a misfit"), unit, sensitivities }))
 }
 
 /// The inverse of a symmetric positive definite matrix from its eigen-decomposition.
@@ -144,38 +213,19 @@ pub fn compute(
     let hessian = problem.dense_hessian(|k| progress(k, n))?;
     let seconds = started.elapsed().as_secs_f64();
     let entries: Vec<String> = (0..n).map(|i| pv.entry_name(i)).collect();
-    let misfit = match misfit_term(problem) {
-        Some((weight, sensors)) => {
-            let m = sensors.len();
+    let misfit = match least_squares(problem, &pv)? {
+        Some(LeastSquares { weight, unit, sensitivities: g }) => {
+            let m = g.len();
             let (sigma, estimated) = match noise {
                 Some(s) => (s, false),
                 None if m > n => (((2.0 * objective / weight) / (m - n) as f64).sqrt(), true),
                 None => {
                     return Err(RunError::Setup(format!(
-                        "{m} sensors for {n} parameter entries: the noise cannot be estimated \
-                         from the residuals; give it with --noise"
+                        "{m} observations for {n} parameter entries: the noise cannot be \
+                         estimated from the residuals; give it (in {unit}) with --noise"
                     )));
                 }
             };
-            // Gauss–Newton: G = d(sensor values)/dp by one tangent solve per entry.
-            let thermal = problem.thermal();
-            let locations = sensors
-                .iter()
-                .map(|s| gradfem_thermal::objective::locate(&thermal.model, [s[0], s[1], s[2]]))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| RunError::Setup(format!("sensor misfit: {e}")))?;
-            let nodes: Vec<Vec<usize>> =
-                locations.iter().map(|l| thermal.model.element_nodes(l.element).to_vec()).collect();
-            let mut g = vec![vec![0.0; n]; m];
-            let mut e = vec![0.0; n];
-            for j in 0..n {
-                e[j] = 1.0;
-                let dt = problem.tangent_flat("thermal", &e)?;
-                e[j] = 0.0;
-                for (s, (loc, nn)) in locations.iter().zip(&nodes).enumerate() {
-                    g[s][j] = nn.iter().zip(&loc.shape).map(|(&a, &sh)| sh * dt[a]).sum();
-                }
-            }
             let gauss_newton = (0..n * n)
                 .map(|k| (0..m).map(|s| g[s][k / n] * g[s][k % n]).sum::<f64>())
                 .collect();
@@ -184,6 +234,7 @@ pub fn compute(
                 noise: sigma,
                 noise_estimated: estimated,
                 observations: m,
+                unit,
                 gauss_newton,
             })
         }
@@ -208,13 +259,15 @@ pub struct Misfit {
     pub noise_estimated: bool,
     /// The number of observations.
     pub observations: usize,
+    /// The unit of the observations (and of `noise`).
+    pub unit: &'static str,
     /// The Gauss–Newton matrix GᵀG (G = dr/dp, n × n row-major, the parameters' units).
     pub gauss_newton: Vec<f64>,
 }
 
 /// The report of a dense Hessian (row-major, n × n over `entries` at `values`): symmetry,
 /// eigen-directions in scaled variables and, for a least-squares `misfit` whose Hessian is
-/// positive definite, the Laplace posterior σ²/w · H⁻¹ beside Gauss–Newton's σ²/w · (GᵀG)⁻¹.
+/// positive definite, the Laplace posterior w σ² H⁻¹ beside Gauss–Newton's σ² (GᵀG)⁻¹.
 /// Used by `gradfem hessian` and by `gradfem identify`.
 pub fn analyze(
     entries: Vec<String>,
@@ -246,9 +299,11 @@ pub fn analyze(
         .map(|(&eigenvalue, vector)| Direction { eigenvalue, vector: vector.clone() })
         .collect();
     let posterior = misfit.filter(|_| positive_definite).map(|m| {
-        // C = σ²/w · H⁻¹ (J = w · ½ Σ r², the negative log-likelihood is Σ r²/(2σ²)).
+        // J = w · ½ Σ r² and the negative log-likelihood Σ r²/(2σ²) = J/(w σ²): its Hessian is
+        // H/(w σ²), so C = w σ² H⁻¹; Gauss–Newton's H ≈ w GᵀG gives σ² (GᵀG)⁻¹.
         let inv_scaled = inverse_from_eigen(&eig.values, &eig.vectors);
-        let factor = m.noise * m.noise / m.weight;
+        let variance = m.noise * m.noise;
+        let factor = variance * m.weight;
         let covariance: Vec<Vec<f64>> = (0..n)
             .map(|i| (0..n).map(|j| factor * scale[i] * inv_scaled[i][j] * scale[j]).collect())
             .collect();
@@ -269,7 +324,7 @@ pub fn analyze(
         let gauss_newton_covariance: Vec<Vec<f64>> = if gn_pd {
             let inv = inverse_from_eigen(&gn.values, &gn.vectors);
             (0..n)
-                .map(|i| (0..n).map(|j| factor * scale[i] * inv[i][j] * scale[j]).collect())
+                .map(|i| (0..n).map(|j| variance * scale[i] * inv[i][j] * scale[j]).collect())
                 .collect()
         } else {
             vec![vec![f64::NAN; n]; n]
@@ -277,6 +332,7 @@ pub fn analyze(
         let gauss_newton_std_dev = (0..n).map(|i| gauss_newton_covariance[i][i].sqrt()).collect();
         Posterior {
             noise: m.noise,
+            unit: m.unit,
             noise_estimated: m.noise_estimated,
             sensors: m.observations,
             covariance,

@@ -409,6 +409,7 @@ impl Homogeneous {
             noise: s.sigma,
             noise_estimated: true,
             observations: residuals.len(),
+            unit: "(relative)",
             gauss_newton,
         };
         crate::hessian::analyze(

@@ -52,6 +52,13 @@
 //! is σ² (JᵀJ)⁻¹; the standard errors are the square roots of its diagonal (NaN, written as
 //! `null`, when the data do not determine a parameter or m ≤ n).
 //!
+//! The Laplace posterior beside it: the exact Hessian H of Σ r² at the optimum (one
+//! Hessian-vector product through the load steps per parameter and experiment, the per-step
+//! second-order adjoint of [`crate::finite_strain::FiniteStrainProblem::hessian_vector_from_path`]),
+//! covariance 2σ² H⁻¹, which equals σ² (JᵀJ)⁻¹ where the residuals vanish and the model is
+//! linear in p, and differs from it by the residuals' curvature terms Σ rᵢ ∇²rᵢ otherwise
+//! (`identify.json`'s `laplace`, drawn in `posterior.png`).
+//!
 //! # Stability
 //!
 //! An Ogden term is stable when μ_p α_p > 0. Fitted μ_p and α_p must have bounds of one sign
@@ -216,6 +223,8 @@ enum Block {
     Jacobian,
     /// The model values q(step) of each misfit term, term after term.
     Curves,
+    /// The exact Hessian of the experiment's Σ r² over the fitted parameters (row-major).
+    Hessian,
 }
 
 fn invalid(path: &Path, message: String) -> IdentifyError {
@@ -593,6 +602,7 @@ impl FemIdentification {
                     Block::Curves => e.run.step_quantities().map(|q| {
                         e.misfits.iter().flat_map(|m| q[m.term].iter().copied()).collect()
                     }),
+                    Block::Hessian => e.run.misfit_hessian(&e.registry, &e.ids),
                     Block::Jacobian => e.run.quantity_jacobian(&e.registry).map(|(q, rows)| {
                         let mut b = Vec::new();
                         e.push_residuals(&q, &mut b);
@@ -642,6 +652,63 @@ impl FemIdentification {
         }
         self.jacobians += 1;
         Ok((r, jac))
+    }
+
+    /// The exact Hessian of Σ r² at x over the fitted parameters (row-major), summed over the
+    /// experiments: one Hessian-vector product through each experiment's load steps per
+    /// parameter (the per-step second-order adjoint; module docs).
+    pub fn exact_hessian(&mut self, x: &[f64]) -> Result<Vec<f64>, IdentifyError> {
+        let n = x.len();
+        let mut hessian = vec![0.0; n * n];
+        for b in self.blocks(x, Block::Hessian)? {
+            hessian.iter_mut().zip(&b).for_each(|(h, v)| *h += v);
+        }
+        Ok(hessian)
+    }
+
+    /// The Laplace posterior at the fit `o` (module docs): the exact Hessian of Σ r², summed
+    /// over the experiments (one Hessian-vector product through the load steps per fitted
+    /// parameter and experiment), beside Gauss–Newton's 2 JᵀJ; `None`, with a warning in the
+    /// log, when a product fails.
+    fn laplace(&mut self, o: &StartOutcome) -> Option<crate::hessian::HessianReport> {
+        let n = o.x.len();
+        let (m, objective) = (o.r.len(), dot(&o.r, &o.r));
+        if n == 0 || m <= n {
+            return None;
+        }
+        let started = Instant::now();
+        let hessian = match self.exact_hessian(&o.x) {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(%e, "identify: no Laplace posterior (the exact Hessian failed)");
+                return None;
+            }
+        };
+        let gradient: Vec<f64> = (0..n)
+            .map(|j| 2.0 * o.jac.iter().zip(&o.r).map(|(row, r)| row[j] * r).sum::<f64>())
+            .collect();
+        let gauss_newton = (0..n * n)
+            .map(|k| o.jac.iter().map(|row| row[k / n] * row[k % n]).sum::<f64>())
+            .collect();
+        // Σ r² = 2 · ½ Σ r²: the weight 2 of the misfit.
+        let misfit = crate::hessian::Misfit {
+            weight: 2.0,
+            noise: (objective / (m - n) as f64).sqrt(),
+            noise_estimated: true,
+            observations: m,
+            unit: "(the curves' units, weighted by √w)",
+            gauss_newton,
+        };
+        Some(crate::hessian::analyze(
+            self.parameters.iter().map(|p| p.name.clone()).collect(),
+            o.x.clone(),
+            objective,
+            gradient,
+            &hessian,
+            Some(misfit),
+            n * self.experiments.len(),
+            started.elapsed().as_secs_f64(),
+        ))
     }
 
     /// Measured against model curves at x.
@@ -824,7 +891,9 @@ impl FemIdentification {
             });
         };
         let objectives = [start_objectives, final_objectives];
-        let report = self.report(&best, objectives, t0.elapsed().as_secs_f64());
+        let laplace = self.laplace(&best);
+        let mut report = self.report(&best, objectives, t0.elapsed().as_secs_f64());
+        report.laplace = laplace;
         Ok((report, best.x))
     }
 

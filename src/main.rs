@@ -107,22 +107,24 @@ enum Command {
         per_parameter: bool,
         /// Also test the Hessian: the second-order Taylor test along the same direction, whose
         /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
-        /// Hessian-vector products; steady thermal, electro-thermal and thermo-elastic problems
-        /// so far).
+        /// Hessian-vector products; steady thermal, electro-thermal, thermo-elastic and
+        /// finite-strain problems so far).
         #[arg(long)]
         second_order: bool,
     },
     /// The exact Hessian of the objective over the registered parameters (one Hessian-vector
-    /// product by the second-order adjoint per entry), its eigen-directions and, for a sensor
-    /// misfit, the Laplace posterior (covariance, standard deviations, correlations) beside
+    /// product by the second-order adjoint per entry), its eigen-directions and, for a
+    /// least-squares misfit (temperature sensors, or finite-strain force and displacement
+    /// curves), the Laplace posterior (covariance, standard deviations, correlations) beside
     /// the Gauss–Newton approximation; writes hessian.json and, for a misfit, posterior.png
     /// (marginals and pairwise ellipses); with `--direction`, one product instead. Steady
-    /// thermal, electro-thermal and linear thermo-elastic problems so far.
+    /// thermal, electro-thermal, linear thermo-elastic and finite-strain problems so far.
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,
-        /// The sensors' noise σ in K for the posterior of a misfit (default: estimated from the
-        /// residuals at the current parameters, which should be the fitted ones).
+        /// The observations' noise σ for the posterior of a misfit, in their unit (K for
+        /// sensors, N for reaction forces; default: estimated from the residuals at the current
+        /// parameters, which should be the fitted ones).
         #[arg(long)]
         noise: Option<f64>,
         /// One Hessian-vector product H·δp instead of the dense Hessian: δp as NAME=VALUE for a
@@ -275,9 +277,10 @@ fn print_hessian(r: &gradfem::hessian::HessianReport) {
     }
     if let Some(p) = &r.posterior {
         println!(
-            "  Laplace posterior ({} sensors, noise σ = {:.4e} K{}):",
+            "  Laplace posterior ({} observations, noise σ = {:.4e} {}{}):",
             p.sensors,
             p.noise,
+            p.unit,
             if p.noise_estimated { ", estimated from the residuals" } else { "" }
         );
         println!(

@@ -170,6 +170,57 @@ fn the_adjoint_jacobian_equals_central_differences(#[case] x: &[f64]) {
     }
 }
 
+/// The exact Hessian of Σ r² (second-order adjoint through each specimen's load steps) is the
+/// derivative of the adjoint gradient 2 Jᵀr, and at a noisy fit the Laplace posterior it gives
+/// is reported beside Gauss–Newton's.
+#[test]
+fn the_exact_hessian_is_the_derivative_of_the_gradient_and_gives_the_laplace_posterior() {
+    let dir = tempfile::tempdir().unwrap();
+    synthetic(dir.path(), |k| 0.02 * (k as f64 * 1.7).sin());
+    let x = [1.1 * MU, 0.9 * ALPHA, 0.8 * KAPPA];
+    let file = dir.path().join("fit.toml");
+    std::fs::write(&file, parameters(&x) + experiments()).unwrap();
+    let mut id = Identification::read(&file).unwrap();
+    let fem = id.fem_mut().unwrap();
+    let h = fem.exact_hessian(&x).unwrap();
+    let gradient = |fem: &mut gradfem::identify_fem::FemIdentification, x: &[f64]| -> Vec<f64> {
+        let (r, jac) = fem.residuals_and_jacobian(x).unwrap();
+        (0..x.len())
+            .map(|j| 2.0 * jac.iter().zip(&r).map(|(row, r)| row[j] * r).sum::<f64>())
+            .collect()
+    };
+    let n = x.len();
+    for j in 0..n {
+        let step = 1e-5 * x[j];
+        let mut plus = x.to_vec();
+        plus[j] += step;
+        let mut minus = x.to_vec();
+        minus[j] -= step;
+        let (gp, gm) = (gradient(fem, &plus), gradient(fem, &minus));
+        for i in 0..n {
+            let fd = (gp[i] - gm[i]) / (2.0 * step);
+            let scale = (h[i * n + i].abs() * h[j * n + j].abs()).sqrt();
+            assert!(
+                (fd - h[i * n + j]).abs() <= 1e-6 * scale,
+                "H[{i}][{j}] = {} against differences of the gradient {fd}",
+                h[i * n + j]
+            );
+        }
+    }
+    let (report, _) = fit(dir.path(), &[0.7 * MU, 1.3 * ALPHA]);
+    let laplace = report.laplace.as_ref().expect("a Laplace posterior");
+    let post = laplace.posterior.as_ref().expect("positive definite at the fit");
+    assert_eq!(post.sensors, 9);
+    for (i, name) in ["hyperelastic.mu1.domain", "hyperelastic.alpha1.domain"].iter().enumerate() {
+        assert_eq!(&laplace.entries[i], name);
+        // The Gauss–Newton standard error of the report, and the Laplace one within 20 %:
+        // the residuals are small, the data nearly linear in the parameters.
+        let gn = report.std_errors[*name];
+        assert!((post.gauss_newton_std_dev[i] / gn - 1.0).abs() < 1e-6, "{name}");
+        assert!((post.std_dev[i] / gn - 1.0).abs() < 0.2, "{name}: {} vs {gn}", post.std_dev[i]);
+    }
+}
+
 #[test]
 fn standard_errors_match_the_scatter_of_repeated_fits() {
     // Independent force noise of one standard deviation on every point, the model the

@@ -8,11 +8,13 @@
 //! electrical field with σ₀ per conductor or element, α_R, terminal voltages and currents and
 //! the Joule heat it hands on; the linear mechanical field with E, ν, α, T_ref, loads and
 //! prescribed displacements, downstream of the temperature or of an imported temperature
-//! with its scale and offset), acyclic or with cycles
+//! with its scale and offset; the finite-strain field through its load steps, with its law
+//! parameters, the per-element factor, α, T_ref, loads, prescribed displacements and the
+//! temperature it is driven by, its second-order adjoint running over the load path inside
+//! its objective's Hessian), acyclic or with cycles
 //! (electro-thermal with ρ(T)), monolithic (the tangent by one solve with the converged
 //! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Time
-//! stepping, shape parameters and fields without the capability (finite strain) are refused
-//! with a message naming what is missing.
+//! stepping and shape parameters are refused with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;

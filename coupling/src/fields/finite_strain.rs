@@ -122,6 +122,8 @@ use gradfem_solvers::reuse::{ReuseRoute, ReusedCholesky};
 use gradfem_solvers::sparse::CsrMatrix;
 use thiserror::Error;
 
+pub mod second_order;
+
 /// Settings of the load-stepping driver (module docs).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadStepParams {
@@ -1620,24 +1622,8 @@ impl FiniteStrainProblem {
             }
         }
         let nf = 3 * m.n_nodes();
-        let mut a = vec![0.0; nf];
-        let mut c = vec![0.0; nf];
-        for (res, w) in resolved.iter().zip(dq) {
-            for &(d, v) in &res.a {
-                a[d] += w * v;
-            }
-            for &(d, v) in &res.c {
-                c[d] += w * v;
-            }
-        }
-        for t in &objective.terms {
-            if let PathTerm::SquaredDisplacement { weights } = t
-                && weights[k] != 0.0
-            {
-                let w2 = 2.0 * weights[k];
-                a.iter_mut().zip(&st.u).for_each(|(ai, ui)| *ai += w2 * ui);
-            }
-        }
+        let (mut a, c) = weighted_seeds(resolved, dq, nf);
+        add_squared_displacement_seed(objective, k, &st.u, &mut a);
         if a.iter().chain(&c).all(|v| *v == 0.0) {
             // No seed at this step (e.g. a term that weighs only other steps): λ = μ = 0 and
             // every product vanishes, so the tangent is neither factorized nor solved.
@@ -1665,7 +1651,22 @@ impl FiniteStrainProblem {
         let mut lam_full = vec![0.0; nf];
         m.dofs().scatter(&lambda, &mut lam_full);
         let mu: Vec<f64> = c.iter().zip(&lam_full).map(|(c, l)| c - l).collect();
-        let vjp = m.parameter_vjp(&st.u, st.load, &mu, want)?;
+        self.add_parameter_products(st, &a, &mu, want, g)
+    }
+
+    /// Add `μᵀ ∂R_full/∂q` at state `st` into `g` for the requested parameters, with the
+    /// prescribed values' chain: a displacement condition's value ū moves its dofs by s ū, so
+    /// it also collects `s a_c` of the explicit seed `a` on the displacement (full dofs).
+    fn add_parameter_products(
+        &self,
+        st: &EquilibriumState,
+        a: &[f64],
+        mu: &[f64],
+        want: FiniteVjpRequest,
+        g: &mut FiniteStrainGradient,
+    ) -> Result<(), FiniteStrainSolveError> {
+        let m = &self.model;
+        let vjp = m.parameter_vjp(&st.u, st.load, mu, want)?;
         for (gr, vr) in g.material.iter_mut().zip(&vjp.material) {
             gr.iter_mut().zip(vr).for_each(|(a, b)| *a += b);
         }
@@ -1712,6 +1713,43 @@ impl FiniteStrainProblem {
             }
         }
         Ok(())
+    }
+}
+
+/// Σ_t w_t a_t and Σ_t w_t c_t: the displacement and residual weights of the quantities of
+/// `resolved` (full dofs), each term weighted by `w_t`.
+fn weighted_seeds(resolved: &[Resolved], weights: &[f64], nf: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut a = vec![0.0; nf];
+    let mut c = vec![0.0; nf];
+    for (res, w) in resolved.iter().zip(weights) {
+        if *w == 0.0 {
+            continue;
+        }
+        for &(d, v) in &res.a {
+            a[d] += w * v;
+        }
+        for &(d, v) in &res.c {
+            c[d] += w * v;
+        }
+    }
+    (a, c)
+}
+
+/// Add 2 w_k v to `a` for every squared-displacement term with a weight at step k: the seed
+/// ∂j_k/∂u_k at v = u_k, or its derivative along v = δu_k.
+fn add_squared_displacement_seed(
+    objective: &LoadPathObjective,
+    k: usize,
+    v: &[f64],
+    a: &mut [f64],
+) {
+    for t in &objective.terms {
+        if let PathTerm::SquaredDisplacement { weights } = t
+            && weights[k] != 0.0
+        {
+            let w2 = 2.0 * weights[k];
+            a.iter_mut().zip(v).for_each(|(ai, vi)| *ai += w2 * vi);
+        }
     }
 }
 

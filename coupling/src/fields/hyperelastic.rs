@@ -12,13 +12,14 @@
 use std::any::Any;
 
 use gradfem_mechanical::StrainEnergy;
+use gradfem_mechanical::linear::BcKind;
 use gradfem_mesh::Mesh;
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
 use serde::Serialize;
 
 use crate::error::RunError;
-use crate::field::{Field, Port, Reverse, Seed, SolveMode};
+use crate::field::{Direction, Field, OutputVjp, Port, Reverse, SecondOrder, Seed, SolveMode};
 use crate::fields::finite_strain::{
     EquilibriumState, FiniteStrainProblem, LoadPath, LoadPathObjective, PathTerm,
 };
@@ -303,6 +304,45 @@ impl HyperelasticField {
             .map_err(|e| RunError::Setup(e.to_string()))
     }
 
+    /// The dense Hessian of the misfit terms Σ w (q_k − m_k)² of the objective (the other
+    /// terms left out) at the last run, with respect to the scalar parameters `ids` of `reg`
+    /// (row-major, `ids.len()` squared): one Hessian-vector product through the load steps per
+    /// parameter ([`FiniteStrainProblem::hessian_vector_from_path`]).
+    pub fn misfit_hessian(
+        &self,
+        reg: &ParamRegistry,
+        ids: &[ParamId],
+    ) -> Result<Vec<f64>, RunError> {
+        let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        let misfits = LoadPathObjective {
+            terms: self
+                .objective
+                .terms
+                .iter()
+                .filter(|t| matches!(t, PathTerm::Misfit { .. }))
+                .cloned()
+                .collect(),
+        };
+        let want = self.problem.vjp_request();
+        let n = ids.len();
+        let mut h = vec![0.0; n * n];
+        for (j, &id) in ids.iter().enumerate() {
+            let mut dir = Gradient::zeros(reg);
+            dir.get_mut(id)[0] = 1.0;
+            let pd = self.problem.path_direction(&dir, None);
+            let hv = self
+                .problem
+                .hessian_vector_from_path(path, &misfits, &pd, want)
+                .map_err(|e| RunError::Setup(e.to_string()))?;
+            let mut g = Gradient::zeros(reg);
+            self.problem.gradient_to_registry(&hv, &mut g);
+            for (i, &row) in ids.iter().enumerate() {
+                h[i * n + j] = g.get(row)[0];
+            }
+        }
+        Ok(h)
+    }
+
     /// The quantities of the last run and their derivatives dq_{t,k}/dp with respect to the
     /// registered parameters of `reg`, one gradient per term and step, by one transposed
     /// solve per term and step ([`FiniteStrainProblem::quantity_gradients`]). Shape
@@ -443,11 +483,91 @@ impl Field for HyperelasticField {
         Ok(inputs.iter().map(|&p| (p, vec![0.0; lambda.len() / 3])).collect())
     }
 
+    fn second_order(&mut self) -> Option<&mut dyn SecondOrder> {
+        Some(self)
+    }
+
+    fn second_order_ref(&self) -> Option<&dyn SecondOrder> {
+        Some(self)
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+/// Second order over the load path: the tangent of the last step's state for
+/// [`SecondOrder::tangent`], and the whole path's second-order adjoint (three solves per step,
+/// [`FiniteStrainProblem::hessian_vector_from_path`]) as the objective's Hessian, which puts
+/// the temperature part on the input like the first-order seed does.
+impl SecondOrder for HyperelasticField {
+    fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64> {
+        let m = &self.problem.model;
+        let dir = self.problem.path_direction(params, None);
+        let load = self.loads.last().copied().unwrap_or(0.0);
+        let mut du = vec![0.0; 3 * m.n_nodes()];
+        for (dof, owner) in m.constraint_owner().iter().enumerate() {
+            if let Some(b) = *owner
+                && matches!(m.boundaries()[b].kind, BcKind::Displacement { .. })
+            {
+                du[dof] = load * dir.prescribed[b][dof % 3];
+            }
+        }
+        du
+    }
+
+    fn residual_jvp(&self, _dir: &Direction) -> Result<Vec<f64>, RunError> {
+        Err(RunError::Setup(
+            "hyperelastic: the finite-strain field cannot be part of a coupled cycle".into(),
+        ))
+    }
+
+    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+        let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        let Some(last) = path.states.last() else {
+            return Ok(self.start_state());
+        };
+        let dir = self.problem.path_direction(params, inputs.first().map(Vec::as_slice));
+        self.problem
+            .state_tangent(path.states.len() - 1, last, &dir)
+            .map_err(|e| RunError::Setup(e.to_string()))
+    }
+
+    fn second_order_vjp(
+        &self,
+        lambda: &[f64],
+        _dir: &Direction,
+        _rev: &mut Reverse,
+    ) -> Result<OutputVjp, RunError> {
+        // The field's adjoint runs inside its objective's seed (λ here is zero), and so does
+        // its second-order adjoint (objective_hessian).
+        debug_assert!(lambda.iter().all(|v| *v == 0.0));
+        Ok(OutputVjp::default())
+    }
+
+    fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
+        if self.objective.terms.is_empty() {
+            return Ok(Seed::default());
+        }
+        let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
+        let mut want = self.problem.vjp_request();
+        want.thermal |= self.problem.model.temperature().is_some();
+        let pd = self.problem.path_direction(dir.params, dir.inputs.first().map(Vec::as_slice));
+        let hv = self
+            .problem
+            .hessian_vector_from_path(path, &self.objective, &pd, want)
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        let mut g = Gradient::zeros(rev.registry);
+        self.problem.gradient_to_registry(&hv, &mut g);
+        rev.grad.add_scaled(1.0, &g);
+        let inputs = match hv.temperature {
+            Some(t) if self.takes_temperature => vec![(0, t)],
+            _ => Vec::new(),
+        };
+        Ok(Seed { inputs, ..Default::default() })
     }
 }

@@ -70,6 +70,8 @@
 //! pass. The choice is made once, so the residual stays a smooth function of the coordinates.
 #![allow(non_snake_case)] // F, P, A, J: the names of continuum mechanics.
 
+pub mod second_order;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 

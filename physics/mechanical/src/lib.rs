@@ -18,6 +18,7 @@ pub use linear::{
     StressField, VjpRequest, von_mises,
 };
 
+pub use finite::second_order::{FiniteDirection, FiniteSecondOrder};
 pub use finite::{
     FiniteParameterVjp, FiniteRegion, FiniteRegionSpec, FiniteStrainError, FiniteStrainModel,
     FiniteVjpRequest, HyperelasticLaw,

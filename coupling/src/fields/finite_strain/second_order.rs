@@ -1,0 +1,259 @@
+//! Hessian-vector products of a load-path objective by the second-order adjoint.
+//!
+//! Each requested step k is an equilibrium R(u_k; s_k, p) = 0 of its own (dead loads, a
+//! path-independent material), so the Hessian of J = Σ_k j_k is a sum over steps with no
+//! coupling between them. With the Lagrangian of step k,
+//! L_k = j_k(q_k) − λ_kᵀ R_free, q_k = aᵀu + cᵀR_full, and μ_k = j_k' c − λ_k as in the
+//! first-order adjoint (module docs of the parent), the product along a direction δp (and a
+//! temperature tangent δT) takes, per step:
+//!
+//! 1. the tangent δu_k: K δu_free = −dR_free/dε at the prescribed tangent δu_c = s_k δū
+//!    (one solve with the factorization of K(u_k));
+//! 2. the first-order adjoint λ_k (one transposed solve, as in the gradient);
+//! 3. the derivative of the seed along the direction: with δq = aᵀδu + cᵀ dR_full and
+//!    j'' = 2w for a misfit (0 for a plain sum), a₂ = Σ_t j''_t δq_t a_t (+ 2 w_k δu_k for a
+//!    squared displacement), c₂ = Σ_t j''_t δq_t c_t, and the residual's second-order product
+//!    g = d/dε ∇_{(u,q)}(μ_kᵀR_full) ([`FiniteStrainModel::second_order_vjp`]);
+//! 4. the second-order adjoint ν: Kᵀν = (a₂ + g_u + K_fullᵀc₂)_free, one more solve;
+//! 5. H δp += (c₂ − ν)ᵀ ∂R_full/∂q with the prescribed values' chain on a₂ + g_u (the
+//!    first-order parameter products at the weight c₂ − ν), plus g_q.
+//!
+//! Three solves per step on one factorization. Node coordinates (shape parameters) are not a
+//! direction here.
+
+use std::time::Instant;
+
+use gradfem_mechanical::finite::FiniteVjpRequest;
+use gradfem_mechanical::finite::second_order::FiniteDirection;
+use gradfem_mechanical::linear::BcKind;
+use gradfem_solvers::params::Gradient;
+
+use super::{
+    EquilibriumState, FiniteBinding, FiniteStrainGradient, FiniteStrainProblem,
+    FiniteStrainSolveError, LoadPath, LoadPathObjective, PathTerm, Resolved,
+    add_squared_displacement_seed, weighted_seeds,
+};
+
+/// A direction of the finite-strain field's inputs: the model's variables and the prescribed
+/// displacement values' tangents δū per boundary condition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PathDirection {
+    /// Material, element field, thermal, load and temperature tangents (its displacement is
+    /// ignored: each step's δu is solved for).
+    pub model: FiniteDirection,
+    /// δū per boundary condition and component (displacement conditions only).
+    pub prescribed: Vec<[f64; 3]>,
+}
+
+impl FiniteStrainProblem {
+    /// The direction of the model's variables that a registry direction `dir` (shaped like
+    /// the registry's gradient) and a nodal temperature tangent `temperature` (when the model
+    /// has a temperature field; `None` or empty: zero) stand for.
+    pub fn path_direction(&self, dir: &Gradient, temperature: Option<&[f64]>) -> PathDirection {
+        let m = &self.model;
+        let mut d = FiniteDirection::zeros(m);
+        let mut prescribed = vec![[0.0; 3]; m.boundaries().len()];
+        if let Some(t) = temperature.filter(|t| !t.is_empty()) {
+            d.temperature.copy_from_slice(t);
+        }
+        for (id, binding) in &self.bindings {
+            let v = dir.get(*id);
+            match binding {
+                FiniteBinding::Material { region, index } => d.material[*region][*index] = v[0],
+                FiniteBinding::ElementScale(r) => {
+                    for (i, &e) in m.regions[*r].elements.iter().enumerate() {
+                        d.element_scale[e] = v[i];
+                    }
+                }
+                FiniteBinding::Alpha(r) => d.alpha[*r] = v[0],
+                FiniteBinding::TRef(r) => d.t_ref[*r] = v[0],
+                FiniteBinding::BodyForce(r) => d.body_force[*r] = [v[0], v[1], v[2]],
+                FiniteBinding::Traction(b) => d.traction[*b] = [v[0], v[1], v[2]],
+                FiniteBinding::Pressure(b) => d.pressure[*b] = v[0],
+                FiniteBinding::Displacement(b, comps) => {
+                    for (k, &c) in comps.iter().enumerate() {
+                        prescribed[*b][c] = v[k];
+                    }
+                }
+            }
+        }
+        PathDirection { model: d, prescribed }
+    }
+
+    /// δu_k, the tangent of the converged state `st` of step `k` along `dir` (full dofs):
+    /// K(u_k) δu_free = −dR_free/dε at δu_c = s_k δū. Factors K(u_k) first.
+    pub fn state_tangent(
+        &self,
+        k: usize,
+        st: &EquilibriumState,
+        dir: &PathDirection,
+    ) -> Result<Vec<f64>, FiniteStrainSolveError> {
+        self.factor_tangent_at(k, st, false)?;
+        let mut d = dir.model.clone();
+        self.solve_state_tangent(k, st, dir, &mut d)?;
+        Ok(d.displacement)
+    }
+
+    /// Fill `d.displacement` with δu_k on the factorization of K(u_k) the workspace holds.
+    fn solve_state_tangent(
+        &self,
+        k: usize,
+        st: &EquilibriumState,
+        dir: &PathDirection,
+        d: &mut FiniteDirection,
+    ) -> Result<(), FiniteStrainSolveError> {
+        let m = &self.model;
+        d.displacement.fill(0.0);
+        for (dof, owner) in m.constraint_owner().iter().enumerate() {
+            if let Some(b) = *owner
+                && matches!(m.boundaries()[b].kind, BcKind::Displacement { .. })
+            {
+                d.displacement[dof] = st.load * dir.prescribed[b][dof % 3];
+            }
+        }
+        let r = m.residual_jvp(&st.u, st.load, d)?;
+        let mut dv: Vec<f64> = m.dofs().gather(&r).into_iter().map(|v| -v).collect();
+        self.workspace()
+            .solve(&mut dv, false)
+            .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
+        m.dofs().scatter(&dv, &mut d.displacement);
+        Ok(())
+    }
+
+    /// H·δp of the load-path objective over a solved `path` along `dir` (module docs), in the
+    /// layout of the gradient ([`FiniteStrainGradient`]: its `temperature` is the product's
+    /// nodal temperature part, the seed of the upstream fields' second-order adjoint); `want`
+    /// selects the parameter products as for the gradient (coordinates are not covered).
+    pub fn hessian_vector_from_path(
+        &self,
+        path: &LoadPath,
+        objective: &LoadPathObjective,
+        dir: &PathDirection,
+        want: FiniteVjpRequest,
+    ) -> Result<FiniteStrainGradient, FiniteStrainSolveError> {
+        let n = path.states.len();
+        let resolved = self.resolve(objective, n)?;
+        let want = FiniteVjpRequest { coords: false, ..want };
+        let mut hv = FiniteStrainGradient::zeros(&self.model);
+        let t = Instant::now();
+        for k in (0..n).rev() {
+            self.step_hessian_vector(objective, &resolved, k, &path.states[k], dir, want, &mut hv)?;
+        }
+        hv.time_adjoint_s = t.elapsed().as_secs_f64();
+        tracing::debug!(
+            steps = n,
+            seconds = hv.time_adjoint_s,
+            "finite strain Hessian-vector product"
+        );
+        Ok(hv)
+    }
+
+    /// Step k's part of H·δp, added into `hv` (module docs: three solves on one factorization).
+    #[allow(clippy::too_many_arguments)]
+    fn step_hessian_vector(
+        &self,
+        objective: &LoadPathObjective,
+        resolved: &[Resolved],
+        k: usize,
+        st: &EquilibriumState,
+        dir: &PathDirection,
+        want: FiniteVjpRequest,
+        hv: &mut FiniteStrainGradient,
+    ) -> Result<(), FiniteStrainSolveError> {
+        let m = &self.model;
+        let nf = 3 * m.n_nodes();
+        let weighs_step = objective.terms.iter().any(|t| match t {
+            PathTerm::Sum { weight, .. } | PathTerm::Misfit { weight, .. } => *weight != 0.0,
+            PathTerm::SquaredDisplacement { weights } => weights[k] != 0.0,
+        });
+        if !weighs_step {
+            return Ok(());
+        }
+        let (_, _, dq) = self.step_terms(objective, resolved, k, st)?;
+        self.factor_tangent_at(k, st, false)?;
+        // 1. The tangent δu_k.
+        let mut d = dir.model.clone();
+        self.solve_state_tangent(k, st, dir, &mut d)?;
+        // 2. The first-order adjoint: μ = c − λ.
+        let (mut a, c) = weighted_seeds(resolved, &dq, nf);
+        add_squared_displacement_seed(objective, k, &st.u, &mut a);
+        let mu = self.adjoint_weight(k, st, &a, &c)?;
+        // 3. The seed's derivative along the direction.
+        let j2: Vec<f64> = objective
+            .terms
+            .iter()
+            .map(|t| match t {
+                PathTerm::Misfit { weight, .. } => 2.0 * weight,
+                _ => 0.0,
+            })
+            .collect();
+        let residual_tangent =
+            if resolved.iter().zip(&j2).any(|(r, w)| *w != 0.0 && !r.c.is_empty()) {
+                Some(m.residual_jvp(&st.u, st.load, &d)?)
+            } else {
+                None
+            };
+        let dq2: Vec<f64> = resolved
+            .iter()
+            .zip(&j2)
+            .map(|(res, &w)| {
+                if w == 0.0 {
+                    return 0.0;
+                }
+                let mut dq = res.a.iter().map(|&(i, v)| v * d.displacement[i]).sum::<f64>();
+                if let Some(dr) = &residual_tangent {
+                    dq += res.c.iter().map(|&(i, v)| v * dr[i]).sum::<f64>();
+                }
+                w * dq
+            })
+            .collect();
+        let (mut a2, c2) = weighted_seeds(resolved, &dq2, nf);
+        add_squared_displacement_seed(objective, k, &d.displacement, &mut a2);
+        if mu.iter().any(|v| *v != 0.0) {
+            let so = m.second_order_vjp(&st.u, st.load, &mu, &d, want)?;
+            a2.iter_mut().zip(&so.displacement).for_each(|(x, y)| *x += y);
+            let p = &so.parameters;
+            for (gr, vr) in hv.material.iter_mut().zip(&p.material) {
+                gr.iter_mut().zip(vr).for_each(|(x, y)| *x += y);
+            }
+            hv.element_scale.iter_mut().zip(&p.element_scale).for_each(|(x, y)| *x += y);
+            for r in 0..p.alpha.len() {
+                hv.alpha[r] += p.alpha[r];
+                hv.t_ref[r] += p.t_ref[r];
+            }
+            if let (Some(h), Some(t)) = (&mut hv.temperature, &p.temperature) {
+                h.iter_mut().zip(t).for_each(|(x, y)| *x += y);
+            }
+        }
+        // 4.–5. The second-order adjoint and its parameter products.
+        if a2.iter().chain(&c2).any(|v| *v != 0.0) {
+            let mu2 = self.adjoint_weight(k, st, &a2, &c2)?;
+            self.add_parameter_products(st, &a2, &mu2, want, hv)?;
+        }
+        Ok(())
+    }
+
+    /// c − λ (full dofs, λ zero at constrained dofs) for K(u_k)ᵀλ = (a + K_fullᵀc)_free, on the
+    /// factorization the workspace holds.
+    fn adjoint_weight(
+        &self,
+        k: usize,
+        st: &EquilibriumState,
+        a: &[f64],
+        c: &[f64],
+    ) -> Result<Vec<f64>, FiniteStrainSolveError> {
+        let m = &self.model;
+        let mut rhs_full = a.to_vec();
+        if c.iter().any(|v| *v != 0.0) {
+            let kc = m.tangent_transpose_product(&st.u, st.load, c)?;
+            rhs_full.iter_mut().zip(&kc).for_each(|(r, v)| *r += v);
+        }
+        let mut lambda = m.dofs().gather(&rhs_full);
+        self.workspace()
+            .solve(&mut lambda, true)
+            .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
+        let mut lam_full = vec![0.0; a.len()];
+        m.dofs().scatter(&lambda, &mut lam_full);
+        Ok(c.iter().zip(&lam_full).map(|(c, l)| c - l).collect())
+    }
+}
