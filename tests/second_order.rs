@@ -788,9 +788,9 @@ fn hessian_command_with_a_direction_writes_the_product() {
 
 /// A finite-strain block, 2 × 1 × 1 over 20 × 10 × 10 mm: a two-term Ogden rubber with a body
 /// force, clamped at x = 0, pulled by a dead traction at x = 1 and pressed by a pressure on
-/// top, in `steps` load steps; `objectives` are the `[[objective]]` tables, `register` the
-/// body of `[parameters] register`.
-fn rubber_block(cell: &str, steps: usize, objectives: &str, register: &str) -> Simulation {
+/// top; `load_steps` is the body of the `[hyperelastic]` table (steps, checkpoints),
+/// `objectives` the `[[objective]]` tables, `register` the body of `[parameters] register`.
+fn rubber_block(cell: &str, load_steps: &str, objectives: &str, register: &str) -> Simulation {
     let text = format!(
         r#"
 [mesh]
@@ -820,7 +820,7 @@ kind = "pressure"
 pressure = 2.0e4
 
 [hyperelastic]
-steps = {steps}
+{load_steps}
 
 {objectives}
 
@@ -839,18 +839,25 @@ const CLAMP_FORCE: &str = "[[objective]]\nkind = \"reaction\"\ngroup = \"xmin\"\
 const TIP_POINT: &str = "[[objective]]\nkind = \"displacement\"\npoint = [0.02, 0.005, 0.01]\ndirection = [0.0, 0.0, 1.0]\nweight = 300.0\n";
 const BLOCK_PARAMETERS: &str = "\"hyperelastic.mu1.domain\", \"hyperelastic.alpha1.domain\", \"hyperelastic.mu2.domain\", \"hyperelastic.alpha2.domain\", \"hyperelastic.kappa.domain\", \"hyperelastic.scale_elem.domain\", \"hyperelastic.body_force.domain\", \"bc.xmax.traction\", \"bc.zmax.pressure\"";
 
-/// Finite strain through the load steps: every law, element-field, load and prescribed
-/// parameter, on reactions, displacements and a force-curve misfit, hex and tet cells.
+/// Finite strain through the load steps: every law, element-field and load parameter, on
+/// reactions and displacements, hex and tet cells, with every state kept or with binomial
+/// checkpoints (the path's tangents then re-assembled).
 #[rstest]
-#[case::block_hex8("hex8", 2, &format!("{TIP_X}{CLAMP_FORCE}"), BLOCK_PARAMETERS)]
-#[case::block_tet10("tet10", 1, &format!("{TIP_POINT}{CLAMP_FORCE}"), BLOCK_PARAMETERS)]
+#[case::block_hex8("hex8", "steps = 2", &format!("{TIP_X}{CLAMP_FORCE}"), BLOCK_PARAMETERS)]
+#[case::block_tet10("tet10", "steps = 1", &format!("{TIP_POINT}{CLAMP_FORCE}"), BLOCK_PARAMETERS)]
+#[case::checkpointed_tet4(
+    "tet4",
+    "steps = 4\ncheckpoints = 1",
+    &format!("{TIP_X}{CLAMP_FORCE}"),
+    BLOCK_PARAMETERS
+)]
 fn finite_strain_second_order_taylor_remainders_fall_at_rate_three(
     #[case] cell: &str,
-    #[case] steps: usize,
+    #[case] load_steps: &str,
     #[case] objectives: &str,
     #[case] register: &str,
 ) {
-    let mut sim = rubber_block(cell, steps, objectives, register);
+    let mut sim = rubber_block(cell, load_steps, objectives, register);
     let p = sim.parameter_vector();
     let dir = random_direction_scaled(&p, 5);
     let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
