@@ -748,6 +748,11 @@ struct Workspace {
     /// The adjoint step's matrix is in `k` unfactored: its solve runs CG preconditioned with
     /// the held factorization (see [`FiniteStrainProblem::factor_tangent_at`]).
     adjoint_preconditioned: bool,
+    /// The converged state whose tangent `k` holds factorized, set by
+    /// [`FiniteStrainProblem::factor_tangent_at`] and cleared by every assembly and
+    /// factorization and by new parameters: the next adjoint or second-order step at that
+    /// state solves with it as it is.
+    factored_at: Option<StateKey>,
 }
 
 /// Relative residual of an adjoint solve by CG preconditioned with the factorization of a
@@ -790,6 +795,7 @@ impl Workspace {
     }
 
     fn factor(&mut self, choice: &FiniteLinearSolver) -> Result<(), SolverError> {
+        self.factored_at = None;
         self.amg_active = false;
         self.adjoint_preconditioned = false;
         self.held_for = None;
@@ -825,6 +831,7 @@ impl Workspace {
     }
 
     fn factor_direct(&mut self) -> Result<(), SolverError> {
+        self.factored_at = None;
         self.amg_active = false;
         self.held_for = None;
         if !self.use_lu {
@@ -993,6 +1000,7 @@ impl FiniteStrainProblem {
             amg_active: false,
             held_for: None,
             adjoint_preconditioned: false,
+            factored_at: None,
         };
         FiniteStrainProblem { model, params, pattern, work: Mutex::new(work), bindings: Vec::new() }
     }
@@ -1203,6 +1211,7 @@ impl FiniteStrainProblem {
         };
         let m = &self.model;
         if with_tangent {
+            work.factored_at = None;
             self.pattern.assemble_into(&mut work.k, r, |e, ke, fe| {
                 if let Err(err) = m.element_residual_tangent(e, u, s, Some(ke), fe) {
                     record(e, err);
@@ -1576,8 +1585,15 @@ impl FiniteStrainProblem {
         single_solve: bool,
     ) -> Result<(), FiniteStrainSolveError> {
         let mut work = self.workspace();
+        let key = StateKey::of(&st.u, st.load);
+        if work.factored_at == Some(key) {
+            // Factorized at this state by the last call, untouched since.
+            work.adjoint_preconditioned = false;
+            return Ok(());
+        }
         // A converged state's tangent is tried with Cholesky whatever the last increment used.
         work.use_lu = false;
+        work.factored_at = None;
         match &st.tangent {
             Some(values) => work.k.values.copy_from_slice(values),
             None => {
@@ -1588,13 +1604,15 @@ impl FiniteStrainProblem {
         // Right after the increment that converged to this state (the last step of a sweep),
         // the factorization it left preconditions CG on K(u_k) instead of a new one.
         let direct = !work.uses_amg(&self.params.linear_solver);
-        if single_solve && direct && work.held_for == Some(StateKey::of(&st.u, st.load)) {
+        if single_solve && direct && work.held_for == Some(key) {
             work.adjoint_preconditioned = true;
             return Ok(());
         }
         work.adjoint_preconditioned = false;
         work.factor(&self.params.linear_solver)
-            .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })
+            .map_err(|source| FiniteStrainSolveError::Adjoint { step: k + 1, source })?;
+        work.factored_at = Some(key);
+        Ok(())
     }
 
     /// The adjoint of step k for the seed Σ_t dq_t ∂q_t/∂u (plus the squared-displacement
@@ -1987,6 +2005,7 @@ impl FiniteStrainProblem {
 
     /// Copy the registry's values of the bound parameters into the model.
     pub fn apply_parameters(&mut self, reg: &ParamRegistry) -> Result<(), FiniteStrainSolveError> {
+        self.workspace().factored_at = None;
         for (id, binding) in &self.bindings {
             let v = reg.values(*id);
             let m = &mut self.model;
