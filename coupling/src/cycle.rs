@@ -463,6 +463,46 @@ impl CoupledProblem {
         self.fields_mut()[to].set_input(to_port, &x)
     }
 
+    /// Block Gauss–Seidel over the cycle `members`, shared by the staggered solve, the
+    /// staggered time step and the linearized (tangent) iteration: each sweep calls
+    /// `update(self, k, members[k])` for every member in order, which solves it at the others'
+    /// latest iterates and returns its new iterate, until the largest relative change of an
+    /// iterate from one sweep to the next is at most the cycle tolerance, or
+    /// `max_iterations` sweeps. `sweep_label(n)` names sweep n (1-based) for the interrupt
+    /// check. A failed `update` ends the sweeps with its error.
+    pub(crate) fn gauss_seidel_sweeps(
+        &mut self,
+        members: &[usize],
+        sweep_label: impl Fn(usize) -> (String, String),
+        mut update: impl FnMut(&mut Self, usize, usize) -> Result<Vec<f64>, RunError>,
+    ) -> Result<Sweeps, RunError> {
+        let mut out = Sweeps { iterations: 0, history: Vec::new(), converged: false };
+        let mut prev: Option<Vec<Vec<f64>>> = None;
+        for sweep in 0..self.cycle.max_iterations {
+            let (what, at) = sweep_label(sweep + 1);
+            gradfem_solvers::interrupt::check(&what, || at)?;
+            let mut iterates = Vec::with_capacity(members.len());
+            for (k, &i) in members.iter().enumerate() {
+                iterates.push(update(self, k, i)?);
+            }
+            out.iterations = sweep + 1;
+            let change = match &prev {
+                Some(p) => {
+                    iterates.iter().zip(p).map(|(a, b)| rel_change(a, b)).fold(0.0, f64::max)
+                }
+                None => f64::INFINITY,
+            };
+            out.history.push(change);
+            tracing::debug!(sweep = sweep + 1, change, "block Gauss-Seidel sweep");
+            if change <= self.cycle.tol {
+                out.converged = true;
+                break;
+            }
+            prev = Some(iterates);
+        }
+        Ok(out)
+    }
+
     /// The staggered solve of the cycle `members` (module docs).
     pub(crate) fn solve_staggered(&mut self, members: &[usize]) -> Result<CycleReport, RunError> {
         let names: Vec<String> =
@@ -473,34 +513,23 @@ impl CoupledProblem {
             field_s: vec![0.0; members.len()],
             ..Default::default()
         };
-        let mut prev: Option<Vec<Vec<f64>>> = None;
-        let mut converged = false;
-        for it in 0..self.cycle.max_iterations {
-            gradfem_solvers::interrupt::check(&names.join("-"), || format!("sweep {}", it + 1))?;
-            let mut states = Vec::with_capacity(members.len());
-            for (k, &i) in members.iter().enumerate() {
+        let label = names.join("-");
+        let sweeps = self.gauss_seidel_sweeps(
+            members,
+            |sweep| (label.clone(), format!("sweep {sweep}")),
+            |p, k, i| {
                 let t0 = Instant::now();
-                self.feed(i)?;
+                p.feed(i)?;
                 let tf = Instant::now();
                 report.transfer_s += tf.duration_since(t0).as_secs_f64();
-                self.fields_mut()[i].solve(SolveMode::InCycle)?;
+                p.fields_mut()[i].solve(SolveMode::InCycle)?;
                 report.field_s[k] += tf.elapsed().as_secs_f64();
-                states.push(self.fields()[i].state().expect("solved").to_vec());
-            }
-            report.iterations = it + 1;
-            let change = match &prev {
-                Some(p) => states.iter().zip(p).map(|(a, b)| rel_change(a, b)).fold(0.0, f64::max),
-                None => f64::INFINITY,
-            };
-            report.history.push(change);
-            tracing::debug!(iteration = it + 1, change, "{} staggered sweep", names.join("-"));
-            if change <= self.cycle.tol {
-                converged = true;
-                break;
-            }
-            prev = Some(states);
-        }
-        if !converged {
+                Ok(p.fields()[i].state().expect("solved").to_vec())
+            },
+        )?;
+        report.iterations = sweeps.iterations;
+        report.history = sweeps.history;
+        if !sweeps.converged {
             return Err(setup(format!(
                 "{} staggered iteration did not converge in {} iterations (last relative change {:.3e}, tolerance {:.1e}); the coupling may be too strong for a fixed-point iteration",
                 names.join("-"),
@@ -931,4 +960,12 @@ impl CoupledProblem {
         }
         Ok(lambda)
     }
+}
+
+/// What [`CoupledProblem::gauss_seidel_sweeps`] did: the sweeps run, the relative change of
+/// the iterates per sweep (∞ for the first), and whether the last one met the tolerance.
+pub(crate) struct Sweeps {
+    pub iterations: usize,
+    pub history: Vec<f64>,
+    pub converged: bool,
 }

@@ -216,29 +216,28 @@ impl CoupledProblem {
         members: &[usize],
         dir: &Gradient,
     ) -> Result<(), RunError> {
-        let mut last = f64::NAN;
-        for _ in 0..self.cycle.max_iterations {
-            let mut change: f64 = 0.0;
-            for &i in members {
-                self.feed_tangents(tan, i, true);
-                self.feed_tangents(tan, i, false);
+        let sweeps = self.gauss_seidel_sweeps(
+            members,
+            |sweep| ("tangent-linear iteration".into(), format!("sweep {sweep}")),
+            |p, _, i| {
+                p.feed_tangents(tan, i, true);
+                p.feed_tangents(tan, i, false);
                 let inputs = tan.inputs[i].clone();
-                let so = self.fields_mut()[i].second_order().expect("checked");
-                let new = so.tangent(dir, &inputs)?;
-                change = change.max(crate::problem::rel_change(&new, &tan.state[i]));
-                tan.state[i] = new;
-                self.output_tangents(tan, i, dir)?;
-            }
-            last = change;
-            if change <= self.cycle.tol {
-                return self.feed_cycle_tangents(tan, members, dir);
-            }
+                let so = p.fields_mut()[i].second_order().expect("checked");
+                tan.state[i] = so.tangent(dir, &inputs)?;
+                p.output_tangents(tan, i, dir)?;
+                Ok(tan.state[i].clone())
+            },
+        )?;
+        if sweeps.converged {
+            return self.feed_cycle_tangents(tan, members, dir);
         }
         let names: Vec<&str> = members.iter().map(|&i| self.fields()[i].name()).collect();
         Err(RunError::Setup(format!(
-            "{}: the tangent-linear block Gauss-Seidel iteration did not converge in {} iterations (last relative change {last:.3e})",
+            "{}: the tangent-linear block Gauss-Seidel iteration did not converge in {} iterations (last relative change {:.3e})",
             names.join("-"),
-            self.cycle.max_iterations
+            self.cycle.max_iterations,
+            sweeps.history.last().copied().unwrap_or(f64::NAN)
         )))
     }
 

@@ -42,7 +42,7 @@ use crate::CycleScheme;
 use crate::cycle::TimeTerm;
 use crate::error::RunError;
 use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, SolveMode, StepChoice};
-use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into, rel_change};
+use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
 use crate::time::{TimeHistory, TimeLayout, merge_bars, scale_bars};
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -251,30 +251,28 @@ impl CoupledProblem {
                 p.fields_mut()[i].solve(SolveMode::InCycle)
             }
         };
-        let mut prev: Option<Vec<Vec<f64>>> = None;
-        let mut last_change = f64::NAN;
-        for sweep in 0..self.cycle.max_iterations {
-            gradfem_solvers::interrupt::check("time stepping", || {
-                format!("step to t = {:.6e} s, sweep {}", t + step.dt, sweep + 1)
-            })?;
-            let mut states = Vec::with_capacity(run.members.len());
-            for &i in &run.members {
+        let sweeps = self.gauss_seidel_sweeps(
+            &run.members,
+            |sweep| {
+                (
+                    "time stepping".into(),
+                    format!("step to t = {:.6e} s, sweep {sweep}", t + step.dt),
+                )
+            },
+            |p, _, i| {
+                solve_member(p, i).map_err(at)?;
+                Ok(p.fields()[i].state().map(<[f64]>::to_vec).unwrap_or_default())
+            },
+        )?;
+        if sweeps.converged {
+            // The fields before the last once more at the converged inputs.
+            let (_, head) = run.members.split_last().expect("a cycle has fields");
+            for &i in head {
                 solve_member(self, i).map_err(at)?;
-                states.push(self.fields()[i].state().map(<[f64]>::to_vec).unwrap_or_default());
             }
-            last_change = match &prev {
-                Some(p) => states.iter().zip(p).map(|(a, b)| rel_change(a, b)).fold(0.0, f64::max),
-                None => f64::INFINITY,
-            };
-            if last_change <= self.cycle.tol {
-                let (_, head) = run.members.split_last().expect("a cycle has fields");
-                for &i in head {
-                    solve_member(self, i).map_err(at)?;
-                }
-                return Ok((self.cycle_state(&run.members), newton_iterations));
-            }
-            prev = Some(states);
+            return Ok((self.cycle_state(&run.members), newton_iterations));
         }
+        let last_change = sweeps.history.last().copied().unwrap_or(f64::NAN);
         let names: Vec<&str> = run.members.iter().map(|&i| self.fields()[i].name()).collect();
         Err(setup(format!(
             "time step to t = {:.6e} s (Δt = {:.3e} s): the {} staggered iteration did not converge in {} sweeps (last relative change {last_change:.3e}, tolerance {:.1e}); a smaller step or [coupling] scheme = \"monolithic\" may help",
