@@ -71,6 +71,43 @@ pub struct BlockGmresSolver {
     on_lu: bool,
     last_iterations: Option<usize>,
     fallbacks: usize,
+    /// Vectors kept from one solve to the next (the Krylov basis and the work vectors).
+    work: GmresWork,
+}
+
+/// The vectors of a GMRES solve, kept between solves so that a solve of the same size
+/// allocates nothing: the Krylov basis (its first vectors in use), r, z, w, u and the
+/// |A||x| of the convergence test.
+#[derive(Default)]
+struct GmresWork {
+    basis: Vec<Vec<f64>>,
+    r: Vec<f64>,
+    z: Vec<f64>,
+    w: Vec<f64>,
+    u: Vec<f64>,
+    ax: Vec<f64>,
+}
+
+impl GmresWork {
+    /// Size every work vector for `n` unknowns (values left as they are).
+    fn size_for(&mut self, n: usize) {
+        for v in [&mut self.r, &mut self.z, &mut self.w, &mut self.u, &mut self.ax] {
+            v.resize(n, 0.0);
+        }
+        for v in &mut self.basis {
+            v.resize(n, 0.0);
+        }
+    }
+}
+
+/// Set basis vector k to `v / norm`, growing the basis by one vector when it is shorter.
+fn set_basis(basis: &mut Vec<Vec<f64>>, k: usize, v: &[f64], norm: f64) {
+    if basis.len() <= k {
+        basis.push(vec![0.0; v.len()]);
+    }
+    for (b, x) in basis[k].iter_mut().zip(v) {
+        *b = x / norm;
+    }
 }
 
 impl BlockGmresSolver {
@@ -87,6 +124,7 @@ impl BlockGmresSolver {
             on_lu: false,
             last_iterations: None,
             fallbacks: 0,
+            work: GmresWork::default(),
         }
     }
 
@@ -208,10 +246,18 @@ impl BlockGmresSolver {
 
     /// Whether every block of `r = b − op(A) x` is below the tolerance (module docs); also
     /// returns the largest block ratio.
-    fn converged(&self, b: &[f64], x: &[f64], r: &[f64], transpose: bool, tol: f64) -> (bool, f64) {
+    fn converged(
+        &self,
+        b: &[f64],
+        x: &[f64],
+        r: &[f64],
+        transpose: bool,
+        tol: f64,
+        ax: &mut [f64],
+    ) -> (bool, f64) {
         let a = self.matrix.as_ref().expect("factored");
         let n = a.n_rows;
-        let mut ax = vec![0.0; n];
+        ax.fill(0.0);
         for i in 0..n {
             let (cols, vals) = a.row(i);
             if transpose {
@@ -227,7 +273,7 @@ impl BlockGmresSolver {
         let mut worst: f64 = 0.0;
         for w in starts.windows(2) {
             let norm = |v: &[f64]| v[w[0]..w[1]].iter().map(|t| t * t).sum::<f64>().sqrt();
-            let scale = norm(b) + norm(&ax);
+            let scale = norm(b) + norm(ax);
             let rn = norm(r);
             let ratio = if scale > 0.0 {
                 rn / scale
@@ -249,6 +295,20 @@ impl BlockGmresSolver {
         b: &[f64],
         transpose: bool,
     ) -> Result<(Vec<f64>, usize, bool), SolverError> {
+        let mut work = std::mem::take(&mut self.work);
+        work.size_for(b.len());
+        let out = self.gmres_in(&mut work, b, transpose);
+        self.work = work;
+        out
+    }
+
+    /// [`Self::gmres`] on the kept work vectors.
+    fn gmres_in(
+        &mut self,
+        ws: &mut GmresWork,
+        b: &[f64],
+        transpose: bool,
+    ) -> Result<(Vec<f64>, usize, bool), SolverError> {
         let n = b.len();
         let m = self.params.restart.max(1);
         let tol = self.params.rel_tol;
@@ -257,20 +317,16 @@ impl BlockGmresSolver {
         if bnorm == 0.0 {
             return Ok((x, 0, true));
         }
-        let mut r = b.to_vec();
+        ws.r.copy_from_slice(b);
         let mut beta = bnorm;
         let mut total = 0;
-        let mut basis: Vec<Vec<f64>> = Vec::with_capacity(m + 1);
         let mut h = vec![vec![0.0; m]; m + 1];
         let mut cs = vec![0.0; m];
         let mut sn = vec![0.0; m];
         let mut g = vec![0.0; m + 1];
-        let mut z = vec![0.0; n];
-        let mut w = vec![0.0; n];
         let mut last_cycle_beta = f64::INFINITY;
         loop {
-            basis.clear();
-            basis.push(r.iter().map(|v| v / beta).collect());
+            set_basis(&mut ws.basis, 0, &ws.r, beta);
             g.iter_mut().for_each(|v| *v = 0.0);
             g[0] = beta;
             // Stop the Arnoldi process well below the tolerance of the whole vector; the
@@ -278,19 +334,19 @@ impl BlockGmresSolver {
             let inner = if beta > tol * bnorm { 0.1 * tol * bnorm } else { 1e-4 * beta };
             let mut k = 0;
             while k < m && total < self.params.max_iterations {
-                self.precondition(&basis[k], &mut z, transpose)?;
-                self.apply(&z, &mut w, transpose);
+                self.precondition(&ws.basis[k], &mut ws.z, transpose)?;
+                self.apply(&ws.z, &mut ws.w, transpose);
                 for col in h.iter_mut() {
                     col[k] = 0.0;
                 }
                 for _pass in 0..2 {
-                    for (i, v) in basis.iter().enumerate() {
-                        let c = dot(&w, v);
+                    for (i, v) in ws.basis[..=k].iter().enumerate() {
+                        let c = dot(&ws.w, v);
                         h[i][k] += c;
-                        axpy(-c, v, &mut w);
+                        axpy(-c, v, &mut ws.w);
                     }
                 }
-                let norm = dot(&w, &w).sqrt();
+                let norm = dot(&ws.w, &ws.w).sqrt();
                 h[k + 1][k] = norm;
                 for i in 0..k {
                     let t = cs[i] * h[i][k] + sn[i] * h[i + 1][k];
@@ -312,7 +368,7 @@ impl BlockGmresSolver {
                 if g[k].abs() <= inner || norm == 0.0 {
                     break;
                 }
-                basis.push(w.iter().map(|v| v / norm).collect());
+                set_basis(&mut ws.basis, k, &ws.w, norm);
             }
             // y = H⁻¹ g, u = V y, x += P⁻¹ u.
             let mut y = vec![0.0; k];
@@ -323,22 +379,22 @@ impl BlockGmresSolver {
                 }
                 y[i] = s / h[i][i];
             }
-            let mut u = vec![0.0; n];
-            for (yi, v) in y.iter().zip(&basis) {
-                axpy(*yi, v, &mut u);
+            ws.u.fill(0.0);
+            for (yi, v) in y.iter().zip(&ws.basis) {
+                axpy(*yi, v, &mut ws.u);
             }
-            self.precondition(&u, &mut z, transpose)?;
-            axpy(1.0, &z, &mut x);
+            self.precondition(&ws.u, &mut ws.z, transpose)?;
+            axpy(1.0, &ws.z, &mut x);
             // The true residual.
-            self.apply(&x, &mut w, transpose);
+            self.apply(&x, &mut ws.w, transpose);
             for i in 0..n {
-                r[i] = b[i] - w[i];
+                ws.r[i] = b[i] - ws.w[i];
             }
-            let (done, _) = self.converged(b, &x, &r, transpose, tol);
+            let (done, _) = self.converged(b, &x, &ws.r, transpose, tol, &mut ws.ax);
             if done {
                 return Ok((x, total, true));
             }
-            beta = dot(&r, &r).sqrt();
+            beta = dot(&ws.r, &ws.r).sqrt();
             let stalled = beta > 0.5 * last_cycle_beta;
             last_cycle_beta = beta;
             if total >= self.params.max_iterations || stalled || !beta.is_finite() || beta == 0.0 {
