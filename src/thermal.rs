@@ -141,8 +141,9 @@ impl ThermalProblem {
     /// assembly, Jacobi-preconditioned CG to `cg.rel_tol`, adjoint CG and the per-element
     /// gradient on the device, J and ∂J/∂T on the host. It is an error when this build has no
     /// `cuda` feature, or the machine no driver, device or NVRTC. A problem without device
-    /// kernels (cells other than Tet4, a temperature-dependent k, convection or heat-flux
-    /// boundaries, a Joule source) runs on the CPU instead, and says so once in the log.
+    /// kernels (cells other than Tet4, Tet10, Hex8, Hex20 and Hex27, mixed cell types, a
+    /// temperature-dependent k, convection or heat-flux boundaries, a Joule source) runs on
+    /// the CPU instead, and says so once in the log.
     ///
     /// [`Device::Cpu`] runs the CPU path: the field's direct or AMG solver and adjoint.
     pub fn device_gradient(
@@ -153,7 +154,7 @@ impl ThermalProblem {
         if device == Device::Cuda {
             let field = self.field();
             let model = &field.model;
-            match gradfem_gpu::Tet4System::new(model, &field.pattern) {
+            match gradfem_gpu::ThermalSystem::new(model, &field.pattern) {
                 Ok(system) => {
                     let objective = |t: &[f64]| {
                         let e =

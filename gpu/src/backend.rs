@@ -1,10 +1,10 @@
-//! The device pipeline of a steady thermal Tet4 problem, written once over a [`Backend`]: the
+//! The device pipeline of a steady, linear thermal problem, written once over a [`Backend`]: the
 //! CPU twins ([`crate::twin::CpuTwin`]) or the CUDA kernels (`crate::cuda::CudaBackend`, with
 //! the `cuda` feature). The host loop (Jacobi-preconditioned CG, the order of the kernels) is
 //! this one function for both, so a device run and its twin do the same operations.
 
 use crate::error::GpuError;
-use crate::system::Tet4System;
+use crate::system::ThermalSystem;
 
 /// The kernels of the pipeline over vectors of some memory (host or device).
 pub trait Backend {
@@ -14,7 +14,7 @@ pub trait Backend {
     /// What runs the kernels, for logs and reports.
     fn name(&self) -> String;
     /// The system the backend holds.
-    fn system(&self) -> &Tet4System;
+    fn system(&self) -> &ThermalSystem;
     /// A new vector of `n` zeros.
     fn zeros(&mut self, n: usize) -> Result<Self::Vector, GpuError>;
     /// A new vector with the values of `host`.
@@ -23,8 +23,8 @@ pub trait Backend {
     fn download(&mut self, v: &Self::Vector) -> Result<Vec<f64>, GpuError>;
     /// `dst` = `src` (same length).
     fn copy(&mut self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<(), GpuError>;
-    /// Element matrices `ke` (16 per element) and residuals at zero free temperatures `re`
-    /// (4 per element) for conductivities `k` (one per element).
+    /// Element matrices `ke` (nn² per element, nn the nodes per element) and residuals at zero
+    /// free temperatures `re` (nn per element) for conductivities `k` (one per element).
     fn element_matrices(
         &mut self,
         k: &Self::Vector,
@@ -105,7 +105,7 @@ pub struct CgInfo {
     pub relative_residual: f64,
 }
 
-/// The forward solve and the adjoint gradient of a steady thermal Tet4 problem on a backend:
+/// The forward solve and the adjoint gradient of a steady, linear thermal problem on a backend:
 /// the per-element conductivities go in, the nodal temperature and dJ/dk_e come out.
 pub struct ThermalPipeline<B: Backend> {
     backend: B,
@@ -133,16 +133,16 @@ pub struct ThermalPipeline<B: Backend> {
 impl<B: Backend> ThermalPipeline<B> {
     /// Allocate the vectors of the pipeline on `backend`.
     pub fn new(mut backend: B) -> Result<Self, GpuError> {
-        let (n_el, n, n_nodes, nnz) = {
+        let (n_el, nn, n, n_nodes, nnz) = {
             let s = backend.system();
-            (s.n_elements(), s.n_unknowns, s.n_nodes, s.nnz())
+            (s.n_elements(), s.nodes_per_element, s.n_unknowns, s.n_nodes, s.nnz())
         };
         let fixed = backend.system().fixed.clone();
         Ok(ThermalPipeline {
             n_el,
             k: backend.zeros(n_el)?,
-            ke: backend.zeros(16 * n_el)?,
-            re: backend.zeros(4 * n_el)?,
+            ke: backend.zeros(nn * nn * n_el)?,
+            re: backend.zeros(nn * n_el)?,
             values: backend.zeros(nnz)?,
             inv_diag: backend.zeros(n)?,
             b: backend.zeros(n)?,

@@ -16,7 +16,7 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use crate::backend::Backend;
 use crate::error::GpuError;
 use crate::kernels::{self, BLOCK, KernelSource, NVRTC_OPTIONS, dot_blocks};
-use crate::system::Tet4System;
+use crate::system::ThermalSystem;
 
 /// Run `f`, turning a panic inside cudarc into a [`GpuError::Driver`].
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, GpuError> {
@@ -122,11 +122,13 @@ struct Kernels {
     xpay: CudaFunction,
     jacobi: CudaFunction,
     to_nodal: CudaFunction,
+    quad_element_matrices: CudaFunction,
+    quad_conductivity_gradient: CudaFunction,
 }
 
 /// The pipeline's kernels on CUDA device 0, with the system's constant arrays uploaded once.
 pub struct CudaBackend {
-    sys: Tet4System,
+    sys: ThermalSystem,
     device: String,
     stream: Arc<CudaStream>,
     k: Kernels,
@@ -143,6 +145,10 @@ pub struct CudaBackend {
     rg_idx: DeviceVec<u32>,
     partial: DeviceVec<f64>,
     dot_out: DeviceVec<f64>,
+    /// The reference quadrature of the quadrature kernels (empty for Tet4).
+    q_weights: DeviceVec<f64>,
+    q_shape: DeviceVec<f64>,
+    q_grad: DeviceVec<f64>,
 }
 
 fn cfg(n: usize) -> LaunchConfig {
@@ -161,7 +167,7 @@ fn launch(what: &str, args: &mut LaunchArgs<'_>, c: LaunchConfig) -> Result<(), 
 
 impl CudaBackend {
     /// Compile the kernels, open device 0 and upload `system`.
-    pub fn new(system: &Tet4System) -> Result<Self, GpuError> {
+    pub fn new(system: &ThermalSystem) -> Result<Self, GpuError> {
         let info = probe()?;
         let ptx: Vec<Ptx> = kernels::ALL.iter().map(compile).collect::<Result<_, _>>()?;
         let ctx = guarded("opening device 0", || CudaContext::new(0))?
@@ -180,6 +186,8 @@ impl CudaBackend {
         let k = Kernels {
             element_matrices: f(0, "tet4_element_matrices")?,
             conductivity_gradient: f(0, "tet4_conductivity_gradient")?,
+            quad_element_matrices: f(3, "quad_element_matrices")?,
+            quad_conductivity_gradient: f(3, "quad_conductivity_gradient")?,
             csr_gather: f(1, "csr_gather")?,
             rhs_gather: f(1, "rhs_gather")?,
             inverse_diagonal: f(1, "csr_inverse_diagonal")?,
@@ -207,6 +215,9 @@ impl CudaBackend {
             rg_idx: up_u32(&s.rhs_gather_idx)?,
             partial: zeros_any(&stream, dot_blocks(s.n_unknowns.max(s.n_nodes)))?,
             dot_out: zeros_any(&stream, 1)?,
+            q_weights: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.weights))?,
+            q_shape: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.shape))?,
+            q_grad: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.grad))?,
             sys: system.clone(),
             device: info.name,
             stream,
@@ -248,7 +259,7 @@ impl Backend for CudaBackend {
     fn name(&self) -> String {
         format!("cuda ({})", self.device)
     }
-    fn system(&self) -> &Tet4System {
+    fn system(&self) -> &ThermalSystem {
         &self.sys
     }
     fn zeros(&mut self, n: usize) -> Result<Self::Vector, GpuError> {
@@ -278,6 +289,15 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let n32 = n as u32;
+        if let Some(q) = &self.sys.quadrature {
+            let (nn, nq) = (self.sys.nodes_per_element as u32, q.n_points as u32);
+            let mut a = self.stream.launch_builder(&self.k.quad_element_matrices);
+            a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
+            a.arg(&self.q_weights.buf).arg(&self.q_shape.buf).arg(&self.q_grad.buf);
+            a.arg(&k.buf).arg(&self.source.buf).arg(&self.fixed.buf);
+            a.arg(&mut ke.buf).arg(&mut re.buf);
+            return launch("quad_element_matrices", &mut a, cfg(n));
+        }
         let mut a = self.stream.launch_builder(&self.k.element_matrices);
         a.arg(&n32).arg(&self.coords.buf).arg(&self.nodes.buf).arg(&k.buf).arg(&self.source.buf);
         a.arg(&self.fixed.buf).arg(&mut ke.buf).arg(&mut re.buf);
@@ -427,6 +447,14 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let n32 = n as u32;
+        if let Some(q) = &self.sys.quadrature {
+            let (nn, nq) = (self.sys.nodes_per_element as u32, q.n_points as u32);
+            let mut a = self.stream.launch_builder(&self.k.quad_conductivity_gradient);
+            a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
+            a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&t.buf).arg(&lambda.buf);
+            a.arg(&mut out.buf);
+            return launch("quad_conductivity_gradient", &mut a, cfg(n));
+        }
         let mut a = self.stream.launch_builder(&self.k.conductivity_gradient);
         a.arg(&n32).arg(&self.coords.buf).arg(&self.nodes.buf).arg(&t.buf).arg(&lambda.buf);
         a.arg(&mut out.buf);

@@ -116,6 +116,119 @@ extern "C" __global__ void tet4_conductivity_gradient(
     functions: &["tet4_element_matrices", "tet4_conductivity_gradient"],
 };
 
+/// Largest number of nodes of a cell the quadrature kernels take (Hex27).
+pub const MAX_CELL_NODES: usize = 27;
+
+/// Thermal element kernels of isoparametric cells by quadrature (Tet10, Hex8, Hex20, Hex27):
+/// the reference shape values and gradients at the quadrature points come in as tables, the
+/// Jacobian, its determinant and inverse are formed per point in the order of the CPU's
+/// `geometry::physical_gradients_into`.
+pub const QUADRATURE_THERMAL: KernelSource = KernelSource {
+    name: "quadrature_thermal.cu",
+    source: r#"
+#define MAX_NN 27
+
+// Physical gradients g[a] of the nn shape functions at quadrature point q of element e, and
+// det J: J_ik = sum_a x_a[i] dN_a/dxi_k, g_a[i] = sum_k dN_a[k] (J^-1)[k][i].
+__device__ static double physical_gradients(const double* __restrict__ coords,
+                                            const unsigned int* __restrict__ nodes,
+                                            unsigned int e, unsigned int nn, unsigned int q,
+                                            const double* __restrict__ ref_grad,
+                                            double g[MAX_NN][3]) {
+    const double* dn = ref_grad + 3u * nn * q;
+    double j[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
+    for (unsigned int a = 0; a < nn; ++a) {
+        unsigned int n = nodes[nn * e + a];
+        for (int i = 0; i < 3; ++i) {
+            double xi = coords[3u * n + i];
+            for (int k = 0; k < 3; ++k) j[i][k] = j[i][k] + xi * dn[3u * a + k];
+        }
+    }
+    double det = j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1]) -
+                 j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0]) +
+                 j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0]);
+    double r = 1.0 / det;
+    double inv[3][3] = {
+        {(j[1][1] * j[2][2] - j[1][2] * j[2][1]) * r, (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * r,
+         (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * r},
+        {(j[1][2] * j[2][0] - j[1][0] * j[2][2]) * r, (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * r,
+         (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * r},
+        {(j[1][0] * j[2][1] - j[1][1] * j[2][0]) * r, (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * r,
+         (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * r}};
+    for (unsigned int a = 0; a < nn; ++a) {
+        const double* d = dn + 3u * a;
+        for (int i = 0; i < 3; ++i)
+            g[a][i] = d[0] * inv[0][i] + d[1] * inv[1][i] + d[2] * inv[2][i];
+    }
+    return det;
+}
+
+// K_e = k_e sum_q w_q det J_q g_a.g_b (row-major, nn * nn per element, the points in order)
+// and r_e[a] = sum_b K_e[a][b] T_fix[b] - Q_e sum_q w_q det J_q N_a(q).
+extern "C" __global__ void quad_element_matrices(
+    unsigned int n_el, unsigned int nn, unsigned int nq, const double* __restrict__ coords,
+    const unsigned int* __restrict__ nodes, const double* __restrict__ weights,
+    const double* __restrict__ ref_shape, const double* __restrict__ ref_grad,
+    const double* __restrict__ k, const double* __restrict__ source,
+    const double* __restrict__ fixed, double* __restrict__ ke, double* __restrict__ re) {
+    unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_el) return;
+    double g[MAX_NN][3];
+    double* kk = ke + nn * nn * e;
+    double* rr = re + nn * e;
+    for (unsigned int c = 0; c < nn * nn; ++c) kk[c] = 0.0;
+    for (unsigned int a = 0; a < nn; ++a) rr[a] = 0.0;
+    for (unsigned int q = 0; q < nq; ++q) {
+        double det = physical_gradients(coords, nodes, e, nn, q, ref_grad, g);
+        double w = weights[q] * det;
+        double kw = k[e] * w;
+        double sw = source[e] * w;
+        for (unsigned int a = 0; a < nn; ++a) {
+            for (unsigned int b = 0; b < nn; ++b) {
+                kk[nn * a + b] = kk[nn * a + b] +
+                                 kw * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+            }
+            rr[a] = rr[a] - sw * ref_shape[nn * q + a];
+        }
+    }
+    for (unsigned int a = 0; a < nn; ++a) {
+        double s = 0.0;
+        for (unsigned int b = 0; b < nn; ++b) s = s + kk[nn * a + b] * fixed[nodes[nn * e + b]];
+        rr[a] = s + rr[a];
+    }
+}
+
+// dJ/dk_e = -lambda_e^T K_e^0 T_e = -sum_q w_q det J_q (grad lambda . grad T).
+extern "C" __global__ void quad_conductivity_gradient(
+    unsigned int n_el, unsigned int nn, unsigned int nq, const double* __restrict__ coords,
+    const unsigned int* __restrict__ nodes, const double* __restrict__ weights,
+    const double* __restrict__ ref_grad, const double* __restrict__ t,
+    const double* __restrict__ lambda, double* __restrict__ out) {
+    unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_el) return;
+    double g[MAX_NN][3];
+    double s = 0.0;
+    for (unsigned int q = 0; q < nq; ++q) {
+        double det = physical_gradients(coords, nodes, e, nn, q, ref_grad, g);
+        double gl[3] = {0.0, 0.0, 0.0};
+        double gt[3] = {0.0, 0.0, 0.0};
+        for (unsigned int a = 0; a < nn; ++a) {
+            unsigned int n = nodes[nn * e + a];
+            double la = lambda[n];
+            double ta = t[n];
+            for (int c = 0; c < 3; ++c) {
+                gl[c] = gl[c] + la * g[a][c];
+                gt[c] = gt[c] + ta * g[a][c];
+            }
+        }
+        s = s + weights[q] * det * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
+    }
+    out[e] = -s;
+}
+"#,
+    functions: &["quad_element_matrices", "quad_conductivity_gradient"],
+};
+
 /// Deterministic assembly by gathering: one thread per CSR entry (or per unknown) sums its
 /// element contributions in the fixed order of the gather table.
 pub const ASSEMBLY: KernelSource = KernelSource {
@@ -254,7 +367,7 @@ extern "C" __global__ void to_nodal(unsigned int n_nodes, const int* __restrict_
 };
 
 /// Every NVRTC program of the backend.
-pub const ALL: &[KernelSource] = &[TET4_THERMAL, ASSEMBLY, VECTOR];
+pub const ALL: &[KernelSource] = &[TET4_THERMAL, ASSEMBLY, VECTOR, QUADRATURE_THERMAL];
 
 /// Number of dot-product blocks (partial sums) for vectors of `n` entries.
 pub fn dot_blocks(n: usize) -> usize {

@@ -1,7 +1,8 @@
 //! gradfem's GPU backend: device execution of assembled finite-element systems.
 //!
-//! What runs on the device today is the steady, linear thermal field on Tet4 cells with a
-//! per-element conductivity, fixed temperatures and a volume heat source: element matrices,
+//! What runs on the device today is the steady, linear thermal field on one kind of volume
+//! cell (Tet4 in closed form; Tet10, Hex8, Hex20 and Hex27 by the CPU model's quadrature) with
+//! a per-element conductivity, fixed temperatures and a volume heat source: element matrices,
 //! deterministic assembly into CSR by gathering through the CPU assembly's slot table,
 //! Jacobi-preconditioned CG (host loop, device SpMV / dot / axpy kernels), the adjoint solve
 //! with the same operator and the per-element gradient dJ/dk_e = −λ_eᵀ K_e⁰ T_e. The
@@ -24,7 +25,7 @@ pub mod twin;
 
 pub use backend::{Backend, CgInfo, CgParams, ThermalPipeline};
 pub use error::GpuError;
-pub use system::Tet4System;
+pub use system::ThermalSystem;
 
 /// Where assembled systems are solved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -149,7 +150,7 @@ pub fn run_thermal<B: Backend>(
 /// [`Device::Cuda`] (an error naming the reason when this build or machine cannot).
 pub fn run_thermal_on(
     device: Device,
-    system: &Tet4System,
+    system: &ThermalSystem,
     k: &[f64],
     params: &CgParams,
     objective: impl FnOnce(&[f64]) -> Result<(f64, Vec<f64>), GpuError>,

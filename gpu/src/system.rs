@@ -1,24 +1,47 @@
-//! The host-side description of a steady thermal Tet4 system, in the flat 32-bit arrays the
-//! kernels read: node coordinates, element nodes, the CSR pattern of the CPU assembly and the
-//! gather tables that turn element matrices into CSR values without atomics.
+//! The host-side description of a steady thermal system, in the flat 32-bit arrays the kernels
+//! read: node coordinates, element nodes, the reference quadrature of isoparametric cells, the
+//! CSR pattern of the CPU assembly and the gather tables that turn element matrices into CSR
+//! values without atomics.
 
 use gradfem_mesh::CellType;
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_thermal::{BcKind, ThermalModel};
 
 use crate::error::GpuError;
+use crate::kernels::MAX_CELL_NODES;
 
-/// A steady, linear thermal problem on Tet4 cells ready for the device: everything the
-/// kernels read except the per-element conductivity, which is the input of each solve.
+/// The reference quadrature of the cells of a system: the CPU model's element table, flat.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReferenceQuadrature {
+    /// Number of quadrature points.
+    pub n_points: usize,
+    /// Weights, one per point.
+    pub weights: Vec<f64>,
+    /// N_a(ξ_q), `n_nodes` per point.
+    pub shape: Vec<f64>,
+    /// ∂N_a/∂ξ(ξ_q), 3 per node, `3 n_nodes` per point.
+    pub grad: Vec<f64>,
+}
+
+/// A steady, linear thermal problem on one kind of volume cell ready for the device:
+/// everything the kernels read except the per-element conductivity, which is the input of
+/// each solve. Tet4 cells use the closed-form kernels (constant gradients); Tet10, Hex8, Hex20
+/// and Hex27 the quadrature kernels with the CPU model's quadrature.
 #[derive(Clone, Debug)]
-pub struct Tet4System {
+pub struct ThermalSystem {
+    /// The cell type of every element.
+    pub cell_type: CellType,
+    /// Nodes per element.
+    pub nodes_per_element: usize,
+    /// The reference quadrature of the quadrature kernels (`None`: Tet4, closed form).
+    pub quadrature: Option<ReferenceQuadrature>,
     /// Number of mesh nodes.
     pub n_nodes: usize,
     /// Number of unknowns (free nodes).
     pub n_unknowns: usize,
     /// Node coordinates, 3 per node.
     pub coords: Vec<f64>,
-    /// The 4 nodes of each element.
+    /// The nodes of each element, `nodes_per_element` each.
     pub nodes: Vec<u32>,
     /// Heat source Q of each element [W/m³].
     pub source: Vec<f64>,
@@ -31,11 +54,12 @@ pub struct Tet4System {
     /// CSR column indices of the CPU assembly's pattern.
     pub col_idx: Vec<u32>,
     /// For CSR entry i, its contributions are `matrix_gather_idx[ptr[i]..ptr[i+1]]`, each
-    /// `16 e + 4 a + b` (local pair (a, b) of element e), in increasing order.
+    /// `nn² e + nn a + b` (local pair (a, b) of element e, nn nodes per element), in
+    /// increasing order.
     pub matrix_gather_ptr: Vec<u32>,
     /// See [`matrix_gather_ptr`](Self::matrix_gather_ptr).
     pub matrix_gather_idx: Vec<u32>,
-    /// For unknown i, its contributions are `rhs_gather_idx[ptr[i]..ptr[i+1]]`, each `4 e + a`,
+    /// For unknown i, its contributions are `rhs_gather_idx[ptr[i]..ptr[i+1]]`, each `nn e + a`,
     /// in increasing order.
     pub rhs_gather_ptr: Vec<u32>,
     /// See [`rhs_gather_ptr`](Self::rhs_gather_ptr).
@@ -79,13 +103,14 @@ fn invert(
     (ptr, idx)
 }
 
-impl Tet4System {
+impl ThermalSystem {
     /// The device description of `model`, whose matrix has the CPU assembly's `pattern`.
     ///
     /// Errors with [`GpuError::Unsupported`] naming the reason when the model has something
-    /// without a device kernel: a cell other than Tet4, a temperature-dependent conductivity,
-    /// an external (Joule) heat source, a convection or heat-flux boundary, or a size beyond
-    /// 32-bit indices; with [`GpuError::Input`] when `pattern` is not the model's.
+    /// without a device kernel: a cell other than Tet4, Tet10, Hex8, Hex20 and Hex27, more than
+    /// one cell type or quadrature, a temperature-dependent conductivity, an external (Joule)
+    /// heat source, a convection or heat-flux boundary, or a size beyond 32-bit indices; with
+    /// [`GpuError::Input`] when `pattern` is not the model's.
     pub fn new(model: &ThermalModel, pattern: &AssemblyPattern) -> Result<Self, GpuError> {
         let n_el = model.n_volume_elements();
         if model.n_elements() != n_el {
@@ -107,12 +132,45 @@ impl Tet4System {
                 kinds.join(", ")
             )));
         }
-        if let Some(e) = (0..n_el).find(|&e| model.element_cell_type(e) != CellType::Tet4) {
+        if n_el == 0 {
+            return Err(GpuError::Input("the model has no volume element".into()));
+        }
+        let cell_type = model.element_cell_type(0);
+        let covered =
+            [CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20, CellType::Hex27];
+        if !covered.contains(&cell_type) {
             return Err(GpuError::Unsupported(format!(
-                "the device kernels cover Tet4 cells only; element {e} is {:?}",
+                "the device kernels cover Tet4, Tet10, Hex8, Hex20 and Hex27 cells; element 0 \
+                 is {cell_type:?}"
+            )));
+        }
+        if let Some(e) = (0..n_el).find(|&e| model.element_cell_type(e) != cell_type) {
+            return Err(GpuError::Unsupported(format!(
+                "the device kernels take one cell type per problem; element 0 is {cell_type:?}, \
+                 element {e} is {:?}",
                 model.element_cell_type(e)
             )));
         }
+        let table = model.element_table(0);
+        if let Some(e) = (0..n_el).find(|&e| !std::ptr::eq(model.element_table(e), table)) {
+            return Err(GpuError::Unsupported(format!(
+                "the device kernels take one quadrature per problem; element {e} uses another \
+                 than element 0 (a curved Tet10 integrated at a higher degree)"
+            )));
+        }
+        let nn = cell_type.n_nodes();
+        debug_assert!(nn <= MAX_CELL_NODES);
+        let quadrature = (cell_type != CellType::Tet4).then(|| {
+            let nq = table.n_points();
+            ReferenceQuadrature {
+                n_points: nq,
+                weights: table.weights.clone(),
+                shape: (0..nq).flat_map(|q| table.shape(q).to_vec()).collect(),
+                grad: (0..nq)
+                    .flat_map(|q| table.grad(q).iter().flatten().copied().collect::<Vec<_>>())
+                    .collect(),
+            }
+        });
         if let Some(r) = model.regions.iter().find(|r| !r.law.is_constant()) {
             return Err(GpuError::Unsupported(format!(
                 "region '{}' has a temperature-dependent conductivity; the device path solves \
@@ -141,11 +199,11 @@ impl Tet4System {
         if i32::try_from(n_nodes).is_err() {
             return Err(too_large("nodes", n_nodes));
         }
-        to_u32("16 × elements", 16 * n_el)?;
+        to_u32("element matrix entries", nn * nn * n_el)?;
         to_u32("matrix entries", pattern.nnz())?;
 
         let coords = model.coords.iter().flatten().copied().collect();
-        let mut nodes = Vec::with_capacity(4 * n_el);
+        let mut nodes = Vec::with_capacity(nn * n_el);
         for e in 0..n_el {
             nodes.extend(model.element_nodes(e).iter().map(|&n| n as u32));
         }
@@ -156,15 +214,18 @@ impl Tet4System {
             model.dofs.unknown_of_node.iter().map(|d| d.map_or(-1, |d| d as i32)).collect();
         let row_ptr = pattern.row_ptr().iter().map(|&v| v as u32).collect();
         let col_idx = pattern.col_idx().to_vec();
-        let (matrix_gather_ptr, matrix_gather_idx) = invert(pattern.nnz(), 16 * n_el, |s| {
-            let (e, a, b) = (s / 16, (s % 16) / 4, s % 4);
+        let (matrix_gather_ptr, matrix_gather_idx) = invert(pattern.nnz(), nn * nn * n_el, |s| {
+            let (e, a, b) = (s / (nn * nn), (s % (nn * nn)) / nn, s % nn);
             pattern.slot(e, a, b)
         });
-        let (rhs_gather_ptr, rhs_gather_idx) = invert(n_unknowns, 4 * n_el, |s| {
-            let d = pattern.element_dof(s / 4, s % 4);
+        let (rhs_gather_ptr, rhs_gather_idx) = invert(n_unknowns, nn * n_el, |s| {
+            let d = pattern.element_dof(s / nn, s % nn);
             (d != gradfem_solvers::assembly::CONSTRAINED).then_some(d)
         });
-        Ok(Tet4System {
+        Ok(ThermalSystem {
+            cell_type,
+            nodes_per_element: nn,
+            quadrature,
             n_nodes,
             n_unknowns,
             coords,
@@ -183,7 +244,7 @@ impl Tet4System {
 
     /// Number of elements.
     pub fn n_elements(&self) -> usize {
-        self.nodes.len() / 4
+        self.nodes.len() / self.nodes_per_element
     }
 
     /// Number of stored matrix entries.

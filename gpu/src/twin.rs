@@ -7,8 +7,8 @@
 
 use crate::backend::Backend;
 use crate::error::GpuError;
-use crate::kernels::{BLOCK, DOT_CHUNK, dot_blocks};
-use crate::system::Tet4System;
+use crate::kernels::{BLOCK, DOT_CHUNK, MAX_CELL_NODES, dot_blocks};
+use crate::system::{ReferenceQuadrature, ThermalSystem};
 
 /// Barycentric gradients and volume of the Tet4 element `e` (the kernels' `tet4_gradients`).
 fn tet4_gradients(coords: &[f64], nodes: &[u32], e: usize) -> ([[f64; 3]; 4], f64) {
@@ -108,6 +108,130 @@ pub fn tet4_conductivity_gradient(
             }
         }
         *o = -(vol * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]));
+    }
+}
+
+/// The quadrature kernels' `physical_gradients`: ∇N_a at point `q` of element `e` (into `g`)
+/// and det J.
+fn physical_gradients(
+    coords: &[f64],
+    nodes: &[u32],
+    e: usize,
+    nn: usize,
+    q: usize,
+    ref_grad: &[f64],
+    g: &mut [[f64; 3]],
+) -> f64 {
+    let dn = &ref_grad[3 * nn * q..3 * nn * (q + 1)];
+    let mut j = [[0.0; 3]; 3];
+    for a in 0..nn {
+        let n = nodes[nn * e + a] as usize;
+        for i in 0..3 {
+            let xi = coords[3 * n + i];
+            for k in 0..3 {
+                j[i][k] += xi * dn[3 * a + k];
+            }
+        }
+    }
+    let det = j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1])
+        - j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0])
+        + j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0]);
+    let r = 1.0 / det;
+    let inv = [
+        [
+            (j[1][1] * j[2][2] - j[1][2] * j[2][1]) * r,
+            (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * r,
+            (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * r,
+        ],
+        [
+            (j[1][2] * j[2][0] - j[1][0] * j[2][2]) * r,
+            (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * r,
+            (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * r,
+        ],
+        [
+            (j[1][0] * j[2][1] - j[1][1] * j[2][0]) * r,
+            (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * r,
+            (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * r,
+        ],
+    ];
+    for a in 0..nn {
+        let d = &dn[3 * a..3 * a + 3];
+        for i in 0..3 {
+            g[a][i] = d[0] * inv[0][i] + d[1] * inv[1][i] + d[2] * inv[2][i];
+        }
+    }
+    det
+}
+
+/// Twin of `quad_element_matrices`: `ke[nn² e..]` = k_e Σ_q w_q det J_q g_a·g_b (row-major)
+/// and `re[nn e..]` = Σ_b K_e[a][b] T_fix[b] − Q_e Σ_q w_q det J_q N_a(q).
+#[allow(clippy::too_many_arguments)]
+pub fn quad_element_matrices(
+    nn: usize,
+    quadrature: &ReferenceQuadrature,
+    coords: &[f64],
+    nodes: &[u32],
+    k: &[f64],
+    source: &[f64],
+    fixed: &[f64],
+    ke: &mut [f64],
+    re: &mut [f64],
+) {
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    for e in 0..k.len() {
+        let kk = &mut ke[nn * nn * e..nn * nn * (e + 1)];
+        let rr = &mut re[nn * e..nn * (e + 1)];
+        kk.fill(0.0);
+        rr.fill(0.0);
+        for q in 0..quadrature.n_points {
+            let det = physical_gradients(coords, nodes, e, nn, q, &quadrature.grad, &mut g);
+            let w = quadrature.weights[q] * det;
+            let (kw, sw) = (k[e] * w, source[e] * w);
+            for a in 0..nn {
+                for b in 0..nn {
+                    kk[nn * a + b] +=
+                        kw * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+                }
+                rr[a] -= sw * quadrature.shape[nn * q + a];
+            }
+        }
+        for a in 0..nn {
+            let mut s = 0.0;
+            for b in 0..nn {
+                s += kk[nn * a + b] * fixed[nodes[nn * e + b] as usize];
+            }
+            rr[a] += s;
+        }
+    }
+}
+
+/// Twin of `quad_conductivity_gradient`: `out[e]` = −Σ_q w_q det J_q ∇λ·∇T = −λ_eᵀ K_e⁰ T_e.
+pub fn quad_conductivity_gradient(
+    nn: usize,
+    quadrature: &ReferenceQuadrature,
+    coords: &[f64],
+    nodes: &[u32],
+    t: &[f64],
+    lambda: &[f64],
+    out: &mut [f64],
+) {
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    for (e, o) in out.iter_mut().enumerate() {
+        let mut s = 0.0;
+        for q in 0..quadrature.n_points {
+            let det = physical_gradients(coords, nodes, e, nn, q, &quadrature.grad, &mut g);
+            let (mut gl, mut gt) = ([0.0; 3], [0.0; 3]);
+            for a in 0..nn {
+                let n = nodes[nn * e + a] as usize;
+                let (la, ta) = (lambda[n], t[n]);
+                for c in 0..3 {
+                    gl[c] += la * g[a][c];
+                    gt[c] += ta * g[a][c];
+                }
+            }
+            s += quadrature.weights[q] * det * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]);
+        }
+        *o = -s;
     }
 }
 
@@ -245,12 +369,12 @@ pub fn to_nodal(dof: &[i32], u: &[f64], fixed: &[f64], out: &mut [f64]) {
 /// The device pipeline run on the CPU with the twins (one thread): the reference a device
 /// run is compared with, and a path that runs everywhere.
 pub struct CpuTwin {
-    sys: Tet4System,
+    sys: ThermalSystem,
 }
 
 impl CpuTwin {
     /// The twin backend of `system`.
-    pub fn new(system: &Tet4System) -> Self {
+    pub fn new(system: &ThermalSystem) -> Self {
         CpuTwin { sys: system.clone() }
     }
 }
@@ -261,7 +385,7 @@ impl Backend for CpuTwin {
     fn name(&self) -> String {
         "cpu-twin".into()
     }
-    fn system(&self) -> &Tet4System {
+    fn system(&self) -> &ThermalSystem {
         &self.sys
     }
     fn zeros(&mut self, n: usize) -> Result<Vec<f64>, GpuError> {
@@ -284,7 +408,20 @@ impl Backend for CpuTwin {
         re: &mut Vec<f64>,
     ) -> Result<(), GpuError> {
         let s = &self.sys;
-        tet4_element_matrices(&s.coords, &s.nodes, k, &s.source, &s.fixed, ke, re);
+        match &s.quadrature {
+            None => tet4_element_matrices(&s.coords, &s.nodes, k, &s.source, &s.fixed, ke, re),
+            Some(quad) => quad_element_matrices(
+                s.nodes_per_element,
+                quad,
+                &s.coords,
+                &s.nodes,
+                k,
+                &s.source,
+                &s.fixed,
+                ke,
+                re,
+            ),
+        }
         Ok(())
     }
     fn assemble_matrix(&mut self, ke: &Vec<f64>, values: &mut Vec<f64>) -> Result<(), GpuError> {
@@ -333,7 +470,19 @@ impl Backend for CpuTwin {
         lambda: &Vec<f64>,
         out: &mut Vec<f64>,
     ) -> Result<(), GpuError> {
-        tet4_conductivity_gradient(&self.sys.coords, &self.sys.nodes, t, lambda, out);
+        let s = &self.sys;
+        match &s.quadrature {
+            None => tet4_conductivity_gradient(&s.coords, &s.nodes, t, lambda, out),
+            Some(quad) => quad_conductivity_gradient(
+                s.nodes_per_element,
+                quad,
+                &s.coords,
+                &s.nodes,
+                t,
+                lambda,
+                out,
+            ),
+        }
         Ok(())
     }
 }

@@ -10,11 +10,12 @@ use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::cuda::CudaBackend;
 use gradfem_gpu::twin::CpuTwin;
 use gradfem_gpu::{
-    Backend, CgParams, Device, GpuError, Tet4System, ThermalPipeline, cuda_ready, run_thermal_on,
+    Backend, CgParams, Device, GpuError, ThermalPipeline, ThermalSystem, cuda_ready, run_thermal_on,
 };
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_thermal::{BcKind, BcSpec, ConductivityLaw, ObjectiveKind, ObjectiveTerm, RegionSpec};
+use rstest::rstest;
 
 fn device_or_skip() -> bool {
     match cuda_ready() {
@@ -36,14 +37,17 @@ fn objective() -> Vec<ObjectiveTerm> {
     vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }]
 }
 
-/// The heat3d problem (unit cube, T = 0 on x = 0, Q = 1) with a varying k per element, on the
-/// CPU with a direct solver.
-fn cpu_problem(n: usize) -> (CoupledProblem, gradfem_solvers::params::ParamId, Vec<f64>) {
+/// The heat3d problem (unit cube, T = 0 on x = 0, Q = 1) on `cell` cells with a varying k per
+/// element, on the CPU with a direct solver.
+fn cpu_problem(
+    n: usize,
+    cell: CellType,
+) -> (CoupledProblem, gradfem_solvers::params::ParamId, Vec<f64>) {
     let mesh = box_mesh(&BoxSpec {
         origin: [0.0; 3],
         lengths: [1.0; 3],
         divisions: [n; 3],
-        cell_type: CellType::Tet4,
+        cell_type: cell,
     });
     let field = ThermalField::new(
         &mesh,
@@ -78,16 +82,20 @@ fn bitwise(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-#[test]
-fn device_forward_and_gradient_equal_the_cpu_path() {
+#[rstest]
+#[case::tet4(CellType::Tet4, 12)]
+#[case::tet10(CellType::Tet10, 6)]
+#[case::hex8(CellType::Hex8, 12)]
+#[case::hex20(CellType::Hex20, 6)]
+fn device_forward_and_gradient_equal_the_cpu_path(#[case] cell: CellType, #[case] n: usize) {
     if !device_or_skip() {
         return;
     }
-    let (mut p, id, k) = cpu_problem(12);
+    let (mut p, id, k) = cpu_problem(n, cell);
     let (j_cpu, grad, _) = p.gradient().unwrap();
     let f = p.find::<ThermalField>().unwrap();
     let t_cpu = f.temperature().unwrap().to_vec();
-    let sys = Tet4System::new(&f.model, &f.pattern).unwrap();
+    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
     let params = CgParams { rel_tol: 1e-14, max_iterations: 20_000 };
     let model = &f.model;
     let obj = |t: &[f64]| {
@@ -105,8 +113,8 @@ fn device_forward_and_gradient_equal_the_cpu_path() {
     let dj = (gpu.objective - j_cpu).abs() / j_cpu.abs();
     let dg = rel_diff(&gpu.dj_dk, &g_ref);
     println!(
-        "GPU vs CPU (heat3d n = 12, {} unknowns, varying k_e): T {dt:.2e}, J {dj:.2e}, dJ/dk_e \
-         {dg:.2e}; CG {} + {} iterations on {}",
+        "GPU vs CPU (heat3d {cell:?} n = {n}, {} unknowns, varying k_e): T {dt:.2e}, J {dj:.2e}, \
+         dJ/dk_e {dg:.2e}; CG {} + {} iterations on {}",
         sys.n_unknowns, gpu.forward_cg.iterations, gpu.adjoint_cg.iterations, gpu.backend
     );
     println!(
@@ -122,14 +130,19 @@ fn device_forward_and_gradient_equal_the_cpu_path() {
     assert!(rel_diff(&gpu.dj_dk, &twin.dj_dk) <= 1e-12, "GPU differs from its twin");
 }
 
-#[test]
-fn device_kernels_equal_their_twins() {
+#[rstest]
+#[case::tet4(CellType::Tet4, 7)]
+#[case::tet10(CellType::Tet10, 4)]
+#[case::hex8(CellType::Hex8, 7)]
+#[case::hex20(CellType::Hex20, 4)]
+#[case::hex27(CellType::Hex27, 3)]
+fn device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: usize) {
     if !device_or_skip() {
         return;
     }
-    let (p, _, k) = cpu_problem(7);
+    let (p, _, k) = cpu_problem(n, cell);
     let f = p.find::<ThermalField>().unwrap();
-    let sys = Tet4System::new(&f.model, &f.pattern).unwrap();
+    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
     let mut dev = ThermalPipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
     let mut cpu = ThermalPipeline::new(CpuTwin::new(&sys)).unwrap();
     dev.assemble(&k).unwrap();
@@ -137,7 +150,7 @@ fn device_kernels_equal_their_twins() {
     let (dv, cv) = (dev.matrix_values().unwrap(), cpu.matrix_values().unwrap());
     let (dl, cl) = (dev.load().unwrap(), cpu.load().unwrap());
     println!(
-        "assembly: CSR values {:.2e} (bitwise: {}), load {:.2e} (bitwise: {})",
+        "{cell:?} assembly: CSR values {:.2e} (bitwise: {}), load {:.2e} (bitwise: {})",
         rel_diff(&dv, &cv),
         bitwise(&dv, &cv),
         rel_diff(&dl, &cl),
