@@ -51,9 +51,16 @@ def test_coupled_hvp_matches_differences_of_gradients(root):
     )
 
 
+def test_finite_strain_hvp_matches_differences_of_gradients(root):
+    """Through the rubber pad's five load steps (Hex20, Ogden, a force-curve misfit)."""
+    assert_hvp_matches_differences_of_gradients(
+        gradfem.Problem.from_toml(root / "examples" / "rubber_pad.toml")
+    )
+
+
 def test_uncovered_problems_raise_a_clear_error(root):
-    p = gradfem.Problem.from_toml(root / "examples" / "rubber_pad.toml")
-    with pytest.raises(gradfem.Error, match="second-order"):
+    p = gradfem.Problem.from_toml(root / "examples" / "transient_slab.toml")
+    with pytest.raises(gradfem.Error, match="stepped in time"):
         p.hvp({})
 
 
