@@ -1326,8 +1326,9 @@ fn check_solver(file: &ProblemFile) -> Result<(), AppError> {
 
 /// `[solver] device`: `cpu` runs; `cuda` is an error naming why this build, this machine or
 /// this kind of run cannot use the GPU. Problem-file runs are not wired to the device yet: the
-/// device path is the library's [`ThermalProblem::device_gradient`] (a steady thermal Tet4
-/// problem) and `examples/bench_thermal.rs --device cuda`.
+/// device path is the library's [`ThermalProblem::device_gradient`] (a steady, linear thermal
+/// problem on Tet4, Tet10, Hex8, Hex20 or Hex27 cells) and `examples/bench_thermal.rs --device
+/// cuda`.
 pub fn check_device(file: &ProblemFile) -> Result<(), AppError> {
     match file.device()? {
         gradfem_gpu::Device::Cpu => Ok(()),
@@ -1336,7 +1337,7 @@ pub fn check_device(file: &ProblemFile) -> Result<(), AppError> {
                 Err(e) => e.to_string(),
                 Ok(name) => format!(
                     "a CUDA device ({name}) is present, but problem-file runs are not yet supported \
-                     on it; the device path covers a steady thermal Tet4 problem through the \
+                     on it; the device path covers a steady, linear thermal problem through the \
                      library (gradfem::thermal::ThermalProblem::device_gradient) and \
                      examples/bench_thermal.rs --device cuda"
                 ),
