@@ -257,3 +257,107 @@ impl FiniteStrainProblem {
         Ok(c.iter().zip(&lam_full).map(|(c, l)| c - l).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gradfem_mechanical::finite::{FiniteRegionSpec, FiniteStrainModel, HyperelasticLaw};
+    use gradfem_mechanical::hyperelastic::Ogden;
+    use gradfem_mechanical::linear::BcSpec;
+    use gradfem_mesh::CellType;
+    use gradfem_mesh::generate::{BoxSpec, box_mesh};
+    use gradfem_solvers::checkpoint::Checkpointing;
+
+    use crate::fields::finite_strain::{LoadStepParams, Quantity};
+
+    /// An Ogden block pulled by a dead traction in two load steps, with the squared-norm
+    /// objective of the peers' ogden3d benchmark (weights on both steps) and a misfit of the
+    /// clamp's reaction.
+    fn problem() -> (FiniteStrainProblem, Vec<f64>, LoadPathObjective) {
+        let mesh = box_mesh(&BoxSpec::unit_cube(2, CellType::Tet4));
+        let law = HyperelasticLaw::Ogden(Ogden::new(&[(1.0, 3.0)], 10.0));
+        let model = FiniteStrainModel::new(
+            &mesh,
+            &[FiniteRegionSpec {
+                group: "domain".into(),
+                law,
+                alpha: 0.0,
+                t_ref: 0.0,
+                body_force: [0.0; 3],
+            }],
+            &[
+                BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
+                BcSpec {
+                    group: "xmax".into(),
+                    kind: BcKind::Traction { traction: [0.5, 0.1, 0.0] },
+                },
+            ],
+        )
+        .unwrap();
+        let objective = LoadPathObjective {
+            terms: vec![
+                PathTerm::SquaredDisplacement { weights: vec![0.5, 1.0] },
+                PathTerm::Misfit {
+                    quantity: Quantity::Reaction {
+                        group: "xmin".into(),
+                        direction: [-1.0, 0.0, 0.0],
+                    },
+                    measured: vec![0.2, 0.45],
+                    weight: 3.0,
+                },
+            ],
+        };
+        (FiniteStrainProblem::new(model, LoadStepParams::default()), vec![0.5, 1.0], objective)
+    }
+
+    /// dJ/dp of the law parameters (μ₁, α₁, κ) at the model's current parameters.
+    fn material_gradient(
+        p: &FiniteStrainProblem,
+        loads: &[f64],
+        o: &LoadPathObjective,
+    ) -> Vec<f64> {
+        let want = FiniteVjpRequest {
+            material: true,
+            loads: false,
+            displacement: false,
+            thermal: false,
+            coords: false,
+        };
+        p.gradient(loads, o, Checkpointing::StoreAll, want).unwrap().material[0].clone()
+    }
+
+    #[test]
+    fn squared_norm_and_reaction_misfit_products_are_differences_of_gradients() {
+        let (mut p, loads, objective) = problem();
+        let p0 = p.model.region_parameters(0);
+        let dp = [0.1, -0.2, 0.5];
+        let mut dir = PathDirection {
+            model: FiniteDirection::zeros(&p.model),
+            prescribed: vec![[0.0; 3]; p.model.boundaries().len()],
+        };
+        dir.model.material[0].copy_from_slice(&dp);
+        let path = p.solve_from(p.initial_state(&loads), &loads, true).unwrap();
+        let want = FiniteVjpRequest {
+            material: true,
+            loads: false,
+            displacement: false,
+            thermal: false,
+            coords: false,
+        };
+        let hv =
+            p.hessian_vector_from_path(&path, &objective, &dir, want).unwrap().material[0].clone();
+        let h = 1e-5;
+        let mut at = |s: f64| {
+            let q: Vec<f64> = p0.iter().zip(&dp).map(|(a, b)| a + s * b).collect();
+            p.model.set_region_parameters(0, &q).unwrap();
+            material_gradient(&p, &loads, &objective)
+        };
+        let (gp, gm) = (at(h), at(-h));
+        let scale = hv.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        assert!(scale > 0.0);
+        for k in 0..3 {
+            let fd = (gp[k] - gm[k]) / (2.0 * h);
+            assert!((hv[k] - fd).abs() <= 1e-6 * scale, "entry {k}: H·δp {} vs {fd}", hv[k]);
+        }
+    }
+}
