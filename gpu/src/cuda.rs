@@ -217,7 +217,10 @@ impl CudaBackend {
             dot_out: zeros_any(&stream, 1)?,
             q_weights: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.weights))?,
             q_shape: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.shape))?,
-            q_grad: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.grad))?,
+            q_grad: upload_any(
+                &stream,
+                &s.quadrature.as_ref().map_or(Vec::new(), |q| q.grad.concat()),
+            )?,
             sys: system.clone(),
             device: info.name,
             stream,

@@ -19,8 +19,8 @@ pub struct ReferenceQuadrature {
     pub weights: Vec<f64>,
     /// N_a(ξ_q), `n_nodes` per point.
     pub shape: Vec<f64>,
-    /// ∂N_a/∂ξ(ξ_q), 3 per node, `3 n_nodes` per point.
-    pub grad: Vec<f64>,
+    /// ∂N_a/∂ξ(ξ_q), `n_nodes` per point.
+    pub grad: Vec<[f64; 3]>,
 }
 
 /// A steady, linear thermal problem on one kind of volume cell ready for the device:
@@ -166,9 +166,7 @@ impl ThermalSystem {
                 n_points: nq,
                 weights: table.weights.clone(),
                 shape: (0..nq).flat_map(|q| table.shape(q).to_vec()).collect(),
-                grad: (0..nq)
-                    .flat_map(|q| table.grad(q).iter().flatten().copied().collect::<Vec<_>>())
-                    .collect(),
+                grad: (0..nq).flat_map(|q| table.grad(q).to_vec()).collect(),
             }
         });
         if let Some(r) = model.regions.iter().find(|r| !r.law.is_constant()) {

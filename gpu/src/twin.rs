@@ -9,6 +9,7 @@ use crate::backend::Backend;
 use crate::error::GpuError;
 use crate::kernels::{BLOCK, DOT_CHUNK, MAX_CELL_NODES, dot_blocks};
 use crate::system::{ReferenceQuadrature, ThermalSystem};
+use gradfem_mesh::geometry;
 
 /// Barycentric gradients and volume of the Tet4 element `e` (the kernels' `tet4_gradients`).
 fn tet4_gradients(coords: &[f64], nodes: &[u32], e: usize) -> ([[f64; 3]; 4], f64) {
@@ -112,55 +113,23 @@ pub fn tet4_conductivity_gradient(
 }
 
 /// The quadrature kernels' `physical_gradients`: ∇N_a at point `q` of element `e` (into `g`)
-/// and det J.
+/// and det J. The kernel forms the Jacobian, its determinant and inverse in the order of the
+/// CPU's [`geometry::physical_gradients_into`], which is therefore its twin.
 fn physical_gradients(
     coords: &[f64],
     nodes: &[u32],
     e: usize,
     nn: usize,
     q: usize,
-    ref_grad: &[f64],
+    ref_grad: &[[f64; 3]],
     g: &mut [[f64; 3]],
 ) -> f64 {
-    let dn = &ref_grad[3 * nn * q..3 * nn * (q + 1)];
-    let mut j = [[0.0; 3]; 3];
-    for a in 0..nn {
+    let mut x = [[0.0; 3]; MAX_CELL_NODES];
+    for (a, xa) in x[..nn].iter_mut().enumerate() {
         let n = nodes[nn * e + a] as usize;
-        for i in 0..3 {
-            let xi = coords[3 * n + i];
-            for k in 0..3 {
-                j[i][k] += xi * dn[3 * a + k];
-            }
-        }
+        xa.copy_from_slice(&coords[3 * n..3 * n + 3]);
     }
-    let det = j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1])
-        - j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0])
-        + j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0]);
-    let r = 1.0 / det;
-    let inv = [
-        [
-            (j[1][1] * j[2][2] - j[1][2] * j[2][1]) * r,
-            (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * r,
-            (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * r,
-        ],
-        [
-            (j[1][2] * j[2][0] - j[1][0] * j[2][2]) * r,
-            (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * r,
-            (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * r,
-        ],
-        [
-            (j[1][0] * j[2][1] - j[1][1] * j[2][0]) * r,
-            (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * r,
-            (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * r,
-        ],
-    ];
-    for a in 0..nn {
-        let d = &dn[3 * a..3 * a + 3];
-        for i in 0..3 {
-            g[a][i] = d[0] * inv[0][i] + d[1] * inv[1][i] + d[2] * inv[2][i];
-        }
-    }
-    det
+    geometry::physical_gradients_into(3, &ref_grad[nn * q..nn * (q + 1)], &x[..nn], &mut g[..nn])
 }
 
 /// Twin of `quad_element_matrices`: `ke[nn² e..]` = k_e Σ_q w_q det J_q g_a·g_b (row-major)

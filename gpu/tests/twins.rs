@@ -313,7 +313,7 @@ fn what_has_no_device_kernel_is_named() {
         );
         let sys = ThermalSystem::new(&model, &pattern).unwrap();
         let q = sys.quadrature.as_ref().expect("a quadrature");
-        assert_eq!(q.grad.len(), 3 * cell.n_nodes() * q.n_points);
+        assert_eq!(q.grad.len(), cell.n_nodes() * q.n_points);
     }
     let tet = mesh(3, CellType::Tet4);
     let mut conv = bcs();
