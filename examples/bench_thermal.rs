@@ -15,6 +15,9 @@
 //! 1e-10, adjoint and per-element gradient on the device) and prints device, setup_s (kernel
 //! compilation and upload), forward_s, gradient_s, CG iterations, J, dJ_dk and dJ_dke_norm.
 //! `--check` adds the CPU path's J and gradient and their relative differences.
+//!
+//! `--cell tet10|hex8|hex20|hex27` cuts the cube into N×N×N cells of that type instead (the
+//! device runs them by quadrature).
 
 use std::time::Instant;
 
@@ -39,6 +42,7 @@ fn main() {
     let mut device = Device::Cpu;
     let mut cg_rel_tol = 1e-10;
     let mut check = false;
+    let mut cell = CellType::Tet4;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -60,9 +64,19 @@ fn main() {
                     .unwrap_or_else(|| fail("--cg-rel-tol takes a positive number"))
             }
             "--check" => check = true,
+            "--cell" => {
+                cell = args
+                    .next()
+                    .and_then(|v| CellType::from_name(&v))
+                    .filter(|c| {
+                        use CellType::*;
+                        matches!(c, Tet4 | Tet10 | Hex8 | Hex20 | Hex27)
+                    })
+                    .unwrap_or_else(|| fail("--cell takes tet4|tet10|hex8|hex20|hex27"))
+            }
             other => fail(&format!(
                 "unknown argument '{other}' (expected --n N [--solver S] [--device cpu|cuda] \
-                 [--cg-rel-tol TOL] [--check])"
+                 [--cg-rel-tol TOL] [--check] [--cell C])"
             )),
         }
     }
@@ -71,7 +85,7 @@ fn main() {
         origin: [0.0; 3],
         lengths: [1.0; 3],
         divisions: [n; 3],
-        cell_type: CellType::Tet4,
+        cell_type: cell,
     });
     let mesh_s = t_mesh.elapsed().as_secs_f64();
     let t_setup = Instant::now();
@@ -99,6 +113,7 @@ fn main() {
         let norm = d.dj_dk.iter().map(|v| v * v).sum::<f64>().sqrt();
         let mut out = serde_json::json!({
             "n": n,
+            "cell": format!("{cell:?}"),
             "unknowns": problem.model.n_unknowns(),
             "elements": problem.model.n_volume_elements(),
             "device": d.backend,
@@ -144,6 +159,7 @@ fn main() {
     let s = &problem.last_solve;
     let out = serde_json::json!({
         "n": n,
+        "cell": format!("{cell:?}"),
         "unknowns": problem.model.n_unknowns(),
         "elements": problem.model.n_volume_elements(),
         "mesh_s": mesh_s,

@@ -54,4 +54,6 @@ timeout 90 "$bin/gpu_device" --nocapture --test-threads 1
 n=${BENCH_N:-80}
 echo "== heat3d n = $n on the GPU (with the CPU check)"
 timeout 150 "$bin/bench_thermal" --n "$n" --device cuda --check
+echo "== heat3d on Hex20 cells, n = 24, on the GPU (the quadrature kernels, with the CPU check)"
+timeout 60 "$bin/bench_thermal" --n 24 --cell hex20 --device cuda --check
 echo "gpu-check.sh: done"
