@@ -1176,9 +1176,9 @@ impl Simulation {
     /// tangent-linear and one second-order adjoint solve (exact, not finite differences).
     /// `direction` gives δp by registered name (a scalar's one entry, a per-element field's
     /// entries in its group's cell order); names left out are zero. So far for steady
-    /// thermal, electro-thermal and linear thermo-elastic problems, a ρ(T) cycle solved
-    /// monolithic (finite strain, time stepping and shape parameters give an error that says
-    /// so).
+    /// thermal, electro-thermal, linear thermo-elastic and finite-strain problems (through
+    /// the load steps), a ρ(T) cycle solved monolithic or staggered (time stepping and shape
+    /// parameters give an error that says so).
     pub fn hvp(&mut self, direction: &BTreeMap<String, Vec<f64>>) -> Result<Gradients, ApiError> {
         let reg = self.problem.registry();
         let mut dir = gradfem_solvers::params::Gradient::zeros(reg);

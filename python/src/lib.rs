@@ -354,7 +354,8 @@ impl Problem {
     /// The Hessian of the objective applied to a direction: `direction` maps registered names
     /// to a float or an array (names left out are zero); returns H·δp like `gradient`. Exact,
     /// by the tangent-linear model and the second-order adjoint. Steady thermal,
-    /// electro-thermal and linear thermo-elastic problems (ρ(T) cycles monolithic) so far.
+    /// electro-thermal, linear thermo-elastic and finite-strain problems (ρ(T) cycles
+    /// monolithic or staggered) so far.
     fn hvp<'py>(
         &self,
         py: Python<'py>,
