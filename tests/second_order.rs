@@ -979,3 +979,38 @@ fn rubber_pad_laplace_posterior_agrees_with_gauss_newton_at_the_fit() {
     }
     assert!(post.gauss_newton_difference < 1e-3, "{}", post.gauss_newton_difference);
 }
+
+/// `gradfem optimize` with Newton-CG on the rubber pad's Ogden fit (finite strain through five
+/// load steps, bounds on μ₁ and α₁) reaches L-BFGS's optimum in fewer evaluations.
+#[test]
+fn newton_cg_fits_the_rubber_pad_with_fewer_evaluations_than_lbfgs() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("examples/rubber_pad.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        root.join("examples/rubber_pad_force.csv"),
+        dir.path().join("rubber_pad_force.csv"),
+    )
+    .unwrap();
+    let run = |method: &str| -> serde_json::Value {
+        let file = dir.path().join(format!("{method}.toml"));
+        let body = text.replace("[optimize]\n", &format!("[optimize]\nmethod = \"{method}\"\n"));
+        std::fs::write(&file, body).unwrap();
+        optimize_json(&file, &dir.path().join(method))
+    };
+    let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
+    for r in [&lbfgs, &newton] {
+        assert!(r["status"].as_str().unwrap().starts_with("converged"), "{r}");
+    }
+    let x = |v: &serde_json::Value, name: &str| v["design"][name][0].as_f64().unwrap();
+    for name in ["hyperelastic.mu1.domain", "hyperelastic.alpha1.domain"] {
+        let (a, b) = (x(&newton, name), x(&lbfgs, name));
+        assert!((a - b).abs() <= 1e-6 * b.abs(), "{name}: Newton-CG {a}, L-BFGS {b}");
+    }
+    assert!(
+        newton["evaluations"].as_u64().unwrap() < lbfgs["evaluations"].as_u64().unwrap(),
+        "Newton-CG {} evaluations, L-BFGS {}",
+        newton["evaluations"],
+        lbfgs["evaluations"]
+    );
+}
