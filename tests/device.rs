@@ -44,6 +44,11 @@ fn problem_file_device_key_is_checked() {
 }
 
 fn heat3d(cell: CellType) -> ThermalProblem {
+    heat3d_with(cell, &[])
+}
+
+/// The heat3d cube on `cell` cells with the boundary conditions `extra` beside T = 0 on x = 0.
+fn heat3d_with(cell: CellType, extra: &[BcSpec]) -> ThermalProblem {
     let mesh = box_mesh(&BoxSpec {
         origin: [0.0; 3],
         lengths: [1.0; 3],
@@ -58,7 +63,8 @@ fn heat3d(cell: CellType) -> ThermalProblem {
             law: ConductivityLaw::Constant,
             source: 1.0,
         }],
-        &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }],
+        &[&[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }], extra]
+            .concat(),
         vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }],
         LinearChoice::Cholesky,
     )
@@ -108,11 +114,37 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
 }
 
 #[test]
-fn cells_without_device_kernels_run_on_the_cpu() {
-    let mut p = heat3d(CellType::Hex8);
-    let d = p.device_gradient(Device::Cuda, &CgParams::default()).unwrap();
-    assert!(d.backend.starts_with("cpu"), "{}", d.backend);
-    assert_eq!(d.dj_dk.len(), p.model.n_volume_elements());
-    // J = Σ T² > 0, and a uniformly better conductor is cooler
-    assert!(d.objective > 0.0 && d.dj_dk.iter().sum::<f64>() < 0.0);
+fn problems_without_device_kernels_run_on_the_cpu() {
+    // Convection has no device kernel yet: the whole problem runs on the CPU.
+    let convection =
+        BcSpec { group: "zmax".into(), kind: BcKind::Convection { h: 2.0, t_inf: 0.0 } };
+    for cell in [CellType::Tet4, CellType::Hex8] {
+        let mut p = heat3d_with(cell, std::slice::from_ref(&convection));
+        let d = p.device_gradient(Device::Cuda, &CgParams::default()).unwrap();
+        assert!(d.backend.starts_with("cpu"), "{cell:?}: {}", d.backend);
+        assert_eq!(d.dj_dk.len(), p.model.n_volume_elements());
+        // J = Σ T² > 0, and a uniformly better conductor is cooler
+        assert!(d.objective > 0.0 && d.dj_dk.iter().sum::<f64>() < 0.0);
+    }
+}
+
+#[test]
+fn hexahedral_and_quadratic_cells_go_to_the_device() {
+    // Hex8, Hex20 and Tet10 have device kernels: `cuda` runs them on a GPU, or names what
+    // is missing (feature, driver, device, NVRTC) instead of falling back.
+    for cell in [CellType::Hex8, CellType::Hex20, CellType::Tet10] {
+        let mut p = heat3d(cell);
+        match p.device_gradient(Device::Cuda, &CgParams { rel_tol: 1e-12, max_iterations: 10_000 })
+        {
+            Ok(r) => assert!(r.backend.starts_with("cuda"), "{cell:?}: {}", r.backend),
+            Err(e) => {
+                let text = e.to_string();
+                if gradfem_gpu::CUDA_BUILT {
+                    assert!(text.contains("no CUDA") || text.contains("NVRTC"), "{text}");
+                } else {
+                    assert!(text.contains("`cuda` feature"), "{cell:?}: {text}");
+                }
+            }
+        }
+    }
 }
