@@ -307,7 +307,8 @@ impl HyperelasticField {
     /// The dense Hessian of the misfit terms Σ w (q_k − m_k)² of the objective (the other
     /// terms left out) at the last run, with respect to the scalar parameters `ids` of `reg`
     /// (row-major, `ids.len()` squared): one Hessian-vector product through the load steps per
-    /// parameter ([`FiniteStrainProblem::hessian_vector_from_path`]).
+    /// parameter, every step factorized once for all of them
+    /// ([`FiniteStrainProblem::hessian_vectors_from_path`]).
     pub fn misfit_hessian(
         &self,
         reg: &ParamRegistry,
@@ -325,17 +326,22 @@ impl HyperelasticField {
         };
         let want = self.problem.vjp_request();
         let n = ids.len();
+        let dirs: Vec<_> = ids
+            .iter()
+            .map(|&id| {
+                let mut dir = Gradient::zeros(reg);
+                dir.get_mut(id)[0] = 1.0;
+                self.problem.path_direction(&dir, None)
+            })
+            .collect();
+        let columns = self
+            .problem
+            .hessian_vectors_from_path(path, &misfits, &dirs, want)
+            .map_err(|e| RunError::Setup(e.to_string()))?;
         let mut h = vec![0.0; n * n];
-        for (j, &id) in ids.iter().enumerate() {
-            let mut dir = Gradient::zeros(reg);
-            dir.get_mut(id)[0] = 1.0;
-            let pd = self.problem.path_direction(&dir, None);
-            let hv = self
-                .problem
-                .hessian_vector_from_path(path, &misfits, &pd, want)
-                .map_err(|e| RunError::Setup(e.to_string()))?;
+        for (j, hv) in columns.iter().enumerate() {
             let mut g = Gradient::zeros(reg);
-            self.problem.gradient_to_registry(&hv, &mut g);
+            self.problem.gradient_to_registry(hv, &mut g);
             for (i, &row) in ids.iter().enumerate() {
                 h[i * n + j] = g.get(row)[0];
             }

@@ -131,34 +131,63 @@ impl FiniteStrainProblem {
         dir: &PathDirection,
         want: FiniteVjpRequest,
     ) -> Result<FiniteStrainGradient, FiniteStrainSolveError> {
+        let mut hv =
+            self.hessian_vectors_from_path(path, objective, std::slice::from_ref(dir), want)?;
+        Ok(hv.pop().expect("one product per direction"))
+    }
+
+    /// [`Self::hessian_vector_from_path`] along several directions at once: each step is
+    /// factorized and its first-order adjoint solved once for all of them (a dense Hessian's
+    /// columns, the Laplace posterior of an identification).
+    pub fn hessian_vectors_from_path(
+        &self,
+        path: &LoadPath,
+        objective: &LoadPathObjective,
+        dirs: &[PathDirection],
+        want: FiniteVjpRequest,
+    ) -> Result<Vec<FiniteStrainGradient>, FiniteStrainSolveError> {
         let n = path.states.len();
         let resolved = self.resolve(objective, n)?;
         let want = FiniteVjpRequest { coords: false, ..want };
-        let mut hv = FiniteStrainGradient::zeros(&self.model);
+        let mut hvs: Vec<FiniteStrainGradient> =
+            dirs.iter().map(|_| FiniteStrainGradient::zeros(&self.model)).collect();
         let t = Instant::now();
         for k in (0..n).rev() {
-            self.step_hessian_vector(objective, &resolved, k, &path.states[k], dir, want, &mut hv)?;
+            self.step_hessian_vectors(
+                objective,
+                &resolved,
+                k,
+                &path.states[k],
+                dirs,
+                want,
+                &mut hvs,
+            )?;
         }
-        hv.time_adjoint_s = t.elapsed().as_secs_f64();
+        let seconds = t.elapsed().as_secs_f64();
+        for hv in &mut hvs {
+            hv.time_adjoint_s = seconds;
+        }
         tracing::debug!(
             steps = n,
-            seconds = hv.time_adjoint_s,
-            "finite strain Hessian-vector product"
+            directions = dirs.len(),
+            seconds,
+            "finite strain Hessian-vector products"
         );
-        Ok(hv)
+        Ok(hvs)
     }
 
-    /// Step k's part of H·δp, added into `hv` (module docs: three solves on one factorization).
+    /// Step k's part of H·δp for every direction, added into `hvs` (module docs: per direction
+    /// two solves, after one factorization and one first-order adjoint for all).
     #[allow(clippy::too_many_arguments)]
-    fn step_hessian_vector(
+    fn step_hessian_vectors(
         &self,
         objective: &LoadPathObjective,
         resolved: &[Resolved],
         k: usize,
         st: &EquilibriumState,
-        dir: &PathDirection,
+        dirs: &[PathDirection],
         want: FiniteVjpRequest,
-        hv: &mut FiniteStrainGradient,
+        hvs: &mut [FiniteStrainGradient],
     ) -> Result<(), FiniteStrainSolveError> {
         let m = &self.model;
         let nf = 3 * m.n_nodes();
@@ -171,13 +200,35 @@ impl FiniteStrainProblem {
         }
         let (_, _, dq) = self.step_terms(objective, resolved, k, st)?;
         self.factor_tangent_at(k, st, false)?;
-        // 1. The tangent δu_k.
-        let mut d = dir.model.clone();
-        self.solve_state_tangent(k, st, dir, &mut d)?;
-        // 2. The first-order adjoint: μ = c − λ.
+        // The first-order adjoint: μ = c − λ.
         let (mut a, c) = weighted_seeds(resolved, &dq, nf);
         add_squared_displacement_seed(objective, k, &st.u, &mut a);
         let mu = self.adjoint_weight(k, st, &a, &c)?;
+        for (dir, hv) in dirs.iter().zip(hvs.iter_mut()) {
+            self.step_direction(objective, resolved, k, st, &mu, dir, want, hv)?;
+        }
+        Ok(())
+    }
+
+    /// One direction's part of step k, on the factorization of K(u_k) and the first-order
+    /// weight `mu` (module docs, steps 1 and 3–5).
+    #[allow(clippy::too_many_arguments)]
+    fn step_direction(
+        &self,
+        objective: &LoadPathObjective,
+        resolved: &[Resolved],
+        k: usize,
+        st: &EquilibriumState,
+        mu: &[f64],
+        dir: &PathDirection,
+        want: FiniteVjpRequest,
+        hv: &mut FiniteStrainGradient,
+    ) -> Result<(), FiniteStrainSolveError> {
+        let m = &self.model;
+        let nf = 3 * m.n_nodes();
+        // 1. The tangent δu_k.
+        let mut d = dir.model.clone();
+        self.solve_state_tangent(k, st, dir, &mut d)?;
         // 3. The seed's derivative along the direction.
         let j2: Vec<f64> = objective
             .terms
@@ -210,7 +261,7 @@ impl FiniteStrainProblem {
         let (mut a2, c2) = weighted_seeds(resolved, &dq2, nf);
         add_squared_displacement_seed(objective, k, &d.displacement, &mut a2);
         if mu.iter().any(|v| *v != 0.0) {
-            let so = m.second_order_vjp(&st.u, st.load, &mu, &d, want)?;
+            let so = m.second_order_vjp(&st.u, st.load, mu, &d, want)?;
             a2.iter_mut().zip(&so.displacement).for_each(|(x, y)| *x += y);
             let p = &so.parameters;
             for (gr, vr) in hv.material.iter_mut().zip(&p.material) {
