@@ -12,7 +12,6 @@
 use std::any::Any;
 
 use gradfem_mechanical::StrainEnergy;
-use gradfem_mechanical::linear::BcKind;
 use gradfem_mesh::Mesh;
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
@@ -512,18 +511,9 @@ impl Field for HyperelasticField {
 /// the temperature part on the input like the first-order seed does.
 impl SecondOrder for HyperelasticField {
     fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64> {
-        let m = &self.problem.model;
         let dir = self.problem.path_direction(params, None);
         let load = self.loads.last().copied().unwrap_or(0.0);
-        let mut du = vec![0.0; 3 * m.n_nodes()];
-        for (dof, owner) in m.constraint_owner().iter().enumerate() {
-            if let Some(b) = *owner
-                && matches!(m.boundaries()[b].kind, BcKind::Displacement { .. })
-            {
-                du[dof] = load * dir.prescribed[b][dof % 3];
-            }
-        }
-        du
+        self.problem.prescribed_tangent(load, &dir)
     }
 
     fn residual_jvp(&self, _dir: &Direction) -> Result<Vec<f64>, RunError> {

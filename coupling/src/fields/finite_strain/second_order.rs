@@ -94,6 +94,21 @@ impl FiniteStrainProblem {
         Ok(d.displacement)
     }
 
+    /// δu at the constrained dofs at load factor `load`: s δū for a displacement condition's
+    /// components, zero elsewhere (full dofs).
+    pub fn prescribed_tangent(&self, load: f64, dir: &PathDirection) -> Vec<f64> {
+        let m = &self.model;
+        let mut du = vec![0.0; 3 * m.n_nodes()];
+        for (dof, owner) in m.constraint_owner().iter().enumerate() {
+            if let Some(b) = *owner
+                && matches!(m.boundaries()[b].kind, BcKind::Displacement { .. })
+            {
+                du[dof] = load * dir.prescribed[b][dof % 3];
+            }
+        }
+        du
+    }
+
     /// Fill `d.displacement` with δu_k on the factorization of K(u_k) the workspace holds.
     fn solve_state_tangent(
         &self,
@@ -103,14 +118,7 @@ impl FiniteStrainProblem {
         d: &mut FiniteDirection,
     ) -> Result<(), FiniteStrainSolveError> {
         let m = &self.model;
-        d.displacement.fill(0.0);
-        for (dof, owner) in m.constraint_owner().iter().enumerate() {
-            if let Some(b) = *owner
-                && matches!(m.boundaries()[b].kind, BcKind::Displacement { .. })
-            {
-                d.displacement[dof] = st.load * dir.prescribed[b][dof % 3];
-            }
-        }
+        d.displacement = self.prescribed_tangent(st.load, dir);
         let r = m.residual_jvp(&st.u, st.load, d)?;
         let mut dv: Vec<f64> = m.dofs().gather(&r).into_iter().map(|v| -v).collect();
         self.workspace()
