@@ -109,8 +109,8 @@ fn main() {
         let d = problem
             .device_gradient(Device::Cuda, &params)
             .unwrap_or_else(|e| fail(&format!("--device cuda: {e}")));
-        let dj_dk: f64 = d.dj_dk.iter().sum();
-        let norm = d.dj_dk.iter().map(|v| v * v).sum::<f64>().sqrt();
+        let dj_dk: f64 = d.gradient.iter().sum();
+        let norm = d.gradient.iter().map(|v| v * v).sum::<f64>().sqrt();
         let mut out = serde_json::json!({
             "n": n,
             "cell": format!("{cell:?}"),
@@ -134,8 +134,9 @@ fn main() {
             let c = problem
                 .device_gradient(Device::Cpu, &params)
                 .unwrap_or_else(|e| fail(&format!("the CPU check: {e}")));
-            let scale = c.dj_dk.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-            let dg = d.dj_dk.iter().zip(&c.dj_dk).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+            let scale = c.gradient.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let dg =
+                d.gradient.iter().zip(&c.gradient).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
             out["cpu_check"] = serde_json::json!({
                 "backend": c.backend,
                 "forward_s": c.forward_s,

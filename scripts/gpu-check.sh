@@ -7,10 +7,11 @@
 #
 #   GRADFEM_NVRTC_DIR=<folder with libnvrtc.so.13>   when it is nowhere this script looks
 #   BENCH_N=<cubes per side>                          heat3d size (default 80: 531 441 nodes)
+#   ELASTIC_N=<cubes per side>                        elastic3d size (default 40: 201 720 unknowns)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=gpu-bin
-for f in twins nvrtc_compile gpu_device bench_thermal; do
+for f in twins elastic_twins nvrtc_compile gpu_device bench_thermal bench_elastic device gradfem; do
   if [ ! -x "$bin/$f" ]; then
     echo "gpu-check.sh: $bin/$f is missing: run scripts/build-gpu-bins.sh on a machine with Rust" >&2
     exit 1
@@ -47,13 +48,34 @@ command -v nvidia-smi >/dev/null 2>&1 &&
 
 echo "== CPU twins vs the CPU path"
 timeout 60 "$bin/twins" --test-threads 2
+timeout 60 "$bin/elastic_twins" --test-threads 2
 echo "== NVRTC compiles every kernel"
 timeout 60 "$bin/nvrtc_compile" --nocapture
 echo "== device vs CPU path and vs twins (GRADFEM_REQUIRE_GPU=1)"
 timeout 90 "$bin/gpu_device" --nocapture --test-threads 1
+echo "== the library on the device (problem files, Model::device, the device solver)"
+timeout 60 "$bin/device" --nocapture --test-threads 1
+echo "== gradfem run on the GPU against the CPU (problem files with [solver] device)"
+for f in examples/heat_sink.toml examples/microactuator_builtin.toml; do
+  timeout 60 "$bin/gradfem" run "$f" --json > /tmp/gradfem-cpu.json
+  timeout 60 "$bin/gradfem" run "$f" --json --device cuda > /tmp/gradfem-gpu.json
+  python3 - "$f" /tmp/gradfem-cpu.json /tmp/gradfem-gpu.json <<'PY'
+import json, sys
+name, cpu, gpu = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+a, b = cpu["objective"], gpu["objective"]
+rel = abs(a - b) / max(abs(a), 1e-300)
+print(f"{name}: objective {a!r} (cpu) vs {b!r} (cuda), relative difference {rel:.2e}")
+sys.exit(0 if rel <= 1e-6 else 1)
+PY
+done
 n=${BENCH_N:-80}
 echo "== heat3d n = $n on the GPU (with the CPU check)"
 timeout 150 "$bin/bench_thermal" --n "$n" --device cuda --check
 echo "== heat3d on Hex20 cells, n = 24, on the GPU (the quadrature kernels, with the CPU check)"
 timeout 60 "$bin/bench_thermal" --n 24 --cell hex20 --device cuda --check
+m=${ELASTIC_N:-40}
+echo "== elastic3d n = $m on the GPU (Tet4, compliance, with the CPU check)"
+timeout 120 "$bin/bench_elastic" --n "$m" --device cuda --check
+echo "== elastic3d on Hex20 cells, n = 12, on the GPU (with the CPU check)"
+timeout 60 "$bin/bench_elastic" --n 12 --cell hex20 --device cuda --check
 echo "gpu-check.sh: done"

@@ -542,11 +542,12 @@ impl Model {
         self
     }
 
-    /// Where to solve: `cpu` (the default) or `cuda` (`[solver] device`). A model is set up as
-    /// a problem file is, and problem-file runs are not yet wired to the GPU: with `cuda`,
-    /// [`build`](Self::build) answers with the reason (no `cuda` feature, no driver or device,
-    /// or not yet supported). The device path today is
-    /// [`ThermalProblem::device_gradient`](crate::thermal::ThermalProblem::device_gradient).
+    /// Where to solve: `cpu` (the default) or `cuda` (`[solver] device`). With `cuda` the
+    /// linear fields' systems are solved on the GPU ([`crate::app::place_on_device`]); without
+    /// a usable GPU [`build`](Self::build) answers with the reason (no `cuda` feature, no
+    /// driver, device or NVRTC). The whole forward + gradient on the device is
+    /// [`ThermalProblem::device_gradient`](crate::thermal::ThermalProblem::device_gradient) and
+    /// [`crate::device::elastic_gradient`].
     pub fn device(mut self, name: &str) -> Self {
         self.table(&["solver"]).insert("device".into(), Value::String(name.into()));
         self

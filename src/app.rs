@@ -260,6 +260,7 @@ pub fn build(file: &ProblemFile) -> Result<ThermalProblem, AppError> {
     let mesh = file.build_mesh()?;
     let (thermal, _, _) = build_thermal(file, &mesh)?;
     let mut problem = ThermalProblem::from_field(mesh, thermal).map_err(run_err)?;
+    place_on_device(file, problem.problem_mut())?;
     for m in &spec.morphs {
         let morph = m
             .build(&problem.model.coords, &problem.mesh().node_tags, &file.resolve_path("."))
@@ -575,6 +576,7 @@ pub fn build_problem(file: &ProblemFile) -> Result<Problem, AppError> {
         problem.engine.set_time_rule(rule);
         problem.engine.check_time_setup().map_err(run_err)?;
     }
+    place_on_device(file, &mut problem.engine)?;
     problem.objective_unit = objective_unit(
         &spec.objectives,
         spec.hyperelastic.is_some(),
@@ -1324,26 +1326,77 @@ fn check_solver(file: &ProblemFile) -> Result<(), AppError> {
     Ok(())
 }
 
-/// `[solver] device`: `cpu` runs; `cuda` is an error naming why this build, this machine or
-/// this kind of run cannot use the GPU. Problem-file runs are not wired to the device yet: the
-/// device path is the library's [`ThermalProblem::device_gradient`] (a steady, linear thermal
-/// problem on Tet4, Tet10, Hex8, Hex20 or Hex27 cells) and `examples/bench_thermal.rs --device
-/// cuda`.
+/// `[solver] device`: `cpu` runs on the CPU; `cuda` checks that this build and this machine
+/// can use the GPU (the `cuda` feature, a driver, a device and NVRTC) and is otherwise an error
+/// naming what is missing. The fields are then put on the device by [`place_on_device`].
 pub fn check_device(file: &ProblemFile) -> Result<(), AppError> {
     match file.device()? {
         gradfem_gpu::Device::Cpu => Ok(()),
-        gradfem_gpu::Device::Cuda => {
-            let why = match gradfem_gpu::cuda_ready() {
-                Err(e) => e.to_string(),
-                Ok(name) => format!(
-                    "a CUDA device ({name}) is present, but problem-file runs are not yet supported \
-                     on it; the device path covers a steady, linear thermal problem through the \
-                     library (gradfem::thermal::ThermalProblem::device_gradient) and \
-                     examples/bench_thermal.rs --device cuda"
-                ),
-            };
-            Err(invalid(file, &format!("[solver] device = \"cuda\": {why}")))
+        gradfem_gpu::Device::Cuda => match gradfem_gpu::cuda_ready() {
+            Ok(name) => {
+                tracing::info!("[solver] device = \"cuda\": {name}");
+                Ok(())
+            }
+            Err(e) => Err(invalid(file, &format!("[solver] device = \"cuda\": {e}"))),
+        },
+    }
+}
+
+/// With `[solver] device = "cuda"`, solve the linear systems of every field that has a device
+/// path by Jacobi-PCG on the GPU ([`gradfem_gpu::DeviceCgSolver`], to `[solver] cg_rel_tol`):
+/// the electrical field, a thermal field with constant conductivities and the linear
+/// mechanical field. Assembly stays on the CPU; see [`solve_fields_with`] for what stays on the
+/// CPU entirely.
+pub fn place_on_device(file: &ProblemFile, engine: &mut CoupledProblem) -> Result<(), AppError> {
+    let device = file.device()?;
+    if device == gradfem_gpu::Device::Cpu {
+        return Ok(());
+    }
+    let params =
+        gradfem_gpu::CgParams { rel_tol: file.spec.solver.cg_rel_tol, max_iterations: 200_000 };
+    solve_fields_with(engine, |field| {
+        Box::new(gradfem_gpu::DeviceCgSolver::new(field, device, params))
+    });
+    Ok(())
+}
+
+/// Give every field whose systems are symmetric positive definite the linear solver
+/// `make(field name)`: the electrical field, a thermal field with constant conductivities and
+/// the linear mechanical field. What keeps its own solvers is named once in the log: a thermal
+/// field with k(T) (a nonsymmetric Newton tangent), transient steps, the finite-strain field
+/// and a monolithic coupled cycle (LU on the whole block system).
+pub fn solve_fields_with(
+    engine: &mut CoupledProblem,
+    make: impl Fn(&str) -> Box<dyn gradfem_solvers::linear::LinearSolver>,
+) {
+    let mut kept = Vec::new();
+    if let Some(f) = engine.find_mut::<ElectricalField>() {
+        f.set_solver(make("electrical"));
+    }
+    if let Some(f) = engine.find_mut::<ThermalField>() {
+        if f.is_symmetric() {
+            f.set_solver(make("thermal"));
+        } else {
+            kept.push("the thermal field (a temperature-dependent conductivity)");
         }
+        if f.transient.is_some() {
+            kept.push("the transient time steps");
+        }
+    }
+    if let Some(f) = engine.find_mut::<MechanicalField>() {
+        f.set_solver(make("mechanical"));
+    }
+    if engine.find::<HyperelasticField>().is_some() {
+        kept.push("the finite-strain field");
+    }
+    if engine.has_cycle() && engine.cycle.scheme == CycleScheme::Monolithic {
+        kept.push("the monolithic coupled cycle");
+    }
+    if engine.is_transient() {
+        kept.push("the coupled time steps");
+    }
+    if !kept.is_empty() {
+        tracing::warn!("no device path for {}: they solve on the CPU", kept.join(", "));
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod ansys_import;
 pub mod api;
 pub mod app;
+pub mod device;
 pub mod element_values;
 pub mod hessian;
 pub mod hyperelastic_file;

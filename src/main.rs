@@ -32,9 +32,9 @@ struct Cli {
     /// its whole records are read, with a warning).
     #[arg(long, global = true)]
     strict: bool,
-    /// Where to solve: `cpu` or `cuda` (overrides the problem file's `[solver] device`).
-    /// Problem-file runs are not yet wired to the GPU: `cuda` answers with the reason (no
-    /// `cuda` feature, no driver or device, or not yet supported for problem files).
+    /// Where to solve: `cpu` or `cuda` (overrides the problem file's `[solver] device`). With
+    /// `cuda` the linear fields' systems are solved on the GPU (Jacobi-PCG); without a usable
+    /// GPU it answers with the reason (no `cuda` feature, no driver, device or NVRTC).
     #[arg(long, global = true, value_name = "cpu|cuda")]
     device: Option<String>,
 }

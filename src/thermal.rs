@@ -13,30 +13,9 @@ use gradfem_mesh::Mesh;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
 use gradfem_thermal::{BcSpec, ObjectiveTerm, RegionSpec};
 
+pub use crate::device::{CgParams, Device, DeviceGradient, GpuError};
 pub use gradfem_coupling::fields::thermal::SolveTimings;
 pub use gradfem_coupling::taylor::direction;
-pub use gradfem_gpu::{CgParams, Device, GpuError};
-
-/// What [`ThermalProblem::device_gradient`] returns.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeviceGradient {
-    /// What ran it: `cuda (<device>)`, or `cpu (<linear solver>)`.
-    pub backend: String,
-    /// The objective J.
-    pub objective: f64,
-    /// dJ/dk_e for every volume element, in model element order.
-    pub dj_dk: Vec<f64>,
-    /// The nodal temperature.
-    pub temperature: Vec<f64>,
-    /// Forward and adjoint CG iterations (device runs).
-    pub cg_iterations: Option<[usize; 2]>,
-    /// Seconds of the forward solve (device: assembly, CG, download of T).
-    pub forward_s: f64,
-    /// Seconds of the objective, adjoint solve and gradient.
-    pub gradient_s: f64,
-    /// Seconds setting the device up (compiling the kernels, uploading the mesh); 0 on the CPU.
-    pub setup_s: f64,
-}
 
 /// A steady thermal problem: one thermal field in a coupled problem of its own.
 pub struct ThermalProblem {
@@ -154,22 +133,22 @@ impl ThermalProblem {
         if device == Device::Cuda {
             let field = self.field();
             let model = &field.model;
-            match gradfem_gpu::ThermalSystem::new(model, &field.pattern) {
+            match gradfem_gpu::DeviceSystem::thermal(model, &field.pattern) {
                 Ok(system) => {
                     let objective = |t: &[f64]| {
                         let e =
                             gradfem_thermal::objective::evaluate(model, &field.objective, t, false)
                                 .map_err(|e| GpuError::Input(e.to_string()))?;
-                        Ok((e.value, e.d_temperature))
+                        Ok((e.value, gradfem_gpu::Seed::Vector(e.d_temperature)))
                     };
                     let k = &model.k_elem[..model.n_volume_elements()];
-                    let run = gradfem_gpu::run_thermal_on(device, &system, k, cg, objective)
+                    let run = gradfem_gpu::run_on(device, &system, k, cg, objective)
                         .map_err(|e| RunError::Setup(format!("thermal on the GPU: {e}")))?;
                     return Ok(DeviceGradient {
                         backend: run.backend,
                         objective: run.objective,
-                        dj_dk: run.dj_dk,
-                        temperature: run.temperature,
+                        gradient: run.gradient,
+                        solution: run.solution,
                         cg_iterations: Some([run.forward_cg.iterations, run.adjoint_cg.iterations]),
                         forward_s: run.forward_s,
                         gradient_s: run.objective_s + run.gradient_s,
@@ -210,8 +189,8 @@ impl ThermalProblem {
         Ok(DeviceGradient {
             backend: format!("cpu ({solver})"),
             objective: eval.value,
-            dj_dk: vjp.k_elem.iter().map(|v| -v).collect(),
-            temperature: t,
+            gradient: vjp.k_elem.iter().map(|v| -v).collect(),
+            solution: t,
             cg_iterations: None,
             forward_s,
             gradient_s,

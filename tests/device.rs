@@ -27,19 +27,97 @@ fn problem_file_device_key_is_checked() {
     };
     let e = refused(plate().device("tpu"), "an unknown device is refused");
     assert!(e.to_string().contains(r#"expected "cpu" or "cuda""#), "{e}");
-    let e = refused(plate().device("cuda"), "cuda is not wired to problem files");
-    let text = e.to_string();
-    assert!(text.contains(r#"[solver] device = "cuda""#), "{text}");
-    if gradfem_gpu::CUDA_BUILT {
-        assert!(
-            text.contains("no CUDA driver")
-                || text.contains("no CUDA device")
-                || text.contains("NVRTC")
-                || text.contains("not yet supported"),
-            "{text}"
-        );
-    } else {
-        assert!(text.contains("`cuda` feature"), "{text}");
+    match gradfem_gpu::cuda_ready() {
+        Ok(_) => {
+            // a GPU: the file's fields solve on it, to the CPU's answer
+            let mut cpu = plate().build().unwrap();
+            let mut gpu = plate().device("cuda").build().unwrap();
+            let (a, b) = (cpu.objective().unwrap(), gpu.objective().unwrap());
+            assert!((a - b).abs() <= 1e-8 * a.abs(), "{a} vs {b}");
+        }
+        Err(_) => {
+            let text = refused(plate().device("cuda"), "no usable GPU here").to_string();
+            assert!(text.contains(r#"[solver] device = "cuda""#), "{text}");
+            if gradfem_gpu::CUDA_BUILT {
+                assert!(
+                    text.contains("no CUDA driver")
+                        || text.contains("no CUDA device")
+                        || text.contains("NVRTC"),
+                    "{text}"
+                );
+            } else {
+                assert!(text.contains("`cuda` feature"), "{text}");
+            }
+        }
+    }
+}
+
+/// An electro-thermo-mechanical bar: 2 V across its length heats it (Joule), the heat leaves
+/// through its clamped end and a film on one side, and the thermal strain bends it sideways
+/// while a traction on its free end bends it down; the tip's sideways deflection and
+/// displacement along the traction are the objective.
+fn bar() -> Model {
+    Model::new("bar")
+        .mesh_box([1.0e-3, 0.2e-3, 0.1e-3], [8, 3, 2], "hex8")
+        .conductivity("domain", 30.0)
+        .fixed_temperature("xmin", 300.0)
+        .convection("ymax", 2.0e3, 300.0)
+        .conductor("domain", 2.0e4)
+        .voltage("xmax", 2.0)
+        .ground("xmin")
+        .elastic("domain", 160.0e9, 0.22)
+        .thermal_expansion("domain", 2.6e-6, 300.0)
+        .fixed("xmin")
+        .traction("xmax", [0.0, 0.0, -5.0e4])
+        .objective(
+            Objective::AverageDisplacement { group: "xmax".into(), direction: [0.0, 1.0, -1.0] },
+            1.0e6,
+        )
+        .register("load.xmax.voltage")
+        .register("thermal.k.domain")
+        .register("mechanical.young.domain")
+}
+
+#[test]
+fn fields_solve_with_the_device_solver_to_the_cpu_answer() {
+    // The device CG through its CPU twin (the GPU's arithmetic, one thread) in place of the
+    // fields' own solvers: the coupled solve and its adjoint gradient agree with the direct
+    // solvers'.
+    let mut cpu = bar().build().unwrap();
+    let g_cpu = cpu.gradient().unwrap();
+    let mut twin = bar().build().unwrap();
+    let params = CgParams { rel_tol: 1e-13, max_iterations: 100_000 };
+    gradfem::app::solve_fields_with(&mut twin.problem().engine, |field| {
+        Box::new(gradfem_gpu::DeviceCgSolver::new(field, Device::Cpu, params))
+    });
+    let g_twin = twin.gradient().unwrap();
+    let engine = &twin.problem().engine;
+    for name in ["electrical", "thermal", "mechanical"] {
+        let solver = match name {
+            "electrical" => {
+                engine.find::<gradfem::electrical::ElectricalField>().unwrap().linear_solver()
+            }
+            "thermal" => engine
+                .find::<gradfem_coupling::fields::thermal::ThermalField>()
+                .unwrap()
+                .linear_solver(),
+            _ => engine.find::<gradfem::mechanical::MechanicalField>().unwrap().linear_solver(),
+        };
+        assert_eq!(solver, "twin-cg", "{name}");
+    }
+    assert!(g_cpu.value.abs() > 0.0);
+    assert!(
+        (g_twin.value - g_cpu.value).abs() <= 1e-8 * g_cpu.value.abs(),
+        "J: {} (device CG) vs {} (direct)",
+        g_twin.value,
+        g_cpu.value
+    );
+    for (name, g) in &g_cpu.by_name {
+        let t = g_twin.get(name).unwrap();
+        assert!(g.iter().all(|v| v.abs() > 0.0), "{name}: dJ/dp = {g:?} tells nothing");
+        for (a, b) in t.iter().zip(g) {
+            assert!((a - b).abs() <= 1e-6 * b.abs(), "{name}: {a} vs {b}");
+        }
     }
 }
 
@@ -88,7 +166,7 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
     assert!(d.backend.starts_with("cpu"), "{}", d.backend);
     assert!((d.objective - j).abs() <= 1e-12 * j.abs());
     let scale = g_ref.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    for (a, b) in d.dj_dk.iter().zip(&g_ref) {
+    for (a, b) in d.gradient.iter().zip(&g_ref) {
         assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
     }
 
@@ -98,7 +176,7 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
         Ok(r) => {
             // a GPU ran it: the same gradient
             assert!(r.backend.starts_with("cuda"), "{}", r.backend);
-            for (a, b) in r.dj_dk.iter().zip(&g_ref) {
+            for (a, b) in r.gradient.iter().zip(&g_ref) {
                 assert!((a - b).abs() <= 1e-10 * scale, "{a} vs {b}");
             }
         }
@@ -122,9 +200,9 @@ fn problems_without_device_kernels_run_on_the_cpu() {
         let mut p = heat3d_with(cell, std::slice::from_ref(&convection));
         let d = p.device_gradient(Device::Cuda, &CgParams::default()).unwrap();
         assert!(d.backend.starts_with("cpu"), "{cell:?}: {}", d.backend);
-        assert_eq!(d.dj_dk.len(), p.model.n_volume_elements());
+        assert_eq!(d.gradient.len(), p.model.n_volume_elements());
         // J = Σ T² > 0, and a uniformly better conductor is cooler
-        assert!(d.objective > 0.0 && d.dj_dk.iter().sum::<f64>() < 0.0);
+        assert!(d.objective > 0.0 && d.gradient.iter().sum::<f64>() < 0.0);
     }
 }
 

@@ -1,10 +1,11 @@
-//! The device pipeline of a steady, linear thermal problem, written once over a [`Backend`]: the
+//! The device pipeline of a steady, linear field problem (thermal or elastic), written once
+//! over a [`Backend`]: the
 //! CPU twins ([`crate::twin::CpuTwin`]) or the CUDA kernels (`crate::cuda::CudaBackend`, with
 //! the `cuda` feature). The host loop (Jacobi-preconditioned CG, the order of the kernels) is
 //! this one function for both, so a device run and its twin do the same operations.
 
 use crate::error::GpuError;
-use crate::system::ThermalSystem;
+use crate::system::DeviceSystem;
 
 /// The kernels of the pipeline over vectors of some memory (host or device).
 pub trait Backend {
@@ -14,7 +15,7 @@ pub trait Backend {
     /// What runs the kernels, for logs and reports.
     fn name(&self) -> String;
     /// The system the backend holds.
-    fn system(&self) -> &ThermalSystem;
+    fn system(&self) -> &DeviceSystem;
     /// A new vector of `n` zeros.
     fn zeros(&mut self, n: usize) -> Result<Self::Vector, GpuError>;
     /// A new vector with the values of `host`.
@@ -23,11 +24,12 @@ pub trait Backend {
     fn download(&mut self, v: &Self::Vector) -> Result<Vec<f64>, GpuError>;
     /// `dst` = `src` (same length).
     fn copy(&mut self, src: &Self::Vector, dst: &mut Self::Vector) -> Result<(), GpuError>;
-    /// Element matrices `ke` (nn² per element, nn the nodes per element) and residuals at zero
-    /// free temperatures `re` (nn per element) for conductivities `k` (one per element).
+    /// Element matrices `ke` (m² per element, m the local unknowns of an element) and
+    /// residuals at zero free unknowns `re` (m per element) for the per-element coefficients
+    /// `coefficient` (k_e or E_e).
     fn element_matrices(
         &mut self,
-        k: &Self::Vector,
+        coefficient: &Self::Vector,
         ke: &mut Self::Vector,
         re: &mut Self::Vector,
     ) -> Result<(), GpuError>;
@@ -37,7 +39,8 @@ pub trait Backend {
         ke: &Self::Vector,
         values: &mut Self::Vector,
     ) -> Result<(), GpuError>;
-    /// The load b = −R(T_free = 0) gathered from the element residuals.
+    /// The right-hand side b = −R(u_free = 0): the system's coefficient-free load minus the
+    /// gathered element residuals.
     fn assemble_rhs(&mut self, re: &Self::Vector, b: &mut Self::Vector) -> Result<(), GpuError>;
     /// 1 / diagonal of the matrix.
     fn inverse_diagonal(
@@ -65,17 +68,18 @@ pub trait Backend {
         r: &Self::Vector,
         z: &mut Self::Vector,
     ) -> Result<(), GpuError>;
-    /// Nodal values: the unknowns `u` at free nodes, `fixed` at constrained ones.
+    /// Nodal values: the unknowns `u` at free values, `fixed` at constrained ones.
     fn to_nodal(
         &mut self,
         u: &Self::Vector,
         fixed: &Self::Vector,
         out: &mut Self::Vector,
     ) -> Result<(), GpuError>;
-    /// dJ/dk_e = −λ_eᵀ K_e⁰ T_e per element, from nodal T and λ.
-    fn conductivity_gradient(
+    /// dJ/dc_e = −λ_eᵀ K_e⁰ u_e per element (c the coefficient, K_e⁰ the element matrix at
+    /// c = 1), from the nodal solution u and adjoint λ.
+    fn coefficient_gradient(
         &mut self,
-        t: &Self::Vector,
+        solution: &Self::Vector,
         lambda: &Self::Vector,
         out: &mut Self::Vector,
     ) -> Result<(), GpuError>;
@@ -105,12 +109,12 @@ pub struct CgInfo {
     pub relative_residual: f64,
 }
 
-/// The forward solve and the adjoint gradient of a steady, linear thermal problem on a backend:
-/// the per-element conductivities go in, the nodal temperature and dJ/dk_e come out.
-pub struct ThermalPipeline<B: Backend> {
+/// The forward solve and the adjoint gradient of a steady, linear field problem on a backend:
+/// the per-element coefficients (k_e or E_e) go in, the nodal solution and dJ/dc_e come out.
+pub struct Pipeline<B: Backend> {
     backend: B,
     n_el: usize,
-    k: B::Vector,
+    coefficient: B::Vector,
     ke: B::Vector,
     re: B::Vector,
     values: B::Vector,
@@ -124,25 +128,25 @@ pub struct ThermalPipeline<B: Backend> {
     zero_u: B::Vector,
     fixed: B::Vector,
     zero_nodal: B::Vector,
-    t_nodal: B::Vector,
+    u_nodal: B::Vector,
     lambda_nodal: B::Vector,
     grad: B::Vector,
     solved: bool,
 }
 
-impl<B: Backend> ThermalPipeline<B> {
+impl<B: Backend> Pipeline<B> {
     /// Allocate the vectors of the pipeline on `backend`.
     pub fn new(mut backend: B) -> Result<Self, GpuError> {
-        let (n_el, nn, n, n_nodes, nnz) = {
+        let (n_el, m, n, n_values, nnz) = {
             let s = backend.system();
-            (s.n_elements(), s.nodes_per_element, s.n_unknowns, s.n_nodes, s.nnz())
+            (s.n_elements(), s.element_size(), s.n_unknowns, s.n_values(), s.nnz())
         };
         let fixed = backend.system().fixed.clone();
-        Ok(ThermalPipeline {
+        Ok(Pipeline {
             n_el,
-            k: backend.zeros(n_el)?,
-            ke: backend.zeros(nn * nn * n_el)?,
-            re: backend.zeros(nn * n_el)?,
+            coefficient: backend.zeros(n_el)?,
+            ke: backend.zeros(m * m * n_el)?,
+            re: backend.zeros(m * n_el)?,
             values: backend.zeros(nnz)?,
             inv_diag: backend.zeros(n)?,
             b: backend.zeros(n)?,
@@ -153,9 +157,9 @@ impl<B: Backend> ThermalPipeline<B> {
             q: backend.zeros(n)?,
             zero_u: backend.zeros(n)?,
             fixed: backend.upload(&fixed)?,
-            zero_nodal: backend.zeros(n_nodes)?,
-            t_nodal: backend.zeros(n_nodes)?,
-            lambda_nodal: backend.zeros(n_nodes)?,
+            zero_nodal: backend.zeros(n_values)?,
+            u_nodal: backend.zeros(n_values)?,
+            lambda_nodal: backend.zeros(n_values)?,
             grad: backend.zeros(n_el)?,
             solved: false,
             backend,
@@ -167,25 +171,28 @@ impl<B: Backend> ThermalPipeline<B> {
         &self.backend
     }
 
-    /// Assemble the matrix and the load for conductivities `k` (one per element, each finite
-    /// and > 0) without solving.
-    pub fn assemble(&mut self, k: &[f64]) -> Result<(), GpuError> {
-        if k.len() != self.n_el {
+    /// Assemble the matrix and the right-hand side for the per-element coefficients
+    /// `coefficient` (one per element, each finite and > 0) without solving.
+    pub fn assemble(&mut self, coefficient: &[f64]) -> Result<(), GpuError> {
+        let what = self.backend.system().coefficient_name();
+        if coefficient.len() != self.n_el {
             return Err(GpuError::Input(format!(
-                "{} conductivities for {} elements",
-                k.len(),
+                "{} values of the {what} for {} elements",
+                coefficient.len(),
                 self.n_el
             )));
         }
-        if let Some((e, v)) = k.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v > 0.0)) {
+        if let Some((e, v)) =
+            coefficient.iter().enumerate().find(|(_, v)| !(v.is_finite() && **v > 0.0))
+        {
             return Err(GpuError::Input(format!(
-                "the conductivity of element {e} is {v}; it must be finite and positive"
+                "the {what} of element {e} is {v}; it must be finite and positive"
             )));
         }
         self.solved = false;
-        self.k = self.backend.upload(k)?;
+        self.coefficient = self.backend.upload(coefficient)?;
         let be = &mut self.backend;
-        be.element_matrices(&self.k, &mut self.ke, &mut self.re)?;
+        be.element_matrices(&self.coefficient, &mut self.ke, &mut self.re)?;
         be.assemble_matrix(&self.ke, &mut self.values)?;
         be.assemble_rhs(&self.re, &mut self.b)?;
         be.inverse_diagonal(&self.values, &mut self.inv_diag)
@@ -196,55 +203,105 @@ impl<B: Backend> ThermalPipeline<B> {
         self.backend.download(&self.values)
     }
 
-    /// The assembled load b = −R(T_free = 0), on the host.
+    /// The assembled right-hand side b = −R(u_free = 0), on the host.
     pub fn load(&mut self) -> Result<Vec<f64>, GpuError> {
         self.backend.download(&self.b)
     }
 
-    /// Solve K T = b for conductivities `k`; returns the nodal temperature (fixed values at
-    /// constrained nodes) and how CG ended.
+    /// Solve K u = b for the per-element coefficients `coefficient`; returns the nodal
+    /// solution (fixed values at constrained nodal values) and how CG ended.
     pub fn forward(
         &mut self,
-        k: &[f64],
+        coefficient: &[f64],
         params: &CgParams,
     ) -> Result<(Vec<f64>, CgInfo), GpuError> {
-        self.assemble(k)?;
+        self.assemble(coefficient)?;
         let info = self.pcg(params)?;
-        self.backend.to_nodal(&self.x, &self.fixed, &mut self.t_nodal)?;
+        self.backend.to_nodal(&self.x, &self.fixed, &mut self.u_nodal)?;
         self.solved = true;
-        Ok((self.backend.download(&self.t_nodal)?, info))
+        Ok((self.backend.download(&self.u_nodal)?, info))
     }
 
-    /// The adjoint of the last [`forward`](Self::forward): solve K λ = ∂J/∂T (the operator is
-    /// symmetric) for `t_bar` given per node, then dJ/dk_e = −λ_eᵀ K_e⁰ T_e per element.
+    /// The adjoint of the last [`forward`](Self::forward): solve K λ = ∂J/∂u (the operator is
+    /// symmetric) for `u_bar` given per nodal value, then dJ/dc_e = −λ_eᵀ K_e⁰ u_e per element.
     pub fn gradient(
         &mut self,
-        t_bar: &[f64],
+        u_bar: &[f64],
         params: &CgParams,
     ) -> Result<(Vec<f64>, CgInfo), GpuError> {
         if !self.solved {
             return Err(GpuError::Input("gradient before a forward solve".into()));
         }
         let s = self.backend.system();
-        if t_bar.len() != s.n_nodes {
+        if u_bar.len() != s.n_values() {
             return Err(GpuError::Input(format!(
-                "∂J/∂T has {} values for {} nodes",
-                t_bar.len(),
-                s.n_nodes
+                "∂J/∂u has {} values for {} nodal values",
+                u_bar.len(),
+                s.n_values()
             )));
         }
         let mut rhs = vec![0.0; s.n_unknowns];
-        for (node, &d) in s.dof_of_node.iter().enumerate() {
+        for (v, &d) in s.dof_of_value.iter().enumerate() {
             if d >= 0 {
-                rhs[d as usize] = t_bar[node];
+                rhs[d as usize] = u_bar[v];
             }
         }
         self.b = self.backend.upload(&rhs)?;
         let info = self.pcg(params)?;
         let be = &mut self.backend;
         be.to_nodal(&self.x, &self.zero_nodal, &mut self.lambda_nodal)?;
-        be.conductivity_gradient(&self.t_nodal, &self.lambda_nodal, &mut self.grad)?;
+        be.coefficient_gradient(&self.u_nodal, &self.lambda_nodal, &mut self.grad)?;
         Ok((be.download(&self.grad)?, info))
+    }
+
+    /// The gradient of an objective whose adjoint is the forward solution itself (the
+    /// compliance J = fᵀu, whose ∂J/∂u is the load, under homogeneous constraints): no solve,
+    /// dJ/dc_e = −u_eᵀ K_e⁰ u_e. Refused when a constrained value is nonzero (then λ ≠ u).
+    pub fn gradient_self_adjoint(&mut self) -> Result<Vec<f64>, GpuError> {
+        if !self.solved {
+            return Err(GpuError::Input("gradient before a forward solve".into()));
+        }
+        let s = self.backend.system();
+        if let Some(v) = s.fixed.iter().position(|&f| f != 0.0) {
+            return Err(GpuError::Input(format!(
+                "the adjoint is not the forward solution: nodal value {v} is held at {} \
+                 (a nonzero prescribed value)",
+                s.fixed[v]
+            )));
+        }
+        let be = &mut self.backend;
+        be.coefficient_gradient(&self.u_nodal, &self.u_nodal, &mut self.grad)?;
+        be.download(&self.grad)
+    }
+    /// Take the matrix from its CSR `values` (the pattern of the backend's system, assembled
+    /// elsewhere) instead of assembling it: the operator of the following
+    /// [`solve`](Self::solve)s.
+    pub fn set_matrix(&mut self, values: &[f64]) -> Result<(), GpuError> {
+        let nnz = self.backend.system().nnz();
+        if values.len() != nnz {
+            return Err(GpuError::Input(format!(
+                "{} matrix values for a pattern of {nnz} entries",
+                values.len()
+            )));
+        }
+        self.solved = false;
+        self.values = self.backend.upload(values)?;
+        self.backend.inverse_diagonal(&self.values, &mut self.inv_diag)
+    }
+
+    /// Solve A x = `b` (one value per unknown) with the current matrix; returns x and how CG
+    /// ended.
+    pub fn solve(&mut self, b: &[f64], params: &CgParams) -> Result<(Vec<f64>, CgInfo), GpuError> {
+        let n = self.backend.system().n_unknowns;
+        if b.len() != n {
+            return Err(GpuError::Input(format!(
+                "a right-hand side of {} values for {n} unknowns",
+                b.len()
+            )));
+        }
+        self.b = self.backend.upload(b)?;
+        let info = self.pcg(params)?;
+        Ok((self.backend.download(&self.x)?, info))
     }
 
     /// Jacobi-preconditioned CG from x = 0 on the assembled matrix, right-hand side `b`.

@@ -16,7 +16,8 @@ use cudarc::nvrtc::{CompileError, CompileOptions, Ptx, compile_ptx_with_opts};
 use crate::backend::Backend;
 use crate::error::GpuError;
 use crate::kernels::{self, BLOCK, KernelSource, NVRTC_OPTIONS, dot_blocks};
-use crate::system::ThermalSystem;
+use crate::system::{DeviceSystem, Physics};
+use crate::twin::{no_element_kernels, no_quadrature};
 
 /// Run `f`, turning a panic inside cudarc into a [`GpuError::Driver`].
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, GpuError> {
@@ -124,17 +125,21 @@ struct Kernels {
     to_nodal: CudaFunction,
     quad_element_matrices: CudaFunction,
     quad_conductivity_gradient: CudaFunction,
+    elastic_element_matrices: CudaFunction,
+    elastic_young_gradient: CudaFunction,
 }
 
 /// The pipeline's kernels on CUDA device 0, with the system's constant arrays uploaded once.
 pub struct CudaBackend {
-    sys: ThermalSystem,
+    sys: DeviceSystem,
     device: String,
     stream: Arc<CudaStream>,
     k: Kernels,
     coords: DeviceVec<f64>,
     nodes: DeviceVec<u32>,
-    source: DeviceVec<f64>,
+    /// The thermal source or the elastic Poisson's ratio, per element.
+    element_data: DeviceVec<f64>,
+    load: DeviceVec<f64>,
     fixed: DeviceVec<f64>,
     dof: DeviceVec<i32>,
     row_ptr: DeviceVec<u32>,
@@ -167,7 +172,7 @@ fn launch(what: &str, args: &mut LaunchArgs<'_>, c: LaunchConfig) -> Result<(), 
 
 impl CudaBackend {
     /// Compile the kernels, open device 0 and upload `system`.
-    pub fn new(system: &ThermalSystem) -> Result<Self, GpuError> {
+    pub fn new(system: &DeviceSystem) -> Result<Self, GpuError> {
         let info = probe()?;
         let ptx: Vec<Ptx> = kernels::ALL.iter().map(compile).collect::<Result<_, _>>()?;
         let ctx = guarded("opening device 0", || CudaContext::new(0))?
@@ -188,6 +193,8 @@ impl CudaBackend {
             conductivity_gradient: f(0, "tet4_conductivity_gradient")?,
             quad_element_matrices: f(3, "quad_element_matrices")?,
             quad_conductivity_gradient: f(3, "quad_conductivity_gradient")?,
+            elastic_element_matrices: f(4, "elastic_element_matrices")?,
+            elastic_young_gradient: f(4, "elastic_young_gradient")?,
             csr_gather: f(1, "csr_gather")?,
             rhs_gather: f(1, "rhs_gather")?,
             inverse_diagonal: f(1, "csr_inverse_diagonal")?,
@@ -204,16 +211,24 @@ impl CudaBackend {
         Ok(CudaBackend {
             coords: upload_any(&stream, &s.coords)?,
             nodes: up_u32(&s.nodes)?,
-            source: upload_any(&stream, &s.source)?,
+            element_data: upload_any(
+                &stream,
+                match &s.physics {
+                    Physics::Thermal { source } => source,
+                    Physics::Elastic { poisson } => poisson,
+                    Physics::Matrix => &[],
+                },
+            )?,
+            load: upload_any(&stream, &s.load)?,
             fixed: upload_any(&stream, &s.fixed)?,
-            dof: upload_any(&stream, &s.dof_of_node)?,
+            dof: upload_any(&stream, &s.dof_of_value)?,
             row_ptr: up_u32(&s.row_ptr)?,
             col_idx: up_u32(&s.col_idx)?,
             mg_ptr: up_u32(&s.matrix_gather_ptr)?,
             mg_idx: up_u32(&s.matrix_gather_idx)?,
             rg_ptr: up_u32(&s.rhs_gather_ptr)?,
             rg_idx: up_u32(&s.rhs_gather_idx)?,
-            partial: zeros_any(&stream, dot_blocks(s.n_unknowns.max(s.n_nodes)))?,
+            partial: zeros_any(&stream, dot_blocks(s.n_unknowns.max(s.n_values())))?,
             dot_out: zeros_any(&stream, 1)?,
             q_weights: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.weights))?,
             q_shape: upload_any(&stream, s.quadrature.as_ref().map_or(&[][..], |q| &q.shape))?,
@@ -262,7 +277,7 @@ impl Backend for CudaBackend {
     fn name(&self) -> String {
         format!("cuda ({})", self.device)
     }
-    fn system(&self) -> &ThermalSystem {
+    fn system(&self) -> &DeviceSystem {
         &self.sys
     }
     fn zeros(&mut self, n: usize) -> Result<Self::Vector, GpuError> {
@@ -283,28 +298,44 @@ impl Backend for CudaBackend {
     }
     fn element_matrices(
         &mut self,
-        k: &Self::Vector,
+        coefficient: &Self::Vector,
         ke: &mut Self::Vector,
         re: &mut Self::Vector,
     ) -> Result<(), GpuError> {
-        let n = k.len;
+        let n = coefficient.len;
         if n == 0 {
             return Ok(());
         }
         let n32 = n as u32;
-        if let Some(q) = &self.sys.quadrature {
-            let (nn, nq) = (self.sys.nodes_per_element as u32, q.n_points as u32);
-            let mut a = self.stream.launch_builder(&self.k.quad_element_matrices);
-            a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
-            a.arg(&self.q_weights.buf).arg(&self.q_shape.buf).arg(&self.q_grad.buf);
-            a.arg(&k.buf).arg(&self.source.buf).arg(&self.fixed.buf);
-            a.arg(&mut ke.buf).arg(&mut re.buf);
-            return launch("quad_element_matrices", &mut a, cfg(n));
+        let nn = self.sys.nodes_per_element as u32;
+        match (&self.sys.physics, &self.sys.quadrature) {
+            (Physics::Thermal { .. }, None) => {
+                let mut a = self.stream.launch_builder(&self.k.element_matrices);
+                a.arg(&n32).arg(&self.coords.buf).arg(&self.nodes.buf).arg(&coefficient.buf);
+                a.arg(&self.element_data.buf).arg(&self.fixed.buf);
+                a.arg(&mut ke.buf).arg(&mut re.buf);
+                launch("tet4_element_matrices", &mut a, cfg(n))
+            }
+            (Physics::Thermal { .. }, Some(q)) => {
+                let nq = q.n_points as u32;
+                let mut a = self.stream.launch_builder(&self.k.quad_element_matrices);
+                a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
+                a.arg(&self.q_weights.buf).arg(&self.q_shape.buf).arg(&self.q_grad.buf);
+                a.arg(&coefficient.buf).arg(&self.element_data.buf).arg(&self.fixed.buf);
+                a.arg(&mut ke.buf).arg(&mut re.buf);
+                launch("quad_element_matrices", &mut a, cfg(n))
+            }
+            (Physics::Elastic { .. }, q) => {
+                let nq = q.as_ref().ok_or_else(no_quadrature)?.n_points as u32;
+                let mut a = self.stream.launch_builder(&self.k.elastic_element_matrices);
+                a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
+                a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&coefficient.buf);
+                a.arg(&self.element_data.buf).arg(&self.fixed.buf);
+                a.arg(&mut ke.buf).arg(&mut re.buf);
+                launch("elastic_element_matrices", &mut a, cfg(n))
+            }
+            (Physics::Matrix, _) => Err(no_element_kernels()),
         }
-        let mut a = self.stream.launch_builder(&self.k.element_matrices);
-        a.arg(&n32).arg(&self.coords.buf).arg(&self.nodes.buf).arg(&k.buf).arg(&self.source.buf);
-        a.arg(&self.fixed.buf).arg(&mut ke.buf).arg(&mut re.buf);
-        launch("tet4_element_matrices", &mut a, cfg(n))
     }
     fn assemble_matrix(
         &mut self,
@@ -327,7 +358,8 @@ impl Backend for CudaBackend {
         }
         let n32 = n as u32;
         let mut a = self.stream.launch_builder(&self.k.rhs_gather);
-        a.arg(&n32).arg(&self.rg_ptr.buf).arg(&self.rg_idx.buf).arg(&re.buf).arg(&mut b.buf);
+        a.arg(&n32).arg(&self.rg_ptr.buf).arg(&self.rg_idx.buf).arg(&re.buf);
+        a.arg(&self.load.buf).arg(&mut b.buf);
         launch("rhs_gather", &mut a, cfg(n))
     }
     fn inverse_diagonal(
@@ -439,9 +471,9 @@ impl Backend for CudaBackend {
         a.arg(&n32).arg(&self.dof.buf).arg(&u.buf).arg(&fixed.buf).arg(&mut out.buf);
         launch("to_nodal", &mut a, cfg(n))
     }
-    fn conductivity_gradient(
+    fn coefficient_gradient(
         &mut self,
-        t: &Self::Vector,
+        solution: &Self::Vector,
         lambda: &Self::Vector,
         out: &mut Self::Vector,
     ) -> Result<(), GpuError> {
@@ -450,17 +482,31 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let n32 = n as u32;
-        if let Some(q) = &self.sys.quadrature {
-            let (nn, nq) = (self.sys.nodes_per_element as u32, q.n_points as u32);
-            let mut a = self.stream.launch_builder(&self.k.quad_conductivity_gradient);
-            a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
-            a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&t.buf).arg(&lambda.buf);
-            a.arg(&mut out.buf);
-            return launch("quad_conductivity_gradient", &mut a, cfg(n));
+        let nn = self.sys.nodes_per_element as u32;
+        match (&self.sys.physics, &self.sys.quadrature) {
+            (Physics::Thermal { .. }, None) => {
+                let mut a = self.stream.launch_builder(&self.k.conductivity_gradient);
+                a.arg(&n32).arg(&self.coords.buf).arg(&self.nodes.buf).arg(&solution.buf);
+                a.arg(&lambda.buf).arg(&mut out.buf);
+                launch("tet4_conductivity_gradient", &mut a, cfg(n))
+            }
+            (Physics::Thermal { .. }, Some(q)) => {
+                let nq = q.n_points as u32;
+                let mut a = self.stream.launch_builder(&self.k.quad_conductivity_gradient);
+                a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
+                a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&solution.buf);
+                a.arg(&lambda.buf).arg(&mut out.buf);
+                launch("quad_conductivity_gradient", &mut a, cfg(n))
+            }
+            (Physics::Elastic { .. }, q) => {
+                let nq = q.as_ref().ok_or_else(no_quadrature)?.n_points as u32;
+                let mut a = self.stream.launch_builder(&self.k.elastic_young_gradient);
+                a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
+                a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&self.element_data.buf);
+                a.arg(&solution.buf).arg(&lambda.buf).arg(&mut out.buf);
+                launch("elastic_young_gradient", &mut a, cfg(n))
+            }
+            (Physics::Matrix, _) => Err(no_element_kernels()),
         }
-        let mut a = self.stream.launch_builder(&self.k.conductivity_gradient);
-        a.arg(&n32).arg(&self.coords.buf).arg(&self.nodes.buf).arg(&t.buf).arg(&lambda.buf);
-        a.arg(&mut out.buf);
-        launch("tet4_conductivity_gradient", &mut a, cfg(n))
     }
 }

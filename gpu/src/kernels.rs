@@ -229,6 +229,141 @@ extern "C" __global__ void quad_conductivity_gradient(
     functions: &["quad_element_matrices", "quad_conductivity_gradient"],
 };
 
+/// Small-strain elastic element kernels by quadrature (Tet4, Tet10, Hex8, Hex20, Hex27):
+/// element stiffness matrices at E_e with the element residual at the prescribed
+/// displacements, and the per-element Young's-modulus gradient. The Jacobian and physical
+/// gradients are the thermal quadrature kernels' `physical_gradients`.
+pub const QUADRATURE_ELASTIC: KernelSource = KernelSource {
+    name: "quadrature_elastic.cu",
+    source: r#"
+#define MAX_NN 27
+
+__device__ static double physical_gradients(const double* __restrict__ coords,
+                                            const unsigned int* __restrict__ nodes,
+                                            unsigned int e, unsigned int nn, unsigned int q,
+                                            const double* __restrict__ ref_grad,
+                                            double g[MAX_NN][3]) {
+    const double* dn = ref_grad + 3u * nn * q;
+    double j[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
+    for (unsigned int a = 0; a < nn; ++a) {
+        unsigned int n = nodes[nn * e + a];
+        for (int i = 0; i < 3; ++i) {
+            double xi = coords[3u * n + i];
+            for (int k = 0; k < 3; ++k) j[i][k] = j[i][k] + xi * dn[3u * a + k];
+        }
+    }
+    double det = j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1]) -
+                 j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0]) +
+                 j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0]);
+    double r = 1.0 / det;
+    double inv[3][3] = {
+        {(j[1][1] * j[2][2] - j[1][2] * j[2][1]) * r, (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * r,
+         (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * r},
+        {(j[1][2] * j[2][0] - j[1][0] * j[2][2]) * r, (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * r,
+         (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * r},
+        {(j[1][0] * j[2][1] - j[1][1] * j[2][0]) * r, (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * r,
+         (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * r}};
+    for (unsigned int a = 0; a < nn; ++a) {
+        const double* d = dn + 3u * a;
+        for (int i = 0; i < 3; ++i)
+            g[a][i] = d[0] * inv[0][i] + d[1] * inv[1][i] + d[2] * inv[2][i];
+    }
+    return det;
+}
+
+// Lame constants per unit Young's modulus: lambda0 = nu / ((1 + nu)(1 - 2 nu)),
+// mu0 = 1 / (2 (1 + nu)).
+__device__ static void unit_lame(double nu, double* lambda0, double* mu0) {
+    *lambda0 = nu / ((1.0 + nu) * (1.0 - nu * 2.0));
+    *mu0 = 1.0 / ((1.0 + nu) * 2.0);
+}
+
+// K_e = sum_q w_q det J_q [lambda g_a[i] g_b[k] + mu g_a[k] g_b[i] + mu delta_ik g_a.g_b]
+// (row-major, m = 3 nn local unknowns 3a + i, m * m per element) with lambda = E_e lambda0,
+// mu = E_e mu0, and r_e = K_e u_fix,e (the element residual at the prescribed displacements,
+// every free one zero; the loads are in the system's load vector).
+extern "C" __global__ void elastic_element_matrices(
+    unsigned int n_el, unsigned int nn, unsigned int nq, const double* __restrict__ coords,
+    const unsigned int* __restrict__ nodes, const double* __restrict__ weights,
+    const double* __restrict__ ref_grad, const double* __restrict__ young,
+    const double* __restrict__ poisson, const double* __restrict__ fixed,
+    double* __restrict__ ke, double* __restrict__ re) {
+    unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_el) return;
+    double g[MAX_NN][3];
+    unsigned int m = 3u * nn;
+    double* kk = ke + (size_t)m * m * e;
+    double* rr = re + m * e;
+    double lambda0, mu0;
+    unit_lame(poisson[e], &lambda0, &mu0);
+    double lam = young[e] * lambda0;
+    double mu = young[e] * mu0;
+    for (unsigned int c = 0; c < m * m; ++c) kk[c] = 0.0;
+    for (unsigned int q = 0; q < nq; ++q) {
+        double w = weights[q] * physical_gradients(coords, nodes, e, nn, q, ref_grad, g);
+        for (unsigned int a = 0; a < nn; ++a) {
+            for (unsigned int b = 0; b < nn; ++b) {
+                double gab = w * mu * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+                for (unsigned int i = 0; i < 3; ++i) {
+                    double* row = kk + (3u * a + i) * m + 3u * b;
+                    for (unsigned int k = 0; k < 3; ++k)
+                        row[k] = row[k] + w * (lam * g[a][i] * g[b][k] + mu * g[a][k] * g[b][i]);
+                    row[i] = row[i] + gab;
+                }
+            }
+        }
+    }
+    for (unsigned int r = 0; r < m; ++r) {
+        double s = 0.0;
+        for (unsigned int b = 0; b < nn; ++b) {
+            unsigned int n = nodes[nn * e + b];
+            for (unsigned int k = 0; k < 3; ++k) s = s + kk[r * m + 3u * b + k] * fixed[3u * n + k];
+        }
+        rr[r] = s;
+    }
+}
+
+// dJ/dE_e = -lambda_e^T K_e^0 u_e = -sum_q w_q det J_q [lambda0 div(lambda) div(u)
+//           + mu0 grad(lambda) : (grad(u) + grad(u)^T)], K_e^0 the stiffness at E = 1.
+extern "C" __global__ void elastic_young_gradient(
+    unsigned int n_el, unsigned int nn, unsigned int nq, const double* __restrict__ coords,
+    const unsigned int* __restrict__ nodes, const double* __restrict__ weights,
+    const double* __restrict__ ref_grad, const double* __restrict__ poisson,
+    const double* __restrict__ u, const double* __restrict__ lambda, double* __restrict__ out) {
+    unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= n_el) return;
+    double g[MAX_NN][3];
+    double lambda0, mu0;
+    unit_lame(poisson[e], &lambda0, &mu0);
+    double s = 0.0;
+    for (unsigned int q = 0; q < nq; ++q) {
+        double det = physical_gradients(coords, nodes, e, nn, q, ref_grad, g);
+        double gu[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
+        double gl[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
+        for (unsigned int a = 0; a < nn; ++a) {
+            unsigned int n = nodes[nn * e + a];
+            for (int i = 0; i < 3; ++i) {
+                double ua = u[3u * n + i];
+                double la = lambda[3u * n + i];
+                for (int j = 0; j < 3; ++j) {
+                    gu[i][j] = gu[i][j] + ua * g[a][j];
+                    gl[i][j] = gl[i][j] + la * g[a][j];
+                }
+            }
+        }
+        double div_u = gu[0][0] + gu[1][1] + gu[2][2];
+        double div_l = gl[0][0] + gl[1][1] + gl[2][2];
+        double shear = 0.0;
+        for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 3; ++j) shear = shear + gl[i][j] * (gu[i][j] + gu[j][i]);
+        s = s + weights[q] * det * (lambda0 * div_l * div_u + mu0 * shear);
+    }
+    out[e] = -s;
+}
+"#,
+    functions: &["elastic_element_matrices", "elastic_young_gradient"],
+};
+
 /// Deterministic assembly by gathering: one thread per CSR entry (or per unknown) sums its
 /// element contributions in the fixed order of the gather table.
 pub const ASSEMBLY: KernelSource = KernelSource {
@@ -246,15 +381,17 @@ extern "C" __global__ void csr_gather(unsigned int nnz, const unsigned int* __re
     values[i] = s;
 }
 
-// b[i] = -(sum over c in ptr[i]..ptr[i+1] of re[idx[c]]): the load -R(T_free = 0).
+// b[i] = load[i] - (sum over c in ptr[i]..ptr[i+1] of re[idx[c]]): the right-hand side
+// -R(u_free = 0), the coefficient-free load plus the gathered element residuals.
 extern "C" __global__ void rhs_gather(unsigned int n, const unsigned int* __restrict__ ptr,
                                       const unsigned int* __restrict__ idx,
-                                      const double* __restrict__ re, double* __restrict__ b) {
+                                      const double* __restrict__ re,
+                                      const double* __restrict__ load, double* __restrict__ b) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     double s = 0.0;
     for (unsigned int c = ptr[i]; c < ptr[i + 1]; ++c) s += re[idx[c]];
-    b[i] = -s;
+    b[i] = load[i] - s;
 }
 
 // inv[i] = 1 / A[i][i] (the pattern stores every diagonal entry).
@@ -367,7 +504,8 @@ extern "C" __global__ void to_nodal(unsigned int n_nodes, const int* __restrict_
 };
 
 /// Every NVRTC program of the backend.
-pub const ALL: &[KernelSource] = &[TET4_THERMAL, ASSEMBLY, VECTOR, QUADRATURE_THERMAL];
+pub const ALL: &[KernelSource] =
+    &[TET4_THERMAL, ASSEMBLY, VECTOR, QUADRATURE_THERMAL, QUADRATURE_ELASTIC];
 
 /// Number of dot-product blocks (partial sums) for vectors of `n` entries.
 pub fn dot_blocks(n: usize) -> usize {

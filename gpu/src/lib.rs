@@ -1,12 +1,15 @@
 //! gradfem's GPU backend: device execution of assembled finite-element systems.
 //!
-//! What runs on the device today is the steady, linear thermal field on one kind of volume
-//! cell (Tet4 in closed form; Tet10, Hex8, Hex20 and Hex27 by the CPU model's quadrature) with
-//! a per-element conductivity, fixed temperatures and a volume heat source: element matrices,
-//! deterministic assembly into CSR by gathering through the CPU assembly's slot table,
-//! Jacobi-preconditioned CG (host loop, device SpMV / dot / axpy kernels), the adjoint solve
-//! with the same operator and the per-element gradient dJ/dk_e = −λ_eᵀ K_e⁰ T_e. The
-//! objective and ∂J/∂T are evaluated on the host from the downloaded temperature.
+//! What runs on the device today is a steady, linear field on one kind of volume cell (Tet4,
+//! Tet10, Hex8, Hex20, Hex27) with a per-element coefficient that scales its element matrix:
+//! the thermal field (conductivity k_e, fixed temperatures, a volume heat source; Tet4 in
+//! closed form, the others by the CPU model's quadrature) and small-strain linear elasticity
+//! (Young's modulus E_e, Poisson's ratio per element, prescribed displacements, dead loads).
+//! On the device: element matrices, deterministic assembly into CSR by gathering through the
+//! CPU assembly's slot table, Jacobi-preconditioned CG (host loop, device SpMV / dot / axpy
+//! kernels), the adjoint solve with the same operator (none for a self-adjoint objective such
+//! as the compliance) and the per-element gradient dJ/dc_e = −λ_eᵀ K_e⁰ u_e. The objective
+//! and ∂J/∂u are evaluated on the host from the downloaded solution.
 //!
 //! - [`kernels`]: the CUDA C sources, compiled at run time by NVRTC.
 //! - [`twin`]: a CPU twin of every kernel (same arithmetic, same order) and [`twin::CpuTwin`],
@@ -20,12 +23,14 @@ pub mod backend;
 pub mod cuda;
 pub mod error;
 pub mod kernels;
+pub mod solver;
 pub mod system;
 pub mod twin;
 
-pub use backend::{Backend, CgInfo, CgParams, ThermalPipeline};
+pub use backend::{Backend, CgInfo, CgParams, Pipeline};
 pub use error::GpuError;
-pub use system::ThermalSystem;
+pub use solver::DeviceCgSolver;
+pub use system::{DeviceSystem, Physics};
 
 /// Where assembled systems are solved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -86,23 +91,36 @@ pub fn cuda_ready() -> Result<String, GpuError> {
     }
 }
 
+/// What the host objective answers for a nodal solution: how the adjoint is formed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Seed {
+    /// ∂J/∂u per nodal value: the adjoint solve K λ = ∂J/∂u runs.
+    Vector(Vec<f64>),
+    /// The adjoint is `scale` times the forward solution (the compliance w·fᵀu under
+    /// homogeneous constraints, scale = w): no solve ([`Pipeline::gradient_self_adjoint`]).
+    Forward {
+        /// λ = scale · u.
+        scale: f64,
+    },
+}
+
 /// The result of one forward solve + adjoint gradient on a backend.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ThermalRun {
+pub struct DeviceRun {
     /// What ran the kernels (`cpu-twin` or `cuda (<device name>)`).
     pub backend: String,
-    /// Nodal temperature.
-    pub temperature: Vec<f64>,
+    /// Nodal solution (temperature, or displacement `3·node + i`).
+    pub solution: Vec<f64>,
     /// The objective J.
     pub objective: f64,
-    /// dJ/dk_e per element (model element order).
-    pub dj_dk: Vec<f64>,
+    /// dJ/dc_e per element (model element order), c the per-element coefficient.
+    pub gradient: Vec<f64>,
     /// The forward CG.
     pub forward_cg: CgInfo,
-    /// The adjoint CG.
+    /// The adjoint CG (0 iterations when the adjoint is the forward solution).
     pub adjoint_cg: CgInfo,
     /// Seconds: setting up the backend (device: compiling and uploading), forward (assembly +
-    /// solve + download of T), objective on the host, adjoint + gradient.
+    /// solve + download of the solution), objective on the host, adjoint + gradient.
     pub setup_s: f64,
     /// See [`setup_s`](Self::setup_s).
     pub forward_s: f64,
@@ -112,31 +130,37 @@ pub struct ThermalRun {
     pub gradient_s: f64,
 }
 
-/// Forward solve and gradient of `system` with conductivities `k` on `backend`; `objective`
-/// maps the nodal temperature to (J, ∂J/∂T per node) on the host.
-pub fn run_thermal<B: Backend>(
+/// Forward solve and gradient on `backend` with the per-element coefficients `coefficient`;
+/// `objective` maps the nodal solution to J and its [`Seed`] on the host.
+pub fn run<B: Backend>(
     backend: impl FnOnce() -> Result<B, GpuError>,
-    k: &[f64],
+    coefficient: &[f64],
     params: &CgParams,
-    objective: impl FnOnce(&[f64]) -> Result<(f64, Vec<f64>), GpuError>,
-) -> Result<ThermalRun, GpuError> {
+    objective: impl FnOnce(&[f64]) -> Result<(f64, Seed), GpuError>,
+) -> Result<DeviceRun, GpuError> {
     let t0 = std::time::Instant::now();
-    let mut pipeline = ThermalPipeline::new(backend()?)?;
+    let mut pipeline = Pipeline::new(backend()?)?;
     let setup_s = t0.elapsed().as_secs_f64();
     let t1 = std::time::Instant::now();
-    let (temperature, forward_cg) = pipeline.forward(k, params)?;
+    let (solution, forward_cg) = pipeline.forward(coefficient, params)?;
     let forward_s = t1.elapsed().as_secs_f64();
     let t2 = std::time::Instant::now();
-    let (value, t_bar) = objective(&temperature)?;
+    let (value, seed) = objective(&solution)?;
     let objective_s = t2.elapsed().as_secs_f64();
     let t3 = std::time::Instant::now();
-    let (dj_dk, adjoint_cg) = pipeline.gradient(&t_bar, params)?;
+    let (gradient, adjoint_cg) = match seed {
+        Seed::Vector(u_bar) => pipeline.gradient(&u_bar, params)?,
+        Seed::Forward { scale } => {
+            let g = pipeline.gradient_self_adjoint()?;
+            (g.into_iter().map(|v| scale * v).collect(), CgInfo::default())
+        }
+    };
     let gradient_s = t3.elapsed().as_secs_f64();
-    Ok(ThermalRun {
+    Ok(DeviceRun {
         backend: pipeline.backend().name(),
-        temperature,
+        solution,
         objective: value,
-        dj_dk,
+        gradient,
         forward_cg,
         adjoint_cg,
         setup_s,
@@ -146,25 +170,25 @@ pub fn run_thermal<B: Backend>(
     })
 }
 
-/// [`run_thermal`] on `device`: the CPU twins for [`Device::Cpu`], the GPU for
-/// [`Device::Cuda`] (an error naming the reason when this build or machine cannot).
-pub fn run_thermal_on(
+/// [`run`] on `device`: the CPU twins for [`Device::Cpu`], the GPU for [`Device::Cuda`] (an
+/// error naming the reason when this build or machine cannot).
+pub fn run_on(
     device: Device,
-    system: &ThermalSystem,
-    k: &[f64],
+    system: &DeviceSystem,
+    coefficient: &[f64],
     params: &CgParams,
-    objective: impl FnOnce(&[f64]) -> Result<(f64, Vec<f64>), GpuError>,
-) -> Result<ThermalRun, GpuError> {
+    objective: impl FnOnce(&[f64]) -> Result<(f64, Seed), GpuError>,
+) -> Result<DeviceRun, GpuError> {
     match device {
-        Device::Cpu => run_thermal(|| Ok(twin::CpuTwin::new(system)), k, params, objective),
+        Device::Cpu => run(|| Ok(twin::CpuTwin::new(system)), coefficient, params, objective),
         Device::Cuda => {
             #[cfg(feature = "cuda")]
             {
-                run_thermal(|| cuda::CudaBackend::new(system), k, params, objective)
+                run(|| cuda::CudaBackend::new(system), coefficient, params, objective)
             }
             #[cfg(not(feature = "cuda"))]
             {
-                let _ = (system, k, params, objective);
+                let _ = (system, coefficient, params, objective);
                 Err(GpuError::NotBuilt)
             }
         }

@@ -1,10 +1,13 @@
-//! The host-side description of a steady thermal system, in the flat 32-bit arrays the kernels
+//! The host-side description of a steady, linear field system (thermal or elastic), in the flat 32-bit arrays the kernels
 //! read: node coordinates, element nodes, the reference quadrature of isoparametric cells, the
 //! CSR pattern of the CPU assembly and the gather tables that turn element matrices into CSR
 //! values without atomics.
 
+use gradfem_mechanical::LinearElasticModel;
 use gradfem_mesh::CellType;
+use gradfem_mesh::quadrature::ElementTable;
 use gradfem_solvers::assembly::AssemblyPattern;
+use gradfem_solvers::sparse::CsrMatrix;
 use gradfem_thermal::{BcKind, ThermalModel};
 
 use crate::error::GpuError;
@@ -23,43 +26,71 @@ pub struct ReferenceQuadrature {
     pub grad: Vec<[f64; 3]>,
 }
 
-/// A steady, linear thermal problem on one kind of volume cell ready for the device:
-/// everything the kernels read except the per-element conductivity, which is the input of
-/// each solve. Tet4 cells use the closed-form kernels (constant gradients); Tet10, Hex8, Hex20
-/// and Hex27 the quadrature kernels with the CPU model's quadrature.
+/// Which field's element kernels a system runs, with the data only that field has. The
+/// per-element coefficient that goes into each solve is the conductivity k_e (thermal) or
+/// Young's modulus E_e (elastic); the element matrix is linear in it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Physics {
+    /// Steady heat conduction, one unknown per node.
+    Thermal {
+        /// Heat source Q of each element [W/m³].
+        source: Vec<f64>,
+    },
+    /// Small-strain isotropic linear elasticity, three unknowns per node (`3·node + i`).
+    Elastic {
+        /// Poisson's ratio ν of each element.
+        poisson: Vec<f64>,
+    },
+    /// A matrix assembled elsewhere (on the CPU) and handed over by its values: the device
+    /// solves with it, no element kernel runs ([`DeviceSystem::matrix`]).
+    Matrix,
+}
+
+/// A steady, linear field problem on one kind of volume cell ready for the device: everything
+/// the kernels read except the per-element coefficient, which is the input of each solve.
+/// Thermal Tet4 cells use the closed-form kernels (constant gradients); every other case the
+/// quadrature kernels with the CPU model's quadrature.
+///
+/// Nodal vectors hold `components` values per node (`components · node + i`).
 #[derive(Clone, Debug)]
-pub struct ThermalSystem {
+pub struct DeviceSystem {
+    /// The field and its own data.
+    pub physics: Physics,
+    /// Unknowns per node: 1 (thermal) or 3 (elastic).
+    pub components: usize,
     /// The cell type of every element.
     pub cell_type: CellType,
     /// Nodes per element.
     pub nodes_per_element: usize,
-    /// The reference quadrature of the quadrature kernels (`None`: Tet4, closed form).
+    /// The reference quadrature of the quadrature kernels (`None`: thermal Tet4, closed form).
     pub quadrature: Option<ReferenceQuadrature>,
     /// Number of mesh nodes.
     pub n_nodes: usize,
-    /// Number of unknowns (free nodes).
+    /// Number of unknowns (free nodal values).
     pub n_unknowns: usize,
     /// Node coordinates, 3 per node.
     pub coords: Vec<f64>,
     /// The nodes of each element, `nodes_per_element` each.
     pub nodes: Vec<u32>,
-    /// Heat source Q of each element [W/m³].
-    pub source: Vec<f64>,
-    /// Fixed temperature of each constrained node, 0 at free nodes.
+    /// The load of each unknown that does not depend on the coefficients (the elastic field's
+    /// body forces, tractions and pressures; zero for the thermal field, whose source is in
+    /// the element residual).
+    pub load: Vec<f64>,
+    /// Fixed value of each constrained nodal value, 0 at free ones.
     pub fixed: Vec<f64>,
-    /// Unknown of each node, −1 where the node is constrained.
-    pub dof_of_node: Vec<i32>,
+    /// Unknown of each nodal value, −1 where it is constrained.
+    pub dof_of_value: Vec<i32>,
     /// CSR row pointers of the CPU assembly's pattern.
     pub row_ptr: Vec<u32>,
     /// CSR column indices of the CPU assembly's pattern.
     pub col_idx: Vec<u32>,
     /// For CSR entry i, its contributions are `matrix_gather_idx[ptr[i]..ptr[i+1]]`, each
-    /// `nn² e + nn a + b` (local pair (a, b) of element e, nn nodes per element), in
-    /// increasing order.
+    /// `m² e + m a + b` (local pair (a, b) of element e, m = components · nodes per element
+    /// local unknowns), in increasing order.
     pub matrix_gather_ptr: Vec<u32>,
     /// See [`matrix_gather_ptr`](Self::matrix_gather_ptr).
     pub matrix_gather_idx: Vec<u32>,
-    /// For unknown i, its contributions are `rhs_gather_idx[ptr[i]..ptr[i+1]]`, each `nn e + a`,
+    /// For unknown i, its contributions are `rhs_gather_idx[ptr[i]..ptr[i+1]]`, each `m e + a`,
     /// in increasing order.
     pub rhs_gather_ptr: Vec<u32>,
     /// See [`rhs_gather_ptr`](Self::rhs_gather_ptr).
@@ -103,15 +134,79 @@ fn invert(
     (ptr, idx)
 }
 
-impl ThermalSystem {
-    /// The device description of `model`, whose matrix has the CPU assembly's `pattern`.
+/// The cell types the device kernels cover.
+const COVERED: [CellType; 5] =
+    [CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20, CellType::Hex27];
+
+/// Check that the `n_el` volume elements share one covered cell type and one quadrature
+/// table; returns the cell type and element 0's table.
+fn one_cell_kind<'t>(
+    n_el: usize,
+    cell_of: impl Fn(usize) -> CellType,
+    table_of: impl Fn(usize) -> &'t ElementTable,
+) -> Result<(CellType, &'t ElementTable), GpuError> {
+    if n_el == 0 {
+        return Err(GpuError::Input("the model has no volume element".into()));
+    }
+    let cell_type = cell_of(0);
+    if !COVERED.contains(&cell_type) {
+        return Err(GpuError::Unsupported(format!(
+            "the device kernels cover Tet4, Tet10, Hex8, Hex20 and Hex27 cells; element 0 is \
+             {cell_type:?}"
+        )));
+    }
+    if let Some(e) = (0..n_el).find(|&e| cell_of(e) != cell_type) {
+        return Err(GpuError::Unsupported(format!(
+            "the device kernels take one cell type per problem; element 0 is {cell_type:?}, \
+             element {e} is {:?}",
+            cell_of(e)
+        )));
+    }
+    let table = table_of(0);
+    if let Some(e) = (0..n_el).find(|&e| !std::ptr::eq(table_of(e), table)) {
+        return Err(GpuError::Unsupported(format!(
+            "the device kernels take one quadrature per problem; element {e} uses another than \
+             element 0 (a curved Tet10 integrated at a higher degree)"
+        )));
+    }
+    debug_assert!(cell_type.n_nodes() <= MAX_CELL_NODES);
+    Ok((cell_type, table))
+}
+
+/// The flat reference quadrature of `table`.
+fn reference_quadrature(table: &ElementTable) -> ReferenceQuadrature {
+    let nq = table.n_points();
+    ReferenceQuadrature {
+        n_points: nq,
+        weights: table.weights.clone(),
+        shape: (0..nq).flat_map(|q| table.shape(q).to_vec()).collect(),
+        grad: (0..nq).flat_map(|q| table.grad(q).to_vec()).collect(),
+    }
+}
+
+/// What the constructors of [`DeviceSystem`] share once the field's own data are known.
+struct Common<'a> {
+    pattern: &'a AssemblyPattern,
+    n_model_elements: usize,
+    n_el: usize,
+    components: usize,
+    cell_type: CellType,
+    quadrature: Option<ReferenceQuadrature>,
+    coords: &'a [[f64; 3]],
+    element_nodes: &'a dyn Fn(usize) -> &'a [usize],
+    unknown_of_value: &'a [Option<usize>],
+}
+
+impl DeviceSystem {
+    /// The device description of a steady thermal `model`, whose matrix has the CPU
+    /// assembly's `pattern`.
     ///
     /// Errors with [`GpuError::Unsupported`] naming the reason when the model has something
     /// without a device kernel: a cell other than Tet4, Tet10, Hex8, Hex20 and Hex27, more than
     /// one cell type or quadrature, a temperature-dependent conductivity, an external (Joule)
     /// heat source, a convection or heat-flux boundary, or a size beyond 32-bit indices; with
     /// [`GpuError::Input`] when `pattern` is not the model's.
-    pub fn new(model: &ThermalModel, pattern: &AssemblyPattern) -> Result<Self, GpuError> {
+    pub fn thermal(model: &ThermalModel, pattern: &AssemblyPattern) -> Result<Self, GpuError> {
         let n_el = model.n_volume_elements();
         if model.n_elements() != n_el {
             let kinds: Vec<String> = model
@@ -132,43 +227,8 @@ impl ThermalSystem {
                 kinds.join(", ")
             )));
         }
-        if n_el == 0 {
-            return Err(GpuError::Input("the model has no volume element".into()));
-        }
-        let cell_type = model.element_cell_type(0);
-        let covered =
-            [CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20, CellType::Hex27];
-        if !covered.contains(&cell_type) {
-            return Err(GpuError::Unsupported(format!(
-                "the device kernels cover Tet4, Tet10, Hex8, Hex20 and Hex27 cells; element 0 \
-                 is {cell_type:?}"
-            )));
-        }
-        if let Some(e) = (0..n_el).find(|&e| model.element_cell_type(e) != cell_type) {
-            return Err(GpuError::Unsupported(format!(
-                "the device kernels take one cell type per problem; element 0 is {cell_type:?}, \
-                 element {e} is {:?}",
-                model.element_cell_type(e)
-            )));
-        }
-        let table = model.element_table(0);
-        if let Some(e) = (0..n_el).find(|&e| !std::ptr::eq(model.element_table(e), table)) {
-            return Err(GpuError::Unsupported(format!(
-                "the device kernels take one quadrature per problem; element {e} uses another \
-                 than element 0 (a curved Tet10 integrated at a higher degree)"
-            )));
-        }
-        let nn = cell_type.n_nodes();
-        debug_assert!(nn <= MAX_CELL_NODES);
-        let quadrature = (cell_type != CellType::Tet4).then(|| {
-            let nq = table.n_points();
-            ReferenceQuadrature {
-                n_points: nq,
-                weights: table.weights.clone(),
-                shape: (0..nq).flat_map(|q| table.shape(q).to_vec()).collect(),
-                grad: (0..nq).flat_map(|q| table.grad(q).to_vec()).collect(),
-            }
-        });
+        let (cell_type, table) =
+            one_cell_kind(n_el, |e| model.element_cell_type(e), |e| model.element_table(e))?;
         if let Some(r) = model.regions.iter().find(|r| !r.law.is_constant()) {
             return Err(GpuError::Unsupported(format!(
                 "region '{}' has a temperature-dependent conductivity; the device path solves \
@@ -183,54 +243,140 @@ impl ThermalSystem {
             ));
         }
         let n_unknowns = model.n_unknowns();
-        if pattern.n_unknowns() != n_unknowns || pattern.n_elements() != model.n_elements() {
+        let source =
+            (0..n_el).map(|e| model.regions[model.element_region(e)].source).collect::<Vec<_>>();
+        let fixed = model.nodal_temperature(&vec![0.0; n_unknowns]);
+        let element_nodes = |e: usize| model.element_nodes(e);
+        Self::build(
+            Physics::Thermal { source },
+            Common {
+                pattern,
+                n_model_elements: model.n_elements(),
+                n_el,
+                components: 1,
+                cell_type,
+                quadrature: (cell_type != CellType::Tet4).then(|| reference_quadrature(table)),
+                coords: &model.coords,
+                element_nodes: &element_nodes,
+                unknown_of_value: &model.dofs.unknown_of_node,
+            },
+            vec![0.0; n_unknowns],
+            fixed,
+        )
+    }
+
+    /// The device description of a small-strain elastic `model`, whose matrix has the CPU
+    /// assembly's `pattern`. Body forces, tractions and pressures become the coefficient-free
+    /// [`load`](Self::load); prescribed displacements enter through the element residuals.
+    ///
+    /// Errors with [`GpuError::Unsupported`] when the model has a thermal strain (a
+    /// temperature field and a nonzero α: its load scales with E, which has no device kernel
+    /// yet), a cell other than Tet4, Tet10, Hex8, Hex20 and Hex27, more than one cell type or
+    /// quadrature, or a size beyond 32-bit indices; with [`GpuError::Input`] when `pattern` is
+    /// not the model's.
+    pub fn elastic(
+        model: &LinearElasticModel,
+        pattern: &AssemblyPattern,
+    ) -> Result<Self, GpuError> {
+        let n_el = model.n_volume_elements();
+        let (cell_type, table) =
+            one_cell_kind(n_el, |e| model.element_cell_type(e), |e| model.element_table(e))?;
+        let strained = model.regions.iter().find(|r| r.alpha != 0.0);
+        if let (Some(r), Some(_)) = (strained, model.temperature()) {
+            return Err(GpuError::Unsupported(format!(
+                "region '{}' has a thermal strain (α = {}) under a temperature field; the device \
+                 kernels take mechanical loads only",
+                r.name, r.alpha
+            )));
+        }
+        let n_unknowns = model.n_unknowns();
+        let full_load = model.load_vector();
+        let mut load = vec![0.0; n_unknowns];
+        for (d, u) in model.dofs.unknown_of_node.iter().enumerate() {
+            if let Some(u) = *u {
+                load[u] = full_load[d];
+            }
+        }
+        let fixed = model.nodal_displacement(&vec![0.0; n_unknowns]);
+        let poisson = model.poisson_elem[..n_el].to_vec();
+        let element_nodes = |e: usize| model.element_nodes(e);
+        Self::build(
+            Physics::Elastic { poisson },
+            Common {
+                pattern,
+                n_model_elements: model.n_elements(),
+                n_el,
+                components: 3,
+                cell_type,
+                quadrature: Some(reference_quadrature(table)),
+                coords: &model.coords,
+                element_nodes: &element_nodes,
+                unknown_of_value: &model.dofs.unknown_of_node,
+            },
+            load,
+            fixed,
+        )
+    }
+
+    /// Checks sizes and builds the flat arrays and gather tables of the `c.n_el` volume
+    /// elements (the model's first elements; facet elements, if any, follow them and carry
+    /// no matrix).
+    fn build(
+        physics: Physics,
+        c: Common<'_>,
+        load: Vec<f64>,
+        fixed: Vec<f64>,
+    ) -> Result<Self, GpuError> {
+        let n_unknowns = load.len();
+        let pattern = c.pattern;
+        if pattern.n_unknowns() != n_unknowns || pattern.n_elements() != c.n_model_elements {
             return Err(GpuError::Input(format!(
                 "the assembly pattern ({} unknowns, {} elements) is not the model's ({} unknowns, \
                  {} elements)",
                 pattern.n_unknowns(),
                 pattern.n_elements(),
                 n_unknowns,
-                model.n_elements()
+                c.n_model_elements
             )));
         }
-        let n_nodes = model.n_nodes();
-        if i32::try_from(n_nodes).is_err() {
-            return Err(too_large("nodes", n_nodes));
+        let n_nodes = c.coords.len();
+        let (nn, n_el, comp) = (c.cell_type.n_nodes(), c.n_el, c.components);
+        let m = nn * comp;
+        if i32::try_from(comp * n_nodes).is_err() {
+            return Err(too_large("nodal values", comp * n_nodes));
         }
-        to_u32("element matrix entries", nn * nn * n_el)?;
+        to_u32("element matrix entries", m * m * n_el)?;
         to_u32("matrix entries", pattern.nnz())?;
 
-        let coords = model.coords.iter().flatten().copied().collect();
+        let coords = c.coords.iter().flatten().copied().collect();
         let mut nodes = Vec::with_capacity(nn * n_el);
         for e in 0..n_el {
-            nodes.extend(model.element_nodes(e).iter().map(|&n| n as u32));
+            nodes.extend((c.element_nodes)(e).iter().map(|&n| n as u32));
         }
-        let source =
-            (0..n_el).map(|e| model.regions[model.element_region(e)].source).collect::<Vec<_>>();
-        let fixed = model.nodal_temperature(&vec![0.0; n_unknowns]);
-        let dof_of_node =
-            model.dofs.unknown_of_node.iter().map(|d| d.map_or(-1, |d| d as i32)).collect();
+        let dof_of_value = c.unknown_of_value.iter().map(|d| d.map_or(-1, |d| d as i32)).collect();
         let row_ptr = pattern.row_ptr().iter().map(|&v| v as u32).collect();
         let col_idx = pattern.col_idx().to_vec();
-        let (matrix_gather_ptr, matrix_gather_idx) = invert(pattern.nnz(), nn * nn * n_el, |s| {
-            let (e, a, b) = (s / (nn * nn), (s % (nn * nn)) / nn, s % nn);
+        let (matrix_gather_ptr, matrix_gather_idx) = invert(pattern.nnz(), m * m * n_el, |s| {
+            let (e, a, b) = (s / (m * m), (s % (m * m)) / m, s % m);
             pattern.slot(e, a, b)
         });
-        let (rhs_gather_ptr, rhs_gather_idx) = invert(n_unknowns, nn * n_el, |s| {
-            let d = pattern.element_dof(s / nn, s % nn);
+        let (rhs_gather_ptr, rhs_gather_idx) = invert(n_unknowns, m * n_el, |s| {
+            let d = pattern.element_dof(s / m, s % m);
             (d != gradfem_solvers::assembly::CONSTRAINED).then_some(d)
         });
-        Ok(ThermalSystem {
-            cell_type,
+        Ok(DeviceSystem {
+            physics,
+            components: comp,
+            cell_type: c.cell_type,
             nodes_per_element: nn,
-            quadrature,
+            quadrature: c.quadrature,
             n_nodes,
             n_unknowns,
             coords,
             nodes,
-            source,
+            load,
             fixed,
-            dof_of_node,
+            dof_of_value,
             row_ptr,
             col_idx,
             matrix_gather_ptr,
@@ -240,13 +386,76 @@ impl ThermalSystem {
         })
     }
 
+    /// The description of a square matrix's pattern for solving on the device with values
+    /// assembled elsewhere ([`Pipeline::set_matrix`](crate::Pipeline::set_matrix)): one
+    /// unknown per "node", no elements, no constraint.
+    pub fn matrix(a: &CsrMatrix) -> Result<Self, GpuError> {
+        if a.n_rows != a.n_cols {
+            return Err(GpuError::Input(format!(
+                "the device solves square systems; this matrix is {}×{}",
+                a.n_rows, a.n_cols
+            )));
+        }
+        let n = a.n_rows;
+        if i32::try_from(n).is_err() {
+            return Err(too_large("unknowns", n));
+        }
+        to_u32("matrix entries", a.nnz())?;
+        if let Some(i) =
+            (0..n).find(|&i| !a.col_idx[a.row_ptr[i]..a.row_ptr[i + 1]].contains(&(i as u32)))
+        {
+            return Err(GpuError::Input(format!(
+                "row {i} stores no diagonal entry; the Jacobi preconditioner needs every one"
+            )));
+        }
+        Ok(DeviceSystem {
+            physics: Physics::Matrix,
+            components: 1,
+            cell_type: CellType::Point1,
+            nodes_per_element: 1,
+            quadrature: None,
+            n_nodes: n,
+            n_unknowns: n,
+            coords: Vec::new(),
+            nodes: Vec::new(),
+            load: vec![0.0; n],
+            fixed: vec![0.0; n],
+            dof_of_value: (0..n as i32).collect(),
+            row_ptr: a.row_ptr.iter().map(|&v| v as u32).collect(),
+            col_idx: a.col_idx.clone(),
+            matrix_gather_ptr: Vec::new(),
+            matrix_gather_idx: Vec::new(),
+            rhs_gather_ptr: Vec::new(),
+            rhs_gather_idx: Vec::new(),
+        })
+    }
+
     /// Number of elements.
     pub fn n_elements(&self) -> usize {
         self.nodes.len() / self.nodes_per_element
     }
 
+    /// Local unknowns per element: components × nodes per element.
+    pub fn element_size(&self) -> usize {
+        self.components * self.nodes_per_element
+    }
+
+    /// Number of nodal values: components × nodes.
+    pub fn n_values(&self) -> usize {
+        self.components * self.n_nodes
+    }
+
     /// Number of stored matrix entries.
     pub fn nnz(&self) -> usize {
         self.col_idx.len()
+    }
+
+    /// The name of the per-element coefficient: `conductivity` or `Young's modulus`.
+    pub fn coefficient_name(&self) -> &'static str {
+        match self.physics {
+            Physics::Thermal { .. } => "conductivity",
+            Physics::Elastic { .. } => "Young's modulus",
+            Physics::Matrix => "coefficient",
+        }
     }
 }

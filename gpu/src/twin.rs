@@ -8,7 +8,7 @@
 use crate::backend::Backend;
 use crate::error::GpuError;
 use crate::kernels::{BLOCK, DOT_CHUNK, MAX_CELL_NODES, dot_blocks};
-use crate::system::{ReferenceQuadrature, ThermalSystem};
+use crate::system::{DeviceSystem, Physics, ReferenceQuadrature};
 use gradfem_mesh::geometry;
 
 /// Barycentric gradients and volume of the Tet4 element `e` (the kernels' `tet4_gradients`).
@@ -204,6 +204,107 @@ pub fn quad_conductivity_gradient(
     }
 }
 
+/// The kernels' `unit_lame`: (λ⁰, μ⁰), the Lamé constants per unit Young's modulus.
+fn unit_lame(nu: f64) -> (f64, f64) {
+    (nu / ((1.0 + nu) * (1.0 - nu * 2.0)), 1.0 / ((1.0 + nu) * 2.0))
+}
+
+/// Twin of `elastic_element_matrices`: `ke[m² e..]` (m = 3 nn, local unknown 3a + i) =
+/// Σ_q w_q det J_q [λ g_a,i g_b,k + μ g_a,k g_b,i + μ δ_ik g_a·g_b] with λ = E_e λ⁰(ν_e),
+/// μ = E_e μ⁰(ν_e), and `re[m e..]` = K_e u_fix,e.
+#[allow(clippy::too_many_arguments)]
+pub fn elastic_element_matrices(
+    nn: usize,
+    quadrature: &ReferenceQuadrature,
+    coords: &[f64],
+    nodes: &[u32],
+    young: &[f64],
+    poisson: &[f64],
+    fixed: &[f64],
+    ke: &mut [f64],
+    re: &mut [f64],
+) {
+    let m = 3 * nn;
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    for e in 0..young.len() {
+        let kk = &mut ke[m * m * e..m * m * (e + 1)];
+        let rr = &mut re[m * e..m * (e + 1)];
+        let (lambda0, mu0) = unit_lame(poisson[e]);
+        let (lam, mu) = (young[e] * lambda0, young[e] * mu0);
+        kk.fill(0.0);
+        for q in 0..quadrature.n_points {
+            let w = quadrature.weights[q]
+                * physical_gradients(coords, nodes, e, nn, q, &quadrature.grad, &mut g);
+            for a in 0..nn {
+                for b in 0..nn {
+                    let gab = w * mu * (g[a][0] * g[b][0] + g[a][1] * g[b][1] + g[a][2] * g[b][2]);
+                    for i in 0..3 {
+                        let row = &mut kk[(3 * a + i) * m + 3 * b..(3 * a + i) * m + 3 * b + 3];
+                        for k in 0..3 {
+                            row[k] += w * (lam * g[a][i] * g[b][k] + mu * g[a][k] * g[b][i]);
+                        }
+                        row[i] += gab;
+                    }
+                }
+            }
+        }
+        for (r, rv) in rr.iter_mut().enumerate() {
+            let mut s = 0.0;
+            for b in 0..nn {
+                let n = nodes[nn * e + b] as usize;
+                for k in 0..3 {
+                    s += kk[r * m + 3 * b + k] * fixed[3 * n + k];
+                }
+            }
+            *rv = s;
+        }
+    }
+}
+
+/// Twin of `elastic_young_gradient`: `out[e]` = −Σ_q w_q det J_q [λ⁰ div λ div u
+/// + μ⁰ ∇λ : (∇u + ∇uᵀ)] = −λ_eᵀ K_e⁰ u_e.
+#[allow(clippy::too_many_arguments)]
+pub fn elastic_young_gradient(
+    nn: usize,
+    quadrature: &ReferenceQuadrature,
+    coords: &[f64],
+    nodes: &[u32],
+    poisson: &[f64],
+    u: &[f64],
+    lambda: &[f64],
+    out: &mut [f64],
+) {
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    for (e, o) in out.iter_mut().enumerate() {
+        let (lambda0, mu0) = unit_lame(poisson[e]);
+        let mut s = 0.0;
+        for q in 0..quadrature.n_points {
+            let det = physical_gradients(coords, nodes, e, nn, q, &quadrature.grad, &mut g);
+            let (mut gu, mut gl) = ([[0.0; 3]; 3], [[0.0; 3]; 3]);
+            for a in 0..nn {
+                let n = nodes[nn * e + a] as usize;
+                for i in 0..3 {
+                    let (ua, la) = (u[3 * n + i], lambda[3 * n + i]);
+                    for j in 0..3 {
+                        gu[i][j] += ua * g[a][j];
+                        gl[i][j] += la * g[a][j];
+                    }
+                }
+            }
+            let div_u = gu[0][0] + gu[1][1] + gu[2][2];
+            let div_l = gl[0][0] + gl[1][1] + gl[2][2];
+            let mut shear = 0.0;
+            for i in 0..3 {
+                for j in 0..3 {
+                    shear += gl[i][j] * (gu[i][j] + gu[j][i]);
+                }
+            }
+            s += quadrature.weights[q] * det * (lambda0 * div_l * div_u + mu0 * shear);
+        }
+        *o = -s;
+    }
+}
+
 /// Twin of `csr_gather`: `values[i]` = Σ_{c ∈ ptr[i]..ptr[i+1]} `ke[idx[c]]`, in that order.
 pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], values: &mut [f64]) {
     for (i, v) in values.iter_mut().enumerate() {
@@ -215,14 +316,14 @@ pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], values: &mut [f64]) {
     }
 }
 
-/// Twin of `rhs_gather`: `b[i]` = −Σ_{c ∈ ptr[i]..ptr[i+1]} `re[idx[c]]`.
-pub fn rhs_gather(ptr: &[u32], idx: &[u32], re: &[f64], b: &mut [f64]) {
+/// Twin of `rhs_gather`: `b[i]` = `load[i]` − Σ_{c ∈ ptr[i]..ptr[i+1]} `re[idx[c]]`.
+pub fn rhs_gather(ptr: &[u32], idx: &[u32], re: &[f64], load: &[f64], b: &mut [f64]) {
     for (i, bi) in b.iter_mut().enumerate() {
         let mut s = 0.0;
         for c in ptr[i]..ptr[i + 1] {
             s += re[idx[c as usize] as usize];
         }
-        *bi = -s;
+        *bi = load[i] - s;
     }
 }
 
@@ -328,7 +429,8 @@ pub fn jacobi(inv: &[f64], r: &[f64], z: &mut [f64]) {
     }
 }
 
-/// Twin of `to_nodal`: `out[node]` = `u[dof[node]]`, or `fixed[node]` where `dof[node] < 0`.
+/// Twin of `to_nodal`: `out[v]` = `u[dof[v]]`, or `fixed[v]` where `dof[v] < 0` (v a nodal
+/// value).
 pub fn to_nodal(dof: &[i32], u: &[f64], fixed: &[f64], out: &mut [f64]) {
     for (i, o) in out.iter_mut().enumerate() {
         *o = if dof[i] >= 0 { u[dof[i] as usize] } else { fixed[i] };
@@ -338,12 +440,12 @@ pub fn to_nodal(dof: &[i32], u: &[f64], fixed: &[f64], out: &mut [f64]) {
 /// The device pipeline run on the CPU with the twins (one thread): the reference a device
 /// run is compared with, and a path that runs everywhere.
 pub struct CpuTwin {
-    sys: ThermalSystem,
+    sys: DeviceSystem,
 }
 
 impl CpuTwin {
     /// The twin backend of `system`.
-    pub fn new(system: &ThermalSystem) -> Self {
+    pub fn new(system: &DeviceSystem) -> Self {
         CpuTwin { sys: system.clone() }
     }
 }
@@ -354,7 +456,7 @@ impl Backend for CpuTwin {
     fn name(&self) -> String {
         "cpu-twin".into()
     }
-    fn system(&self) -> &ThermalSystem {
+    fn system(&self) -> &DeviceSystem {
         &self.sys
     }
     fn zeros(&mut self, n: usize) -> Result<Vec<f64>, GpuError> {
@@ -372,24 +474,39 @@ impl Backend for CpuTwin {
     }
     fn element_matrices(
         &mut self,
-        k: &Vec<f64>,
+        coefficient: &Vec<f64>,
         ke: &mut Vec<f64>,
         re: &mut Vec<f64>,
     ) -> Result<(), GpuError> {
         let s = &self.sys;
-        match &s.quadrature {
-            None => tet4_element_matrices(&s.coords, &s.nodes, k, &s.source, &s.fixed, ke, re),
-            Some(quad) => quad_element_matrices(
-                s.nodes_per_element,
+        let nn = s.nodes_per_element;
+        match (&s.physics, &s.quadrature) {
+            (Physics::Thermal { source }, None) => {
+                tet4_element_matrices(&s.coords, &s.nodes, coefficient, source, &s.fixed, ke, re)
+            }
+            (Physics::Thermal { source }, Some(quad)) => quad_element_matrices(
+                nn,
                 quad,
                 &s.coords,
                 &s.nodes,
-                k,
-                &s.source,
+                coefficient,
+                source,
                 &s.fixed,
                 ke,
                 re,
             ),
+            (Physics::Elastic { poisson }, quad) => elastic_element_matrices(
+                nn,
+                quad.as_ref().ok_or_else(no_quadrature)?,
+                &s.coords,
+                &s.nodes,
+                coefficient,
+                poisson,
+                &s.fixed,
+                ke,
+                re,
+            ),
+            (Physics::Matrix, _) => return Err(no_element_kernels()),
         }
         Ok(())
     }
@@ -398,7 +515,8 @@ impl Backend for CpuTwin {
         Ok(())
     }
     fn assemble_rhs(&mut self, re: &Vec<f64>, b: &mut Vec<f64>) -> Result<(), GpuError> {
-        rhs_gather(&self.sys.rhs_gather_ptr, &self.sys.rhs_gather_idx, re, b);
+        let s = &self.sys;
+        rhs_gather(&s.rhs_gather_ptr, &s.rhs_gather_idx, re, &s.load, b);
         Ok(())
     }
     fn inverse_diagonal(&mut self, values: &Vec<f64>, inv: &mut Vec<f64>) -> Result<(), GpuError> {
@@ -430,28 +548,47 @@ impl Backend for CpuTwin {
         fixed: &Vec<f64>,
         out: &mut Vec<f64>,
     ) -> Result<(), GpuError> {
-        to_nodal(&self.sys.dof_of_node, u, fixed, out);
+        to_nodal(&self.sys.dof_of_value, u, fixed, out);
         Ok(())
     }
-    fn conductivity_gradient(
+    fn coefficient_gradient(
         &mut self,
-        t: &Vec<f64>,
+        solution: &Vec<f64>,
         lambda: &Vec<f64>,
         out: &mut Vec<f64>,
     ) -> Result<(), GpuError> {
         let s = &self.sys;
-        match &s.quadrature {
-            None => tet4_conductivity_gradient(&s.coords, &s.nodes, t, lambda, out),
-            Some(quad) => quad_conductivity_gradient(
-                s.nodes_per_element,
-                quad,
+        let nn = s.nodes_per_element;
+        match (&s.physics, &s.quadrature) {
+            (Physics::Thermal { .. }, None) => {
+                tet4_conductivity_gradient(&s.coords, &s.nodes, solution, lambda, out)
+            }
+            (Physics::Thermal { .. }, Some(quad)) => {
+                quad_conductivity_gradient(nn, quad, &s.coords, &s.nodes, solution, lambda, out)
+            }
+            (Physics::Elastic { poisson }, quad) => elastic_young_gradient(
+                nn,
+                quad.as_ref().ok_or_else(no_quadrature)?,
                 &s.coords,
                 &s.nodes,
-                t,
+                poisson,
+                solution,
                 lambda,
                 out,
             ),
+            (Physics::Matrix, _) => return Err(no_element_kernels()),
         }
         Ok(())
     }
+}
+
+/// The error of element kernels asked of a matrix-only system ([`DeviceSystem::matrix`]).
+pub(crate) fn no_element_kernels() -> GpuError {
+    GpuError::Input("a system given by its assembled matrix has no element kernels".into())
+}
+
+/// The error of an elastic system built without its quadrature (never by
+/// [`DeviceSystem::elastic`]).
+pub(crate) fn no_quadrature() -> GpuError {
+    GpuError::Input("an elastic system needs its reference quadrature".into())
 }

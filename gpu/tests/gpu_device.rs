@@ -10,7 +10,7 @@ use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::cuda::CudaBackend;
 use gradfem_gpu::twin::CpuTwin;
 use gradfem_gpu::{
-    Backend, CgParams, Device, GpuError, ThermalPipeline, ThermalSystem, cuda_ready, run_thermal_on,
+    Backend, CgParams, Device, DeviceSystem, GpuError, Pipeline, cuda_ready, run_on,
 };
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
@@ -95,23 +95,23 @@ fn device_forward_and_gradient_equal_the_cpu_path(#[case] cell: CellType, #[case
     let (j_cpu, grad, _) = p.gradient().unwrap();
     let f = p.find::<ThermalField>().unwrap();
     let t_cpu = f.temperature().unwrap().to_vec();
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
     let params = CgParams { rel_tol: 1e-14, max_iterations: 20_000 };
     let model = &f.model;
     let obj = |t: &[f64]| {
         let e = gradfem_thermal::objective::evaluate(model, &objective(), t, false)
             .map_err(|e| GpuError::Input(e.to_string()))?;
-        Ok((e.value, e.d_temperature))
+        Ok((e.value, gradfem_gpu::Seed::Vector(e.d_temperature)))
     };
-    let gpu = run_thermal_on(Device::Cuda, &sys, &k, &params, obj).unwrap();
-    let twin = run_thermal_on(Device::Cpu, &sys, &k, &params, obj).unwrap();
+    let gpu = run_on(Device::Cuda, &sys, &k, &params, obj).unwrap();
+    let twin = run_on(Device::Cpu, &sys, &k, &params, obj).unwrap();
     let mut g_ref = vec![0.0; k.len()];
     for (i, &e) in f.model.regions[0].elements.iter().enumerate() {
         g_ref[e] = grad.get(id)[i];
     }
-    let dt = rel_diff(&gpu.temperature, &t_cpu);
+    let dt = rel_diff(&gpu.solution, &t_cpu);
     let dj = (gpu.objective - j_cpu).abs() / j_cpu.abs();
-    let dg = rel_diff(&gpu.dj_dk, &g_ref);
+    let dg = rel_diff(&gpu.gradient, &g_ref);
     println!(
         "GPU vs CPU (heat3d {cell:?} n = {n}, {} unknowns, varying k_e): T {dt:.2e}, J {dj:.2e}, \
          dJ/dk_e {dg:.2e}; CG {} + {} iterations on {}",
@@ -119,15 +119,15 @@ fn device_forward_and_gradient_equal_the_cpu_path(#[case] cell: CellType, #[case
     );
     println!(
         "GPU vs CPU twin: T {:.2e} (bitwise: {}), dJ/dk_e {:.2e} (bitwise: {}), iterations {} / {}",
-        rel_diff(&gpu.temperature, &twin.temperature),
-        bitwise(&gpu.temperature, &twin.temperature),
-        rel_diff(&gpu.dj_dk, &twin.dj_dk),
-        bitwise(&gpu.dj_dk, &twin.dj_dk),
+        rel_diff(&gpu.solution, &twin.solution),
+        bitwise(&gpu.solution, &twin.solution),
+        rel_diff(&gpu.gradient, &twin.gradient),
+        bitwise(&gpu.gradient, &twin.gradient),
         gpu.forward_cg.iterations,
         twin.forward_cg.iterations
     );
     assert!(dt <= 1e-10 && dj <= 1e-10 && dg <= 1e-10, "GPU differs from the CPU path");
-    assert!(rel_diff(&gpu.dj_dk, &twin.dj_dk) <= 1e-12, "GPU differs from its twin");
+    assert!(rel_diff(&gpu.gradient, &twin.gradient) <= 1e-12, "GPU differs from its twin");
 }
 
 #[rstest]
@@ -142,9 +142,9 @@ fn device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: usize) {
     }
     let (p, _, k) = cpu_problem(n, cell);
     let f = p.find::<ThermalField>().unwrap();
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
-    let mut dev = ThermalPipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
-    let mut cpu = ThermalPipeline::new(CpuTwin::new(&sys)).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
+    let mut dev = Pipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
+    let mut cpu = Pipeline::new(CpuTwin::new(&sys)).unwrap();
     dev.assemble(&k).unwrap();
     cpu.assemble(&k).unwrap();
     let (dv, cv) = (dev.matrix_values().unwrap(), cpu.matrix_values().unwrap());
@@ -170,4 +170,124 @@ fn device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: usize) {
         assert_eq!(d1.to_bits(), d2.to_bits(), "n = {len}: the device dot is not repeatable");
         assert!((d1 - t).abs() <= 1e-14 * t.abs().max(1.0), "n = {len}: {d1} vs twin {t}");
     }
+}
+
+/// elastic3d (unit cube, clamped on x = 0, traction (0, 0, −1) on x = 1, ν = 0.3) with a
+/// varying E per element, compliance objective, on the CPU with a direct solver.
+fn elastic_problem(
+    n: usize,
+    cell: CellType,
+) -> (CoupledProblem, gradfem_solvers::params::ParamId, Vec<f64>) {
+    use gradfem_coupling::fields::mechanical::MechanicalField;
+    let mesh = box_mesh(&BoxSpec {
+        origin: [0.0; 3],
+        lengths: [1.0; 3],
+        divisions: [n; 3],
+        cell_type: cell,
+    });
+    let region = gradfem_mechanical::RegionSpec {
+        group: "domain".into(),
+        young: 1.0,
+        poisson: 0.3,
+        alpha: 0.0,
+        t_ref: 0.0,
+        body_force: [0.0; 3],
+    };
+    let bcs = [
+        gradfem_mechanical::BcSpec {
+            group: "xmin".into(),
+            kind: gradfem_mechanical::BcKind::Fixed,
+        },
+        gradfem_mechanical::BcSpec {
+            group: "xmax".into(),
+            kind: gradfem_mechanical::BcKind::Traction { traction: [0.0, 0.0, -1.0] },
+        },
+    ];
+    let objective = vec![gradfem_mechanical::ObjectiveTerm {
+        weight: 1.0,
+        kind: gradfem_mechanical::ObjectiveKind::Compliance,
+    }];
+    let mut field = MechanicalField::new(&mesh, &[region], &bcs, objective).unwrap();
+    field.set_linear(LinearChoice::Cholesky, 1e-12);
+    let n_el = field.model.n_volume_elements();
+    let e: Vec<f64> = (0..n_el).map(|e| 1.0 + 0.5 * (0.37 * e as f64).sin()).collect();
+    let mut p = CoupledProblem::new(mesh);
+    p.add_field(Box::new(field)).unwrap();
+    let id = p.register("mechanical.young_elem.domain", None).unwrap();
+    p.registry_mut().set_values(id, &e).unwrap();
+    p.apply_parameters().unwrap();
+    (p, id, e)
+}
+
+#[rstest]
+#[case::tet4(CellType::Tet4, 8)]
+#[case::tet10(CellType::Tet10, 4)]
+#[case::hex8(CellType::Hex8, 8)]
+#[case::hex20(CellType::Hex20, 4)]
+fn elastic_device_forward_and_gradient_equal_the_cpu_path(
+    #[case] cell: CellType,
+    #[case] n: usize,
+) {
+    use gradfem_coupling::fields::mechanical::MechanicalField;
+    if !device_or_skip() {
+        return;
+    }
+    let (mut p, id, young) = elastic_problem(n, cell);
+    let (j_cpu, grad, _) = p.gradient().unwrap();
+    let f = p.find::<MechanicalField>().unwrap();
+    let u_cpu = f.displacement().unwrap().to_vec();
+    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let params = CgParams { rel_tol: 1e-14, max_iterations: 50_000 };
+    let model = &f.model;
+    let obj = |u: &[f64]| {
+        let e = gradfem_mechanical::linear::objective::evaluate(model, &f.objective, u, false)
+            .map_err(|e| GpuError::Input(e.to_string()))?;
+        Ok((e.value, gradfem_gpu::Seed::Forward { scale: 1.0 }))
+    };
+    let gpu = run_on(Device::Cuda, &sys, &young, &params, obj).unwrap();
+    let twin = run_on(Device::Cpu, &sys, &young, &params, obj).unwrap();
+    let du = rel_diff(&gpu.solution, &u_cpu);
+    let dj = (gpu.objective - j_cpu).abs() / j_cpu.abs();
+    let dg = rel_diff(&gpu.gradient, grad.get(id));
+    println!(
+        "GPU vs CPU (elastic3d {cell:?} n = {n}, {} unknowns, varying E_e): u {du:.2e}, J \
+         {dj:.2e}, dC/dE_e {dg:.2e}; CG {} iterations on {}",
+        sys.n_unknowns, gpu.forward_cg.iterations, gpu.backend
+    );
+    println!(
+        "GPU vs CPU twin: u {:.2e} (bitwise: {}), dC/dE_e {:.2e} (bitwise: {})",
+        rel_diff(&gpu.solution, &twin.solution),
+        bitwise(&gpu.solution, &twin.solution),
+        rel_diff(&gpu.gradient, &twin.gradient),
+        bitwise(&gpu.gradient, &twin.gradient),
+    );
+    assert!(du <= 1e-10 && dj <= 1e-10 && dg <= 1e-10, "GPU differs from the CPU path");
+    assert!(rel_diff(&gpu.gradient, &twin.gradient) <= 1e-12, "GPU differs from its twin");
+}
+
+#[rstest]
+#[case::tet4(CellType::Tet4, 5)]
+#[case::hex27(CellType::Hex27, 2)]
+fn elastic_device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: usize) {
+    use gradfem_coupling::fields::mechanical::MechanicalField;
+    if !device_or_skip() {
+        return;
+    }
+    let (p, _, young) = elastic_problem(n, cell);
+    let f = p.find::<MechanicalField>().unwrap();
+    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let mut dev = Pipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
+    let mut cpu = Pipeline::new(CpuTwin::new(&sys)).unwrap();
+    dev.assemble(&young).unwrap();
+    cpu.assemble(&young).unwrap();
+    let (dv, cv) = (dev.matrix_values().unwrap(), cpu.matrix_values().unwrap());
+    let (dl, cl) = (dev.load().unwrap(), cpu.load().unwrap());
+    println!(
+        "elastic {cell:?} assembly: CSR values {:.2e} (bitwise: {}), load {:.2e} (bitwise: {})",
+        rel_diff(&dv, &cv),
+        bitwise(&dv, &cv),
+        rel_diff(&dl, &cl),
+        bitwise(&dl, &cl)
+    );
+    assert!(rel_diff(&dv, &cv) <= 1e-14 && rel_diff(&dl, &cl) <= 1e-14);
 }

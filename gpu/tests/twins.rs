@@ -5,7 +5,7 @@
 use gradfem_coupling::fields::thermal::ThermalField;
 use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::twin::{self, CpuTwin};
-use gradfem_gpu::{CgParams, Device, GpuError, ThermalPipeline, ThermalSystem, run_thermal_on};
+use gradfem_gpu::{CgParams, Device, DeviceSystem, GpuError, Pipeline, run_on};
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_mesh::{CellType, Mesh};
 use gradfem_thermal::{
@@ -100,11 +100,11 @@ fn field(p: &CoupledProblem) -> &ThermalField {
 
 fn host_objective(
     model: &ThermalModel,
-) -> impl FnOnce(&[f64]) -> Result<(f64, Vec<f64>), GpuError> + '_ {
+) -> impl FnOnce(&[f64]) -> Result<(f64, gradfem_gpu::Seed), GpuError> + '_ {
     move |t: &[f64]| {
         let e = gradfem_thermal::objective::evaluate(model, &objective(), t, false)
             .map_err(|e| GpuError::Input(e.to_string()))?;
-        Ok((e.value, e.d_temperature))
+        Ok((e.value, gradfem_gpu::Seed::Vector(e.d_temperature)))
     }
 }
 
@@ -119,7 +119,7 @@ fn gathered_assembly_equals_the_cpu_assembly(#[case] cell: CellType, #[case] n: 
     let k = conductivities(m.cells_of_dim(3).count());
     let (p, _) = cpu_problem(&m, &k);
     let f = field(&p);
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
     assert_eq!(sys.n_elements(), k.len());
     assert_eq!((sys.cell_type, sys.quadrature.is_some()), (cell, cell != CellType::Tet4));
 
@@ -132,7 +132,7 @@ fn gathered_assembly_equals_the_cpu_assembly(#[case] cell: CellType, #[case] n: 
         model.element_residual_tangent(e, &t0, Some(ke), fe)
     });
 
-    let mut pipe = ThermalPipeline::new(CpuTwin::new(&sys)).unwrap();
+    let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
     pipe.assemble(&k).unwrap();
     let values = pipe.matrix_values().unwrap();
     let load = pipe.load().unwrap();
@@ -161,8 +161,8 @@ fn spmv_and_dot_twins_match_plain_loops() {
     let k = conductivities(m.cells_of_dim(3).count());
     let (p, _) = cpu_problem(&m, &k);
     let f = field(&p);
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
-    let mut pipe = ThermalPipeline::new(CpuTwin::new(&sys)).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
+    let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
     pipe.assemble(&k).unwrap();
     let values = pipe.matrix_values().unwrap();
     let mut mat = f.pattern.new_matrix();
@@ -211,13 +211,13 @@ fn twin_forward_and_gradient_equal_the_cpu_solve_and_adjoint(
     let (j_cpu, grad, _) = p.gradient().unwrap();
     let f = field(&p);
     let t_cpu = f.temperature().unwrap().to_vec();
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
     let params = CgParams { rel_tol: 1e-14, max_iterations: 10_000 };
-    let run = run_thermal_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
+    let run = run_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
     assert_eq!(run.backend, "cpu-twin");
     assert!(run.forward_cg.iterations > 5 && run.adjoint_cg.iterations > 5, "{cell:?}");
 
-    let dt = rel_diff(&run.temperature, &t_cpu);
+    let dt = rel_diff(&run.solution, &t_cpu);
     assert!(dt <= 1e-10, "temperature differs by {dt:e}");
     let dj = (run.objective - j_cpu).abs() / j_cpu.abs();
     assert!(dj <= 1e-10, "J: {} vs {j_cpu} ({dj:e})", run.objective);
@@ -229,7 +229,7 @@ fn twin_forward_and_gradient_equal_the_cpu_solve_and_adjoint(
     for (i, &e) in region.iter().enumerate() {
         g_ref[e] = g_cpu[i];
     }
-    let dg = rel_diff(&run.dj_dk, &g_ref);
+    let dg = rel_diff(&run.gradient, &g_ref);
     eprintln!(
         "twin vs CPU: T {dt:.2e}, J {dj:.2e}, dJ/dk_e {dg:.2e} ({} + {} CG iterations)",
         run.forward_cg.iterations, run.adjoint_cg.iterations
@@ -244,13 +244,13 @@ fn the_pipeline_is_bitwise_repeatable() {
     let k = conductivities(m.cells_of_dim(3).count());
     let (p, _) = cpu_problem(&m, &k);
     let f = field(&p);
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
     let params = CgParams { rel_tol: 1e-12, max_iterations: 10_000 };
-    let a = run_thermal_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
-    let b = run_thermal_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
+    let a = run_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
+    let b = run_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&a.temperature), bits(&b.temperature));
-    assert_eq!(bits(&a.dj_dk), bits(&b.dj_dk));
+    assert_eq!(bits(&a.solution), bits(&b.solution));
+    assert_eq!(bits(&a.gradient), bits(&b.gradient));
 }
 
 #[test]
@@ -259,8 +259,8 @@ fn cg_reports_non_convergence_and_bad_input() {
     let k = conductivities(m.cells_of_dim(3).count());
     let (p, _) = cpu_problem(&m, &k);
     let f = field(&p);
-    let sys = ThermalSystem::new(&f.model, &f.pattern).unwrap();
-    let mut pipe = ThermalPipeline::new(CpuTwin::new(&sys)).unwrap();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
+    let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
     let few = CgParams { rel_tol: 1e-14, max_iterations: 2 };
     assert!(matches!(pipe.forward(&k, &few), Err(GpuError::NotConverged { iterations: 2, .. })));
     let ok = CgParams::default();
@@ -289,7 +289,7 @@ fn what_has_no_device_kernel_is_named() {
             model.element_offsets(),
             model.element_dofs(),
         );
-        match ThermalSystem::new(&model, &pattern) {
+        match DeviceSystem::thermal(&model, &pattern) {
             Err(GpuError::Unsupported(why)) => why,
             other => panic!("expected Unsupported, got {:?}", other.map(|_| ())),
         }
@@ -311,7 +311,7 @@ fn what_has_no_device_kernel_is_named() {
             model.element_offsets(),
             model.element_dofs(),
         );
-        let sys = ThermalSystem::new(&model, &pattern).unwrap();
+        let sys = DeviceSystem::thermal(&model, &pattern).unwrap();
         let q = sys.quadrature.as_ref().expect("a quadrature");
         assert_eq!(q.grad.len(), cell.n_nodes() * q.n_points);
     }
@@ -334,7 +334,7 @@ fn what_has_no_device_kernel_is_named() {
         other.element_offsets(),
         other.element_dofs(),
     );
-    assert!(matches!(ThermalSystem::new(&model, &pattern), Err(GpuError::Input(_))));
+    assert!(matches!(DeviceSystem::thermal(&model, &pattern), Err(GpuError::Input(_))));
 }
 
 #[test]
@@ -346,9 +346,9 @@ fn cuda_selection_without_the_feature_or_a_device_is_a_clear_error() {
         model.element_offsets(),
         model.element_dofs(),
     );
-    let sys = ThermalSystem::new(&model, &pattern).unwrap();
+    let sys = DeviceSystem::thermal(&model, &pattern).unwrap();
     let k = vec![1.0; sys.n_elements()];
-    let r = run_thermal_on(Device::Cuda, &sys, &k, &CgParams::default(), host_objective(&model));
+    let r = run_on(Device::Cuda, &sys, &k, &CgParams::default(), host_objective(&model));
     if gradfem_gpu::CUDA_BUILT {
         // with the feature: either a device ran it, or the error names what is missing
         if let Err(e) = r {

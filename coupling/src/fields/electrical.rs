@@ -123,6 +123,12 @@ impl ElectricalField {
         self.solver = crate::error::spd_solver("electrical", choice, cg_rel_tol, None);
     }
 
+    /// Solve the field's linear systems with `solver` (a device solver, or any other) until the
+    /// next choice of the linear solver. The adjoint uses its transposed solve.
+    pub fn set_solver(&mut self, solver: Box<dyn LinearSolver>) {
+        self.solver = solver;
+    }
+
     /// The linear solver's name.
     pub fn linear_solver(&self) -> &'static str {
         self.solver.name()

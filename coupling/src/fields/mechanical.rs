@@ -196,6 +196,13 @@ impl MechanicalField {
         self.stale = true;
     }
 
+    /// Solve the field's linear systems with `solver` (a device solver, or any other) until the
+    /// next choice of the linear solver. The adjoint uses its transposed solve.
+    pub fn set_solver(&mut self, solver: Box<dyn LinearSolver>) {
+        self.solver = solver;
+        self.stale = true;
+    }
+
     /// The rigid-body modes of the free displacement components (the AMG's near-nullspace).
     fn rigid_body_modes(&self) -> Option<gradfem_solvers::amg::NearNullspace> {
         let unknowns = self.model.unknown_components();
@@ -546,6 +553,11 @@ impl MechanicalField {
         self.u = Some(u);
         self.solved = true;
         Ok(self.u.as_deref().expect("set above"))
+    }
+
+    /// The CSR pattern and element slot tables of the stiffness assembly.
+    pub fn pattern(&self) -> &AssemblyPattern {
+        &self.pattern
     }
 
     /// The full nodal displacement (`3·n_nodes`) of the last solve.

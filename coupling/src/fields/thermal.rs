@@ -151,6 +151,18 @@ impl ThermalField {
         Ok(p)
     }
 
+    /// Solve the field's linear systems with `solver` (a device solver, or any other) until the
+    /// next choice of the linear solver. The adjoint uses its transposed solve.
+    pub fn set_solver(&mut self, solver: Box<dyn LinearSolver>) {
+        self.solver = solver;
+    }
+
+    /// Whether the field's matrix is symmetric (constant conductivities and no terms that make
+    /// it otherwise): an SPD solver such as CG applies.
+    pub fn is_symmetric(&self) -> bool {
+        self.model.is_symmetric()
+    }
+
     /// Relative tolerance of the iterative solver, when one is used.
     pub fn set_cg_tolerance(&mut self, rel_tol: f64) {
         self.cg_rel_tol = rel_tol;

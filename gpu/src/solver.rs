@@ -1,0 +1,280 @@
+//! A [`LinearSolver`] that solves symmetric positive definite systems assembled on the CPU by
+//! Jacobi-preconditioned CG on a device: the matrix values go in at each factorization, each
+//! right-hand side goes in and its solution comes out. This is how a field without device
+//! element kernels (or a problem file's field) solves on the GPU: assembly stays on the CPU.
+
+use gradfem_solvers::SolverError;
+use gradfem_solvers::linear::LinearSolver;
+use gradfem_solvers::sparse::CsrMatrix;
+
+use crate::backend::{CgParams, Pipeline};
+use crate::error::GpuError;
+use crate::system::DeviceSystem;
+use crate::twin::CpuTwin;
+use crate::{CgInfo, Device};
+
+/// The pipeline of one pattern on one backend.
+enum Solver {
+    Twin(Box<Pipeline<CpuTwin>>),
+    #[cfg(feature = "cuda")]
+    Cuda(Box<Pipeline<crate::cuda::CudaBackend>>),
+}
+
+/// Jacobi-PCG on a device as a [`LinearSolver`] for SPD systems (the transposed solve is the
+/// solve). [`Device::Cuda`] runs on the GPU; [`Device::Cpu`] runs the same pipeline with the
+/// CPU twins (one thread; for checking). The device's kernels are compiled and the pattern
+/// uploaded at the first factorization and again only when the pattern changes.
+pub struct DeviceCgSolver {
+    field: String,
+    device: Device,
+    params: CgParams,
+    pattern: Option<(Vec<usize>, Vec<u32>)>,
+    solver: Option<Solver>,
+    last: Option<CgInfo>,
+    backend: String,
+    setups: usize,
+}
+
+impl DeviceCgSolver {
+    /// A solver for `field`'s systems on `device`, to the CG settings `params`.
+    pub fn new(field: &str, device: Device, params: CgParams) -> Self {
+        DeviceCgSolver {
+            field: field.into(),
+            device,
+            params,
+            pattern: None,
+            solver: None,
+            last: None,
+            backend: String::new(),
+            setups: 0,
+        }
+    }
+
+    /// What ran the last factorization (`cuda (<device>)` or `cpu-twin`; empty before).
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// How many times the backend was set up (kernels compiled, pattern uploaded): once per
+    /// pattern.
+    pub fn setups(&self) -> usize {
+        self.setups
+    }
+
+    /// How the last solve ended.
+    pub fn last_info(&self) -> Option<CgInfo> {
+        self.last
+    }
+
+    fn error(&self, e: GpuError) -> SolverError {
+        let field = self.field.clone();
+        match e {
+            GpuError::NotConverged { iterations, relative_residual } => {
+                SolverError::IterativeNoConvergence {
+                    field,
+                    iterations,
+                    residual: relative_residual,
+                }
+            }
+            GpuError::Breakdown { iteration, curvature } => SolverError::NotPositiveDefinite {
+                field,
+                detail: format!(
+                    "device CG met the curvature pᵀAp = {curvature:e} in iteration {iteration}"
+                ),
+            },
+            other => SolverError::Other {
+                field,
+                message: format!("on the {} device: {other}", self.device),
+            },
+        }
+    }
+
+    fn new_solver(&self, system: &DeviceSystem) -> Result<Solver, GpuError> {
+        match self.device {
+            Device::Cpu => Ok(Solver::Twin(Box::new(Pipeline::new(CpuTwin::new(system))?))),
+            Device::Cuda => {
+                #[cfg(feature = "cuda")]
+                {
+                    let backend = crate::cuda::CudaBackend::new(system)?;
+                    Ok(Solver::Cuda(Box::new(Pipeline::new(backend)?)))
+                }
+                #[cfg(not(feature = "cuda"))]
+                {
+                    let _ = system;
+                    Err(GpuError::NotBuilt)
+                }
+            }
+        }
+    }
+
+    fn factor_inner(&mut self, a: &CsrMatrix) -> Result<(), GpuError> {
+        let same =
+            self.pattern.as_ref().is_some_and(|(rp, ci)| *rp == a.row_ptr && *ci == a.col_idx);
+        if !same || self.solver.is_none() {
+            self.solver = None;
+            let system = DeviceSystem::matrix(a)?;
+            let solver = self.new_solver(&system)?;
+            self.backend = match &solver {
+                Solver::Twin(p) => crate::Backend::name(p.backend()),
+                #[cfg(feature = "cuda")]
+                Solver::Cuda(p) => crate::Backend::name(p.backend()),
+            };
+            tracing::info!(
+                "{}: linear solves by Jacobi-PCG on {} ({} unknowns, {} entries)",
+                self.field,
+                self.backend,
+                a.n_rows,
+                a.nnz()
+            );
+            self.solver = Some(solver);
+            self.setups += 1;
+            self.pattern = Some((a.row_ptr.clone(), a.col_idx.clone()));
+        }
+        match self.solver.as_mut().expect("set above") {
+            Solver::Twin(p) => p.set_matrix(&a.values),
+            #[cfg(feature = "cuda")]
+            Solver::Cuda(p) => p.set_matrix(&a.values),
+        }
+    }
+
+    fn solve_inner(&mut self, b: &mut [f64]) -> Result<(), GpuError> {
+        let params = self.params;
+        let (x, info) = match self.solver.as_mut() {
+            None => return Err(GpuError::Input("a solve before the first factorization".into())),
+            Some(Solver::Twin(p)) => p.solve(b, &params)?,
+            #[cfg(feature = "cuda")]
+            Some(Solver::Cuda(p)) => p.solve(b, &params)?,
+        };
+        b.copy_from_slice(&x);
+        self.last = Some(info);
+        Ok(())
+    }
+}
+
+impl LinearSolver for DeviceCgSolver {
+    fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
+        self.factor_inner(a).map_err(|e| {
+            self.solver = None;
+            self.error(e)
+        })
+    }
+
+    fn solve_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError> {
+        self.solve_inner(b).map_err(|e| self.error(e))
+    }
+
+    fn solve_transpose_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError> {
+        self.solve_in_place(b)
+    }
+
+    fn name(&self) -> &'static str {
+        match self.device {
+            Device::Cpu => "twin-cg",
+            Device::Cuda => "cuda-cg",
+        }
+    }
+
+    fn last_iterations(&self) -> Option<usize> {
+        self.last.map(|i| i.iterations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gradfem_solvers::linear::CholeskySolver;
+
+    /// The 7-point 3-D Laplacian plus `shift`·I on an n³ grid (SPD for shift ≥ 0), as CSR.
+    fn laplacian(n: usize, shift: f64) -> CsrMatrix {
+        let id = |i: usize, j: usize, k: usize| (i * n + j) * n + k;
+        let mut row_ptr = vec![0];
+        let (mut col_idx, mut values) = (Vec::new(), Vec::new());
+        for i in 0..n {
+            for j in 0..n {
+                for k in 0..n {
+                    let r = id(i, j, k);
+                    let mut row = vec![(r, 6.0 + shift)];
+                    for (c, step) in [(i, n * n), (j, n), (k, 1)] {
+                        if c > 0 {
+                            row.push((r - step, -1.0));
+                        }
+                        if c + 1 < n {
+                            row.push((r + step, -1.0));
+                        }
+                    }
+                    row.sort_by_key(|&(c, _)| c);
+                    for (c, v) in row {
+                        col_idx.push(c as u32);
+                        values.push(v);
+                    }
+                    row_ptr.push(col_idx.len());
+                }
+            }
+        }
+        CsrMatrix { n_rows: n * n * n, n_cols: n * n * n, row_ptr, col_idx, values }
+    }
+
+    #[test]
+    fn twin_cg_solves_as_cholesky_does_and_reuses_the_pattern() {
+        let mut a = laplacian(6, 0.1);
+        let b: Vec<f64> = (0..a.n_rows).map(|i| (0.3 * i as f64).sin()).collect();
+        let params = CgParams { rel_tol: 1e-13, max_iterations: 1000 };
+        let mut cg = DeviceCgSolver::new("test", Device::Cpu, params);
+        let mut direct = CholeskySolver::new("test");
+        for shift in [0.1, 2.0] {
+            for v in a.values.iter_mut().filter(|v| **v > 0.0) {
+                *v = 6.0 + shift;
+            }
+            cg.factor(&a).unwrap();
+            direct.factor(&a).unwrap();
+            let (mut x, mut y) = (b.clone(), b.clone());
+            cg.solve_in_place(&mut x).unwrap();
+            direct.solve_in_place(&mut y).unwrap();
+            let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+            assert!(d <= 1e-11, "shift {shift}: CG and Cholesky differ by {d:e}");
+            let mut z = b.clone();
+            cg.solve_transpose_in_place(&mut z).unwrap();
+            assert_eq!(x, z, "the transposed solve of an SPD system is the solve");
+        }
+        assert_eq!(cg.backend(), "cpu-twin");
+        assert_eq!(cg.setups(), 1, "new values on the same pattern reuse the set-up");
+        let other = laplacian(4, 0.5);
+        cg.factor(&other).unwrap();
+        assert_eq!(cg.setups(), 2, "a new pattern is set up again");
+        assert!(cg.last_iterations().is_some_and(|i| i > 0));
+    }
+
+    #[test]
+    fn failures_are_solver_errors_naming_the_field() {
+        let a = laplacian(3, 0.0);
+        let mut indefinite = a.clone();
+        indefinite.values.iter_mut().for_each(|v| *v = -*v);
+        let mut cg = DeviceCgSolver::new("thermal", Device::Cpu, CgParams::default());
+        cg.factor(&indefinite).unwrap();
+        let mut b = vec![1.0; a.n_rows];
+        match cg.solve_in_place(&mut b) {
+            Err(SolverError::NotPositiveDefinite { field, detail }) => {
+                assert_eq!(field, "thermal");
+                assert!(detail.contains("curvature"), "{detail}");
+            }
+            other => panic!("expected NotPositiveDefinite, got {other:?}"),
+        }
+        let few = CgParams { rel_tol: 1e-14, max_iterations: 2 };
+        let mut cg = DeviceCgSolver::new("mechanical", Device::Cpu, few);
+        cg.factor(&a).unwrap();
+        let mut b = vec![1.0; a.n_rows];
+        assert!(matches!(
+            cg.solve_in_place(&mut b),
+            Err(SolverError::IterativeNoConvergence { iterations: 2, .. })
+        ));
+        let mut fresh = DeviceCgSolver::new("electrical", Device::Cpu, CgParams::default());
+        let e = fresh.solve_in_place(&mut b).unwrap_err().to_string();
+        assert!(e.contains("electrical") && e.contains("before the first factorization"), "{e}");
+        #[cfg(not(feature = "cuda"))]
+        {
+            let mut gpu = DeviceCgSolver::new("thermal", Device::Cuda, CgParams::default());
+            let e = gpu.factor(&a).unwrap_err().to_string();
+            assert!(e.contains("thermal") && e.contains("`cuda` feature"), "{e}");
+        }
+    }
+}

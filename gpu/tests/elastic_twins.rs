@@ -1,0 +1,243 @@
+//! The CPU twins of the elastic device kernels against gradfem's CPU path: the linear elastic
+//! model's assembly (its element kernels through `AssemblyPattern`), its direct solve and its
+//! adjoint gradient with respect to a per-element Young's modulus. Runs everywhere.
+
+use gradfem_coupling::fields::mechanical::MechanicalField;
+use gradfem_coupling::{CoupledProblem, LinearChoice};
+use gradfem_gpu::twin::CpuTwin;
+use gradfem_gpu::{CgParams, Device, DeviceSystem, GpuError, Pipeline, Seed, run_on};
+use gradfem_mechanical::{
+    BcKind, BcSpec, LinearElasticModel, ObjectiveKind, ObjectiveTerm, RegionSpec,
+};
+use gradfem_mesh::generate::{BoxSpec, box_mesh};
+use gradfem_mesh::{CellType, Mesh};
+use gradfem_solvers::assembly::AssemblyPattern;
+use rstest::rstest;
+
+/// A distorted box (interior nodes moved by up to 15 % of a cell, 5 % for quadratic cells).
+fn mesh(n: usize, cell: CellType) -> Mesh {
+    let mut m = box_mesh(&BoxSpec {
+        origin: [0.0; 3],
+        lengths: [1.0, 0.5, 0.4],
+        divisions: [n + 1, n, n.max(2) - 1],
+        cell_type: cell,
+    });
+    let quadratic = !matches!(cell, CellType::Tet4 | CellType::Hex8);
+    let h = 0.4 / (n.max(2) - 1) as f64 * if quadratic { 1.0 / 3.0 } else { 1.0 };
+    for (i, x) in m.coords.iter_mut().enumerate() {
+        let inside = (0..3).all(|c| x[c] > 1e-9 && x[c] < [1.0, 0.5, 0.4][c] - 1e-9);
+        if inside {
+            let s = i as f64;
+            x[0] += 0.15 * h * (1.3 * s).sin();
+            x[1] += 0.15 * h * (2.1 * s).cos();
+            x[2] += 0.15 * h * (0.7 * s).sin();
+        }
+    }
+    m
+}
+
+fn regions() -> Vec<RegionSpec> {
+    vec![RegionSpec {
+        group: "domain".into(),
+        young: 2.0e3,
+        poisson: 0.3,
+        alpha: 0.0,
+        t_ref: 0.0,
+        body_force: [0.0, -3.0, 1.0],
+    }]
+}
+
+/// Clamped on x = 0; a traction and a pressure; with `prescribed`, a nonzero displacement of
+/// x = 1 along x (then the adjoint is not the forward solution).
+fn bcs(prescribed: bool) -> Vec<BcSpec> {
+    let mut b = vec![
+        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
+        BcSpec { group: "ymax".into(), kind: BcKind::Traction { traction: [0.5, 0.0, -2.0] } },
+        BcSpec { group: "zmax".into(), kind: BcKind::Pressure { pressure: 1.5 } },
+    ];
+    if prescribed {
+        b.push(BcSpec {
+            group: "xmax".into(),
+            kind: BcKind::Displacement { value: [Some(1e-3), None, None] },
+        });
+    }
+    b
+}
+
+/// A per-element E varying by a factor of ~3 and ν between 0.2 and 0.4.
+fn materials(model: &mut LinearElasticModel) -> Vec<f64> {
+    let n = model.n_volume_elements();
+    for e in 0..n {
+        model.young_elem[e] = 2.0e3 * (1.0 + 0.5 * (0.37 * e as f64).sin());
+        model.poisson_elem[e] = 0.3 + 0.1 * (0.91 * e as f64).cos();
+    }
+    model.young_elem[..n].to_vec()
+}
+
+fn max_abs(v: &[f64]) -> f64 {
+    v.iter().fold(0.0, |m, x| m.max(x.abs()))
+}
+
+/// max |a − b| / max |b|.
+fn rel_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / max_abs(b)
+}
+
+#[rstest]
+#[case::tet4(CellType::Tet4, 4)]
+#[case::tet10(CellType::Tet10, 2)]
+#[case::hex8(CellType::Hex8, 3)]
+#[case::hex20(CellType::Hex20, 2)]
+#[case::hex27(CellType::Hex27, 2)]
+fn gathered_elastic_assembly_equals_the_cpu_assembly(#[case] cell: CellType, #[case] n: usize) {
+    let m = mesh(n, cell);
+    let mut model = LinearElasticModel::new(&m, &regions(), &bcs(true)).unwrap();
+    let young = materials(&mut model);
+    let pattern =
+        AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
+    let sys = DeviceSystem::elastic(&model, &pattern).unwrap();
+    assert_eq!((sys.components, sys.element_size()), (3, 3 * cell.n_nodes()));
+    assert!(model.n_elements() > sys.n_elements(), "the loads' facet elements are in the model");
+
+    // the CPU path: K and R(u_free = 0) through the colour-parallel scatter
+    let mut mat = pattern.new_matrix();
+    let mut r0 = vec![0.0; model.n_unknowns()];
+    let u0 = model.nodal_displacement(&vec![0.0; model.n_unknowns()]);
+    pattern.assemble_into(&mut mat, &mut r0, |e, ke, fe| {
+        model.element_residual_tangent(e, &u0, Some(ke), fe)
+    });
+    let b_cpu: Vec<f64> = r0.iter().map(|v| -v).collect();
+
+    let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
+    pipe.assemble(&young).unwrap();
+    let values = pipe.matrix_values().unwrap();
+    let b = pipe.load().unwrap();
+    let dk = rel_diff(&values, &mat.values);
+    let db = rel_diff(&b, &b_cpu);
+    assert!(dk <= 1e-13, "{cell:?}: CSR values differ by {dk:e} (relative to max |K|)");
+    assert!(db <= 1e-12, "{cell:?}: right-hand sides differ by {db:e}");
+    assert!(max_abs(&b) > 0.0 && max_abs(&values) > 0.0);
+}
+
+/// The CPU reference: the mechanical field with a direct solver, E_e registered.
+fn cpu_problem(
+    m: &Mesh,
+    prescribed: bool,
+    objective: Vec<ObjectiveTerm>,
+) -> (CoupledProblem, gradfem_solvers::params::ParamId, Vec<f64>) {
+    let mut field = MechanicalField::new(m, &regions(), &bcs(prescribed), objective).unwrap();
+    field.set_linear(LinearChoice::Cholesky, 1e-12);
+    let young = materials(&mut field.model);
+    let poisson = field.model.poisson_elem.clone();
+    let mut p = CoupledProblem::new(m.clone());
+    p.add_field(Box::new(field)).unwrap();
+    let id = p.register("mechanical.young_elem.domain", None).unwrap();
+    p.registry_mut().set_values(id, &young).unwrap();
+    p.apply_parameters().unwrap();
+    p.find_mut::<MechanicalField>().unwrap().model.poisson_elem = poisson;
+    (p, id, young)
+}
+
+fn compliance() -> Vec<ObjectiveTerm> {
+    vec![ObjectiveTerm { weight: 2.0, kind: ObjectiveKind::Compliance }]
+}
+
+fn tip_objective() -> Vec<ObjectiveTerm> {
+    vec![
+        ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Compliance },
+        ObjectiveTerm {
+            weight: 1e3,
+            kind: ObjectiveKind::AverageDisplacement {
+                group: "ymax".into(),
+                direction: [0.0, 0.3, -1.0],
+            },
+        },
+    ]
+}
+
+#[rstest]
+#[case::tet4_compliance(CellType::Tet4, 4, false)]
+#[case::tet4_prescribed(CellType::Tet4, 4, true)]
+#[case::tet10(CellType::Tet10, 2, true)]
+#[case::hex8(CellType::Hex8, 3, false)]
+#[case::hex20(CellType::Hex20, 2, true)]
+fn elastic_pipeline_equals_the_cpu_solve_and_adjoint(
+    #[case] cell: CellType,
+    #[case] n: usize,
+    #[case] prescribed: bool,
+) {
+    let m = mesh(n, cell);
+    let terms = if prescribed { tip_objective() } else { compliance() };
+    let (mut p, id, young) = cpu_problem(&m, prescribed, terms.clone());
+    let (j_cpu, grad, _) = p.gradient().unwrap();
+    let f = p.find::<MechanicalField>().unwrap();
+    let u_cpu = f.displacement().unwrap().to_vec();
+    let model = &f.model;
+    let sys = DeviceSystem::elastic(model, f.pattern()).unwrap();
+    let params = CgParams { rel_tol: 1e-13, max_iterations: 50_000 };
+    let objective = |u: &[f64]| {
+        let e = gradfem_mechanical::linear::objective::evaluate(model, &terms, u, false)
+            .map_err(|e| GpuError::Input(e.to_string()))?;
+        let seed =
+            if prescribed { Seed::Vector(e.d_displacement) } else { Seed::Forward { scale: 2.0 } };
+        Ok((e.value, seed))
+    };
+    let run = run_on(Device::Cpu, &sys, &young, &params, objective).unwrap();
+    assert_eq!(run.backend, "cpu-twin");
+    assert_eq!(run.adjoint_cg.iterations == 0, !prescribed, "an adjoint solve iff not compliance");
+    let du = rel_diff(&run.solution, &u_cpu);
+    let dj = (run.objective - j_cpu).abs() / j_cpu.abs();
+    let dg = rel_diff(&run.gradient, grad.get(id));
+    assert!(du <= 1e-9, "{cell:?}: displacement differs by {du:e}");
+    assert!(dj <= 1e-9, "{cell:?}: J differs by {dj:e}");
+    assert!(dg <= 1e-8, "{cell:?}: dJ/dE_e differs by {dg:e}");
+    if !prescribed {
+        // the compliance is homogeneous of degree −1 in E: Σ E_e dC/dE_e = −C
+        let s: f64 = run.gradient.iter().zip(&young).map(|(g, e)| g * e).sum();
+        assert!((s + run.objective).abs() <= 1e-9 * run.objective, "{s} vs {}", run.objective);
+    }
+}
+
+#[test]
+fn a_self_adjoint_seed_under_a_prescribed_displacement_is_refused() {
+    let m = mesh(3, CellType::Hex8);
+    let (p, _, young) = cpu_problem(&m, true, compliance());
+    let f = p.find::<MechanicalField>().unwrap();
+    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let r = run_on(Device::Cpu, &sys, &young, &CgParams::default(), |_| {
+        Ok((0.0, Seed::Forward { scale: 1.0 }))
+    });
+    match r {
+        Err(GpuError::Input(why)) => assert!(why.contains("nonzero prescribed"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn thermal_strain_and_bad_moduli_are_refused_with_the_reason() {
+    let m = mesh(2, CellType::Hex8);
+    let mut r = regions();
+    r[0].alpha = 1e-5;
+    let mut model = LinearElasticModel::new(&m, &r, &bcs(false)).unwrap();
+    model.set_temperature(Some(vec![310.0; model.n_nodes()])).unwrap();
+    let pattern =
+        AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
+    match DeviceSystem::elastic(&model, &pattern) {
+        Err(GpuError::Unsupported(why)) => {
+            assert!(why.contains("thermal strain") && why.contains("'domain'"), "{why}")
+        }
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    model.set_temperature(None).unwrap();
+    let sys = DeviceSystem::elastic(&model, &pattern).unwrap();
+    let mut young = vec![1.0; sys.n_elements()];
+    young[3] = -2.0;
+    let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
+    match pipe.forward(&young, &CgParams::default()) {
+        Err(GpuError::Input(why)) => {
+            assert!(why.contains("Young's modulus of element 3 is -2"), "{why}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
