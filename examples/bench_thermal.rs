@@ -12,7 +12,9 @@
 //!
 //! `--device cuda` (a build with `--features cuda`) runs the forward solve and the gradient on
 //! the GPU instead (gradfem-gpu: gathered assembly, Jacobi-PCG to `--cg-rel-tol`, default
-//! 1e-10, adjoint and per-element gradient on the device) and prints device, setup_s (kernel
+//! 1e-10, preconditioned by `--preconditioner amg` (default: the AMG V-cycle on the device,
+//! its hierarchy built on the host) or `jacobi`, adjoint and per-element gradient on the
+//! device) and prints device, setup_s (kernel
 //! compilation and upload), forward_s, gradient_s, CG iterations, J, dJ_dk and dJ_dke_norm.
 //! `--check` adds the CPU path's J and gradient and their relative differences.
 //!
@@ -22,7 +24,7 @@
 use std::time::Instant;
 
 use gradfem::run::LinearChoice;
-use gradfem::thermal::{CgParams, Device, ThermalProblem};
+use gradfem::thermal::{CgParams, Device, Preconditioner, ThermalProblem};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_thermal::{BcKind, BcSpec, ConductivityLaw, ObjectiveKind, ObjectiveTerm, RegionSpec};
@@ -42,6 +44,7 @@ fn main() {
     let mut device = Device::Cpu;
     let mut cg_rel_tol = 1e-10;
     let mut check = false;
+    let mut preconditioner = Preconditioner::Amg;
     let mut cell = CellType::Tet4;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -64,6 +67,12 @@ fn main() {
                     .unwrap_or_else(|| fail("--cg-rel-tol takes a positive number"))
             }
             "--check" => check = true,
+            "--preconditioner" => {
+                preconditioner = match args.next().as_deref().map(str::parse) {
+                    Some(Ok(p)) => p,
+                    _ => fail("--preconditioner takes jacobi|amg"),
+                }
+            }
             "--cell" => {
                 cell = args
                     .next()
@@ -76,7 +85,7 @@ fn main() {
             }
             other => fail(&format!(
                 "unknown argument '{other}' (expected --n N [--solver S] [--device cpu|cuda] \
-                 [--cg-rel-tol TOL] [--check] [--cell C])"
+                 [--cg-rel-tol TOL] [--preconditioner jacobi|amg] [--check] [--cell C])"
             )),
         }
     }
@@ -107,7 +116,7 @@ fn main() {
     if device == Device::Cuda {
         let params = CgParams { rel_tol: cg_rel_tol, max_iterations: 100_000 };
         let d = problem
-            .device_gradient(Device::Cuda, &params)
+            .device_gradient(Device::Cuda, &params, preconditioner)
             .unwrap_or_else(|e| fail(&format!("--device cuda: {e}")));
         let dj_dk: f64 = d.gradient.iter().sum();
         let norm = d.gradient.iter().map(|v| v * v).sum::<f64>().sqrt();
@@ -124,6 +133,7 @@ fn main() {
             "gradient_s": d.gradient_s,
             "forward_plus_gradient_s": d.forward_s + d.gradient_s,
             "cg_rel_tol": cg_rel_tol,
+            "preconditioner": format!("{preconditioner:?}"),
             "cg_iterations": d.cg_iterations,
             "peak_rss_mb": peak_rss_mb(),
             "J": d.objective,
@@ -132,7 +142,7 @@ fn main() {
         });
         if check {
             let c = problem
-                .device_gradient(Device::Cpu, &params)
+                .device_gradient(Device::Cpu, &params, preconditioner)
                 .unwrap_or_else(|e| fail(&format!("the CPU check: {e}")));
             let scale = c.gradient.iter().fold(0.0f64, |m, v| m.max(v.abs()));
             let dg =

@@ -8,7 +8,7 @@ use gradfem_coupling::fields::mechanical::MechanicalField;
 use gradfem_gpu::{DeviceSystem, Seed};
 use gradfem_mechanical::ObjectiveKind;
 
-pub use gradfem_gpu::{CgParams, Device, GpuError};
+pub use gradfem_gpu::{CgParams, Device, GpuError, Preconditioner};
 
 /// A forward solve and the gradient of the objective with respect to a per-element
 /// coefficient (the conductivity k_e or Young's modulus E_e of every volume element).
@@ -36,7 +36,9 @@ pub struct DeviceGradient {
 /// One forward solve of the linear elastic `field` and dJ/dE_e of its objective with respect
 /// to the Young's modulus of every volume element, by the device pipeline on `device`
 /// ([`Device::Cuda`]: the GPU; [`Device::Cpu`]: the pipeline's CPU twin, one thread), at the
-/// field's current E and ν. The field's own solution is left as it was.
+/// field's current E and ν, CG preconditioned by `preconditioner` (Jacobi, or AMG with the
+/// rigid-body modes, its hierarchy built on the host once per call). The field's own solution
+/// is left as it was.
 ///
 /// A compliance objective under homogeneous constraints takes its adjoint from the forward
 /// solution (no second solve); any other objective is evaluated on the host from the
@@ -50,6 +52,7 @@ pub fn elastic_gradient(
     field: &MechanicalField,
     device: Device,
     cg: &CgParams,
+    preconditioner: Preconditioner,
 ) -> Result<DeviceGradient, RunError> {
     let err = |e: GpuError| RunError::Setup(format!("mechanical on the {device} device: {e}"));
     let model = &field.model;
@@ -70,7 +73,8 @@ pub fn elastic_gradient(
         Ok((e.value, seed))
     };
     let young = &model.young_elem[..model.n_volume_elements()];
-    let run = gradfem_gpu::run_on(device, &system, young, cg, objective).map_err(err)?;
+    let run =
+        gradfem_gpu::run_on(device, &system, young, cg, preconditioner, objective).map_err(err)?;
     let mut gradient = run.gradient;
     for (g, x) in gradient.iter_mut().zip(&explicit) {
         *g += x;

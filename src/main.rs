@@ -33,7 +33,7 @@ struct Cli {
     #[arg(long, global = true)]
     strict: bool,
     /// Where to solve: `cpu` or `cuda` (overrides the problem file's `[solver] device`). With
-    /// `cuda` the linear fields' systems are solved on the GPU (Jacobi-PCG); without a usable
+    /// `cuda` the linear fields' systems are solved on the GPU (AMG-PCG); without a usable
     /// GPU it answers with the reason (no `cuda` feature, no driver, device or NVRTC).
     #[arg(long, global = true, value_name = "cpu|cuda")]
     device: Option<String>,

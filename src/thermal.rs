@@ -13,7 +13,7 @@ use gradfem_mesh::Mesh;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
 use gradfem_thermal::{BcSpec, ObjectiveTerm, RegionSpec};
 
-pub use crate::device::{CgParams, Device, DeviceGradient, GpuError};
+pub use crate::device::{CgParams, Device, DeviceGradient, GpuError, Preconditioner};
 pub use gradfem_coupling::fields::thermal::SolveTimings;
 pub use gradfem_coupling::taylor::direction;
 
@@ -117,7 +117,7 @@ impl ThermalProblem {
     /// the CPU path solves the problem as [`solve`](Self::solve) does.
     ///
     /// [`Device::Cuda`] runs the GPU backend (`gradfem-gpu`): element matrices, gathered
-    /// assembly, Jacobi-preconditioned CG to `cg.rel_tol`, adjoint CG and the per-element
+    /// assembly, CG preconditioned by `preconditioner` (Jacobi, or AMG built on the host) to `cg.rel_tol`, adjoint CG and the per-element
     /// gradient on the device, J and ∂J/∂T on the host. It is an error when this build has no
     /// `cuda` feature, or the machine no driver, device or NVRTC. A problem without device
     /// kernels (cells other than Tet4, Tet10, Hex8, Hex20 and Hex27, mixed cell types, a
@@ -129,6 +129,7 @@ impl ThermalProblem {
         &mut self,
         device: Device,
         cg: &CgParams,
+        preconditioner: Preconditioner,
     ) -> Result<DeviceGradient, RunError> {
         if device == Device::Cuda {
             let field = self.field();
@@ -142,8 +143,9 @@ impl ThermalProblem {
                         Ok((e.value, gradfem_gpu::Seed::Vector(e.d_temperature)))
                     };
                     let k = &model.k_elem[..model.n_volume_elements()];
-                    let run = gradfem_gpu::run_on(device, &system, k, cg, objective)
-                        .map_err(|e| RunError::Setup(format!("thermal on the GPU: {e}")))?;
+                    let run =
+                        gradfem_gpu::run_on(device, &system, k, cg, preconditioner, objective)
+                            .map_err(|e| RunError::Setup(format!("thermal on the GPU: {e}")))?;
                     return Ok(DeviceGradient {
                         backend: run.backend,
                         objective: run.objective,

@@ -4,7 +4,7 @@
 
 use gradfem::api::{Model, Objective};
 use gradfem::run::LinearChoice;
-use gradfem::thermal::{CgParams, Device, ThermalProblem};
+use gradfem::thermal::{CgParams, Device, Preconditioner, ThermalProblem};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_thermal::{BcKind, BcSpec, ConductivityLaw, ObjectiveKind, ObjectiveTerm, RegionSpec};
@@ -78,8 +78,13 @@ fn bar() -> Model {
         .register("mechanical.young.domain")
 }
 
-#[test]
-fn fields_solve_with_the_device_solver_to_the_cpu_answer() {
+#[rstest::rstest]
+#[case::jacobi(false, "twin-cg")]
+#[case::amg(true, "twin-amg-cg")]
+fn fields_solve_with_the_device_solver_to_the_cpu_answer(
+    #[case] amg: bool,
+    #[case] expected: &str,
+) {
     // The device CG through its CPU twin (the GPU's arithmetic, one thread) in place of the
     // fields' own solvers: the coupled solve and its adjoint gradient agree with the direct
     // solvers'.
@@ -87,8 +92,9 @@ fn fields_solve_with_the_device_solver_to_the_cpu_answer() {
     let g_cpu = cpu.gradient().unwrap();
     let mut twin = bar().build().unwrap();
     let params = CgParams { rel_tol: 1e-13, max_iterations: 100_000 };
-    gradfem::app::solve_fields_with(&mut twin.problem().engine, |field| {
-        Box::new(gradfem_gpu::DeviceCgSolver::new(field, Device::Cpu, params))
+    gradfem::app::solve_fields_with(&mut twin.problem().engine, |field, modes| {
+        let s = gradfem_gpu::DeviceCgSolver::new(field, Device::Cpu, params);
+        Box::new(if amg { s.with_amg(modes) } else { s })
     });
     let g_twin = twin.gradient().unwrap();
     let engine = &twin.problem().engine;
@@ -103,7 +109,7 @@ fn fields_solve_with_the_device_solver_to_the_cpu_answer() {
                 .linear_solver(),
             _ => engine.find::<gradfem::mechanical::MechanicalField>().unwrap().linear_solver(),
         };
-        assert_eq!(solver, "twin-cg", "{name}");
+        assert_eq!(solver, expected, "{name}");
     }
     assert!(g_cpu.value.abs() > 0.0);
     assert!(
@@ -162,7 +168,7 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
     for (i, &e) in p.model.regions[0].elements.iter().enumerate() {
         g_ref[e] = grad.get(id)[i];
     }
-    let d = p.device_gradient(Device::Cpu, &CgParams::default()).unwrap();
+    let d = p.device_gradient(Device::Cpu, &CgParams::default(), Preconditioner::Jacobi).unwrap();
     assert!(d.backend.starts_with("cpu"), "{}", d.backend);
     assert!((d.objective - j).abs() <= 1e-12 * j.abs());
     let scale = g_ref.iter().fold(0.0f64, |m, v| m.max(v.abs()));
@@ -170,8 +176,11 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
         assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
     }
 
-    let cuda =
-        p.device_gradient(Device::Cuda, &CgParams { rel_tol: 1e-13, max_iterations: 10_000 });
+    let cuda = p.device_gradient(
+        Device::Cuda,
+        &CgParams { rel_tol: 1e-13, max_iterations: 10_000 },
+        Preconditioner::Amg,
+    );
     match cuda {
         Ok(r) => {
             // a GPU ran it: the same gradient
@@ -198,7 +207,8 @@ fn problems_without_device_kernels_run_on_the_cpu() {
         BcSpec { group: "zmax".into(), kind: BcKind::Convection { h: 2.0, t_inf: 0.0 } };
     for cell in [CellType::Tet4, CellType::Hex8] {
         let mut p = heat3d_with(cell, std::slice::from_ref(&convection));
-        let d = p.device_gradient(Device::Cuda, &CgParams::default()).unwrap();
+        let d =
+            p.device_gradient(Device::Cuda, &CgParams::default(), Preconditioner::Jacobi).unwrap();
         assert!(d.backend.starts_with("cpu"), "{cell:?}: {}", d.backend);
         assert_eq!(d.gradient.len(), p.model.n_volume_elements());
         // J = Σ T² > 0, and a uniformly better conductor is cooler
@@ -212,8 +222,11 @@ fn hexahedral_and_quadratic_cells_go_to_the_device() {
     // is missing (feature, driver, device, NVRTC) instead of falling back.
     for cell in [CellType::Hex8, CellType::Hex20, CellType::Tet10] {
         let mut p = heat3d(cell);
-        match p.device_gradient(Device::Cuda, &CgParams { rel_tol: 1e-12, max_iterations: 10_000 })
-        {
+        match p.device_gradient(
+            Device::Cuda,
+            &CgParams { rel_tol: 1e-12, max_iterations: 10_000 },
+            Preconditioner::Jacobi,
+        ) {
             Ok(r) => assert!(r.backend.starts_with("cuda"), "{cell:?}: {}", r.backend),
             Err(e) => {
                 let text = e.to_string();

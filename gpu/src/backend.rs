@@ -6,11 +6,17 @@
 
 use crate::error::GpuError;
 use crate::system::DeviceSystem;
+use gradfem_solvers::amg::{AmgHierarchy, AmgParams, HierarchyExport};
+use gradfem_solvers::sparse::CsrMatrix;
+
+use crate::amg::DeviceAmg;
 
 /// The kernels of the pipeline over vectors of some memory (host or device).
 pub trait Backend {
     /// A vector of f64 in the backend's memory.
     type Vector;
+    /// A CSR matrix in the backend's memory (the AMG hierarchy's operators and transfers).
+    type Matrix;
 
     /// What runs the kernels, for logs and reports.
     fn name(&self) -> String;
@@ -75,6 +81,61 @@ pub trait Backend {
         fixed: &Self::Vector,
         out: &mut Self::Vector,
     ) -> Result<(), GpuError>;
+    /// A matrix with the pattern and values of `a`.
+    fn upload_matrix(&mut self, a: &CsrMatrix) -> Result<Self::Matrix, GpuError>;
+    /// `v` = `host` (same length).
+    fn write(&mut self, host: &[f64], v: &mut Self::Vector) -> Result<(), GpuError>;
+    /// x = 0.
+    fn fill_zero(&mut self, x: &mut Self::Vector) -> Result<(), GpuError>;
+    /// y = A x, or y = y + A x when `accumulate`.
+    fn matrix_spmv(
+        &mut self,
+        a: &Self::Matrix,
+        x: &Self::Vector,
+        y: &mut Self::Vector,
+        accumulate: bool,
+    ) -> Result<(), GpuError>;
+    /// d = c · inv ∘ r.
+    fn scale_diag(
+        &mut self,
+        c: f64,
+        inv: &Self::Vector,
+        r: &Self::Vector,
+        d: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
+    /// r = b − A x; d = c · inv ∘ r.
+    #[allow(clippy::too_many_arguments)]
+    fn residual_and_scale(
+        &mut self,
+        a: &Self::Matrix,
+        b: &Self::Vector,
+        x: &Self::Vector,
+        r: &mut Self::Vector,
+        d: &mut Self::Vector,
+        inv: &Self::Vector,
+        c: f64,
+    ) -> Result<(), GpuError>;
+    /// One Chebyshev step: r = r − A d; x = x + d; d_new = α d + γ · inv ∘ r.
+    #[allow(clippy::too_many_arguments)]
+    fn cheb_step(
+        &mut self,
+        a: &Self::Matrix,
+        inv: &Self::Vector,
+        d: &Self::Vector,
+        d_new: &mut Self::Vector,
+        r: &mut Self::Vector,
+        x: &mut Self::Vector,
+        alpha: f64,
+        gamma: f64,
+    ) -> Result<(), GpuError>;
+    /// r = r − A d; x = x + d.
+    fn residual_update(
+        &mut self,
+        a: &Self::Matrix,
+        d: &Self::Vector,
+        r: &mut Self::Vector,
+        x: &mut Self::Vector,
+    ) -> Result<(), GpuError>;
     /// dJ/dc_e = −λ_eᵀ K_e⁰ u_e per element (c the coefficient, K_e⁰ the element matrix at
     /// c = 1), from the nodal solution u and adjoint λ.
     fn coefficient_gradient(
@@ -83,6 +144,31 @@ pub trait Backend {
         lambda: &Self::Vector,
         out: &mut Self::Vector,
     ) -> Result<(), GpuError>;
+}
+
+/// The preconditioner of the device CG.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Preconditioner {
+    /// z = D⁻¹ r.
+    #[default]
+    Jacobi,
+    /// One V-cycle of smoothed-aggregation AMG, the hierarchy built on the host by
+    /// `gradfem_solvers::amg` (default parameters; the rigid-body modes as near-nullspace for
+    /// elasticity) and copied once per matrix ([`crate::amg::DeviceAmg`]).
+    Amg,
+}
+
+impl std::str::FromStr for Preconditioner {
+    type Err = GpuError;
+    fn from_str(s: &str) -> Result<Self, GpuError> {
+        match s {
+            "jacobi" => Ok(Preconditioner::Jacobi),
+            "amg" => Ok(Preconditioner::Amg),
+            other => Err(GpuError::Input(format!(
+                "unknown preconditioner '{other}' (expected \"jacobi\" or \"amg\")"
+            ))),
+        }
+    }
 }
 
 /// Settings of the device CG.
@@ -132,6 +218,8 @@ pub struct Pipeline<B: Backend> {
     lambda_nodal: B::Vector,
     grad: B::Vector,
     solved: bool,
+    amg: Option<DeviceAmg<B>>,
+    preconditioner: Preconditioner,
 }
 
 impl<B: Backend> Pipeline<B> {
@@ -162,6 +250,8 @@ impl<B: Backend> Pipeline<B> {
             lambda_nodal: backend.zeros(n_values)?,
             grad: backend.zeros(n_el)?,
             solved: false,
+            amg: None,
+            preconditioner: Preconditioner::Jacobi,
             backend,
         })
     }
@@ -216,6 +306,9 @@ impl<B: Backend> Pipeline<B> {
         params: &CgParams,
     ) -> Result<(Vec<f64>, CgInfo), GpuError> {
         self.assemble(coefficient)?;
+        if self.preconditioner == Preconditioner::Amg {
+            self.build_amg(&AmgParams::default())?;
+        }
         let info = self.pcg(params)?;
         self.backend.to_nodal(&self.x, &self.fixed, &mut self.u_nodal)?;
         self.solved = true;
@@ -273,6 +366,59 @@ impl<B: Backend> Pipeline<B> {
         be.coefficient_gradient(&self.u_nodal, &self.u_nodal, &mut self.grad)?;
         be.download(&self.grad)
     }
+    /// The preconditioner of [`forward`](Self::forward) (and its adjoint): with
+    /// [`Preconditioner::Amg`] each forward builds the hierarchy of the assembled matrix
+    /// ([`build_amg`](Self::build_amg)).
+    pub fn set_preconditioner(&mut self, preconditioner: Preconditioner) {
+        self.preconditioner = preconditioner;
+        if preconditioner == Preconditioner::Jacobi {
+            self.amg = None;
+        }
+    }
+
+    /// Precondition the following solves by the AMG hierarchy `h` (built on the host for the
+    /// current matrix), copied to the backend once.
+    pub fn use_amg(&mut self, h: &HierarchyExport) -> Result<(), GpuError> {
+        self.amg = Some(DeviceAmg::new(&mut self.backend, h)?);
+        Ok(())
+    }
+
+    /// Precondition the following solves by Jacobi (the default).
+    pub fn use_jacobi(&mut self) {
+        self.amg = None;
+    }
+
+    /// Build the AMG hierarchy of the current matrix (after [`assemble`](Self::assemble) or
+    /// [`set_matrix`](Self::set_matrix)) on the host with `params` — the matrix comes back
+    /// once, its hierarchy goes over once — and precondition the following solves by it. An
+    /// elastic system gets its rigid-body modes as the near-nullspace.
+    pub fn build_amg(&mut self, params: &AmgParams) -> Result<(), GpuError> {
+        let values = self.backend.download(&self.values)?;
+        let s = self.backend.system();
+        let n = s.n_unknowns;
+        let a = CsrMatrix {
+            n_rows: n,
+            n_cols: n,
+            row_ptr: s.row_ptr.iter().map(|&v| v as usize).collect(),
+            col_idx: s.col_idx.clone(),
+            values,
+        };
+        let setup = |e: gradfem_solvers::SolverError| {
+            GpuError::Input(format!("the AMG set-up on the host: {e}"))
+        };
+        let h = match s.near_nullspace() {
+            Some(nns) => AmgHierarchy::with_near_nullspace(&a, params, std::sync::Arc::new(nns))
+                .map_err(setup)?,
+            None => AmgHierarchy::new(&a, params).map_err(setup)?,
+        };
+        self.use_amg(&h.export())
+    }
+
+    /// Levels of the AMG preconditioner (0: Jacobi).
+    pub fn amg_levels(&self) -> usize {
+        self.amg.as_ref().map_or(0, DeviceAmg::n_levels)
+    }
+
     /// Take the matrix from its CSR `values` (the pattern of the backend's system, assembled
     /// elsewhere) instead of assembling it: the operator of the following
     /// [`solve`](Self::solve)s.
@@ -320,7 +466,7 @@ impl<B: Backend> Pipeline<B> {
         }
         let b_norm = bb.sqrt();
         be.copy(&self.b, &mut self.r)?;
-        be.jacobi(&self.inv_diag, &self.r, &mut self.z)?;
+        precondition(be, &mut self.amg, &self.inv_diag, &self.r, &mut self.z)?;
         be.copy(&self.z, &mut self.p)?;
         let mut rz = be.dot(&self.r, &self.z)?;
         let mut rel = 1.0;
@@ -340,11 +486,25 @@ impl<B: Backend> Pipeline<B> {
             if rel <= params.rel_tol {
                 return Ok(CgInfo { iterations: it, relative_residual: rel });
             }
-            be.jacobi(&self.inv_diag, &self.r, &mut self.z)?;
+            precondition(be, &mut self.amg, &self.inv_diag, &self.r, &mut self.z)?;
             let rz_new = be.dot(&self.r, &self.z)?;
             be.xpay(&self.z, rz_new / rz, &mut self.p)?;
             rz = rz_new;
         }
         Err(GpuError::NotConverged { iterations: params.max_iterations, relative_residual: rel })
+    }
+}
+
+/// z = M⁻¹ r: one AMG V-cycle, or Jacobi.
+fn precondition<B: Backend>(
+    be: &mut B,
+    amg: &mut Option<DeviceAmg<B>>,
+    inv_diag: &B::Vector,
+    r: &B::Vector,
+    z: &mut B::Vector,
+) -> Result<(), GpuError> {
+    match amg {
+        Some(h) => h.apply(be, r, z),
+        None => be.jacobi(inv_diag, r, z),
     }
 }

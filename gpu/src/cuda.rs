@@ -18,6 +18,7 @@ use crate::error::GpuError;
 use crate::kernels::{self, BLOCK, KernelSource, NVRTC_OPTIONS, dot_blocks};
 use crate::system::{DeviceSystem, Physics};
 use crate::twin::{no_element_kernels, no_quadrature};
+use gradfem_solvers::sparse::CsrMatrix;
 
 /// Run `f`, turning a panic inside cudarc into a [`GpuError::Driver`].
 fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, GpuError> {
@@ -127,6 +128,20 @@ struct Kernels {
     quad_conductivity_gradient: CudaFunction,
     elastic_element_matrices: CudaFunction,
     elastic_young_gradient: CudaFunction,
+    matrix_spmv: CudaFunction,
+    scale_diag: CudaFunction,
+    residual_and_scale: CudaFunction,
+    cheb_step: CudaFunction,
+    residual_update: CudaFunction,
+    fill_zero: CudaFunction,
+}
+
+/// A CSR matrix on the device.
+pub struct DeviceCsr {
+    n_rows: usize,
+    row_ptr: DeviceVec<u32>,
+    col_idx: DeviceVec<u32>,
+    values: DeviceVec<f64>,
 }
 
 /// The pipeline's kernels on CUDA device 0, with the system's constant arrays uploaded once.
@@ -195,6 +210,12 @@ impl CudaBackend {
             quad_conductivity_gradient: f(3, "quad_conductivity_gradient")?,
             elastic_element_matrices: f(4, "elastic_element_matrices")?,
             elastic_young_gradient: f(4, "elastic_young_gradient")?,
+            matrix_spmv: f(5, "matrix_spmv")?,
+            scale_diag: f(5, "scale_diag")?,
+            residual_and_scale: f(5, "residual_and_scale")?,
+            cheb_step: f(5, "cheb_step")?,
+            residual_update: f(5, "residual_update")?,
+            fill_zero: f(5, "fill_zero")?,
             csr_gather: f(1, "csr_gather")?,
             rhs_gather: f(1, "rhs_gather")?,
             inverse_diagonal: f(1, "csr_inverse_diagonal")?,
@@ -273,6 +294,138 @@ fn same_len(what: &str, a: usize, b: usize) -> Result<(), GpuError> {
 
 impl Backend for CudaBackend {
     type Vector = DeviceVec<f64>;
+    type Matrix = DeviceCsr;
+
+    fn upload_matrix(&mut self, a: &CsrMatrix) -> Result<DeviceCsr, GpuError> {
+        if u32::try_from(a.nnz()).is_err() || u32::try_from(a.n_rows).is_err() {
+            return Err(GpuError::Unsupported(format!(
+                "a matrix of {} rows and {} entries does not fit the kernels' 32-bit indices",
+                a.n_rows,
+                a.nnz()
+            )));
+        }
+        let rp: Vec<u32> = a.row_ptr.iter().map(|&v| v as u32).collect();
+        Ok(DeviceCsr {
+            n_rows: a.n_rows,
+            row_ptr: upload_any(&self.stream, &rp)?,
+            col_idx: upload_any(&self.stream, &a.col_idx)?,
+            values: upload_any(&self.stream, &a.values)?,
+        })
+    }
+    fn write(&mut self, host: &[f64], v: &mut Self::Vector) -> Result<(), GpuError> {
+        same_len("write", host.len(), v.len)?;
+        if host.is_empty() {
+            return Ok(());
+        }
+        self.stream.memcpy_htod(host, &mut v.buf).map_err(driver_err("copying to the device"))
+    }
+    fn fill_zero(&mut self, x: &mut Self::Vector) -> Result<(), GpuError> {
+        let n = x.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let n32 = n as u32;
+        let mut a = self.stream.launch_builder(&self.k.fill_zero);
+        a.arg(&n32).arg(&mut x.buf);
+        launch("fill_zero", &mut a, cfg(n))
+    }
+    fn matrix_spmv(
+        &mut self,
+        m: &DeviceCsr,
+        x: &Self::Vector,
+        y: &mut Self::Vector,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
+        same_len("matrix_spmv", m.n_rows, y.len)?;
+        let n = y.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let (n32, acc) = (n as u32, accumulate as i32);
+        let mut a = self.stream.launch_builder(&self.k.matrix_spmv);
+        a.arg(&n32).arg(&m.row_ptr.buf).arg(&m.col_idx.buf).arg(&m.values.buf);
+        a.arg(&x.buf).arg(&mut y.buf).arg(&acc);
+        launch("matrix_spmv", &mut a, cfg(n))
+    }
+    fn scale_diag(
+        &mut self,
+        c: f64,
+        inv: &Self::Vector,
+        r: &Self::Vector,
+        d: &mut Self::Vector,
+    ) -> Result<(), GpuError> {
+        same_len("scale_diag", r.len, d.len)?;
+        let n = d.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let n32 = n as u32;
+        let mut a = self.stream.launch_builder(&self.k.scale_diag);
+        a.arg(&n32).arg(&c).arg(&inv.buf).arg(&r.buf).arg(&mut d.buf);
+        launch("scale_diag", &mut a, cfg(n))
+    }
+    fn residual_and_scale(
+        &mut self,
+        m: &DeviceCsr,
+        b: &Self::Vector,
+        x: &Self::Vector,
+        r: &mut Self::Vector,
+        d: &mut Self::Vector,
+        inv: &Self::Vector,
+        c: f64,
+    ) -> Result<(), GpuError> {
+        same_len("residual_and_scale", m.n_rows, r.len)?;
+        let n = r.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let n32 = n as u32;
+        let mut a = self.stream.launch_builder(&self.k.residual_and_scale);
+        a.arg(&n32).arg(&m.row_ptr.buf).arg(&m.col_idx.buf).arg(&m.values.buf);
+        a.arg(&b.buf).arg(&x.buf).arg(&mut r.buf).arg(&mut d.buf).arg(&inv.buf).arg(&c);
+        launch("residual_and_scale", &mut a, cfg(n))
+    }
+    fn cheb_step(
+        &mut self,
+        m: &DeviceCsr,
+        inv: &Self::Vector,
+        d: &Self::Vector,
+        d_new: &mut Self::Vector,
+        r: &mut Self::Vector,
+        x: &mut Self::Vector,
+        alpha: f64,
+        gamma: f64,
+    ) -> Result<(), GpuError> {
+        same_len("cheb_step", m.n_rows, r.len)?;
+        let n = r.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let n32 = n as u32;
+        let mut a = self.stream.launch_builder(&self.k.cheb_step);
+        a.arg(&n32).arg(&m.row_ptr.buf).arg(&m.col_idx.buf).arg(&m.values.buf);
+        a.arg(&inv.buf).arg(&d.buf).arg(&mut d_new.buf).arg(&mut r.buf).arg(&mut x.buf);
+        a.arg(&alpha).arg(&gamma);
+        launch("cheb_step", &mut a, cfg(n))
+    }
+    fn residual_update(
+        &mut self,
+        m: &DeviceCsr,
+        d: &Self::Vector,
+        r: &mut Self::Vector,
+        x: &mut Self::Vector,
+    ) -> Result<(), GpuError> {
+        same_len("residual_update", m.n_rows, r.len)?;
+        let n = r.len;
+        if n == 0 {
+            return Ok(());
+        }
+        let n32 = n as u32;
+        let mut a = self.stream.launch_builder(&self.k.residual_update);
+        a.arg(&n32).arg(&m.row_ptr.buf).arg(&m.col_idx.buf).arg(&m.values.buf);
+        a.arg(&d.buf).arg(&mut r.buf).arg(&mut x.buf);
+        launch("residual_update", &mut a, cfg(n))
+    }
 
     fn name(&self) -> String {
         format!("cuda ({})", self.device)

@@ -503,9 +503,98 @@ extern "C" __global__ void to_nodal(unsigned int n_nodes, const int* __restrict_
     functions: &["csr_spmv", "dot_partial", "dot_finish", "axpy", "xpay", "jacobi", "to_nodal"],
 };
 
+/// Kernels of the device AMG V-cycle on any CSR matrix (the hierarchy's operators and
+/// transfers): SpMV with accumulation, and the fused Chebyshev–Jacobi smoother passes of the
+/// CPU hierarchy (`gradfem_solvers::amg`). One thread per row, each row's entries in column
+/// order.
+pub const AMG: KernelSource = KernelSource {
+    name: "amg.cu",
+    source: r#"
+__device__ static double row_dot(const unsigned int* __restrict__ row_ptr,
+                                 const unsigned int* __restrict__ col_idx,
+                                 const double* __restrict__ values, unsigned int i,
+                                 const double* __restrict__ x) {
+    double s = 0.0;
+    for (unsigned int c = row_ptr[i]; c < row_ptr[i + 1]; ++c) s += values[c] * x[col_idx[c]];
+    return s;
+}
+
+// y = A x (accumulate = 0) or y = y + A x (accumulate = 1).
+extern "C" __global__ void matrix_spmv(unsigned int n, const unsigned int* __restrict__ row_ptr,
+                                       const unsigned int* __restrict__ col_idx,
+                                       const double* __restrict__ values,
+                                       const double* __restrict__ x, double* __restrict__ y,
+                                       int accumulate) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double s = row_dot(row_ptr, col_idx, values, i, x);
+    y[i] = accumulate ? y[i] + s : s;
+}
+
+// d = c inv r
+extern "C" __global__ void scale_diag(unsigned int n, double c, const double* __restrict__ inv,
+                                      const double* __restrict__ r, double* __restrict__ d) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) d[i] = c * inv[i] * r[i];
+}
+
+// r = b - A x; d = c inv r
+extern "C" __global__ void residual_and_scale(
+    unsigned int n, const unsigned int* __restrict__ row_ptr,
+    const unsigned int* __restrict__ col_idx, const double* __restrict__ values,
+    const double* __restrict__ b, const double* __restrict__ x, double* __restrict__ r,
+    double* __restrict__ d, const double* __restrict__ inv, double c) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double ri = b[i] - row_dot(row_ptr, col_idx, values, i, x);
+    r[i] = ri;
+    d[i] = c * inv[i] * ri;
+}
+
+// One Chebyshev step: r = r - A d; x = x + d; d_new = alpha d + gamma inv r.
+extern "C" __global__ void cheb_step(
+    unsigned int n, const unsigned int* __restrict__ row_ptr,
+    const unsigned int* __restrict__ col_idx, const double* __restrict__ values,
+    const double* __restrict__ inv, const double* __restrict__ d, double* __restrict__ d_new,
+    double* __restrict__ r, double* __restrict__ x, double alpha, double gamma) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double ri = r[i] - row_dot(row_ptr, col_idx, values, i, d);
+    r[i] = ri;
+    x[i] = x[i] + d[i];
+    d_new[i] = alpha * d[i] + gamma * inv[i] * ri;
+}
+
+// r = r - A d; x = x + d.
+extern "C" __global__ void residual_update(
+    unsigned int n, const unsigned int* __restrict__ row_ptr,
+    const unsigned int* __restrict__ col_idx, const double* __restrict__ values,
+    const double* __restrict__ d, double* __restrict__ r, double* __restrict__ x) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    r[i] = r[i] - row_dot(row_ptr, col_idx, values, i, d);
+    x[i] = x[i] + d[i];
+}
+
+// x = 0
+extern "C" __global__ void fill_zero(unsigned int n, double* __restrict__ x) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = 0.0;
+}
+"#,
+    functions: &[
+        "matrix_spmv",
+        "scale_diag",
+        "residual_and_scale",
+        "cheb_step",
+        "residual_update",
+        "fill_zero",
+    ],
+};
+
 /// Every NVRTC program of the backend.
 pub const ALL: &[KernelSource] =
-    &[TET4_THERMAL, ASSEMBLY, VECTOR, QUADRATURE_THERMAL, QUADRATURE_ELASTIC];
+    &[TET4_THERMAL, ASSEMBLY, VECTOR, QUADRATURE_THERMAL, QUADRATURE_ELASTIC, AMG];
 
 /// Number of dot-product blocks (partial sums) for vectors of `n` entries.
 pub fn dot_blocks(n: usize) -> usize {

@@ -18,6 +18,7 @@
 //! - `cuda` (feature `cuda`): the CUDA backend over cudarc, which loads `libcuda.so.1` and
 //!   `libnvrtc.so.13` at run time, so the crate builds without a CUDA toolkit.
 
+pub mod amg;
 pub mod backend;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -27,7 +28,7 @@ pub mod solver;
 pub mod system;
 pub mod twin;
 
-pub use backend::{Backend, CgInfo, CgParams, Pipeline};
+pub use backend::{Backend, CgInfo, CgParams, Pipeline, Preconditioner};
 pub use error::GpuError;
 pub use solver::DeviceCgSolver;
 pub use system::{DeviceSystem, Physics};
@@ -136,10 +137,12 @@ pub fn run<B: Backend>(
     backend: impl FnOnce() -> Result<B, GpuError>,
     coefficient: &[f64],
     params: &CgParams,
+    preconditioner: Preconditioner,
     objective: impl FnOnce(&[f64]) -> Result<(f64, Seed), GpuError>,
 ) -> Result<DeviceRun, GpuError> {
     let t0 = std::time::Instant::now();
     let mut pipeline = Pipeline::new(backend()?)?;
+    pipeline.set_preconditioner(preconditioner);
     let setup_s = t0.elapsed().as_secs_f64();
     let t1 = std::time::Instant::now();
     let (solution, forward_cg) = pipeline.forward(coefficient, params)?;
@@ -177,18 +180,23 @@ pub fn run_on(
     system: &DeviceSystem,
     coefficient: &[f64],
     params: &CgParams,
+    preconditioner: Preconditioner,
     objective: impl FnOnce(&[f64]) -> Result<(f64, Seed), GpuError>,
 ) -> Result<DeviceRun, GpuError> {
     match device {
-        Device::Cpu => run(|| Ok(twin::CpuTwin::new(system)), coefficient, params, objective),
+        Device::Cpu => {
+            let twin = || Ok(twin::CpuTwin::new(system));
+            run(twin, coefficient, params, preconditioner, objective)
+        }
         Device::Cuda => {
             #[cfg(feature = "cuda")]
             {
-                run(|| cuda::CudaBackend::new(system), coefficient, params, objective)
+                let cuda = || cuda::CudaBackend::new(system);
+                run(cuda, coefficient, params, preconditioner, objective)
             }
             #[cfg(not(feature = "cuda"))]
             {
-                let _ = (system, coefficient, params, objective);
+                let _ = (system, coefficient, params, preconditioner, objective);
                 Err(GpuError::NotBuilt)
             }
         }

@@ -1,9 +1,13 @@
 //! A [`LinearSolver`] that solves symmetric positive definite systems assembled on the CPU by
-//! Jacobi-preconditioned CG on a device: the matrix values go in at each factorization, each
+//! preconditioned CG on a device (Jacobi, or an AMG V-cycle whose hierarchy is built on the
+//! host): the matrix values go in at each factorization, each
 //! right-hand side goes in and its solution comes out. This is how a field without device
 //! element kernels (or a problem file's field) solves on the GPU: assembly stays on the CPU.
 
+use std::sync::Arc;
+
 use gradfem_solvers::SolverError;
+use gradfem_solvers::amg::{AmgHierarchy, AmgParams, NearNullspace};
 use gradfem_solvers::linear::LinearSolver;
 use gradfem_solvers::sparse::CsrMatrix;
 
@@ -20,8 +24,8 @@ enum Solver {
     Cuda(Box<Pipeline<crate::cuda::CudaBackend>>),
 }
 
-/// Jacobi-PCG on a device as a [`LinearSolver`] for SPD systems (the transposed solve is the
-/// solve). [`Device::Cuda`] runs on the GPU; [`Device::Cpu`] runs the same pipeline with the
+/// Preconditioned CG on a device as a [`LinearSolver`] for SPD systems (the transposed solve
+/// is the solve): Jacobi, or AMG with [`with_amg`](Self::with_amg). [`Device::Cuda`] runs on the GPU; [`Device::Cpu`] runs the same pipeline with the
 /// CPU twins (one thread; for checking). The device's kernels are compiled and the pattern
 /// uploaded at the first factorization and again only when the pattern changes.
 pub struct DeviceCgSolver {
@@ -33,6 +37,8 @@ pub struct DeviceCgSolver {
     last: Option<CgInfo>,
     backend: String,
     setups: usize,
+    /// With AMG: the near-nullspace and the host hierarchy (refreshed for new values).
+    amg: Option<(Option<Arc<NearNullspace>>, Option<AmgHierarchy>)>,
 }
 
 impl DeviceCgSolver {
@@ -47,7 +53,17 @@ impl DeviceCgSolver {
             last: None,
             backend: String::new(),
             setups: 0,
+            amg: None,
         }
+    }
+
+    /// Precondition by smoothed-aggregation AMG instead of Jacobi: the hierarchy is built on
+    /// the host at each factorization (for new values on the same pattern, keeping the
+    /// aggregates) and copied to the device; `near_nullspace` for elasticity (the rigid-body
+    /// modes), `None` for scalar fields.
+    pub fn with_amg(mut self, near_nullspace: Option<NearNullspace>) -> Self {
+        self.amg = Some((near_nullspace.map(Arc::new), None));
+        self
     }
 
     /// What ran the last factorization (`cuda (<device>)` or `cpu-twin`; empty before).
@@ -120,8 +136,9 @@ impl DeviceCgSolver {
                 Solver::Cuda(p) => crate::Backend::name(p.backend()),
             };
             tracing::info!(
-                "{}: linear solves by Jacobi-PCG on {} ({} unknowns, {} entries)",
+                "{}: linear solves by {}-preconditioned CG on {} ({} unknowns, {} entries)",
                 self.field,
+                if self.amg.is_some() { "AMG" } else { "Jacobi" },
                 self.backend,
                 a.n_rows,
                 a.nnz()
@@ -131,9 +148,30 @@ impl DeviceCgSolver {
             self.pattern = Some((a.row_ptr.clone(), a.col_idx.clone()));
         }
         match self.solver.as_mut().expect("set above") {
-            Solver::Twin(p) => p.set_matrix(&a.values),
+            Solver::Twin(p) => p.set_matrix(&a.values)?,
             #[cfg(feature = "cuda")]
-            Solver::Cuda(p) => p.set_matrix(&a.values),
+            Solver::Cuda(p) => p.set_matrix(&a.values)?,
+        }
+        let Some((nns, hierarchy)) = self.amg.as_mut() else { return Ok(()) };
+        let setup = |e: SolverError| GpuError::Input(format!("the AMG set-up on the host: {e}"));
+        match hierarchy.as_mut() {
+            Some(h) if same => h.refresh_values(a).map_err(setup)?,
+            _ => {
+                let params = AmgParams::default();
+                *hierarchy = Some(
+                    match nns {
+                        Some(n) => AmgHierarchy::with_near_nullspace(a, &params, n.clone()),
+                        None => AmgHierarchy::new(a, &params),
+                    }
+                    .map_err(setup)?,
+                );
+            }
+        }
+        let export = hierarchy.as_ref().expect("built above").export();
+        match self.solver.as_mut().expect("set above") {
+            Solver::Twin(p) => p.use_amg(&export),
+            #[cfg(feature = "cuda")]
+            Solver::Cuda(p) => p.use_amg(&export),
         }
     }
 
@@ -168,9 +206,11 @@ impl LinearSolver for DeviceCgSolver {
     }
 
     fn name(&self) -> &'static str {
-        match self.device {
-            Device::Cpu => "twin-cg",
-            Device::Cuda => "cuda-cg",
+        match (self.device, self.amg.is_some()) {
+            (Device::Cpu, false) => "twin-cg",
+            (Device::Cpu, true) => "twin-amg-cg",
+            (Device::Cuda, false) => "cuda-cg",
+            (Device::Cuda, true) => "cuda-amg-cg",
         }
     }
 
@@ -242,6 +282,35 @@ mod tests {
         cg.factor(&other).unwrap();
         assert_eq!(cg.setups(), 2, "a new pattern is set up again");
         assert!(cg.last_iterations().is_some_and(|i| i > 0));
+    }
+
+    #[test]
+    fn twin_amg_cg_solves_in_few_iterations_and_keeps_the_aggregates() {
+        let mut a = laplacian(12, 0.0);
+        let b: Vec<f64> = (0..a.n_rows).map(|i| (0.3 * i as f64).sin()).collect();
+        let params = CgParams { rel_tol: 1e-12, max_iterations: 1000 };
+        let mut jacobi = DeviceCgSolver::new("test", Device::Cpu, params);
+        let mut amg = DeviceCgSolver::new("test", Device::Cpu, params).with_amg(None);
+        assert_eq!((jacobi.name(), amg.name()), ("twin-cg", "twin-amg-cg"));
+        let mut direct = CholeskySolver::new("test");
+        for round in 0..2 {
+            for v in a.values.iter_mut().filter(|v| **v > 0.0) {
+                *v = 6.0 + 0.5 * round as f64;
+            }
+            direct.factor(&a).unwrap();
+            let mut y = b.clone();
+            direct.solve_in_place(&mut y).unwrap();
+            for s in [&mut jacobi, &mut amg] {
+                s.factor(&a).unwrap();
+                let mut x = b.clone();
+                s.solve_in_place(&mut x).unwrap();
+                let d = x.iter().zip(&y).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+                assert!(d <= 1e-10, "{}: differs from Cholesky by {d:e}", s.name());
+            }
+            let (ij, ia) = (jacobi.last_iterations().unwrap(), amg.last_iterations().unwrap());
+            assert!(ia * 3 < ij && ia <= 20, "AMG {ia} iterations against Jacobi's {ij}");
+        }
+        assert_eq!(amg.setups(), 1);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 use gradfem_mechanical::LinearElasticModel;
 use gradfem_mesh::CellType;
 use gradfem_mesh::quadrature::ElementTable;
+use gradfem_solvers::amg::NearNullspace;
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::sparse::CsrMatrix;
 use gradfem_thermal::{BcKind, ThermalModel};
@@ -448,6 +449,23 @@ impl DeviceSystem {
     /// Number of stored matrix entries.
     pub fn nnz(&self) -> usize {
         self.col_idx.len()
+    }
+
+    /// The near-nullspace of the AMG: the rigid-body modes of an elastic system's free
+    /// displacement components; `None` for scalar fields (the constant is AMG's default).
+    pub fn near_nullspace(&self) -> Option<NearNullspace> {
+        if !matches!(self.physics, Physics::Elastic { .. }) {
+            return None;
+        }
+        let mut unknowns = vec![(0, 0); self.n_unknowns];
+        for (v, &d) in self.dof_of_value.iter().enumerate() {
+            if d >= 0 {
+                unknowns[d as usize] = (v / 3, v % 3);
+            }
+        }
+        let coords: Vec<[f64; 3]> =
+            self.coords.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+        NearNullspace::rigid_body_modes(&coords, &unknowns).ok()
     }
 
     /// The name of the per-element coefficient: `conductivity` or `Young's modulus`.

@@ -10,6 +10,7 @@ use crate::error::GpuError;
 use crate::kernels::{BLOCK, DOT_CHUNK, MAX_CELL_NODES, dot_blocks};
 use crate::system::{DeviceSystem, Physics, ReferenceQuadrature};
 use gradfem_mesh::geometry;
+use gradfem_solvers::sparse::CsrMatrix;
 
 /// Barycentric gradients and volume of the Tet4 element `e` (the kernels' `tet4_gradients`).
 fn tet4_gradients(coords: &[f64], nodes: &[u32], e: usize) -> ([[f64; 3]; 4], f64) {
@@ -437,6 +438,76 @@ pub fn to_nodal(dof: &[i32], u: &[f64], fixed: &[f64], out: &mut [f64]) {
     }
 }
 
+/// The AMG kernels' `row_dot`: Σ_c A_ic x_c in column order.
+fn row_dot(a: &CsrMatrix, i: usize, x: &[f64]) -> f64 {
+    let mut s = 0.0;
+    for c in a.row_ptr[i]..a.row_ptr[i + 1] {
+        s += a.values[c] * x[a.col_idx[c] as usize];
+    }
+    s
+}
+
+/// Twin of `matrix_spmv`: y = A x, or y = y + A x when `accumulate`.
+pub fn matrix_spmv(a: &CsrMatrix, x: &[f64], y: &mut [f64], accumulate: bool) {
+    for (i, yi) in y.iter_mut().enumerate() {
+        let s = row_dot(a, i, x);
+        *yi = if accumulate { *yi + s } else { s };
+    }
+}
+
+/// Twin of `scale_diag`: d = c · inv ∘ r.
+pub fn scale_diag(c: f64, inv: &[f64], r: &[f64], d: &mut [f64]) {
+    for ((di, &gi), &ri) in d.iter_mut().zip(inv).zip(r) {
+        *di = c * gi * ri;
+    }
+}
+
+/// Twin of `residual_and_scale`: r = b − A x; d = c · inv ∘ r.
+#[allow(clippy::too_many_arguments)]
+pub fn residual_and_scale(
+    a: &CsrMatrix,
+    b: &[f64],
+    x: &[f64],
+    r: &mut [f64],
+    d: &mut [f64],
+    inv: &[f64],
+    c: f64,
+) {
+    for i in 0..r.len() {
+        let ri = b[i] - row_dot(a, i, x);
+        r[i] = ri;
+        d[i] = c * inv[i] * ri;
+    }
+}
+
+/// Twin of `cheb_step`: r = r − A d; x = x + d; d_new = α d + γ · inv ∘ r.
+#[allow(clippy::too_many_arguments)]
+pub fn cheb_step(
+    a: &CsrMatrix,
+    inv: &[f64],
+    d: &[f64],
+    d_new: &mut [f64],
+    r: &mut [f64],
+    x: &mut [f64],
+    alpha: f64,
+    gamma: f64,
+) {
+    for i in 0..r.len() {
+        let ri = r[i] - row_dot(a, i, d);
+        r[i] = ri;
+        x[i] += d[i];
+        d_new[i] = alpha * d[i] + gamma * inv[i] * ri;
+    }
+}
+
+/// Twin of `residual_update`: r = r − A d; x = x + d.
+pub fn residual_update(a: &CsrMatrix, d: &[f64], r: &mut [f64], x: &mut [f64]) {
+    for i in 0..r.len() {
+        r[i] -= row_dot(a, i, d);
+        x[i] += d[i];
+    }
+}
+
 /// The device pipeline run on the CPU with the twins (one thread): the reference a device
 /// run is compared with, and a path that runs everywhere.
 pub struct CpuTwin {
@@ -452,6 +523,76 @@ impl CpuTwin {
 
 impl Backend for CpuTwin {
     type Vector = Vec<f64>;
+    type Matrix = CsrMatrix;
+
+    fn upload_matrix(&mut self, a: &CsrMatrix) -> Result<CsrMatrix, GpuError> {
+        Ok(a.clone())
+    }
+    fn write(&mut self, host: &[f64], v: &mut Vec<f64>) -> Result<(), GpuError> {
+        v.copy_from_slice(host);
+        Ok(())
+    }
+    fn fill_zero(&mut self, x: &mut Vec<f64>) -> Result<(), GpuError> {
+        x.fill(0.0);
+        Ok(())
+    }
+    fn matrix_spmv(
+        &mut self,
+        a: &CsrMatrix,
+        x: &Vec<f64>,
+        y: &mut Vec<f64>,
+        accumulate: bool,
+    ) -> Result<(), GpuError> {
+        matrix_spmv(a, x, y, accumulate);
+        Ok(())
+    }
+    fn scale_diag(
+        &mut self,
+        c: f64,
+        inv: &Vec<f64>,
+        r: &Vec<f64>,
+        d: &mut Vec<f64>,
+    ) -> Result<(), GpuError> {
+        scale_diag(c, inv, r, d);
+        Ok(())
+    }
+    fn residual_and_scale(
+        &mut self,
+        a: &CsrMatrix,
+        b: &Vec<f64>,
+        x: &Vec<f64>,
+        r: &mut Vec<f64>,
+        d: &mut Vec<f64>,
+        inv: &Vec<f64>,
+        c: f64,
+    ) -> Result<(), GpuError> {
+        residual_and_scale(a, b, x, r, d, inv, c);
+        Ok(())
+    }
+    fn cheb_step(
+        &mut self,
+        a: &CsrMatrix,
+        inv: &Vec<f64>,
+        d: &Vec<f64>,
+        d_new: &mut Vec<f64>,
+        r: &mut Vec<f64>,
+        x: &mut Vec<f64>,
+        alpha: f64,
+        gamma: f64,
+    ) -> Result<(), GpuError> {
+        cheb_step(a, inv, d, d_new, r, x, alpha, gamma);
+        Ok(())
+    }
+    fn residual_update(
+        &mut self,
+        a: &CsrMatrix,
+        d: &Vec<f64>,
+        r: &mut Vec<f64>,
+        x: &mut Vec<f64>,
+    ) -> Result<(), GpuError> {
+        residual_update(a, d, r, x);
+        Ok(())
+    }
 
     fn name(&self) -> String {
         "cpu-twin".into()

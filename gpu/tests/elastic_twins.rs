@@ -5,7 +5,9 @@
 use gradfem_coupling::fields::mechanical::MechanicalField;
 use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::twin::CpuTwin;
-use gradfem_gpu::{CgParams, Device, DeviceSystem, GpuError, Pipeline, Seed, run_on};
+use gradfem_gpu::{
+    CgParams, Device, DeviceSystem, GpuError, Pipeline, Preconditioner, Seed, run_on,
+};
 use gradfem_mechanical::{
     BcKind, BcSpec, LinearElasticModel, ObjectiveKind, ObjectiveTerm, RegionSpec,
 };
@@ -157,15 +159,18 @@ fn tip_objective() -> Vec<ObjectiveTerm> {
 }
 
 #[rstest]
-#[case::tet4_compliance(CellType::Tet4, 4, false)]
-#[case::tet4_prescribed(CellType::Tet4, 4, true)]
-#[case::tet10(CellType::Tet10, 2, true)]
-#[case::hex8(CellType::Hex8, 3, false)]
-#[case::hex20(CellType::Hex20, 2, true)]
+#[case::tet4_compliance(CellType::Tet4, 4, false, Preconditioner::Jacobi)]
+#[case::tet4_prescribed(CellType::Tet4, 4, true, Preconditioner::Jacobi)]
+#[case::tet4_amg(CellType::Tet4, 6, true, Preconditioner::Amg)]
+#[case::tet10(CellType::Tet10, 2, true, Preconditioner::Jacobi)]
+#[case::hex8(CellType::Hex8, 3, false, Preconditioner::Jacobi)]
+#[case::hex8_amg(CellType::Hex8, 6, false, Preconditioner::Amg)]
+#[case::hex20(CellType::Hex20, 2, true, Preconditioner::Amg)]
 fn elastic_pipeline_equals_the_cpu_solve_and_adjoint(
     #[case] cell: CellType,
     #[case] n: usize,
     #[case] prescribed: bool,
+    #[case] pre: Preconditioner,
 ) {
     let m = mesh(n, cell);
     let terms = if prescribed { tip_objective() } else { compliance() };
@@ -183,7 +188,7 @@ fn elastic_pipeline_equals_the_cpu_solve_and_adjoint(
             if prescribed { Seed::Vector(e.d_displacement) } else { Seed::Forward { scale: 2.0 } };
         Ok((e.value, seed))
     };
-    let run = run_on(Device::Cpu, &sys, &young, &params, objective).unwrap();
+    let run = run_on(Device::Cpu, &sys, &young, &params, pre, objective).unwrap();
     assert_eq!(run.backend, "cpu-twin");
     assert_eq!(run.adjoint_cg.iterations == 0, !prescribed, "an adjoint solve iff not compliance");
     let du = rel_diff(&run.solution, &u_cpu);
@@ -205,7 +210,7 @@ fn a_self_adjoint_seed_under_a_prescribed_displacement_is_refused() {
     let (p, _, young) = cpu_problem(&m, true, compliance());
     let f = p.find::<MechanicalField>().unwrap();
     let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
-    let r = run_on(Device::Cpu, &sys, &young, &CgParams::default(), |_| {
+    let r = run_on(Device::Cpu, &sys, &young, &CgParams::default(), Preconditioner::Jacobi, |_| {
         Ok((0.0, Seed::Forward { scale: 1.0 }))
     });
     match r {
@@ -240,4 +245,31 @@ fn thermal_strain_and_bad_moduli_are_refused_with_the_reason() {
         }
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+#[test]
+fn amg_bounds_the_cg_iterations_as_the_mesh_is_refined() {
+    // Jacobi-PCG's iterations grow like the mesh size's inverse; the AMG V-cycle (rigid-body
+    // modes as near-nullspace) keeps them nearly flat.
+    let mut counts = Vec::new();
+    for n in [6, 9, 12] {
+        let m = mesh(n, CellType::Hex8);
+        let (p, _, young) = cpu_problem(&m, false, compliance());
+        let f = p.find::<MechanicalField>().unwrap();
+        let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+        let params = CgParams { rel_tol: 1e-10, max_iterations: 20_000 };
+        let mut it = [0; 2];
+        for (k, pre) in [Preconditioner::Jacobi, Preconditioner::Amg].into_iter().enumerate() {
+            let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
+            pipe.set_preconditioner(pre);
+            it[k] = pipe.forward(&young, &params).unwrap().1.iterations;
+            if pre == Preconditioner::Amg {
+                assert!(pipe.amg_levels() >= 2, "n = {n}: {} levels", pipe.amg_levels());
+            }
+        }
+        counts.push((sys.n_unknowns, it));
+    }
+    let (first, last) = (counts[0].1, counts[2].1);
+    assert!(last[1] <= first[1] + 5 && last[1] <= 40, "AMG iterations grow: {counts:?}");
+    assert!(last[0] > 2 * last[1], "AMG does not beat Jacobi: {counts:?}");
 }

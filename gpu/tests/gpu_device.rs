@@ -10,7 +10,7 @@ use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::cuda::CudaBackend;
 use gradfem_gpu::twin::CpuTwin;
 use gradfem_gpu::{
-    Backend, CgParams, Device, DeviceSystem, GpuError, Pipeline, cuda_ready, run_on,
+    Backend, CgParams, Device, DeviceSystem, GpuError, Pipeline, Preconditioner, cuda_ready, run_on,
 };
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
@@ -103,8 +103,8 @@ fn device_forward_and_gradient_equal_the_cpu_path(#[case] cell: CellType, #[case
             .map_err(|e| GpuError::Input(e.to_string()))?;
         Ok((e.value, gradfem_gpu::Seed::Vector(e.d_temperature)))
     };
-    let gpu = run_on(Device::Cuda, &sys, &k, &params, obj).unwrap();
-    let twin = run_on(Device::Cpu, &sys, &k, &params, obj).unwrap();
+    let gpu = run_on(Device::Cuda, &sys, &k, &params, Preconditioner::Jacobi, obj).unwrap();
+    let twin = run_on(Device::Cpu, &sys, &k, &params, Preconditioner::Jacobi, obj).unwrap();
     let mut g_ref = vec![0.0; k.len()];
     for (i, &e) in f.model.regions[0].elements.iter().enumerate() {
         g_ref[e] = grad.get(id)[i];
@@ -220,13 +220,15 @@ fn elastic_problem(
 }
 
 #[rstest]
-#[case::tet4(CellType::Tet4, 8)]
-#[case::tet10(CellType::Tet10, 4)]
-#[case::hex8(CellType::Hex8, 8)]
-#[case::hex20(CellType::Hex20, 4)]
+#[case::tet4(CellType::Tet4, 8, Preconditioner::Jacobi)]
+#[case::tet4_amg(CellType::Tet4, 12, Preconditioner::Amg)]
+#[case::tet10(CellType::Tet10, 4, Preconditioner::Jacobi)]
+#[case::hex8_amg(CellType::Hex8, 8, Preconditioner::Amg)]
+#[case::hex20(CellType::Hex20, 4, Preconditioner::Amg)]
 fn elastic_device_forward_and_gradient_equal_the_cpu_path(
     #[case] cell: CellType,
     #[case] n: usize,
+    #[case] pre: Preconditioner,
 ) {
     use gradfem_coupling::fields::mechanical::MechanicalField;
     if !device_or_skip() {
@@ -244,14 +246,14 @@ fn elastic_device_forward_and_gradient_equal_the_cpu_path(
             .map_err(|e| GpuError::Input(e.to_string()))?;
         Ok((e.value, gradfem_gpu::Seed::Forward { scale: 1.0 }))
     };
-    let gpu = run_on(Device::Cuda, &sys, &young, &params, obj).unwrap();
-    let twin = run_on(Device::Cpu, &sys, &young, &params, obj).unwrap();
+    let gpu = run_on(Device::Cuda, &sys, &young, &params, pre, obj).unwrap();
+    let twin = run_on(Device::Cpu, &sys, &young, &params, pre, obj).unwrap();
     let du = rel_diff(&gpu.solution, &u_cpu);
     let dj = (gpu.objective - j_cpu).abs() / j_cpu.abs();
     let dg = rel_diff(&gpu.gradient, grad.get(id));
     println!(
         "GPU vs CPU (elastic3d {cell:?} n = {n}, {} unknowns, varying E_e): u {du:.2e}, J \
-         {dj:.2e}, dC/dE_e {dg:.2e}; CG {} iterations on {}",
+         {dj:.2e}, dC/dE_e {dg:.2e}; {pre:?}-CG {} iterations on {}",
         sys.n_unknowns, gpu.forward_cg.iterations, gpu.backend
     );
     println!(

@@ -5,7 +5,7 @@
 use gradfem_coupling::fields::thermal::ThermalField;
 use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::twin::{self, CpuTwin};
-use gradfem_gpu::{CgParams, Device, DeviceSystem, GpuError, Pipeline, run_on};
+use gradfem_gpu::{CgParams, Device, DeviceSystem, GpuError, Pipeline, Preconditioner, run_on};
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use gradfem_mesh::{CellType, Mesh};
 use gradfem_thermal::{
@@ -213,7 +213,9 @@ fn twin_forward_and_gradient_equal_the_cpu_solve_and_adjoint(
     let t_cpu = f.temperature().unwrap().to_vec();
     let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
     let params = CgParams { rel_tol: 1e-14, max_iterations: 10_000 };
-    let run = run_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
+    let run =
+        run_on(Device::Cpu, &sys, &k, &params, Preconditioner::Jacobi, host_objective(&f.model))
+            .unwrap();
     assert_eq!(run.backend, "cpu-twin");
     assert!(run.forward_cg.iterations > 5 && run.adjoint_cg.iterations > 5, "{cell:?}");
 
@@ -246,8 +248,12 @@ fn the_pipeline_is_bitwise_repeatable() {
     let f = field(&p);
     let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
     let params = CgParams { rel_tol: 1e-12, max_iterations: 10_000 };
-    let a = run_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
-    let b = run_on(Device::Cpu, &sys, &k, &params, host_objective(&f.model)).unwrap();
+    let a =
+        run_on(Device::Cpu, &sys, &k, &params, Preconditioner::Jacobi, host_objective(&f.model))
+            .unwrap();
+    let b =
+        run_on(Device::Cpu, &sys, &k, &params, Preconditioner::Jacobi, host_objective(&f.model))
+            .unwrap();
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&a.solution), bits(&b.solution));
     assert_eq!(bits(&a.gradient), bits(&b.gradient));
@@ -348,7 +354,14 @@ fn cuda_selection_without_the_feature_or_a_device_is_a_clear_error() {
     );
     let sys = DeviceSystem::thermal(&model, &pattern).unwrap();
     let k = vec![1.0; sys.n_elements()];
-    let r = run_on(Device::Cuda, &sys, &k, &CgParams::default(), host_objective(&model));
+    let r = run_on(
+        Device::Cuda,
+        &sys,
+        &k,
+        &CgParams::default(),
+        Preconditioner::Jacobi,
+        host_objective(&model),
+    );
     if gradfem_gpu::CUDA_BUILT {
         // with the feature: either a device ran it, or the error names what is missing
         if let Err(e) = r {

@@ -1202,6 +1202,37 @@ struct Work {
     xc: Vec<f64>,
 }
 
+/// One level of an exported hierarchy ([`AmgHierarchy::export`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExportedLevel {
+    /// The level's operator A_l (the finest: the matrix without its numerically zero entries).
+    pub a: CsrMatrix,
+    /// 1 / diag(A_l).
+    pub inv_diag: Vec<f64>,
+    /// The Chebyshev smoother's upper bound on ρ(D⁻¹A_l) (1.1 × the Lanczos estimate).
+    pub lambda_max: f64,
+}
+
+/// A built hierarchy's numbers ([`AmgHierarchy::export`]). Its V-cycle: on each level but the
+/// coarsest, `pre_sweeps` smoother sweeps from x = 0, the residual restricted by R_l, the
+/// coarser level's cycle prolongated by P_l and added, `post_sweeps` sweeps; the coarsest
+/// level solved by `coarse` (or smoothed as the others when it is `None`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HierarchyExport {
+    /// The levels, finest first.
+    pub levels: Vec<ExportedLevel>,
+    /// (P_l, R_l = P_lᵀ) between level l and l + 1.
+    pub transfers: Vec<(CsrMatrix, CsrMatrix)>,
+    /// The Cholesky factor of the coarsest operator (`None`: coarsening stalled; smoothed).
+    pub coarse: Option<crate::dense::DenseCholesky>,
+    /// The smoother of every level.
+    pub smoother: Smoother,
+    /// Sweeps before the coarse correction.
+    pub pre_sweeps: usize,
+    /// Sweeps after the coarse correction.
+    pub post_sweeps: usize,
+}
+
 /// A smoothed-aggregation AMG hierarchy; as a [`Preconditioner`] it applies one V-cycle.
 #[derive(Debug)]
 pub struct AmgHierarchy {
@@ -1282,6 +1313,38 @@ impl AmgHierarchy {
         let nns = self.near_nullspace.take();
         *self = Self::build(Csr32::from_csr(a, true), &self.params, Some(aggs), nns)?;
         Ok(())
+    }
+
+    /// The numbers of the hierarchy, finest level first, for running its V-cycle elsewhere
+    /// (the GPU backend copies them once): every level's operator, inverse diagonal and
+    /// smoother bound, the transfers, the coarsest level's factor and the cycle's settings.
+    pub fn export(&self) -> HierarchyExport {
+        let csr = |m: &Csr32| CsrMatrix {
+            n_rows: m.n_rows,
+            n_cols: m.n_cols,
+            row_ptr: m.row_ptr.clone(),
+            col_idx: m.col.clone(),
+            values: m.val.clone(),
+        };
+        HierarchyExport {
+            levels: self
+                .levels
+                .iter()
+                .map(|l| ExportedLevel {
+                    a: csr(&l.a),
+                    inv_diag: l.inv_diag.clone(),
+                    lambda_max: l.lambda_max,
+                })
+                .collect(),
+            transfers: self.transfers.iter().map(|t| (csr(&t.p), csr(&t.r))).collect(),
+            coarse: match &self.coarse {
+                CoarseSolver::Dense(c) => Some(c.clone()),
+                CoarseSolver::Smooth => None,
+            },
+            smoother: self.params.smoother,
+            pre_sweeps: self.params.pre_sweeps,
+            post_sweeps: self.params.post_sweeps,
+        }
     }
 
     /// The near-nullspace the hierarchy was built with (`None`: the constant per component).

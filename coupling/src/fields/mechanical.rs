@@ -204,7 +204,7 @@ impl MechanicalField {
     }
 
     /// The rigid-body modes of the free displacement components (the AMG's near-nullspace).
-    fn rigid_body_modes(&self) -> Option<gradfem_solvers::amg::NearNullspace> {
+    pub fn rigid_body_modes(&self) -> Option<gradfem_solvers::amg::NearNullspace> {
         let unknowns = self.model.unknown_components();
         gradfem_solvers::amg::NearNullspace::rigid_body_modes(&self.model.coords, &unknowns).ok()
     }
