@@ -20,7 +20,8 @@ pub struct DeviceGradient {
     pub objective: f64,
     /// dJ/dc_e for every volume element, in model element order.
     pub gradient: Vec<f64>,
-    /// The nodal solution: temperature, or displacement (`3·node + i`).
+    /// The nodal solution: temperature, or displacement (`3·node + i`); empty when the
+    /// objective was evaluated on the device (the compliance of [`elastic_gradient`]).
     pub solution: Vec<f64>,
     /// Forward and adjoint CG iterations (device runs; an adjoint answered from the forward
     /// solution counts 0).
@@ -40,10 +41,11 @@ pub struct DeviceGradient {
 /// rigid-body modes, its hierarchy built on the host once per call). The field's own solution
 /// is left as it was.
 ///
-/// A compliance objective under homogeneous constraints takes its adjoint from the forward
-/// solution (no second solve); any other objective is evaluated on the host from the
-/// downloaded displacement, its ∂J/∂u seeds the device adjoint, and explicit ∂J/∂E_e terms
-/// (von Mises) are added to the result.
+/// A compliance objective under homogeneous constraints runs wholly on the device: its value
+/// is a device dot product and its adjoint the forward solution (no second solve), so only E
+/// goes in and J and dJ/dE come out (the result's `solution` is empty). Any other objective is
+/// evaluated on the host from the downloaded displacement, its ∂J/∂u seeds the device
+/// adjoint, and explicit ∂J/∂E_e terms (von Mises) are added to the result.
 ///
 /// Errors name the reason: no `cuda` feature, driver, device or NVRTC; what the model has
 /// that the device kernels do not cover (a thermal strain, mixed or other cells); CG that
@@ -65,16 +67,16 @@ pub fn elastic_gradient(
         let e = gradfem_mechanical::linear::objective::evaluate(model, &field.objective, u, false)
             .map_err(|e| GpuError::Input(e.to_string()))?;
         explicit = e.d_young_elem;
-        let seed = if compliance_only && homogeneous {
-            Seed::Forward { scale: field.objective.iter().map(|t| t.weight).sum() }
-        } else {
-            Seed::Vector(e.d_displacement)
-        };
-        Ok((e.value, seed))
+        Ok((e.value, Seed::Vector(e.d_displacement)))
     };
     let young = &model.young_elem[..model.n_volume_elements()];
-    let run =
-        gradfem_gpu::run_on(device, &system, young, cg, preconditioner, objective).map_err(err)?;
+    let run = if compliance_only && homogeneous {
+        let weight = field.objective.iter().map(|t| t.weight).sum();
+        gradfem_gpu::run_compliance_on(device, &system, young, cg, preconditioner, weight)
+    } else {
+        gradfem_gpu::run_on(device, &system, young, cg, preconditioner, objective)
+    }
+    .map_err(err)?;
     let mut gradient = run.gradient;
     for (g, x) in gradient.iter_mut().zip(&explicit) {
         *g += x;

@@ -239,3 +239,79 @@ fn hexahedral_and_quadratic_cells_go_to_the_device() {
         }
     }
 }
+
+/// elastic3d (clamped on x = 0, traction on x = 1) with `objective`, E varying per element.
+fn elastic_cube(
+    objective: Vec<gradfem_mechanical::ObjectiveTerm>,
+) -> (gradfem_coupling::CoupledProblem, gradfem_solvers::params::ParamId) {
+    use gradfem::mechanical::MechanicalField;
+    use gradfem_mechanical::{BcKind, BcSpec, RegionSpec};
+    let mesh = box_mesh(&BoxSpec {
+        origin: [0.0; 3],
+        lengths: [1.0; 3],
+        divisions: [5; 3],
+        cell_type: CellType::Hex8,
+    });
+    let region = RegionSpec {
+        group: "domain".into(),
+        young: 1.0,
+        poisson: 0.3,
+        alpha: 0.0,
+        t_ref: 0.0,
+        body_force: [0.0; 3],
+    };
+    let bcs = [
+        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
+        BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.0, 0.0, -1.0] } },
+    ];
+    let mut field = MechanicalField::new(&mesh, &[region], &bcs, objective).unwrap();
+    field.set_linear(LinearChoice::Cholesky, 1e-12);
+    let n_el = field.model.n_volume_elements();
+    let e: Vec<f64> = (0..n_el).map(|e| 1.0 + 0.5 * (0.37 * e as f64).sin()).collect();
+    let mut p = gradfem_coupling::CoupledProblem::new(mesh);
+    p.add_field(Box::new(field)).unwrap();
+    let id = p.register("mechanical.young_elem.domain", None).unwrap();
+    p.registry_mut().set_values(id, &e).unwrap();
+    p.apply_parameters().unwrap();
+    (p, id)
+}
+
+#[test]
+fn elastic_gradient_on_the_device_pipeline_is_the_adjoint_gradient() {
+    use gradfem::device::elastic_gradient;
+    use gradfem::mechanical::MechanicalField;
+    use gradfem_mechanical::{ObjectiveKind as K, ObjectiveTerm as T};
+    let compliance = vec![T { weight: 3.0, kind: K::Compliance }];
+    let tip = vec![
+        T { weight: 1.0, kind: K::Compliance },
+        T { weight: 10.0, kind: K::VonMisesPNorm { group: "domain".into(), p: 4.0 } },
+        T {
+            weight: 5.0,
+            kind: K::AverageDisplacement { group: "xmax".into(), direction: [0.0, 0.0, -1.0] },
+        },
+    ];
+    for (terms, on_device) in [(compliance, true), (tip, false)] {
+        let (mut p, id) = elastic_cube(terms);
+        let (j, grad, _) = p.gradient().unwrap();
+        let g_ref = grad.get(id).to_vec();
+        let f = p.find::<MechanicalField>().unwrap();
+        let params = CgParams { rel_tol: 1e-13, max_iterations: 50_000 };
+        for pre in [Preconditioner::Jacobi, Preconditioner::Amg] {
+            let d = elastic_gradient(f, Device::Cpu, &params, pre).unwrap();
+            assert_eq!(d.backend, "cpu-twin");
+            assert_eq!(d.solution.is_empty(), on_device, "the solution stays on the device");
+            assert!((d.objective - j).abs() <= 1e-10 * j.abs(), "{} vs {j}", d.objective);
+            let scale = g_ref.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for (a, b) in d.gradient.iter().zip(&g_ref) {
+                assert!((a - b).abs() <= 1e-8 * scale, "{pre:?}: {a} vs {b}");
+            }
+        }
+        match elastic_gradient(f, Device::Cuda, &params, Preconditioner::Amg) {
+            Ok(r) => assert!(r.backend.starts_with("cuda"), "{}", r.backend),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("mechanical on the cuda device"), "{text}");
+            }
+        }
+    }
+}

@@ -305,6 +305,16 @@ impl<B: Backend> Pipeline<B> {
         coefficient: &[f64],
         params: &CgParams,
     ) -> Result<(Vec<f64>, CgInfo), GpuError> {
+        let info = self.forward_on_device(coefficient, params)?;
+        Ok((self.backend.download(&self.u_nodal)?, info))
+    }
+
+    /// [`forward`](Self::forward) leaving the solution on the device.
+    pub fn forward_on_device(
+        &mut self,
+        coefficient: &[f64],
+        params: &CgParams,
+    ) -> Result<CgInfo, GpuError> {
         self.assemble(coefficient)?;
         if self.preconditioner == Preconditioner::Amg {
             self.build_amg(&AmgParams::default())?;
@@ -312,7 +322,25 @@ impl<B: Backend> Pipeline<B> {
         let info = self.pcg(params)?;
         self.backend.to_nodal(&self.x, &self.fixed, &mut self.u_nodal)?;
         self.solved = true;
-        Ok((self.backend.download(&self.u_nodal)?, info))
+        Ok(info)
+    }
+
+    /// The compliance fᵀu of the last forward solve under homogeneous constraints, by a dot
+    /// product on the device (f the right-hand side, which is then the load): nothing but the
+    /// number comes back. Refused when a constrained value is nonzero.
+    pub fn compliance(&mut self) -> Result<f64, GpuError> {
+        if !self.solved {
+            return Err(GpuError::Input("the compliance before a forward solve".into()));
+        }
+        let s = self.backend.system();
+        if let Some(v) = s.fixed.iter().position(|&f| f != 0.0) {
+            return Err(GpuError::Input(format!(
+                "the compliance fᵀu is not bᵀx: nodal value {v} is held at {} (a nonzero \
+                 prescribed value)",
+                s.fixed[v]
+            )));
+        }
+        self.backend.dot(&self.b, &self.x)
     }
 
     /// The adjoint of the last [`forward`](Self::forward): solve K λ = ∂J/∂u (the operator is

@@ -110,7 +110,8 @@ pub enum Seed {
 pub struct DeviceRun {
     /// What ran the kernels (`cpu-twin` or `cuda (<device name>)`).
     pub backend: String,
-    /// Nodal solution (temperature, or displacement `3·node + i`).
+    /// Nodal solution (temperature, or displacement `3·node + i`); empty after
+    /// [`run_compliance`], which leaves it on the device.
     pub solution: Vec<f64>,
     /// The objective J.
     pub objective: f64,
@@ -171,6 +172,73 @@ pub fn run<B: Backend>(
         objective_s,
         gradient_s,
     })
+}
+
+/// The compliance J = w·fᵀu and dJ/dc_e = −w·u_eᵀ K_e⁰ u_e of `system` (homogeneous
+/// constraints) with the per-element coefficients `coefficient`, everything on `backend`: the
+/// coefficients go in, J and the gradient come out, the solution stays on the device (the
+/// run's `solution` is empty).
+pub fn run_compliance<B: Backend>(
+    backend: impl FnOnce() -> Result<B, GpuError>,
+    coefficient: &[f64],
+    params: &CgParams,
+    preconditioner: Preconditioner,
+    weight: f64,
+) -> Result<DeviceRun, GpuError> {
+    let t0 = std::time::Instant::now();
+    let mut pipeline = Pipeline::new(backend()?)?;
+    pipeline.set_preconditioner(preconditioner);
+    let setup_s = t0.elapsed().as_secs_f64();
+    let t1 = std::time::Instant::now();
+    let forward_cg = pipeline.forward_on_device(coefficient, params)?;
+    let forward_s = t1.elapsed().as_secs_f64();
+    let t2 = std::time::Instant::now();
+    let objective = weight * pipeline.compliance()?;
+    let objective_s = t2.elapsed().as_secs_f64();
+    let t3 = std::time::Instant::now();
+    let gradient = pipeline.gradient_self_adjoint()?.into_iter().map(|v| weight * v).collect();
+    let gradient_s = t3.elapsed().as_secs_f64();
+    Ok(DeviceRun {
+        backend: pipeline.backend().name(),
+        solution: Vec::new(),
+        objective,
+        gradient,
+        forward_cg,
+        adjoint_cg: CgInfo::default(),
+        setup_s,
+        forward_s,
+        objective_s,
+        gradient_s,
+    })
+}
+
+/// [`run_compliance`] on `device` (the CPU twins for [`Device::Cpu`]).
+pub fn run_compliance_on(
+    device: Device,
+    system: &DeviceSystem,
+    coefficient: &[f64],
+    params: &CgParams,
+    preconditioner: Preconditioner,
+    weight: f64,
+) -> Result<DeviceRun, GpuError> {
+    match device {
+        Device::Cpu => {
+            let twin = || Ok(twin::CpuTwin::new(system));
+            run_compliance(twin, coefficient, params, preconditioner, weight)
+        }
+        Device::Cuda => {
+            #[cfg(feature = "cuda")]
+            {
+                let cuda = || cuda::CudaBackend::new(system);
+                run_compliance(cuda, coefficient, params, preconditioner, weight)
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                let _ = (system, coefficient, params, preconditioner, weight);
+                Err(GpuError::NotBuilt)
+            }
+        }
+    }
 }
 
 /// [`run`] on `device`: the CPU twins for [`Device::Cpu`], the GPU for [`Device::Cuda`] (an

@@ -273,3 +273,37 @@ fn amg_bounds_the_cg_iterations_as_the_mesh_is_refined() {
     assert!(last[1] <= first[1] + 5 && last[1] <= 40, "AMG iterations grow: {counts:?}");
     assert!(last[0] > 2 * last[1], "AMG does not beat Jacobi: {counts:?}");
 }
+
+#[test]
+fn the_compliance_runs_wholly_on_the_device() {
+    let m = mesh(4, CellType::Hex8);
+    let (mut p, id, young) = cpu_problem(&m, false, compliance());
+    let (j_cpu, grad, _) = p.gradient().unwrap();
+    let f = p.find::<MechanicalField>().unwrap();
+    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let params = CgParams { rel_tol: 1e-13, max_iterations: 50_000 };
+    for pre in [Preconditioner::Jacobi, Preconditioner::Amg] {
+        let run =
+            gradfem_gpu::run_compliance_on(Device::Cpu, &sys, &young, &params, pre, 2.0).unwrap();
+        assert!(run.solution.is_empty(), "the solution stays on the device");
+        assert!((run.objective - j_cpu).abs() <= 1e-10 * j_cpu, "{} vs {j_cpu}", run.objective);
+        let dg = rel_diff(&run.gradient, grad.get(id));
+        assert!(dg <= 1e-8, "{pre:?}: dC/dE_e differs by {dg:e}");
+        assert_eq!(run.adjoint_cg.iterations, 0);
+    }
+    let (p, _, young) = cpu_problem(&m, true, compliance());
+    let f = p.find::<MechanicalField>().unwrap();
+    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let r = gradfem_gpu::run_compliance_on(
+        Device::Cpu,
+        &sys,
+        &young,
+        &params,
+        Preconditioner::Jacobi,
+        1.0,
+    );
+    match r {
+        Err(GpuError::Input(why)) => assert!(why.contains("nonzero prescribed"), "{why}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
