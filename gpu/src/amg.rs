@@ -4,7 +4,7 @@
 //! solve on the host (a few hundred values each way per cycle). The cycle is the CPU
 //! hierarchy's (`AmgHierarchy`'s `vcycle` and `smooth`), pass for pass.
 
-use gradfem_solvers::amg::{HierarchyExport, Smoother};
+use gradfem_solvers::amg::{ChebyshevInterval, HierarchyExport, Smoother};
 use gradfem_solvers::dense::DenseCholesky;
 
 use crate::backend::Backend;
@@ -54,10 +54,7 @@ fn smooth<B: Backend>(
     sweeps: usize,
 ) -> Result<(), GpuError> {
     let (a, inv, lmax) = level;
-    let lmin = lmax / ratio;
-    let theta = 0.5 * (lmax + lmin);
-    let delta = 0.5 * (lmax - lmin);
-    let sigma = theta / delta;
+    let ChebyshevInterval { theta, delta, sigma } = ChebyshevInterval::new(lmax, ratio);
     for sweep in 0..sweeps {
         if sweep == 0 && zero_guess {
             be.copy(b, r)?;

@@ -119,13 +119,12 @@ extern "C" __global__ void tet4_conductivity_gradient(
 /// Largest number of nodes of a cell the quadrature kernels take (Hex27).
 pub const MAX_CELL_NODES: usize = 27;
 
-/// Thermal element kernels of isoparametric cells by quadrature (Tet10, Hex8, Hex20, Hex27):
-/// the reference shape values and gradients at the quadrature points come in as tables, the
-/// Jacobian, its determinant and inverse are formed per point in the order of the CPU's
+/// The CUDA C both quadrature programs start with: `MAX_NN` and `physical_gradients`, the
+/// Jacobian, its determinant and inverse per quadrature point in the order of the CPU's
 /// `geometry::physical_gradients_into`.
-pub const QUADRATURE_THERMAL: KernelSource = KernelSource {
-    name: "quadrature_thermal.cu",
-    source: r#"
+macro_rules! quadrature_geometry_cu {
+    () => {
+        r#"
 #define MAX_NN 27
 
 // Physical gradients g[a] of the nn shape functions at quadrature point q of element e, and
@@ -163,6 +162,19 @@ __device__ static double physical_gradients(const double* __restrict__ coords,
     return det;
 }
 
+"#
+    };
+}
+
+/// Thermal element kernels of isoparametric cells by quadrature (Tet10, Hex8, Hex20, Hex27):
+/// the reference shape values and gradients at the quadrature points come in as tables, the
+/// Jacobian, its determinant and inverse are formed per point in the order of the CPU's
+/// `geometry::physical_gradients_into`.
+pub const QUADRATURE_THERMAL: KernelSource = KernelSource {
+    name: "quadrature_thermal.cu",
+    source: concat!(
+        quadrature_geometry_cu!(),
+        r#"
 // K_e = k_e sum_q w_q det J_q g_a.g_b (row-major, nn * nn per element, the points in order)
 // and r_e[a] = sum_b K_e[a][b] T_fix[b] - Q_e sum_q w_q det J_q N_a(q).
 extern "C" __global__ void quad_element_matrices(
@@ -225,7 +237,8 @@ extern "C" __global__ void quad_conductivity_gradient(
     }
     out[e] = -s;
 }
-"#,
+"#
+    ),
     functions: &["quad_element_matrices", "quad_conductivity_gradient"],
 };
 
@@ -235,42 +248,9 @@ extern "C" __global__ void quad_conductivity_gradient(
 /// gradients are the thermal quadrature kernels' `physical_gradients`.
 pub const QUADRATURE_ELASTIC: KernelSource = KernelSource {
     name: "quadrature_elastic.cu",
-    source: r#"
-#define MAX_NN 27
-
-__device__ static double physical_gradients(const double* __restrict__ coords,
-                                            const unsigned int* __restrict__ nodes,
-                                            unsigned int e, unsigned int nn, unsigned int q,
-                                            const double* __restrict__ ref_grad,
-                                            double g[MAX_NN][3]) {
-    const double* dn = ref_grad + 3u * nn * q;
-    double j[3][3] = {{0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}, {0.0, 0.0, 0.0}};
-    for (unsigned int a = 0; a < nn; ++a) {
-        unsigned int n = nodes[nn * e + a];
-        for (int i = 0; i < 3; ++i) {
-            double xi = coords[3u * n + i];
-            for (int k = 0; k < 3; ++k) j[i][k] = j[i][k] + xi * dn[3u * a + k];
-        }
-    }
-    double det = j[0][0] * (j[1][1] * j[2][2] - j[1][2] * j[2][1]) -
-                 j[0][1] * (j[1][0] * j[2][2] - j[1][2] * j[2][0]) +
-                 j[0][2] * (j[1][0] * j[2][1] - j[1][1] * j[2][0]);
-    double r = 1.0 / det;
-    double inv[3][3] = {
-        {(j[1][1] * j[2][2] - j[1][2] * j[2][1]) * r, (j[0][2] * j[2][1] - j[0][1] * j[2][2]) * r,
-         (j[0][1] * j[1][2] - j[0][2] * j[1][1]) * r},
-        {(j[1][2] * j[2][0] - j[1][0] * j[2][2]) * r, (j[0][0] * j[2][2] - j[0][2] * j[2][0]) * r,
-         (j[0][2] * j[1][0] - j[0][0] * j[1][2]) * r},
-        {(j[1][0] * j[2][1] - j[1][1] * j[2][0]) * r, (j[0][1] * j[2][0] - j[0][0] * j[2][1]) * r,
-         (j[0][0] * j[1][1] - j[0][1] * j[1][0]) * r}};
-    for (unsigned int a = 0; a < nn; ++a) {
-        const double* d = dn + 3u * a;
-        for (int i = 0; i < 3; ++i)
-            g[a][i] = d[0] * inv[0][i] + d[1] * inv[1][i] + d[2] * inv[2][i];
-    }
-    return det;
-}
-
+    source: concat!(
+        quadrature_geometry_cu!(),
+        r#"
 // Lame constants per unit Young's modulus: lambda0 = nu / ((1 + nu)(1 - 2 nu)),
 // mu0 = 1 / (2 (1 + nu)).
 __device__ static void unit_lame(double nu, double* lambda0, double* mu0) {
@@ -360,7 +340,8 @@ extern "C" __global__ void elastic_young_gradient(
     }
     out[e] = -s;
 }
-"#,
+"#
+    ),
     functions: &["elastic_element_matrices", "elastic_young_gradient"],
 };
 

@@ -92,6 +92,28 @@ pub fn cuda_ready() -> Result<String, GpuError> {
     }
 }
 
+/// `$run(backend, args…)` with the backend of `$device` for `$system`: the CPU twins for
+/// [`Device::Cpu`], the GPU for [`Device::Cuda`] ([`GpuError::NotBuilt`] without the `cuda`
+/// feature).
+macro_rules! on_device {
+    ($device:expr, $system:expr, $run:ident($($arg:expr),* $(,)?)) => {
+        match $device {
+            Device::Cpu => $run(|| Ok(twin::CpuTwin::new($system)), $($arg),*),
+            Device::Cuda => {
+                #[cfg(feature = "cuda")]
+                {
+                    $run(|| cuda::CudaBackend::new($system), $($arg),*)
+                }
+                #[cfg(not(feature = "cuda"))]
+                {
+                    let _ = ($system, $($arg),*);
+                    Err(GpuError::NotBuilt)
+                }
+            }
+        }
+    };
+}
+
 /// What the host objective answers for a nodal solution: how the adjoint is formed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Seed {
@@ -221,24 +243,7 @@ pub fn run_compliance_on(
     preconditioner: Preconditioner,
     weight: f64,
 ) -> Result<DeviceRun, GpuError> {
-    match device {
-        Device::Cpu => {
-            let twin = || Ok(twin::CpuTwin::new(system));
-            run_compliance(twin, coefficient, params, preconditioner, weight)
-        }
-        Device::Cuda => {
-            #[cfg(feature = "cuda")]
-            {
-                let cuda = || cuda::CudaBackend::new(system);
-                run_compliance(cuda, coefficient, params, preconditioner, weight)
-            }
-            #[cfg(not(feature = "cuda"))]
-            {
-                let _ = (system, coefficient, params, preconditioner, weight);
-                Err(GpuError::NotBuilt)
-            }
-        }
-    }
+    on_device!(device, system, run_compliance(coefficient, params, preconditioner, weight))
 }
 
 /// [`run`] on `device`: the CPU twins for [`Device::Cpu`], the GPU for [`Device::Cuda`] (an
@@ -251,22 +256,5 @@ pub fn run_on(
     preconditioner: Preconditioner,
     objective: impl FnOnce(&[f64]) -> Result<(f64, Seed), GpuError>,
 ) -> Result<DeviceRun, GpuError> {
-    match device {
-        Device::Cpu => {
-            let twin = || Ok(twin::CpuTwin::new(system));
-            run(twin, coefficient, params, preconditioner, objective)
-        }
-        Device::Cuda => {
-            #[cfg(feature = "cuda")]
-            {
-                let cuda = || cuda::CudaBackend::new(system);
-                run(cuda, coefficient, params, preconditioner, objective)
-            }
-            #[cfg(not(feature = "cuda"))]
-            {
-                let _ = (system, coefficient, params, preconditioner, objective);
-                Err(GpuError::NotBuilt)
-            }
-        }
-    }
+    on_device!(device, system, run(coefficient, params, preconditioner, objective))
 }

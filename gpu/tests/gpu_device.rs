@@ -143,20 +143,7 @@ fn device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: usize) {
     let (p, _, k) = cpu_problem(n, cell);
     let f = p.find::<ThermalField>().unwrap();
     let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
-    let mut dev = Pipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
-    let mut cpu = Pipeline::new(CpuTwin::new(&sys)).unwrap();
-    dev.assemble(&k).unwrap();
-    cpu.assemble(&k).unwrap();
-    let (dv, cv) = (dev.matrix_values().unwrap(), cpu.matrix_values().unwrap());
-    let (dl, cl) = (dev.load().unwrap(), cpu.load().unwrap());
-    println!(
-        "{cell:?} assembly: CSR values {:.2e} (bitwise: {}), load {:.2e} (bitwise: {})",
-        rel_diff(&dv, &cv),
-        bitwise(&dv, &cv),
-        rel_diff(&dl, &cl),
-        bitwise(&dl, &cl)
-    );
-    assert!(rel_diff(&dv, &cv) <= 1e-14 && rel_diff(&dl, &cl) <= 1e-14);
+    assembly_equals_the_twins(&format!("thermal {cell:?}"), &sys, &k);
 
     // the blocked dot across block boundaries, and repeatable on the device
     let mut be = CudaBackend::new(&sys).unwrap();
@@ -278,20 +265,25 @@ fn elastic_device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: u
     let (p, _, young) = elastic_problem(n, cell);
     let f = p.find::<MechanicalField>().unwrap();
     let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
-    let mut dev = Pipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
-    let mut cpu = Pipeline::new(CpuTwin::new(&sys)).unwrap();
-    dev.assemble(&young).unwrap();
-    cpu.assemble(&young).unwrap();
+    assembly_equals_the_twins(&format!("elastic {cell:?}"), &sys, &young);
+}
+
+/// The device's assembled matrix and right-hand side against the twins' for `coefficient`.
+fn assembly_equals_the_twins(what: &str, sys: &DeviceSystem, coefficient: &[f64]) {
+    let mut dev = Pipeline::new(CudaBackend::new(sys).unwrap()).unwrap();
+    let mut cpu = Pipeline::new(CpuTwin::new(sys)).unwrap();
+    dev.assemble(coefficient).unwrap();
+    cpu.assemble(coefficient).unwrap();
     let (dv, cv) = (dev.matrix_values().unwrap(), cpu.matrix_values().unwrap());
     let (dl, cl) = (dev.load().unwrap(), cpu.load().unwrap());
     println!(
-        "elastic {cell:?} assembly: CSR values {:.2e} (bitwise: {}), load {:.2e} (bitwise: {})",
+        "{what} assembly: CSR values {:.2e} (bitwise: {}), load {:.2e} (bitwise: {})",
         rel_diff(&dv, &cv),
         bitwise(&dv, &cv),
         rel_diff(&dl, &cl),
         bitwise(&dl, &cl)
     );
-    assert!(rel_diff(&dv, &cv) <= 1e-14 && rel_diff(&dl, &cl) <= 1e-14);
+    assert!(rel_diff(&dv, &cv) <= 1e-14 && rel_diff(&dl, &cl) <= 1e-14, "{what}");
 }
 
 #[test]

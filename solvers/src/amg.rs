@@ -1202,6 +1202,28 @@ struct Work {
     xc: Vec<f64>,
 }
 
+/// The Chebyshev smoother's interval [λ_max/ratio, λ_max] as its centre θ, half-width δ and
+/// σ = θ/δ (the recurrence's constants).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ChebyshevInterval {
+    /// Centre of the interval.
+    pub theta: f64,
+    /// Half-width of the interval.
+    pub delta: f64,
+    /// θ / δ.
+    pub sigma: f64,
+}
+
+impl ChebyshevInterval {
+    /// The interval [`lambda_max` / `ratio`, `lambda_max`].
+    pub fn new(lambda_max: f64, ratio: f64) -> Self {
+        let lambda_min = lambda_max / ratio;
+        let theta = 0.5 * (lambda_max + lambda_min);
+        let delta = 0.5 * (lambda_max - lambda_min);
+        ChebyshevInterval { theta, delta, sigma: theta / delta }
+    }
+}
+
 /// One level of an exported hierarchy ([`AmgHierarchy::export`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExportedLevel {
@@ -1522,11 +1544,8 @@ impl AmgHierarchy {
         let need_residual = zero_guess;
         match self.params.smoother {
             Smoother::Chebyshev { degree, ratio } => {
-                let lmax = level.lambda_max;
-                let lmin = lmax / ratio;
-                let theta = 0.5 * (lmax + lmin);
-                let delta = 0.5 * (lmax - lmin);
-                let sigma = theta / delta;
+                let ChebyshevInterval { theta, delta, sigma } =
+                    ChebyshevInterval::new(level.lambda_max, ratio);
                 for sweep in 0..sweeps {
                     // start: r = b − A x, d = D⁻¹ r / θ ; x does not yet include d
                     if sweep == 0 && zero_guess {
