@@ -121,7 +121,7 @@ impl ThermalProblem {
     /// gradient on the device, J and ∂J/∂T on the host. It is an error when this build has no
     /// `cuda` feature, or the machine no driver, device or NVRTC. A problem without device
     /// kernels (cells other than Tet4, Tet10, Hex8, Hex20 and Hex27, mixed cell types, a
-    /// temperature-dependent k, convection or heat-flux boundaries, a Joule source) runs on
+    /// temperature-dependent k, a Joule source) runs on
     /// the CPU instead, and says so once in the log.
     ///
     /// [`Device::Cpu`] runs the CPU path: the field's direct or AMG solver and adjoint.

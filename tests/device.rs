@@ -202,17 +202,51 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
 
 #[test]
 fn problems_without_device_kernels_run_on_the_cpu() {
-    // Convection has no device kernel yet: the whole problem runs on the CPU.
-    let convection =
-        BcSpec { group: "zmax".into(), kind: BcKind::Convection { h: 2.0, t_inf: 0.0 } };
+    // A temperature-dependent conductivity has no device kernel yet: the whole problem runs
+    // on the CPU.
+    let law = ConductivityLaw::Polynomial { t_ref: 0.0, coefficients: vec![1e-3] };
     for cell in [CellType::Tet4, CellType::Hex8] {
-        let mut p = heat3d_with(cell, std::slice::from_ref(&convection));
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0; 3],
+            divisions: [4; 3],
+            cell_type: cell,
+        });
+        let region = RegionSpec { group: "domain".into(), k0: 1.0, law: law.clone(), source: 1.0 };
+        let mut p = ThermalProblem::new(
+            mesh,
+            &[region],
+            &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }],
+            vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }],
+            LinearChoice::Lu,
+        )
+        .unwrap();
         let d =
             p.device_gradient(Device::Cuda, &CgParams::default(), Preconditioner::Jacobi).unwrap();
         assert!(d.backend.starts_with("cpu"), "{cell:?}: {}", d.backend);
         assert_eq!(d.gradient.len(), p.model.n_volume_elements());
         // J = Σ T² > 0, and a uniformly better conductor is cooler
         assert!(d.objective > 0.0 && d.gradient.iter().sum::<f64>() < 0.0);
+    }
+}
+
+#[test]
+fn convection_goes_to_the_device() {
+    // Convection has no k in it: its matrix and load are assembled once on the CPU and the
+    // rest runs on the device, so `cuda` runs it on a GPU or names what is missing.
+    let convection =
+        BcSpec { group: "zmax".into(), kind: BcKind::Convection { h: 2.0, t_inf: 0.0 } };
+    let mut p = heat3d_with(CellType::Hex8, std::slice::from_ref(&convection));
+    match p.device_gradient(Device::Cuda, &CgParams::default(), Preconditioner::Amg) {
+        Ok(r) => assert!(r.backend.starts_with("cuda"), "{}", r.backend),
+        Err(e) => {
+            let text = e.to_string();
+            if gradfem_gpu::CUDA_BUILT {
+                assert!(text.contains("no CUDA") || text.contains("NVRTC"), "{text}");
+            } else {
+                assert!(text.contains("`cuda` feature"), "{text}");
+            }
+        }
     }
 }
 

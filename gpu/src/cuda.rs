@@ -155,6 +155,8 @@ pub struct CudaBackend {
     /// The thermal source or the elastic Poisson's ratio, per element.
     element_data: DeviceVec<f64>,
     load: DeviceVec<f64>,
+    /// The coefficient-free matrix part (empty without one).
+    base: DeviceVec<f64>,
     fixed: DeviceVec<f64>,
     dof: DeviceVec<i32>,
     row_ptr: DeviceVec<u32>,
@@ -241,6 +243,7 @@ impl CudaBackend {
                 },
             )?,
             load: upload_any(&stream, &s.load)?,
+            base: upload_any(&stream, s.base_values.as_deref().unwrap_or(&[]))?,
             fixed: upload_any(&stream, &s.fixed)?,
             dof: upload_any(&stream, &s.dof_of_value)?,
             row_ptr: up_u32(&s.row_ptr)?,
@@ -500,8 +503,10 @@ impl Backend for CudaBackend {
             return Ok(());
         }
         let n32 = n as u32;
+        let has_base = self.sys.base_values.is_some() as i32;
         let mut a = self.stream.launch_builder(&self.k.csr_gather);
-        a.arg(&n32).arg(&self.mg_ptr.buf).arg(&self.mg_idx.buf).arg(&ke.buf).arg(&mut values.buf);
+        a.arg(&n32).arg(&self.mg_ptr.buf).arg(&self.mg_idx.buf).arg(&ke.buf);
+        a.arg(&self.base.buf).arg(&has_base).arg(&mut values.buf);
         launch("csr_gather", &mut a, cfg(n))
     }
     fn assemble_rhs(&mut self, re: &Self::Vector, b: &mut Self::Vector) -> Result<(), GpuError> {

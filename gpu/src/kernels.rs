@@ -350,14 +350,16 @@ extern "C" __global__ void elastic_young_gradient(
 pub const ASSEMBLY: KernelSource = KernelSource {
     name: "assembly.cu",
     source: r#"
-// values[i] = sum over c in ptr[i]..ptr[i+1] of ke[idx[c]], in that order.
+// values[i] = base[i] (0 without a base) + the sum over c in ptr[i]..ptr[i+1] of ke[idx[c]],
+// in that order.
 extern "C" __global__ void csr_gather(unsigned int nnz, const unsigned int* __restrict__ ptr,
                                       const unsigned int* __restrict__ idx,
                                       const double* __restrict__ ke,
+                                      const double* __restrict__ base, int has_base,
                                       double* __restrict__ values) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nnz) return;
-    double s = 0.0;
+    double s = has_base ? base[i] : 0.0;
     for (unsigned int c = ptr[i]; c < ptr[i + 1]; ++c) s += ke[idx[c]];
     values[i] = s;
 }

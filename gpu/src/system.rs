@@ -9,7 +9,7 @@ use gradfem_mesh::quadrature::ElementTable;
 use gradfem_solvers::amg::NearNullspace;
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::sparse::CsrMatrix;
-use gradfem_thermal::{BcKind, ThermalModel};
+use gradfem_thermal::ThermalModel;
 
 use crate::error::GpuError;
 use crate::kernels::MAX_CELL_NODES;
@@ -74,9 +74,13 @@ pub struct DeviceSystem {
     /// The nodes of each element, `nodes_per_element` each.
     pub nodes: Vec<u32>,
     /// The load of each unknown that does not depend on the coefficients (the elastic field's
-    /// body forces, tractions and pressures; zero for the thermal field, whose source is in
-    /// the element residual).
+    /// body forces, tractions and pressures; the thermal field's heat flux, convection to T∞
+    /// and convection at the fixed temperatures; its volume source is in the element
+    /// residual).
     pub load: Vec<f64>,
+    /// The CSR values of the matrix part that does not depend on the coefficients (the thermal
+    /// field's convection), added to the gathered element matrices; `None`: no such part.
+    pub base_values: Option<Vec<f64>>,
     /// Fixed value of each constrained nodal value, 0 at free ones.
     pub fixed: Vec<f64>,
     /// Unknown of each nodal value, −1 where it is constrained.
@@ -205,29 +209,11 @@ impl DeviceSystem {
     /// Errors with [`GpuError::Unsupported`] naming the reason when the model has something
     /// without a device kernel: a cell other than Tet4, Tet10, Hex8, Hex20 and Hex27, more than
     /// one cell type or quadrature, a temperature-dependent conductivity, an external (Joule)
-    /// heat source, a convection or heat-flux boundary, or a size beyond 32-bit indices; with
-    /// [`GpuError::Input`] when `pattern` is not the model's.
+    /// heat source, or a size beyond 32-bit indices; with [`GpuError::Input`] when `pattern` is
+    /// not the model's. Convection and heat-flux boundaries do not depend on k: their matrix
+    /// ([`base_values`](Self::base_values)) and load are assembled once on the CPU.
     pub fn thermal(model: &ThermalModel, pattern: &AssemblyPattern) -> Result<Self, GpuError> {
         let n_el = model.n_volume_elements();
-        if model.n_elements() != n_el {
-            let kinds: Vec<String> = model
-                .boundaries
-                .iter()
-                .filter(|b| !matches!(b.kind, BcKind::Temperature { .. }))
-                .map(|b| {
-                    let kind = match b.kind {
-                        BcKind::Convection { .. } => "convection",
-                        BcKind::HeatFlux { .. } => "heat flux",
-                        BcKind::Temperature { .. } => "temperature",
-                    };
-                    format!("{kind} on '{}'", b.name)
-                })
-                .collect();
-            return Err(GpuError::Unsupported(format!(
-                "boundary conditions other than fixed temperatures have no device kernel yet ({})",
-                kinds.join(", ")
-            )));
-        }
         let (cell_type, table) =
             one_cell_kind(n_el, |e| model.element_cell_type(e), |e| model.element_table(e))?;
         if let Some(r) = model.regions.iter().find(|r| !r.law.is_constant()) {
@@ -248,7 +234,7 @@ impl DeviceSystem {
             (0..n_el).map(|e| model.regions[model.element_region(e)].source).collect::<Vec<_>>();
         let fixed = model.nodal_temperature(&vec![0.0; n_unknowns]);
         let element_nodes = |e: usize| model.element_nodes(e);
-        Self::build(
+        let mut system = Self::build(
             Physics::Thermal { source },
             Common {
                 pattern,
@@ -263,7 +249,22 @@ impl DeviceSystem {
             },
             vec![0.0; n_unknowns],
             fixed,
-        )
+        )?;
+        // Convection and heat-flux facets do not depend on k: their matrix and their residual
+        // at the fixed temperatures are assembled here once, on the CPU (the pattern is the
+        // model's: `build` checked it).
+        if model.n_elements() > n_el {
+            let mut matrix = pattern.new_matrix();
+            let mut residual = vec![0.0; n_unknowns];
+            pattern.assemble_into(&mut matrix, &mut residual, |e, ke, fe| {
+                if e >= n_el {
+                    model.element_residual_tangent(e, &system.fixed, Some(ke), fe)
+                }
+            });
+            system.base_values = Some(matrix.values);
+            system.load = residual.iter().map(|r| -r).collect();
+        }
+        Ok(system)
     }
 
     /// The device description of a small-strain elastic `model`, whose matrix has the CPU
@@ -376,6 +377,7 @@ impl DeviceSystem {
             coords,
             nodes,
             load,
+            base_values: None,
             fixed,
             dof_of_value,
             row_ptr,
@@ -420,6 +422,7 @@ impl DeviceSystem {
             coords: Vec::new(),
             nodes: Vec::new(),
             load: vec![0.0; n],
+            base_values: None,
             fixed: vec![0.0; n],
             dof_of_value: (0..n as i32).collect(),
             row_ptr: a.row_ptr.iter().map(|&v| v as u32).collect(),

@@ -306,10 +306,11 @@ pub fn elastic_young_gradient(
     }
 }
 
-/// Twin of `csr_gather`: `values[i]` = Σ_{c ∈ ptr[i]..ptr[i+1]} `ke[idx[c]]`, in that order.
-pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], values: &mut [f64]) {
+/// Twin of `csr_gather`: `values[i]` = `base[i]` (0 without a base) + Σ_{c ∈ ptr[i]..ptr[i+1]}
+/// `ke[idx[c]]`, in that order.
+pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], base: Option<&[f64]>, values: &mut [f64]) {
     for (i, v) in values.iter_mut().enumerate() {
-        let mut s = 0.0;
+        let mut s = base.map_or(0.0, |b| b[i]);
         for c in ptr[i]..ptr[i + 1] {
             s += ke[idx[c as usize] as usize];
         }
@@ -652,7 +653,9 @@ impl Backend for CpuTwin {
         Ok(())
     }
     fn assemble_matrix(&mut self, ke: &Vec<f64>, values: &mut Vec<f64>) -> Result<(), GpuError> {
-        csr_gather(&self.sys.matrix_gather_ptr, &self.sys.matrix_gather_idx, ke, values);
+        let s = &self.sys;
+        let base = s.base_values.as_deref();
+        csr_gather(&s.matrix_gather_ptr, &s.matrix_gather_idx, ke, base, values);
         Ok(())
     }
     fn assemble_rhs(&mut self, re: &Vec<f64>, b: &mut Vec<f64>) -> Result<(), GpuError> {

@@ -322,10 +322,6 @@ fn what_has_no_device_kernel_is_named() {
         assert_eq!(q.grad.len(), cell.n_nodes() * q.n_points);
     }
     let tet = mesh(3, CellType::Tet4);
-    let mut conv = bcs();
-    conv.push(BcSpec { group: "zmax".into(), kind: BcKind::Convection { h: 10.0, t_inf: 290.0 } });
-    let why = unsupported(&tet, &regions(ConductivityLaw::Constant), &conv);
-    assert!(why.contains("convection on 'zmax'"), "{why}");
     let law = ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![1e-3] };
     let why = unsupported(&tet, &regions(law), &bcs());
     assert!(why.contains("temperature-dependent"), "{why}");
@@ -379,4 +375,68 @@ fn cuda_selection_without_the_feature_or_a_device_is_a_clear_error() {
     assert_eq!("cuda".parse::<Device>(), Ok(Device::Cuda));
     assert_eq!("cpu".parse::<Device>(), Ok(Device::Cpu));
     assert!("gpu".parse::<Device>().unwrap_err().to_string().contains("\"cuda\""));
+}
+
+/// Fixed temperatures with convection and an incoming heat flux on other faces.
+fn bcs_with_flux() -> Vec<BcSpec> {
+    let mut b = bcs();
+    b.push(BcSpec { group: "zmax".into(), kind: BcKind::Convection { h: 12.0, t_inf: 290.0 } });
+    b.push(BcSpec { group: "ymin".into(), kind: BcKind::HeatFlux { q_in: 35.0 } });
+    b
+}
+
+#[rstest]
+#[case::tet4(CellType::Tet4, 4)]
+#[case::hex8(CellType::Hex8, 3)]
+#[case::hex20(CellType::Hex20, 2)]
+fn convection_and_heat_flux_run_on_the_device_path(#[case] cell: CellType, #[case] n: usize) {
+    let m = mesh(n, cell);
+    let k = conductivities(m.cells_of_dim(3).count());
+    let thermal = ThermalField::new(
+        &m,
+        &regions(ConductivityLaw::Constant),
+        &bcs_with_flux(),
+        objective(),
+        LinearChoice::Cholesky,
+    )
+    .unwrap();
+    let mut p = CoupledProblem::new(m.clone());
+    p.add_field(Box::new(thermal)).unwrap();
+    let id = p.register("thermal.k_elem.domain", None).unwrap();
+    p.registry_mut().set_values(id, &k).unwrap();
+    p.apply_parameters().unwrap();
+    let (j_cpu, grad, _) = p.gradient().unwrap();
+    let f = field(&p);
+    let t_cpu = f.temperature().unwrap().to_vec();
+    let sys = DeviceSystem::thermal(&f.model, &f.pattern).unwrap();
+    assert!(sys.base_values.is_some(), "convection gives a k-free matrix part");
+
+    // the assembled matrix and right-hand side against the CPU assembly
+    let mut mat = f.pattern.new_matrix();
+    let mut r0 = vec![0.0; f.model.n_unknowns()];
+    let t0 = f.model.nodal_temperature(&vec![0.0; f.model.n_unknowns()]);
+    let model = &f.model;
+    f.pattern.assemble_into(&mut mat, &mut r0, |e, ke, fe| {
+        model.element_residual_tangent(e, &t0, Some(ke), fe)
+    });
+    let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
+    pipe.assemble(&k).unwrap();
+    let dk = rel_diff(&pipe.matrix_values().unwrap(), &mat.values);
+    let b_cpu: Vec<f64> = r0.iter().map(|v| -v).collect();
+    let db = rel_diff(&pipe.load().unwrap(), &b_cpu);
+    assert!(dk <= 1e-13 && db <= 1e-12, "{cell:?}: K {dk:e}, b {db:e}");
+
+    // the forward solve and the gradient
+    let params = CgParams { rel_tol: 1e-13, max_iterations: 20_000 };
+    for pre in [Preconditioner::Jacobi, Preconditioner::Amg] {
+        let run = run_on(Device::Cpu, &sys, &k, &params, pre, host_objective(&f.model)).unwrap();
+        let mut g_ref = vec![0.0; k.len()];
+        for (i, &e) in f.model.regions[0].elements.iter().enumerate() {
+            g_ref[e] = grad.get(id)[i];
+        }
+        let dt = rel_diff(&run.solution, &t_cpu);
+        let dj = (run.objective - j_cpu).abs() / j_cpu.abs();
+        let dg = rel_diff(&run.gradient, &g_ref);
+        assert!(dt <= 1e-10 && dj <= 1e-10 && dg <= 1e-8, "{cell:?} {pre:?}: {dt:e} {dj:e} {dg:e}");
+    }
 }
