@@ -117,11 +117,11 @@ impl ThermalProblem {
     /// the CPU path solves the problem as [`solve`](Self::solve) does.
     ///
     /// [`Device::Cuda`] runs the GPU backend (`gradfem-gpu`): element matrices, gathered
-    /// assembly, CG preconditioned by `preconditioner` (Jacobi, or AMG built on the host) to `cg.rel_tol`, adjoint CG and the per-element
-    /// gradient on the device, J and ∂J/∂T on the host. It is an error when this build has no
-    /// `cuda` feature, or the machine no driver, device or NVRTC. A problem without device
-    /// kernels (cells other than Tet4, Tet10, Hex8, Hex20 and Hex27, mixed cell types, a
-    /// temperature-dependent k, a Joule source) runs on
+    /// assembly, CG preconditioned by `preconditioner` (Jacobi, or AMG built on the host) to
+    /// `cg.rel_tol`, adjoint CG and the per-element gradient on the device, J and ∂J/∂T on the
+    /// host. It is an error when this build has no `cuda` feature, or the machine no driver,
+    /// device or NVRTC. A problem without device kernels (cells other than Tet4, Tet10, Hex8,
+    /// Hex20 and Hex27, mixed cell types, a temperature-dependent k, a Joule source) runs on
     /// the CPU instead, and says so once in the log.
     ///
     /// [`Device::Cpu`] runs the CPU path: the field's direct or AMG solver and adjoint.
