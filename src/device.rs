@@ -41,15 +41,15 @@ pub struct DeviceGradient {
 /// rigid-body modes, its hierarchy built on the host once per call). The field's own solution
 /// is left as it was.
 ///
-/// A compliance objective under homogeneous constraints runs wholly on the device: its value
+/// A compliance objective under homogeneous constraints and without thermal strain runs
+/// wholly on the device: its value
 /// is a device dot product and its adjoint the forward solution (no second solve), so only E
 /// goes in and J and dJ/dE come out (the result's `solution` is empty). Any other objective is
 /// evaluated on the host from the downloaded displacement, its ∂J/∂u seeds the device
 /// adjoint, and explicit ∂J/∂E_e terms (von Mises) are added to the result.
 ///
 /// Errors name the reason: no `cuda` feature, driver, device or NVRTC; what the model has
-/// that the device kernels do not cover (a thermal strain, mixed or other cells); CG that
-/// does not converge.
+/// that the device kernels do not cover (mixed or other cells); CG that does not converge.
 pub fn elastic_gradient(
     field: &MechanicalField,
     device: Device,
@@ -61,7 +61,7 @@ pub fn elastic_gradient(
     let system = DeviceSystem::elastic(model, field.pattern()).map_err(err)?;
     let compliance_only =
         field.objective.iter().all(|t| matches!(t.kind, ObjectiveKind::Compliance));
-    let homogeneous = system.fixed.iter().all(|&v| v == 0.0);
+    let self_adjoint = system.compliance_is_self_adjoint().is_ok();
     let mut explicit = Vec::new();
     let objective = |u: &[f64]| {
         let e = gradfem_mechanical::linear::objective::evaluate(model, &field.objective, u, false)
@@ -70,7 +70,7 @@ pub fn elastic_gradient(
         Ok((e.value, Seed::Vector(e.d_displacement)))
     };
     let young = &model.young_elem[..model.n_volume_elements()];
-    let run = if compliance_only && homogeneous {
+    let run = if compliance_only && self_adjoint {
         let weight = field.objective.iter().map(|t| t.weight).sum();
         gradfem_gpu::run_compliance_on(device, &system, young, cg, preconditioner, weight)
     } else {

@@ -327,18 +327,14 @@ impl<B: Backend> Pipeline<B> {
 
     /// The compliance fᵀu of the last forward solve under homogeneous constraints, by a dot
     /// product on the device (f the right-hand side, which is then the load): nothing but the
-    /// number comes back. Refused when a constrained value is nonzero.
+    /// number comes back. Refused when a constrained value is nonzero or a thermal strain loads
+    /// the body.
     pub fn compliance(&mut self) -> Result<f64, GpuError> {
         if !self.solved {
             return Err(GpuError::Input("the compliance before a forward solve".into()));
         }
-        let s = self.backend.system();
-        if let Some(v) = s.fixed.iter().position(|&f| f != 0.0) {
-            return Err(GpuError::Input(format!(
-                "the compliance fᵀu is not bᵀx: nodal value {v} is held at {} (a nonzero \
-                 prescribed value)",
-                s.fixed[v]
-            )));
+        if let Err(why) = self.backend.system().compliance_is_self_adjoint() {
+            return Err(GpuError::Input(format!("the compliance fᵀu is not bᵀx: {why}")));
         }
         self.backend.dot(&self.b, &self.x)
     }
@@ -377,18 +373,14 @@ impl<B: Backend> Pipeline<B> {
 
     /// The gradient of an objective whose adjoint is the forward solution itself (the
     /// compliance J = fᵀu, whose ∂J/∂u is the load, under homogeneous constraints): no solve,
-    /// dJ/dc_e = −u_eᵀ K_e⁰ u_e. Refused when a constrained value is nonzero (then λ ≠ u).
+    /// dJ/dc_e = −u_eᵀ K_e⁰ u_e. Refused when a constrained value is nonzero or a thermal
+    /// strain loads the body (then λ ≠ u).
     pub fn gradient_self_adjoint(&mut self) -> Result<Vec<f64>, GpuError> {
         if !self.solved {
             return Err(GpuError::Input("gradient before a forward solve".into()));
         }
-        let s = self.backend.system();
-        if let Some(v) = s.fixed.iter().position(|&f| f != 0.0) {
-            return Err(GpuError::Input(format!(
-                "the adjoint is not the forward solution: nodal value {v} is held at {} \
-                 (a nonzero prescribed value)",
-                s.fixed[v]
-            )));
+        if let Err(why) = self.backend.system().compliance_is_self_adjoint() {
+            return Err(GpuError::Input(format!("the adjoint is not the forward solution: {why}")));
         }
         let be = &mut self.backend;
         be.coefficient_gradient(&self.u_nodal, &self.u_nodal, &mut self.grad)?;

@@ -157,6 +157,11 @@ pub struct CudaBackend {
     load: DeviceVec<f64>,
     /// The coefficient-free matrix part (empty without one).
     base: DeviceVec<f64>,
+    /// The elastic thermal strain's α and T_ref per element and nodal temperature (empty
+    /// without one).
+    th_alpha: DeviceVec<f64>,
+    th_t_ref: DeviceVec<f64>,
+    th_temperature: DeviceVec<f64>,
     fixed: DeviceVec<f64>,
     dof: DeviceVec<i32>,
     row_ptr: DeviceVec<u32>,
@@ -230,6 +235,10 @@ impl CudaBackend {
             to_nodal: f(2, "to_nodal")?,
         };
         let s = system;
+        let thermal = match &s.physics {
+            Physics::Elastic { thermal: Some(t), .. } => Some(t),
+            _ => None,
+        };
         let up_u32 = |v: &[u32]| upload_any(&stream, v);
         Ok(CudaBackend {
             coords: upload_any(&stream, &s.coords)?,
@@ -238,12 +247,15 @@ impl CudaBackend {
                 &stream,
                 match &s.physics {
                     Physics::Thermal { source } => source,
-                    Physics::Elastic { poisson } => poisson,
+                    Physics::Elastic { poisson, .. } => poisson,
                     Physics::Matrix => &[],
                 },
             )?,
             load: upload_any(&stream, &s.load)?,
             base: upload_any(&stream, s.base_values.as_deref().unwrap_or(&[]))?,
+            th_alpha: upload_any(&stream, thermal.map_or(&[][..], |t| &t.alpha))?,
+            th_t_ref: upload_any(&stream, thermal.map_or(&[][..], |t| &t.t_ref))?,
+            th_temperature: upload_any(&stream, thermal.map_or(&[][..], |t| &t.temperature))?,
             fixed: upload_any(&stream, &s.fixed)?,
             dof: upload_any(&stream, &s.dof_of_value)?,
             row_ptr: up_u32(&s.row_ptr)?,
@@ -265,6 +277,13 @@ impl CudaBackend {
             stream,
             k,
         })
+    }
+}
+
+impl CudaBackend {
+    /// 1 when the elastic system has a thermal strain (the kernels' `has_thermal`).
+    fn has_thermal(&self) -> i32 {
+        matches!(self.sys.physics, Physics::Elastic { thermal: Some(_), .. }) as i32
     }
 }
 
@@ -483,11 +502,13 @@ impl Backend for CudaBackend {
             }
             (Physics::Elastic { .. }, q) => {
                 let nq = q.as_ref().ok_or_else(no_quadrature)?.n_points as u32;
+                let has_thermal = self.has_thermal();
                 let mut a = self.stream.launch_builder(&self.k.elastic_element_matrices);
                 a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
-                a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&coefficient.buf);
-                a.arg(&self.element_data.buf).arg(&self.fixed.buf);
-                a.arg(&mut ke.buf).arg(&mut re.buf);
+                a.arg(&self.q_weights.buf).arg(&self.q_shape.buf).arg(&self.q_grad.buf);
+                a.arg(&coefficient.buf).arg(&self.element_data.buf).arg(&self.fixed.buf);
+                a.arg(&has_thermal).arg(&self.th_alpha.buf).arg(&self.th_t_ref.buf);
+                a.arg(&self.th_temperature.buf).arg(&mut ke.buf).arg(&mut re.buf);
                 launch("elastic_element_matrices", &mut a, cfg(n))
             }
             (Physics::Matrix, _) => Err(no_element_kernels()),
@@ -658,10 +679,13 @@ impl Backend for CudaBackend {
             }
             (Physics::Elastic { .. }, q) => {
                 let nq = q.as_ref().ok_or_else(no_quadrature)?.n_points as u32;
+                let has_thermal = self.has_thermal();
                 let mut a = self.stream.launch_builder(&self.k.elastic_young_gradient);
                 a.arg(&n32).arg(&nn).arg(&nq).arg(&self.coords.buf).arg(&self.nodes.buf);
-                a.arg(&self.q_weights.buf).arg(&self.q_grad.buf).arg(&self.element_data.buf);
-                a.arg(&solution.buf).arg(&lambda.buf).arg(&mut out.buf);
+                a.arg(&self.q_weights.buf).arg(&self.q_shape.buf).arg(&self.q_grad.buf);
+                a.arg(&self.element_data.buf).arg(&has_thermal).arg(&self.th_alpha.buf);
+                a.arg(&self.th_t_ref.buf).arg(&self.th_temperature.buf).arg(&solution.buf);
+                a.arg(&lambda.buf).arg(&mut out.buf);
                 launch("elastic_young_gradient", &mut a, cfg(n))
             }
             (Physics::Matrix, _) => Err(no_element_kernels()),

@@ -258,19 +258,38 @@ __device__ static void unit_lame(double nu, double* lambda0, double* mu0) {
     *mu0 = 1.0 / ((1.0 + nu) * 2.0);
 }
 
+// Thermal strain at quadrature point q of element e: alpha_e (T_q - T_ref,e), T_q the
+// interpolated nodal temperature.
+__device__ static double thermal_strain(unsigned int e, unsigned int nn, unsigned int q,
+                                        const unsigned int* __restrict__ nodes,
+                                        const double* __restrict__ ref_shape,
+                                        const double* __restrict__ alpha,
+                                        const double* __restrict__ t_ref,
+                                        const double* __restrict__ temperature) {
+    double tq = 0.0;
+    for (unsigned int a = 0; a < nn; ++a)
+        tq = tq + ref_shape[nn * q + a] * temperature[nodes[nn * e + a]];
+    return alpha[e] * (tq - t_ref[e]);
+}
+
 // K_e = sum_q w_q det J_q [lambda g_a[i] g_b[k] + mu g_a[k] g_b[i] + mu delta_ik g_a.g_b]
 // (row-major, m = 3 nn local unknowns 3a + i, m * m per element) with lambda = E_e lambda0,
-// mu = E_e mu0, and r_e = K_e u_fix,e (the element residual at the prescribed displacements,
-// every free one zero; the loads are in the system's load vector).
+// mu = E_e mu0, and the element residual at the prescribed displacements (every free one
+// zero) r_e = K_e u_fix,e - f_th,e, with the thermal load
+// f_th,e[3a + i] = E_e sum_q w_q det J_q (3 lambda0 + 2 mu0) theta_q g_a[i] when has_thermal
+// (the external loads are in the system's load vector).
 extern "C" __global__ void elastic_element_matrices(
     unsigned int n_el, unsigned int nn, unsigned int nq, const double* __restrict__ coords,
     const unsigned int* __restrict__ nodes, const double* __restrict__ weights,
-    const double* __restrict__ ref_grad, const double* __restrict__ young,
-    const double* __restrict__ poisson, const double* __restrict__ fixed,
+    const double* __restrict__ ref_shape, const double* __restrict__ ref_grad,
+    const double* __restrict__ young, const double* __restrict__ poisson,
+    const double* __restrict__ fixed, int has_thermal, const double* __restrict__ alpha,
+    const double* __restrict__ t_ref, const double* __restrict__ temperature,
     double* __restrict__ ke, double* __restrict__ re) {
     unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_el) return;
     double g[MAX_NN][3];
+    double th[3 * MAX_NN];
     unsigned int m = 3u * nn;
     double* kk = ke + (size_t)m * m * e;
     double* rr = re + m * e;
@@ -278,7 +297,9 @@ extern "C" __global__ void elastic_element_matrices(
     unit_lame(poisson[e], &lambda0, &mu0);
     double lam = young[e] * lambda0;
     double mu = young[e] * mu0;
+    double bulk0 = 3.0 * lambda0 + 2.0 * mu0;
     for (unsigned int c = 0; c < m * m; ++c) kk[c] = 0.0;
+    for (unsigned int r = 0; r < m; ++r) th[r] = 0.0;
     for (unsigned int q = 0; q < nq; ++q) {
         double w = weights[q] * physical_gradients(coords, nodes, e, nn, q, ref_grad, g);
         for (unsigned int a = 0; a < nn; ++a) {
@@ -292,6 +313,12 @@ extern "C" __global__ void elastic_element_matrices(
                 }
             }
         }
+        if (has_thermal) {
+            double wt = w * bulk0 *
+                        thermal_strain(e, nn, q, nodes, ref_shape, alpha, t_ref, temperature);
+            for (unsigned int a = 0; a < nn; ++a)
+                for (unsigned int i = 0; i < 3; ++i) th[3u * a + i] = th[3u * a + i] + wt * g[a][i];
+        }
     }
     for (unsigned int r = 0; r < m; ++r) {
         double s = 0.0;
@@ -299,22 +326,26 @@ extern "C" __global__ void elastic_element_matrices(
             unsigned int n = nodes[nn * e + b];
             for (unsigned int k = 0; k < 3; ++k) s = s + kk[r * m + 3u * b + k] * fixed[3u * n + k];
         }
-        rr[r] = s;
+        rr[r] = s - young[e] * th[r];
     }
 }
 
-// dJ/dE_e = -lambda_e^T K_e^0 u_e = -sum_q w_q det J_q [lambda0 div(lambda) div(u)
-//           + mu0 grad(lambda) : (grad(u) + grad(u)^T)], K_e^0 the stiffness at E = 1.
+// dJ/dE_e = -lambda_e^T dR_e/dE_e = -sum_q w_q det J_q [lambda0 div(lambda) div(u)
+//           + mu0 grad(lambda) : (grad(u) + grad(u)^T) - (3 lambda0 + 2 mu0) theta_q div(lambda)]
+// (the last term with has_thermal: R_e = E_e (K_e^0 u_e - f_th,e^0) - f_ext).
 extern "C" __global__ void elastic_young_gradient(
     unsigned int n_el, unsigned int nn, unsigned int nq, const double* __restrict__ coords,
     const unsigned int* __restrict__ nodes, const double* __restrict__ weights,
-    const double* __restrict__ ref_grad, const double* __restrict__ poisson,
+    const double* __restrict__ ref_shape, const double* __restrict__ ref_grad,
+    const double* __restrict__ poisson, int has_thermal, const double* __restrict__ alpha,
+    const double* __restrict__ t_ref, const double* __restrict__ temperature,
     const double* __restrict__ u, const double* __restrict__ lambda, double* __restrict__ out) {
     unsigned int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= n_el) return;
     double g[MAX_NN][3];
     double lambda0, mu0;
     unit_lame(poisson[e], &lambda0, &mu0);
+    double bulk0 = 3.0 * lambda0 + 2.0 * mu0;
     double s = 0.0;
     for (unsigned int q = 0; q < nq; ++q) {
         double det = physical_gradients(coords, nodes, e, nn, q, ref_grad, g);
@@ -336,7 +367,12 @@ extern "C" __global__ void elastic_young_gradient(
         double shear = 0.0;
         for (int i = 0; i < 3; ++i)
             for (int j = 0; j < 3; ++j) shear = shear + gl[i][j] * (gu[i][j] + gu[j][i]);
-        s = s + weights[q] * det * (lambda0 * div_l * div_u + mu0 * shear);
+        double v = lambda0 * div_l * div_u + mu0 * shear;
+        if (has_thermal)
+            v = v - bulk0 *
+                        thermal_strain(e, nn, q, nodes, ref_shape, alpha, t_ref, temperature) *
+                        div_l;
+        s = s + weights[q] * det * v;
     }
     out[e] = -s;
 }

@@ -41,10 +41,24 @@ pub enum Physics {
     Elastic {
         /// Poisson's ratio ν of each element.
         poisson: Vec<f64>,
+        /// The thermal strain under a temperature field, when there is one.
+        thermal: Option<ThermalStrain>,
     },
     /// A matrix assembled elsewhere (on the CPU) and handed over by its values: the device
     /// solves with it, no element kernel runs ([`DeviceSystem::matrix`]).
     Matrix,
+}
+
+/// The thermal strain θ = α (T − T_ref) of an elastic system: its load
+/// E_e ∫ (3λ⁰ + 2μ⁰) θ ∇N_a scales with Young's modulus, so it is formed on the device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThermalStrain {
+    /// Expansion coefficient α of each element [1/K].
+    pub alpha: Vec<f64>,
+    /// Stress-free temperature of each element [K].
+    pub t_ref: Vec<f64>,
+    /// Nodal temperature [K], interpolated to the quadrature points.
+    pub temperature: Vec<f64>,
 }
 
 /// A steady, linear field problem on one kind of volume cell ready for the device: everything
@@ -271,11 +285,12 @@ impl DeviceSystem {
     /// assembly's `pattern`. Body forces, tractions and pressures become the coefficient-free
     /// [`load`](Self::load); prescribed displacements enter through the element residuals.
     ///
-    /// Errors with [`GpuError::Unsupported`] when the model has a thermal strain (a
-    /// temperature field and a nonzero α: its load scales with E, which has no device kernel
-    /// yet), a cell other than Tet4, Tet10, Hex8, Hex20 and Hex27, more than one cell type or
-    /// quadrature, or a size beyond 32-bit indices; with [`GpuError::Input`] when `pattern` is
-    /// not the model's.
+    /// A temperature field with a nonzero α gives the [`ThermalStrain`], whose load the device
+    /// forms with E.
+    ///
+    /// Errors with [`GpuError::Unsupported`] for a cell other than Tet4, Tet10, Hex8, Hex20 and
+    /// Hex27, more than one cell type or quadrature, or a size beyond 32-bit indices; with
+    /// [`GpuError::Input`] when `pattern` is not the model's.
     pub fn elastic(
         model: &LinearElasticModel,
         pattern: &AssemblyPattern,
@@ -283,14 +298,17 @@ impl DeviceSystem {
         let n_el = model.n_volume_elements();
         let (cell_type, table) =
             one_cell_kind(n_el, |e| model.element_cell_type(e), |e| model.element_table(e))?;
-        let strained = model.regions.iter().find(|r| r.alpha != 0.0);
-        if let (Some(r), Some(_)) = (strained, model.temperature()) {
-            return Err(GpuError::Unsupported(format!(
-                "region '{}' has a thermal strain (α = {}) under a temperature field; the device \
-                 kernels take mechanical loads only",
-                r.name, r.alpha
-            )));
-        }
+        let thermal = match model.temperature() {
+            Some(t) if model.regions.iter().any(|r| r.alpha != 0.0) => {
+                let region = |e: usize| &model.regions[model.element_region(e)];
+                Some(ThermalStrain {
+                    alpha: (0..n_el).map(|e| region(e).alpha).collect(),
+                    t_ref: (0..n_el).map(|e| region(e).t_ref).collect(),
+                    temperature: t.to_vec(),
+                })
+            }
+            _ => None,
+        };
         let n_unknowns = model.n_unknowns();
         let full_load = model.load_vector();
         let mut load = vec![0.0; n_unknowns];
@@ -303,7 +321,7 @@ impl DeviceSystem {
         let poisson = model.poisson_elem[..n_el].to_vec();
         let element_nodes = |e: usize| model.element_nodes(e);
         Self::build(
-            Physics::Elastic { poisson },
+            Physics::Elastic { poisson, thermal },
             Common {
                 pattern,
                 n_model_elements: model.n_elements(),
@@ -469,6 +487,21 @@ impl DeviceSystem {
         let coords: Vec<[f64; 3]> =
             self.coords.chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
         NearNullspace::rigid_body_modes(&coords, &unknowns).ok()
+    }
+
+    /// Whether the adjoint of the compliance is the forward solution: no nonzero prescribed
+    /// value and no thermal strain (`Err` names which).
+    pub fn compliance_is_self_adjoint(&self) -> Result<(), String> {
+        if let Some(v) = self.fixed.iter().position(|&f| f != 0.0) {
+            return Err(format!(
+                "nodal value {v} is held at {} (a nonzero prescribed value)",
+                self.fixed[v]
+            ));
+        }
+        if matches!(self.physics, Physics::Elastic { thermal: Some(_), .. }) {
+            return Err("the thermal strain loads the body besides the external load".into());
+        }
+        Ok(())
     }
 
     /// The name of the per-element coefficient: `conductivity` or `Young's modulus`.

@@ -8,7 +8,7 @@
 use crate::backend::Backend;
 use crate::error::GpuError;
 use crate::kernels::{BLOCK, DOT_CHUNK, MAX_CELL_NODES, dot_blocks};
-use crate::system::{DeviceSystem, Physics, ReferenceQuadrature};
+use crate::system::{DeviceSystem, Physics, ReferenceQuadrature, ThermalStrain};
 use gradfem_mesh::geometry;
 use gradfem_solvers::sparse::CsrMatrix;
 
@@ -210,9 +210,26 @@ fn unit_lame(nu: f64) -> (f64, f64) {
     (nu / ((1.0 + nu) * (1.0 - nu * 2.0)), 1.0 / ((1.0 + nu) * 2.0))
 }
 
+/// The kernels' `thermal_strain`: θ_q = α_e (Σ_a N_a(q) T_a − T_ref,e).
+fn thermal_strain(
+    e: usize,
+    nn: usize,
+    q: usize,
+    nodes: &[u32],
+    shape: &[f64],
+    th: &ThermalStrain,
+) -> f64 {
+    let mut tq = 0.0;
+    for a in 0..nn {
+        tq += shape[nn * q + a] * th.temperature[nodes[nn * e + a] as usize];
+    }
+    th.alpha[e] * (tq - th.t_ref[e])
+}
+
 /// Twin of `elastic_element_matrices`: `ke[m² e..]` (m = 3 nn, local unknown 3a + i) =
 /// Σ_q w_q det J_q [λ g_a,i g_b,k + μ g_a,k g_b,i + μ δ_ik g_a·g_b] with λ = E_e λ⁰(ν_e),
-/// μ = E_e μ⁰(ν_e), and `re[m e..]` = K_e u_fix,e.
+/// μ = E_e μ⁰(ν_e), and `re[m e..]` = K_e u_fix,e − f_th,e (the thermal load
+/// E_e Σ_q w_q det J_q (3λ⁰ + 2μ⁰) θ_q g_a,i when `thermal` is given).
 #[allow(clippy::too_many_arguments)]
 pub fn elastic_element_matrices(
     nn: usize,
@@ -222,17 +239,21 @@ pub fn elastic_element_matrices(
     young: &[f64],
     poisson: &[f64],
     fixed: &[f64],
+    thermal: Option<&ThermalStrain>,
     ke: &mut [f64],
     re: &mut [f64],
 ) {
     let m = 3 * nn;
     let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    let mut th = [0.0; 3 * MAX_CELL_NODES];
     for e in 0..young.len() {
         let kk = &mut ke[m * m * e..m * m * (e + 1)];
         let rr = &mut re[m * e..m * (e + 1)];
         let (lambda0, mu0) = unit_lame(poisson[e]);
         let (lam, mu) = (young[e] * lambda0, young[e] * mu0);
+        let bulk0 = 3.0 * lambda0 + 2.0 * mu0;
         kk.fill(0.0);
+        th[..m].fill(0.0);
         for q in 0..quadrature.n_points {
             let w = quadrature.weights[q]
                 * physical_gradients(coords, nodes, e, nn, q, &quadrature.grad, &mut g);
@@ -248,6 +269,14 @@ pub fn elastic_element_matrices(
                     }
                 }
             }
+            if let Some(t) = thermal {
+                let wt = w * bulk0 * thermal_strain(e, nn, q, nodes, &quadrature.shape, t);
+                for a in 0..nn {
+                    for i in 0..3 {
+                        th[3 * a + i] += wt * g[a][i];
+                    }
+                }
+            }
         }
         for (r, rv) in rr.iter_mut().enumerate() {
             let mut s = 0.0;
@@ -257,13 +286,14 @@ pub fn elastic_element_matrices(
                     s += kk[r * m + 3 * b + k] * fixed[3 * n + k];
                 }
             }
-            *rv = s;
+            *rv = s - young[e] * th[r];
         }
     }
 }
 
-/// Twin of `elastic_young_gradient`: `out[e]` = −Σ_q w_q det J_q [λ⁰ div λ div u
-/// + μ⁰ ∇λ : (∇u + ∇uᵀ)] = −λ_eᵀ K_e⁰ u_e.
+/// Twin of `elastic_young_gradient`: `out[e]` = −λ_eᵀ ∂R_e/∂E_e = −Σ_q w_q det J_q
+/// [λ⁰ div λ div u + μ⁰ ∇λ : (∇u + ∇uᵀ) − (3λ⁰ + 2μ⁰) θ_q div λ], the θ term when `thermal`
+/// is given.
 #[allow(clippy::too_many_arguments)]
 pub fn elastic_young_gradient(
     nn: usize,
@@ -271,6 +301,7 @@ pub fn elastic_young_gradient(
     coords: &[f64],
     nodes: &[u32],
     poisson: &[f64],
+    thermal: Option<&ThermalStrain>,
     u: &[f64],
     lambda: &[f64],
     out: &mut [f64],
@@ -278,6 +309,7 @@ pub fn elastic_young_gradient(
     let mut g = [[0.0; 3]; MAX_CELL_NODES];
     for (e, o) in out.iter_mut().enumerate() {
         let (lambda0, mu0) = unit_lame(poisson[e]);
+        let bulk0 = 3.0 * lambda0 + 2.0 * mu0;
         let mut s = 0.0;
         for q in 0..quadrature.n_points {
             let det = physical_gradients(coords, nodes, e, nn, q, &quadrature.grad, &mut g);
@@ -300,7 +332,11 @@ pub fn elastic_young_gradient(
                     shear += gl[i][j] * (gu[i][j] + gu[j][i]);
                 }
             }
-            s += quadrature.weights[q] * det * (lambda0 * div_l * div_u + mu0 * shear);
+            let mut v = lambda0 * div_l * div_u + mu0 * shear;
+            if let Some(t) = thermal {
+                v -= bulk0 * thermal_strain(e, nn, q, nodes, &quadrature.shape, t) * div_l;
+            }
+            s += quadrature.weights[q] * det * v;
         }
         *o = -s;
     }
@@ -637,7 +673,7 @@ impl Backend for CpuTwin {
                 ke,
                 re,
             ),
-            (Physics::Elastic { poisson }, quad) => elastic_element_matrices(
+            (Physics::Elastic { poisson, thermal }, quad) => elastic_element_matrices(
                 nn,
                 quad.as_ref().ok_or_else(no_quadrature)?,
                 &s.coords,
@@ -645,6 +681,7 @@ impl Backend for CpuTwin {
                 coefficient,
                 poisson,
                 &s.fixed,
+                thermal.as_ref(),
                 ke,
                 re,
             ),
@@ -710,12 +747,13 @@ impl Backend for CpuTwin {
             (Physics::Thermal { .. }, Some(quad)) => {
                 quad_conductivity_gradient(nn, quad, &s.coords, &s.nodes, solution, lambda, out)
             }
-            (Physics::Elastic { poisson }, quad) => elastic_young_gradient(
+            (Physics::Elastic { poisson, thermal }, quad) => elastic_young_gradient(
                 nn,
                 quad.as_ref().ok_or_else(no_quadrature)?,
                 &s.coords,
                 &s.nodes,
                 poisson,
+                thermal.as_ref(),
                 solution,
                 lambda,
                 out,

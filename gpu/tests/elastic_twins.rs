@@ -2,7 +2,7 @@
 //! model's assembly (its element kernels through `AssemblyPattern`), its direct solve and its
 //! adjoint gradient with respect to a per-element Young's modulus. Runs everywhere.
 
-use gradfem_coupling::fields::mechanical::MechanicalField;
+use gradfem_coupling::fields::mechanical::{ImportedTemperature, MechanicalField};
 use gradfem_coupling::{CoupledProblem, LinearChoice};
 use gradfem_gpu::twin::CpuTwin;
 use gradfem_gpu::{
@@ -128,7 +128,27 @@ fn cpu_problem(
     prescribed: bool,
     objective: Vec<ObjectiveTerm>,
 ) -> (CoupledProblem, gradfem_solvers::params::ParamId, Vec<f64>) {
-    let mut field = MechanicalField::new(m, &regions(), &bcs(prescribed), objective).unwrap();
+    cpu_problem_with(m, prescribed, false, objective)
+}
+
+/// [`cpu_problem`], with `heated` an imported temperature field varying across the body and
+/// α = 2·10⁻⁵ (a thermal strain).
+fn cpu_problem_with(
+    m: &Mesh,
+    prescribed: bool,
+    heated: bool,
+    objective: Vec<ObjectiveTerm>,
+) -> (CoupledProblem, gradfem_solvers::params::ParamId, Vec<f64>) {
+    let mut r = regions();
+    if heated {
+        r[0].alpha = 2e-5;
+        r[0].t_ref = 293.0;
+    }
+    let mut field = MechanicalField::new(m, &r, &bcs(prescribed), objective).unwrap();
+    if heated {
+        let t = m.coords.iter().map(|x| 293.0 + 40.0 * x[0] + 25.0 * x[1] * x[2]).collect();
+        field.set_imported_temperature(ImportedTemperature::new(t, 1.0, 0.0, "test".into()));
+    }
     field.set_linear(LinearChoice::Cholesky, 1e-12);
     let young = materials(&mut field.model);
     let poisson = field.model.poisson_elem.clone();
@@ -159,22 +179,29 @@ fn tip_objective() -> Vec<ObjectiveTerm> {
 }
 
 #[rstest]
-#[case::tet4_compliance(CellType::Tet4, 4, false, Preconditioner::Jacobi)]
-#[case::tet4_prescribed(CellType::Tet4, 4, true, Preconditioner::Jacobi)]
-#[case::tet4_amg(CellType::Tet4, 6, true, Preconditioner::Amg)]
-#[case::tet10(CellType::Tet10, 2, true, Preconditioner::Jacobi)]
-#[case::hex8(CellType::Hex8, 3, false, Preconditioner::Jacobi)]
-#[case::hex8_amg(CellType::Hex8, 6, false, Preconditioner::Amg)]
-#[case::hex20(CellType::Hex20, 2, true, Preconditioner::Amg)]
+#[case::tet4_compliance(CellType::Tet4, 4, false, false, Preconditioner::Jacobi)]
+#[case::tet4_prescribed(CellType::Tet4, 4, true, false, Preconditioner::Jacobi)]
+#[case::tet4_amg(CellType::Tet4, 6, true, false, Preconditioner::Amg)]
+#[case::tet4_heated(CellType::Tet4, 4, false, true, Preconditioner::Jacobi)]
+#[case::tet10(CellType::Tet10, 2, true, false, Preconditioner::Jacobi)]
+#[case::hex8(CellType::Hex8, 3, false, false, Preconditioner::Jacobi)]
+#[case::hex8_amg(CellType::Hex8, 6, false, false, Preconditioner::Amg)]
+#[case::hex8_heated(CellType::Hex8, 3, true, true, Preconditioner::Amg)]
+#[case::hex20(CellType::Hex20, 2, true, false, Preconditioner::Amg)]
+#[case::hex20_heated(CellType::Hex20, 2, false, true, Preconditioner::Jacobi)]
 fn elastic_pipeline_equals_the_cpu_solve_and_adjoint(
     #[case] cell: CellType,
     #[case] n: usize,
     #[case] prescribed: bool,
+    #[case] heated: bool,
     #[case] pre: Preconditioner,
 ) {
     let m = mesh(n, cell);
-    let terms = if prescribed { tip_objective() } else { compliance() };
-    let (mut p, id, young) = cpu_problem(&m, prescribed, terms.clone());
+    // the compliance's adjoint is its forward solution only without prescribed values and
+    // thermal strain
+    let self_adjoint = !prescribed && !heated;
+    let terms = if self_adjoint { compliance() } else { tip_objective() };
+    let (mut p, id, young) = cpu_problem_with(&m, prescribed, heated, terms.clone());
     let (j_cpu, grad, _) = p.gradient().unwrap();
     let f = p.find::<MechanicalField>().unwrap();
     let u_cpu = f.displacement().unwrap().to_vec();
@@ -184,20 +211,27 @@ fn elastic_pipeline_equals_the_cpu_solve_and_adjoint(
     let objective = |u: &[f64]| {
         let e = gradfem_mechanical::linear::objective::evaluate(model, &terms, u, false)
             .map_err(|e| GpuError::Input(e.to_string()))?;
-        let seed =
-            if prescribed { Seed::Vector(e.d_displacement) } else { Seed::Forward { scale: 2.0 } };
+        let seed = if self_adjoint {
+            Seed::Forward { scale: 2.0 }
+        } else {
+            Seed::Vector(e.d_displacement)
+        };
         Ok((e.value, seed))
     };
     let run = run_on(Device::Cpu, &sys, &young, &params, pre, objective).unwrap();
     assert_eq!(run.backend, "cpu-twin");
-    assert_eq!(run.adjoint_cg.iterations == 0, !prescribed, "an adjoint solve iff not compliance");
+    assert_eq!(run.adjoint_cg.iterations == 0, self_adjoint, "an adjoint solve iff not compliance");
+    assert_eq!(
+        matches!(sys.physics, gradfem_gpu::Physics::Elastic { thermal: Some(_), .. }),
+        heated
+    );
     let du = rel_diff(&run.solution, &u_cpu);
     let dj = (run.objective - j_cpu).abs() / j_cpu.abs();
     let dg = rel_diff(&run.gradient, grad.get(id));
     assert!(du <= 1e-9, "{cell:?}: displacement differs by {du:e}");
     assert!(dj <= 1e-9, "{cell:?}: J differs by {dj:e}");
     assert!(dg <= 1e-8, "{cell:?}: dJ/dE_e differs by {dg:e}");
-    if !prescribed {
+    if self_adjoint {
         // the compliance is homogeneous of degree −1 in E: Σ E_e dC/dE_e = −C
         let s: f64 = run.gradient.iter().zip(&young).map(|(g, e)| g * e).sum();
         assert!((s + run.objective).abs() <= 1e-9 * run.objective, "{s} vs {}", run.objective);
@@ -220,21 +254,11 @@ fn a_self_adjoint_seed_under_a_prescribed_displacement_is_refused() {
 }
 
 #[test]
-fn thermal_strain_and_bad_moduli_are_refused_with_the_reason() {
+fn bad_moduli_and_a_heated_compliance_shortcut_are_refused_with_the_reason() {
     let m = mesh(2, CellType::Hex8);
-    let mut r = regions();
-    r[0].alpha = 1e-5;
-    let mut model = LinearElasticModel::new(&m, &r, &bcs(false)).unwrap();
-    model.set_temperature(Some(vec![310.0; model.n_nodes()])).unwrap();
+    let model = LinearElasticModel::new(&m, &regions(), &bcs(false)).unwrap();
     let pattern =
         AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
-    match DeviceSystem::elastic(&model, &pattern) {
-        Err(GpuError::Unsupported(why)) => {
-            assert!(why.contains("thermal strain") && why.contains("'domain'"), "{why}")
-        }
-        other => panic!("expected Unsupported, got {other:?}"),
-    }
-    model.set_temperature(None).unwrap();
     let sys = DeviceSystem::elastic(&model, &pattern).unwrap();
     let mut young = vec![1.0; sys.n_elements()];
     young[3] = -2.0;
@@ -243,6 +267,17 @@ fn thermal_strain_and_bad_moduli_are_refused_with_the_reason() {
         Err(GpuError::Input(why)) => {
             assert!(why.contains("Young's modulus of element 3 is -2"), "{why}")
         }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // under a thermal strain the compliance's adjoint is not the forward solution
+    let (mut p, _, young) = cpu_problem_with(&m, false, true, compliance());
+    p.solve().unwrap();
+    let f = p.find::<MechanicalField>().unwrap();
+    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let params = CgParams::default();
+    let pre = Preconditioner::Jacobi;
+    match gradfem_gpu::run_compliance_on(Device::Cpu, &sys, &young, &params, pre, 1.0) {
+        Err(GpuError::Input(why)) => assert!(why.contains("thermal strain"), "{why}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -264,8 +264,35 @@ fn elastic_device_kernels_equal_their_twins(#[case] cell: CellType, #[case] n: u
     }
     let (p, _, young) = elastic_problem(n, cell);
     let f = p.find::<MechanicalField>().unwrap();
-    let sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
+    let mut sys = DeviceSystem::elastic(&f.model, f.pattern()).unwrap();
     assembly_equals_the_twins(&format!("elastic {cell:?}"), &sys, &young);
+    // with a thermal strain (its load is formed on the device)
+    let n_el = sys.n_elements();
+    let temperature = f.model.coords.iter().map(|x| 300.0 + 50.0 * x[0] * x[1]).collect();
+    if let gradfem_gpu::Physics::Elastic { thermal, .. } = &mut sys.physics {
+        *thermal = Some(gradfem_gpu::system::ThermalStrain {
+            alpha: vec![2e-5; n_el],
+            t_ref: vec![293.0; n_el],
+            temperature,
+        });
+    }
+    assembly_equals_the_twins(&format!("heated elastic {cell:?}"), &sys, &young);
+    let mut dev = Pipeline::new(CudaBackend::new(&sys).unwrap()).unwrap();
+    let mut cpu = Pipeline::new(CpuTwin::new(&sys)).unwrap();
+    let params = CgParams { rel_tol: 1e-12, max_iterations: 50_000 };
+    let (ud, _) = dev.forward(&young, &params).unwrap();
+    let (uc, _) = cpu.forward(&young, &params).unwrap();
+    let seed: Vec<f64> = (0..ud.len()).map(|i| (0.1 * i as f64).sin()).collect();
+    let (gd, _) = dev.gradient(&seed, &params).unwrap();
+    let (gc, _) = cpu.gradient(&seed, &params).unwrap();
+    println!(
+        "heated elastic {cell:?}: u {:.2e} (bitwise: {}), dJ/dE_e {:.2e} (bitwise: {})",
+        rel_diff(&ud, &uc),
+        bitwise(&ud, &uc),
+        rel_diff(&gd, &gc),
+        bitwise(&gd, &gc)
+    );
+    assert!(rel_diff(&ud, &uc) <= 1e-12 && rel_diff(&gd, &gc) <= 1e-12);
 }
 
 /// The device's assembled matrix and right-hand side against the twins' for `coefficient`.
