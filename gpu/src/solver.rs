@@ -191,6 +191,17 @@ impl DeviceCgSolver {
 
 impl LinearSolver for DeviceCgSolver {
     fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
+        if let Some(k) = a.values.iter().position(|v| !v.is_finite()) {
+            let row = a.row_ptr.partition_point(|&p| p <= k) - 1;
+            self.solver = None;
+            return Err(SolverError::NonFinite {
+                field: self.field.clone(),
+                quantity: "matrix",
+                dof: row,
+                dof_description: format!("entry ({row}, {})", a.col_idx[k]),
+                iteration: 0,
+            });
+        }
         self.factor_inner(a).map_err(|e| {
             self.solver = None;
             self.error(e)
@@ -198,6 +209,15 @@ impl LinearSolver for DeviceCgSolver {
     }
 
     fn solve_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError> {
+        if let Some(i) = b.iter().position(|v| !v.is_finite()) {
+            return Err(SolverError::NonFinite {
+                field: self.field.clone(),
+                quantity: "right-hand side",
+                dof: i,
+                dof_description: format!("unknown {i}"),
+                iteration: 0,
+            });
+        }
         self.solve_inner(b).map_err(|e| self.error(e))
     }
 
@@ -336,6 +356,23 @@ mod tests {
             cg.solve_in_place(&mut b),
             Err(SolverError::IterativeNoConvergence { iterations: 2, .. })
         ));
+        let mut nan = a.clone();
+        nan.values[7] = f64::NAN;
+        let mut cg = DeviceCgSolver::new("thermal", Device::Cpu, CgParams::default());
+        match cg.factor(&nan) {
+            Err(SolverError::NonFinite { quantity: "matrix", dof, .. }) => {
+                assert_eq!(dof, nan.row_ptr.partition_point(|&p| p <= 7) - 1)
+            }
+            other => panic!("expected NonFinite, got {other:?}"),
+        }
+        cg.factor(&a).unwrap();
+        let mut b = vec![1.0; a.n_rows];
+        b[5] = f64::INFINITY;
+        assert!(matches!(
+            cg.solve_in_place(&mut b),
+            Err(SolverError::NonFinite { quantity: "right-hand side", dof: 5, .. })
+        ));
+        let mut b = vec![1.0; a.n_rows];
         let mut fresh = DeviceCgSolver::new("electrical", Device::Cpu, CgParams::default());
         let e = fresh.solve_in_place(&mut b).unwrap_err().to_string();
         assert!(e.contains("electrical") && e.contains("before the first factorization"), "{e}");
