@@ -2,6 +2,7 @@
 whole afterwards: the next solve and gradient equal those of a problem never interrupted."""
 
 import _thread
+import signal
 import threading
 import time
 
@@ -29,7 +30,10 @@ def transient(steps):
 
 def interrupted(call, after):
     """Runs call() with a SIGINT delivered `after` seconds in; returns the seconds it took to
-    raise KeyboardInterrupt."""
+    raise KeyboardInterrupt. Python's own SIGINT handler is put in place for the call: a process
+    started in the background of a shell without job control inherits SIGINT ignored, and then
+    neither Ctrl-C nor `_thread.interrupt_main` reaches Python."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(after, _thread.interrupt_main)
     start = time.perf_counter()
     timer.start()
@@ -38,6 +42,7 @@ def interrupted(call, after):
             call()
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     return time.perf_counter() - start
 
 
