@@ -90,13 +90,7 @@ fn main() -> anyhow::Result<()> {
     let objective = LoadPathObjective {
         terms: vec![PathTerm::SquaredDisplacement { weights: vec![0.0, 0.0, 1.0] }],
     };
-    let want = FiniteVjpRequest {
-        material: true,
-        loads: false,
-        displacement: false,
-        thermal: false,
-        coords: false,
-    };
+    let want = FiniteVjpRequest::MATERIAL;
     let t = Instant::now();
     let g = problem.gradient(&loads, &objective, Checkpointing::StoreAll, want)?;
     let forward_gradient_s = t.elapsed().as_secs_f64();

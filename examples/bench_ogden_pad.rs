@@ -118,13 +118,7 @@ fn main() -> anyhow::Result<()> {
             weight: 1.0,
         }],
     };
-    let want = FiniteVjpRequest {
-        material: true,
-        loads: false,
-        displacement: false,
-        thermal: false,
-        coords: false,
-    };
+    let want = FiniteVjpRequest::MATERIAL;
     let t = Instant::now();
     let g = problem.gradient(&loads, &objective, Checkpointing::StoreAll, want)?;
     let total_gradient_s = t.elapsed().as_secs_f64();

@@ -48,19 +48,13 @@ fn last_step_norm() -> LoadPathObjective {
     }
 }
 
-const MATERIAL: FiniteVjpRequest = FiniteVjpRequest {
-    material: true,
-    loads: false,
-    displacement: false,
-    thermal: false,
-    coords: false,
-};
-
 #[test]
 fn ogden_cube_gradient_matches_central_differences() {
     let mut problem = cube(2);
     let objective = last_step_norm();
-    let g = problem.gradient(&LOADS, &objective, Checkpointing::StoreAll, MATERIAL).unwrap();
+    let g = problem
+        .gradient(&LOADS, &objective, Checkpointing::StoreAll, FiniteVjpRequest::MATERIAL)
+        .unwrap();
     // L is the squared norm of the last state, and the same as the evaluated objective.
     let path = problem.solve(&LOADS).unwrap();
     let norm: f64 = path.states[2].u.iter().map(|x| x * x).sum();
@@ -108,10 +102,16 @@ fn squared_displacement_weights_every_step_it_names() {
         let mut weights = vec![0.0; 3];
         weights[k] = 1.0;
         let o = LoadPathObjective { terms: vec![PathTerm::SquaredDisplacement { weights }] };
-        problem.gradient(&LOADS, &o, Checkpointing::StoreAll, MATERIAL).unwrap().material[0].clone()
+        problem
+            .gradient(&LOADS, &o, Checkpointing::StoreAll, FiniteVjpRequest::MATERIAL)
+            .unwrap()
+            .material[0]
+            .clone()
     };
     let (g0, g2) = (single(0), single(2));
-    let g = problem.gradient(&LOADS, &objective, Checkpointing::StoreAll, MATERIAL).unwrap();
+    let g = problem
+        .gradient(&LOADS, &objective, Checkpointing::StoreAll, FiniteVjpRequest::MATERIAL)
+        .unwrap();
     for k in 0..3 {
         let expected = 0.5 * g0[k] + 2.0 * g2[k];
         assert!((g.material[0][k] - expected).abs() <= 1e-10 * expected.abs(), "parameter {k}");
@@ -120,7 +120,7 @@ fn squared_displacement_weights_every_step_it_names() {
     let short =
         LoadPathObjective { terms: vec![PathTerm::SquaredDisplacement { weights: vec![1.0] }] };
     assert!(matches!(
-        problem.gradient(&LOADS, &short, Checkpointing::StoreAll, MATERIAL),
+        problem.gradient(&LOADS, &short, Checkpointing::StoreAll, FiniteVjpRequest::MATERIAL),
         Err(FiniteStrainSolveError::InvalidValue { .. })
     ));
 }
@@ -136,12 +136,14 @@ fn amg_cg_gives_the_direct_solution_and_gradient(#[case] n: usize) {
     let direct = {
         let mut p = cube(n);
         p.params.linear_solver = FiniteLinearSolver::Direct;
-        p.gradient(&LOADS, &objective, Checkpointing::StoreAll, MATERIAL).unwrap()
+        p.gradient(&LOADS, &objective, Checkpointing::StoreAll, FiniteVjpRequest::MATERIAL).unwrap()
     };
     let mut p = cube(n);
     p.params.linear_solver =
         FiniteLinearSolver::AmgCg { cg: CgParams { rel_tol: 1e-13, ..CgParams::default() } };
-    let amg = p.gradient(&LOADS, &objective, Checkpointing::StoreAll, MATERIAL).unwrap();
+    let amg = p
+        .gradient(&LOADS, &objective, Checkpointing::StoreAll, FiniteVjpRequest::MATERIAL)
+        .unwrap();
     assert!((amg.value - direct.value).abs() <= 1e-9 * direct.value);
     for (a, d) in amg.material[0].iter().zip(&direct.material[0]) {
         assert!((a - d).abs() <= 1e-7 * d.abs(), "AMG-CG {a} vs Cholesky {d}");

@@ -2101,13 +2101,15 @@ mod tests {
     use gradfem_mesh::CellType;
     use gradfem_mesh::generate::{BoxSpec, box_mesh};
 
-    fn problem() -> FiniteStrainProblem {
-        let mesh = box_mesh(&BoxSpec::unit_cube(1, CellType::Hex8));
-        let law = HyperelasticLaw::NeoHookean(NeoHookean {
-            mu: 1.0,
-            kappa: 2.0,
-            volumetric: Volumetric::Quadratic,
-        });
+    /// The unit cube of `cell` cells (`n` per side) of one material `law`, clamped on x = 0
+    /// and pulled by the dead `traction` on x = 1 (the tests of this module and its children).
+    pub(super) fn pulled_block(
+        n: usize,
+        cell: CellType,
+        law: HyperelasticLaw,
+        traction: [f64; 3],
+    ) -> FiniteStrainProblem {
+        let mesh = box_mesh(&BoxSpec::unit_cube(n, cell));
         let model = FiniteStrainModel::new(
             &mesh,
             &[FiniteRegionSpec {
@@ -2119,14 +2121,20 @@ mod tests {
             }],
             &[
                 BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
-                BcSpec {
-                    group: "xmax".into(),
-                    kind: BcKind::Traction { traction: [0.3, 0.0, 0.0] },
-                },
+                BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction } },
             ],
         )
         .unwrap();
         FiniteStrainProblem::new(model, LoadStepParams::default())
+    }
+
+    fn problem() -> FiniteStrainProblem {
+        let law = HyperelasticLaw::NeoHookean(NeoHookean {
+            mu: 1.0,
+            kappa: 2.0,
+            volumetric: Volumetric::Quadratic,
+        });
+        pulled_block(1, CellType::Hex8, law, [0.3, 0.0, 0.0])
     }
 
     #[test]

@@ -656,6 +656,15 @@ impl FiniteVjpRequest {
         thermal: true,
         coords: true,
     };
+
+    /// The law parameters (and per-element factors) only.
+    pub const MATERIAL: FiniteVjpRequest = FiniteVjpRequest {
+        material: true,
+        loads: false,
+        displacement: false,
+        thermal: false,
+        coords: false,
+    };
 }
 
 /// `μᵀ ∂R_full/∂q` for the parameters q of the model.

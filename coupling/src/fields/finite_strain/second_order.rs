@@ -320,39 +320,20 @@ impl FiniteStrainProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gradfem_mechanical::finite::{FiniteRegionSpec, FiniteStrainModel, HyperelasticLaw};
+    use gradfem_mechanical::finite::HyperelasticLaw;
     use gradfem_mechanical::hyperelastic::Ogden;
-    use gradfem_mechanical::linear::BcSpec;
     use gradfem_mesh::CellType;
-    use gradfem_mesh::generate::{BoxSpec, box_mesh};
     use gradfem_solvers::checkpoint::Checkpointing;
 
-    use crate::fields::finite_strain::{LoadStepParams, Quantity};
+    use crate::fields::finite_strain::Quantity;
+    use crate::fields::finite_strain::tests::pulled_block;
 
     /// An Ogden block pulled by a dead traction in two load steps, with the squared-norm
     /// objective of the peers' ogden3d benchmark (weights on both steps) and a misfit of the
     /// clamp's reaction.
     fn problem() -> (FiniteStrainProblem, Vec<f64>, LoadPathObjective) {
-        let mesh = box_mesh(&BoxSpec::unit_cube(2, CellType::Tet4));
         let law = HyperelasticLaw::Ogden(Ogden::new(&[(1.0, 3.0)], 10.0));
-        let model = FiniteStrainModel::new(
-            &mesh,
-            &[FiniteRegionSpec {
-                group: "domain".into(),
-                law,
-                alpha: 0.0,
-                t_ref: 0.0,
-                body_force: [0.0; 3],
-            }],
-            &[
-                BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
-                BcSpec {
-                    group: "xmax".into(),
-                    kind: BcKind::Traction { traction: [0.5, 0.1, 0.0] },
-                },
-            ],
-        )
-        .unwrap();
+        let problem = pulled_block(2, CellType::Tet4, law, [0.5, 0.1, 0.0]);
         let objective = LoadPathObjective {
             terms: vec![
                 PathTerm::SquaredDisplacement { weights: vec![0.5, 1.0] },
@@ -366,7 +347,7 @@ mod tests {
                 },
             ],
         };
-        (FiniteStrainProblem::new(model, LoadStepParams::default()), vec![0.5, 1.0], objective)
+        (problem, vec![0.5, 1.0], objective)
     }
 
     /// dJ/dp of the law parameters (μ₁, α₁, κ) at the model's current parameters.
@@ -375,13 +356,7 @@ mod tests {
         loads: &[f64],
         o: &LoadPathObjective,
     ) -> Vec<f64> {
-        let want = FiniteVjpRequest {
-            material: true,
-            loads: false,
-            displacement: false,
-            thermal: false,
-            coords: false,
-        };
+        let want = FiniteVjpRequest::MATERIAL;
         p.gradient(loads, o, Checkpointing::StoreAll, want).unwrap().material[0].clone()
     }
 
@@ -396,13 +371,7 @@ mod tests {
         };
         dir.model.material[0].copy_from_slice(&dp);
         let path = p.solve_from(p.initial_state(&loads), &loads, true).unwrap();
-        let want = FiniteVjpRequest {
-            material: true,
-            loads: false,
-            displacement: false,
-            thermal: false,
-            coords: false,
-        };
+        let want = FiniteVjpRequest::MATERIAL;
         let hv =
             p.hessian_vector_from_path(&path, &objective, &dir, want).unwrap().material[0].clone();
         let h = 1e-5;
