@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use gradfem_solvers::SolverError;
 use gradfem_solvers::amg::{AmgHierarchy, AmgParams, NearNullspace};
-use gradfem_solvers::linear::LinearSolver;
+use gradfem_solvers::linear::{LinearSolver, check_finite_matrix, check_finite_vector};
 use gradfem_solvers::sparse::CsrMatrix;
 
 use crate::backend::{CgParams, Pipeline};
@@ -191,16 +191,9 @@ impl DeviceCgSolver {
 
 impl LinearSolver for DeviceCgSolver {
     fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
-        if let Some(k) = a.values.iter().position(|v| !v.is_finite()) {
-            let row = a.row_ptr.partition_point(|&p| p <= k) - 1;
+        if let Err(e) = check_finite_matrix(&self.field, a) {
             self.solver = None;
-            return Err(SolverError::NonFinite {
-                field: self.field.clone(),
-                quantity: "matrix",
-                dof: row,
-                dof_description: format!("entry ({row}, {})", a.col_idx[k]),
-                iteration: 0,
-            });
+            return Err(e);
         }
         self.factor_inner(a).map_err(|e| {
             self.solver = None;
@@ -209,15 +202,7 @@ impl LinearSolver for DeviceCgSolver {
     }
 
     fn solve_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError> {
-        if let Some(i) = b.iter().position(|v| !v.is_finite()) {
-            return Err(SolverError::NonFinite {
-                field: self.field.clone(),
-                quantity: "right-hand side",
-                dof: i,
-                dof_description: format!("unknown {i}"),
-                iteration: 0,
-            });
-        }
+        check_finite_vector(&self.field, "right-hand side", b)?;
         self.solve_inner(b).map_err(|e| self.error(e))
     }
 

@@ -1861,16 +1861,7 @@ impl AmgCgSolver {
     pub fn update_operator(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
         let n = self.hierarchy.as_ref().expect("update_operator before factor").levels[0].a.n_rows;
         assert_eq!(a.n_rows, n, "operator with {} rows for a hierarchy of {n}", a.n_rows);
-        if let Some(k) = a.values.iter().position(|v| !v.is_finite()) {
-            let row = a.row_ptr.partition_point(|&p| p <= k) - 1;
-            return Err(SolverError::NonFinite {
-                field: self.field.clone(),
-                quantity: "matrix",
-                dof: row,
-                dof_description: format!("entry ({row}, {})", a.col_idx[k]),
-                iteration: 0,
-            });
-        }
+        crate::linear::check_finite_matrix(&self.field, a)?;
         match &mut self.operator {
             Some(op) if op.nnz() == a.nnz() && op.row_ptr == a.row_ptr => {
                 op.val.copy_from_slice(&a.values)
@@ -1902,15 +1893,7 @@ impl AmgCgSolver {
             b.len(),
             fine.n_rows
         );
-        if let Some(dof) = b.iter().position(|v| !v.is_finite()) {
-            return Err(SolverError::NonFinite {
-                field: self.field.clone(),
-                quantity: "right-hand side",
-                dof,
-                dof_description: String::new(),
-                iteration: 0,
-            });
-        }
+        crate::linear::check_finite_vector(&self.field, "right-hand side", b)?;
         let cg = CgParams { rel_tol, ..self.cg.clone() };
         let rhs = b.to_vec();
         let record = std::mem::take(&mut self.record_next);
@@ -1982,16 +1965,7 @@ impl AmgCgSolver {
 
 impl LinearSolver for AmgCgSolver {
     fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
-        if let Some(k) = a.values.iter().position(|v| !v.is_finite()) {
-            let row = a.row_ptr.partition_point(|&p| p <= k) - 1;
-            return Err(SolverError::NonFinite {
-                field: self.field.clone(),
-                quantity: "matrix",
-                dof: row,
-                dof_description: format!("entry ({row}, {})", a.col_idx[k]),
-                iteration: 0,
-            });
-        }
+        crate::linear::check_finite_matrix(&self.field, a)?;
         let key = {
             let mut h: u64 = 0xcbf2_9ce4_8422_2325;
             for v in a.row_ptr.iter().map(|&p| p as u64).chain(a.col_idx.iter().map(|&j| j as u64))

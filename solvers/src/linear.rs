@@ -128,10 +128,34 @@ pub(crate) fn non_finite(field: &str, quantity: &'static str, dof: usize) -> Sol
 
 fn check_rhs(field: &str, n: usize, b: &[f64]) -> Result<(), SolverError> {
     assert_eq!(b.len(), n, "right-hand side has {} entries for {n} unknowns", b.len());
-    match b.iter().position(|v| !v.is_finite()) {
-        Some(k) => Err(non_finite(field, "right-hand side", k)),
+    check_finite_vector(field, "right-hand side", b)
+}
+
+/// [`SolverError::NonFinite`] naming the first NaN or infinity of `v` (its `quantity`, e.g.
+/// `"right-hand side"`, by unknown), or `Ok`: the check a linear solver makes of its input.
+pub fn check_finite_vector(
+    field: &str,
+    quantity: &'static str,
+    v: &[f64],
+) -> Result<(), SolverError> {
+    match v.iter().position(|x| !x.is_finite()) {
+        Some(k) => Err(non_finite(field, quantity, k)),
         None => Ok(()),
     }
+}
+
+/// [`SolverError::NonFinite`] naming the first NaN or infinity of the matrix `a` by its row and
+/// column, or `Ok`: the check an iterative solver makes before its set-up.
+pub fn check_finite_matrix(field: &str, a: &CsrMatrix) -> Result<(), SolverError> {
+    let Some(k) = a.values.iter().position(|v| !v.is_finite()) else { return Ok(()) };
+    let row = a.row_ptr.partition_point(|&p| p <= k) - 1;
+    Err(SolverError::NonFinite {
+        field: field.to_string(),
+        quantity: "matrix",
+        dof: row,
+        dof_description: format!("entry ({row}, {})", a.col_idx[k]),
+        iteration: 0,
+    })
 }
 
 /// `a`'s column indices widened to faer's index type (its views take one index type for the
