@@ -127,12 +127,32 @@ fn fields_solve_with_the_device_solver_to_the_cpu_answer(
     }
 }
 
+/// What choosing `cuda` answers on a machine that cannot use it: the missing driver, device
+/// or NVRTC, or the missing `cuda` feature (`text` the error, with its context).
+fn assert_no_usable_gpu(text: &str) {
+    if gradfem_gpu::CUDA_BUILT {
+        assert!(text.contains("no CUDA") || text.contains("NVRTC"), "{text}");
+    } else {
+        assert!(text.contains("`cuda` feature"), "{text}");
+    }
+}
+
 fn heat3d(cell: CellType) -> ThermalProblem {
     heat3d_with(cell, &[])
 }
 
 /// The heat3d cube on `cell` cells with the boundary conditions `extra` beside T = 0 on x = 0.
 fn heat3d_with(cell: CellType, extra: &[BcSpec]) -> ThermalProblem {
+    heat3d_problem(cell, ConductivityLaw::Constant, LinearChoice::Cholesky, extra)
+}
+
+/// The heat3d cube: k = k(T) by `law`, Q = 1, T = 0 on x = 0 and `extra`, J = Σ T².
+fn heat3d_problem(
+    cell: CellType,
+    law: ConductivityLaw,
+    linear: LinearChoice,
+    extra: &[BcSpec],
+) -> ThermalProblem {
     let mesh = box_mesh(&BoxSpec {
         origin: [0.0; 3],
         lengths: [1.0; 3],
@@ -141,16 +161,11 @@ fn heat3d_with(cell: CellType, extra: &[BcSpec]) -> ThermalProblem {
     });
     ThermalProblem::new(
         mesh,
-        &[RegionSpec {
-            group: "domain".into(),
-            k0: 1.0,
-            law: ConductivityLaw::Constant,
-            source: 1.0,
-        }],
+        &[RegionSpec { group: "domain".into(), k0: 1.0, law, source: 1.0 }],
         &[&[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }], extra]
             .concat(),
         vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }],
-        LinearChoice::Cholesky,
+        linear,
     )
     .unwrap()
 }
@@ -189,14 +204,7 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
                 assert!((a - b).abs() <= 1e-10 * scale, "{a} vs {b}");
             }
         }
-        Err(e) => {
-            let text = e.to_string();
-            if gradfem_gpu::CUDA_BUILT {
-                assert!(text.contains("no CUDA") || text.contains("NVRTC"), "{text}");
-            } else {
-                assert!(text.contains("`cuda` feature"), "{text}");
-            }
-        }
+        Err(e) => assert_no_usable_gpu(&e.to_string()),
     }
 }
 
@@ -206,21 +214,7 @@ fn problems_without_device_kernels_run_on_the_cpu() {
     // on the CPU.
     let law = ConductivityLaw::Polynomial { t_ref: 0.0, coefficients: vec![1e-3] };
     for cell in [CellType::Tet4, CellType::Hex8] {
-        let mesh = box_mesh(&BoxSpec {
-            origin: [0.0; 3],
-            lengths: [1.0; 3],
-            divisions: [4; 3],
-            cell_type: cell,
-        });
-        let region = RegionSpec { group: "domain".into(), k0: 1.0, law: law.clone(), source: 1.0 };
-        let mut p = ThermalProblem::new(
-            mesh,
-            &[region],
-            &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 0.0 } }],
-            vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }],
-            LinearChoice::Lu,
-        )
-        .unwrap();
+        let mut p = heat3d_problem(cell, law.clone(), LinearChoice::Lu, &[]);
         let d =
             p.device_gradient(Device::Cuda, &CgParams::default(), Preconditioner::Jacobi).unwrap();
         assert!(d.backend.starts_with("cpu"), "{cell:?}: {}", d.backend);
@@ -239,14 +233,7 @@ fn convection_goes_to_the_device() {
     let mut p = heat3d_with(CellType::Hex8, std::slice::from_ref(&convection));
     match p.device_gradient(Device::Cuda, &CgParams::default(), Preconditioner::Amg) {
         Ok(r) => assert!(r.backend.starts_with("cuda"), "{}", r.backend),
-        Err(e) => {
-            let text = e.to_string();
-            if gradfem_gpu::CUDA_BUILT {
-                assert!(text.contains("no CUDA") || text.contains("NVRTC"), "{text}");
-            } else {
-                assert!(text.contains("`cuda` feature"), "{text}");
-            }
-        }
+        Err(e) => assert_no_usable_gpu(&e.to_string()),
     }
 }
 
@@ -262,14 +249,7 @@ fn hexahedral_and_quadratic_cells_go_to_the_device() {
             Preconditioner::Jacobi,
         ) {
             Ok(r) => assert!(r.backend.starts_with("cuda"), "{cell:?}: {}", r.backend),
-            Err(e) => {
-                let text = e.to_string();
-                if gradfem_gpu::CUDA_BUILT {
-                    assert!(text.contains("no CUDA") || text.contains("NVRTC"), "{text}");
-                } else {
-                    assert!(text.contains("`cuda` feature"), "{cell:?}: {text}");
-                }
-            }
+            Err(e) => assert_no_usable_gpu(&format!("{cell:?}: {e}")),
         }
     }
 }

@@ -78,10 +78,19 @@ fn rel_diff(a: &[f64], b: &[f64]) -> f64 {
 /// The CPU problem: the thermal field with a direct solver and the per-element conductivity
 /// registered and set to `k`.
 fn cpu_problem(mesh: &Mesh, k: &[f64]) -> (CoupledProblem, gradfem_solvers::params::ParamId) {
+    cpu_problem_with(mesh, k, &bcs())
+}
+
+/// [`cpu_problem`] with the boundary conditions `bcs`.
+fn cpu_problem_with(
+    mesh: &Mesh,
+    k: &[f64],
+    bcs: &[BcSpec],
+) -> (CoupledProblem, gradfem_solvers::params::ParamId) {
     let field = ThermalField::new(
         mesh,
         &regions(ConductivityLaw::Constant),
-        &bcs(),
+        bcs,
         objective(),
         LinearChoice::Cholesky,
     )
@@ -392,19 +401,7 @@ fn bcs_with_flux() -> Vec<BcSpec> {
 fn convection_and_heat_flux_run_on_the_device_path(#[case] cell: CellType, #[case] n: usize) {
     let m = mesh(n, cell);
     let k = conductivities(m.cells_of_dim(3).count());
-    let thermal = ThermalField::new(
-        &m,
-        &regions(ConductivityLaw::Constant),
-        &bcs_with_flux(),
-        objective(),
-        LinearChoice::Cholesky,
-    )
-    .unwrap();
-    let mut p = CoupledProblem::new(m.clone());
-    p.add_field(Box::new(thermal)).unwrap();
-    let id = p.register("thermal.k_elem.domain", None).unwrap();
-    p.registry_mut().set_values(id, &k).unwrap();
-    p.apply_parameters().unwrap();
+    let (mut p, id) = cpu_problem_with(&m, &k, &bcs_with_flux());
     let (j_cpu, grad, _) = p.gradient().unwrap();
     let f = field(&p);
     let t_cpu = f.temperature().unwrap().to_vec();
