@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use gradfem_solvers::SolverError;
 use gradfem_solvers::amg::{AmgHierarchy, AmgParams, NearNullspace};
-use gradfem_solvers::linear::{LinearSolver, check_finite_matrix, check_finite_vector};
+use gradfem_solvers::linear::{LinearSolver, PatternKey, check_finite_matrix, check_finite_vector};
 use gradfem_solvers::sparse::CsrMatrix;
 
 use crate::backend::{CgParams, Pipeline};
@@ -32,7 +32,7 @@ pub struct DeviceCgSolver {
     field: String,
     device: Device,
     params: CgParams,
-    pattern: Option<(Vec<usize>, Vec<u32>)>,
+    pattern: Option<PatternKey>,
     solver: Option<Solver>,
     last: Option<CgInfo>,
     backend: String,
@@ -124,8 +124,8 @@ impl DeviceCgSolver {
     }
 
     fn factor_inner(&mut self, a: &CsrMatrix) -> Result<(), GpuError> {
-        let same =
-            self.pattern.as_ref().is_some_and(|(rp, ci)| *rp == a.row_ptr && *ci == a.col_idx);
+        let key = PatternKey::of(a);
+        let same = self.pattern == Some(key);
         if !same || self.solver.is_none() {
             self.solver = None;
             let system = DeviceSystem::matrix(a)?;
@@ -145,7 +145,7 @@ impl DeviceCgSolver {
             );
             self.solver = Some(solver);
             self.setups += 1;
-            self.pattern = Some((a.row_ptr.clone(), a.col_idx.clone()));
+            self.pattern = Some(key);
         }
         match self.solver.as_mut().expect("set above") {
             Solver::Twin(p) => p.set_matrix(&a.values)?,

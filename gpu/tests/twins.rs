@@ -107,6 +107,19 @@ fn field(p: &CoupledProblem) -> &ThermalField {
     p.find::<ThermalField>().unwrap()
 }
 
+/// The CPU path's K and right-hand side −R(T_free = 0) of `f`, through the colour-parallel
+/// scatter of its assembly pattern.
+fn cpu_assembly(f: &ThermalField) -> (gradfem_solvers::sparse::CsrMatrix, Vec<f64>) {
+    let mut mat = f.pattern.new_matrix();
+    let mut r0 = vec![0.0; f.model.n_unknowns()];
+    let t0 = f.model.nodal_temperature(&vec![0.0; f.model.n_unknowns()]);
+    let model = &f.model;
+    f.pattern.assemble_into(&mut mat, &mut r0, |e, ke, fe| {
+        model.element_residual_tangent(e, &t0, Some(ke), fe)
+    });
+    (mat, r0.iter().map(|v| -v).collect())
+}
+
 fn host_objective(
     model: &ThermalModel,
 ) -> impl FnOnce(&[f64]) -> Result<(f64, gradfem_gpu::Seed), GpuError> + '_ {
@@ -132,14 +145,7 @@ fn gathered_assembly_equals_the_cpu_assembly(#[case] cell: CellType, #[case] n: 
     assert_eq!(sys.n_elements(), k.len());
     assert_eq!((sys.cell_type, sys.quadrature.is_some()), (cell, cell != CellType::Tet4));
 
-    // the CPU path: K and R(T_free = 0) through the colour-parallel scatter
-    let mut mat = f.pattern.new_matrix();
-    let mut r0 = vec![0.0; f.model.n_unknowns()];
-    let t0 = f.model.nodal_temperature(&vec![0.0; f.model.n_unknowns()]);
-    let model = &f.model;
-    f.pattern.assemble_into(&mut mat, &mut r0, |e, ke, fe| {
-        model.element_residual_tangent(e, &t0, Some(ke), fe)
-    });
+    let (mat, neg_r0) = cpu_assembly(f);
 
     let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
     pipe.assemble(&k).unwrap();
@@ -157,7 +163,6 @@ fn gathered_assembly_equals_the_cpu_assembly(#[case] cell: CellType, #[case] n: 
             assert!((a - b).abs() <= entry_tol * b.abs(), "entry {i}: {a} vs {b}");
         }
     }
-    let neg_r0: Vec<f64> = r0.iter().map(|v| -v).collect();
     let d = rel_diff(&load, &neg_r0);
     assert!(d <= 1e-14, "load differs by {d:e}");
     // a nonzero load from both the source and the fixed temperatures
@@ -409,17 +414,10 @@ fn convection_and_heat_flux_run_on_the_device_path(#[case] cell: CellType, #[cas
     assert!(sys.base_values.is_some(), "convection gives a k-free matrix part");
 
     // the assembled matrix and right-hand side against the CPU assembly
-    let mut mat = f.pattern.new_matrix();
-    let mut r0 = vec![0.0; f.model.n_unknowns()];
-    let t0 = f.model.nodal_temperature(&vec![0.0; f.model.n_unknowns()]);
-    let model = &f.model;
-    f.pattern.assemble_into(&mut mat, &mut r0, |e, ke, fe| {
-        model.element_residual_tangent(e, &t0, Some(ke), fe)
-    });
+    let (mat, b_cpu) = cpu_assembly(f);
     let mut pipe = Pipeline::new(CpuTwin::new(&sys)).unwrap();
     pipe.assemble(&k).unwrap();
     let dk = rel_diff(&pipe.matrix_values().unwrap(), &mat.values);
-    let b_cpu: Vec<f64> = r0.iter().map(|v| -v).collect();
     let db = rel_diff(&pipe.load().unwrap(), &b_cpu);
     assert!(dk <= 1e-13 && db <= 1e-12, "{cell:?}: K {dk:e}, b {db:e}");
 

@@ -1749,8 +1749,8 @@ pub struct AmgCgSolver {
     /// The entries of A that the hierarchy's finest level leaves out (numerically zero):
     /// CG multiplies with that level, and with it plus these where it checks convergence.
     rest: Option<Csr32>,
-    /// The pattern of the last factored matrix (rows, entries, hash).
-    pattern: Option<(usize, usize, u64)>,
+    /// The pattern of the last factored matrix.
+    pattern: Option<crate::linear::PatternKey>,
     hierarchy: Option<AmgHierarchy>,
     last_info: Option<CgInfo>,
     /// Most search directions kept for recycling (0: none).
@@ -1966,14 +1966,7 @@ impl AmgCgSolver {
 impl LinearSolver for AmgCgSolver {
     fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
         crate::linear::check_finite_matrix(&self.field, a)?;
-        let key = {
-            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-            for v in a.row_ptr.iter().map(|&p| p as u64).chain(a.col_idx.iter().map(|&j| j as u64))
-            {
-                h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-            (a.n_rows, a.nnz(), h)
-        };
+        let key = crate::linear::PatternKey::of(a);
         let same_pattern = self.pattern == Some(key);
         self.last_info = None;
         let capacity = self.recycle_limit.min(RECYCLE_BUDGET_BYTES / (8 * a.n_rows.max(1)));

@@ -78,14 +78,15 @@ pub fn residual_norm(a: &CsrMatrix, x: &[f64], b: &[f64]) -> f64 {
 /// Sizes plus a hash of the pattern arrays: enough to notice a changed pattern in O(nnz)
 /// integer operations, far below the cost of a numeric factorization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct PatternKey {
+pub struct PatternKey {
     n: usize,
     nnz: usize,
     hash: u64,
 }
 
 impl PatternKey {
-    fn of(a: &CsrMatrix) -> Self {
+    /// The key of `a`'s sparsity pattern (its values play no part).
+    pub fn of(a: &CsrMatrix) -> Self {
         // FNV-1a style mixing over whole words.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for v in a.row_ptr.iter().map(|&p| p as u64).chain(a.col_idx.iter().map(|&j| j as u64)) {
