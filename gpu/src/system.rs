@@ -265,18 +265,32 @@ impl DeviceSystem {
             fixed,
         )?;
         // Convection and heat-flux facets do not depend on k: their matrix and their residual
-        // at the fixed temperatures are assembled here once, on the CPU (the pattern is the
-        // model's: `build` checked it).
+        // at the fixed temperatures are assembled here once, on the CPU, facet by facet (the
+        // pattern is the model's: `build` checked it).
         if model.n_elements() > n_el {
-            let mut matrix = pattern.new_matrix();
-            let mut residual = vec![0.0; n_unknowns];
-            pattern.assemble_into(&mut matrix, &mut residual, |e, ke, fe| {
-                if e >= n_el {
-                    model.element_residual_tangent(e, &system.fixed, Some(ke), fe)
+            let mut base = vec![0.0; pattern.nnz()];
+            let (mut ke, mut fe) = (Vec::new(), Vec::new());
+            for e in n_el..model.n_elements() {
+                let nn = model.element_nodes(e).len();
+                ke.clear();
+                ke.resize(nn * nn, 0.0);
+                fe.clear();
+                fe.resize(nn, 0.0);
+                model.element_residual_tangent(e, &system.fixed, Some(&mut ke), &mut fe);
+                for a in 0..nn {
+                    let d = pattern.element_dof(e, a);
+                    if d == gradfem_solvers::assembly::CONSTRAINED {
+                        continue;
+                    }
+                    system.load[d] -= fe[a];
+                    for b in 0..nn {
+                        if let Some(slot) = pattern.slot(e, a, b) {
+                            base[slot] += ke[nn * a + b];
+                        }
+                    }
                 }
-            });
-            system.base_values = Some(matrix.values);
-            system.load = residual.iter().map(|r| -r).collect();
+            }
+            system.base_values = Some(base);
         }
         Ok(system)
     }
