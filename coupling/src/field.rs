@@ -473,8 +473,8 @@ pub struct StepChoice {
     pub max_error: f64,
 }
 
-/// Refuse second-order products with respect to node coordinates (shape parameters), which no
-/// field has yet; `field` names the field in the message.
+/// Refuse second-order products with respect to node coordinates (shape parameters), which
+/// the field does not have yet; `field` names the field in the message.
 pub(crate) fn refuse_shape_second_order(
     field: &str,
     wants_coordinates: bool,
@@ -498,6 +498,9 @@ pub struct Direction<'a> {
     pub state: &'a [f64],
     /// δx per input port (an empty vector: zero, or the port is not fed).
     pub inputs: &'a [Vec<f64>],
+    /// δX per node, the node coordinates' tangent of the shape parameters (empty: the nodes
+    /// hold still).
+    pub coordinates: &'a [[f64; 3]],
 }
 
 /// Second-order derivatives of a field, for exact Hessian-vector products of a coupled problem
@@ -521,10 +524,22 @@ pub trait SecondOrder {
     /// monolithic cycle assembles from the field's element kernels).
     fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError>;
 
-    /// The tangent of the state along `params` with the input tangents `inputs`: K δu = −dR/dε
-    /// on the unknowns, the prescribed entries from the parameters; one solve with the
-    /// factorization of the last solve.
-    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError>;
+    /// The tangent of the state along `params`, with the node coordinates' tangent
+    /// `coordinates` (empty: zero) and the input tangents `inputs`: K δu = −dR/dε on the
+    /// unknowns, the prescribed entries from the parameters; one solve with the factorization
+    /// of the last solve.
+    fn tangent(
+        &mut self,
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        inputs: &[Vec<f64>],
+    ) -> Result<Vec<f64>, RunError>;
+
+    /// Whether the products cover directions that move the nodes and the node coordinates'
+    /// part of H·δp (shape parameters). Fields that do not are refused before any solve.
+    fn covers_shape(&self) -> bool {
+        false
+    }
 
     /// The tangent δy of derived output `port` ≥ 1 along `dir`.
     fn output_jvp(&self, port: usize, dir: &Direction) -> Result<Vec<f64>, RunError> {

@@ -13,8 +13,11 @@
 //! temperature it is driven by, its second-order adjoint running over the load path inside
 //! its objective's Hessian), acyclic or with cycles
 //! (electro-thermal with ρ(T)), monolithic (the tangent by one solve with the converged
-//! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Time
-//! stepping and shape parameters are refused with a message naming what is missing.
+//! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Shape
+//! parameters (node coordinates, morphs) move the nodes along δX = [`crate::shape::Shape::tangent`], for
+//! problems whose fields all cover them ([`crate::field::SecondOrder::covers_shape`]: the
+//! thermal field so far). Time stepping, and shape parameters on other fields, are refused
+//! with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;
@@ -83,6 +86,8 @@ fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunError> {
 /// The tangents of a parameter direction through the graph: every field's state, its inputs
 /// and its derived outputs that feed a transfer.
 struct Tangents {
+    /// δX per node (empty: the direction does not move the nodes).
+    coordinates: Vec<[f64; 3]>,
     state: Vec<Vec<f64>>,
     inputs: Vec<Vec<Vec<f64>>>,
     /// By (field, output port).
@@ -98,17 +103,18 @@ impl CoupledProblem {
                 "Hessian-vector products of problems stepped in time are not available yet".into(),
             ));
         }
-        if self.shape().is_active() {
-            return Err(RunError::Setup(
-                "Hessian-vector products with respect to node coordinates (shape parameters) \
-                 are not available yet"
-                    .into(),
-            ));
-        }
         for f in self.fields() {
-            if f.second_order_ref().is_none() {
+            let Some(so) = f.second_order_ref() else {
                 return Err(RunError::Setup(format!(
                     "the {} field has no second-order products yet",
+                    f.name()
+                )));
+            };
+            if self.shape().is_active() && !so.covers_shape() {
+                return Err(RunError::Setup(format!(
+                    "{}: Hessian-vector products with respect to node coordinates (shape \
+                     parameters) are not available yet; register material, load and boundary \
+                     parameters",
                     f.name()
                 )));
             }
@@ -152,7 +158,12 @@ impl CoupledProblem {
             .collect();
         for port in ports {
             let so = self.fields()[i].second_order_ref().expect("checked");
-            let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+            let d = Direction {
+                params: dir,
+                state: &tan.state[i],
+                inputs: &tan.inputs[i],
+                coordinates: &tan.coordinates,
+            };
             let y = so.output_jvp(port, &d)?;
             tan.outputs.insert((i, port), y);
         }
@@ -165,6 +176,7 @@ impl CoupledProblem {
     fn tangents(&mut self, dir: &Gradient) -> Result<Tangents, RunError> {
         let nf = self.fields().len();
         let mut tan = Tangents {
+            coordinates: self.shape().tangent(dir),
             state: vec![Vec::new(); nf],
             inputs: self.fields().iter().map(|f| vec![Vec::new(); f.inputs().len()]).collect(),
             outputs: HashMap::new(),
@@ -177,7 +189,7 @@ impl CoupledProblem {
                 self.feed_tangents(&mut tan, i, false);
                 let inputs = tan.inputs[i].clone();
                 let so = self.fields_mut()[i].second_order().expect("checked");
-                tan.state[i] = so.tangent(dir, &inputs)?;
+                tan.state[i] = so.tangent(dir, &tan.coordinates, &inputs)?;
                 self.output_tangents(&mut tan, i, dir)?;
                 continue;
             }
@@ -194,7 +206,12 @@ impl CoupledProblem {
             let mut rhs = Vec::new();
             for &i in &members {
                 let so = self.fields()[i].second_order_ref().expect("checked");
-                let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+                let d = Direction {
+                    params: dir,
+                    state: &tan.state[i],
+                    inputs: &tan.inputs[i],
+                    coordinates: &tan.coordinates,
+                };
                 rhs.extend(so.residual_jvp(&d)?.into_iter().map(|v| -v));
             }
             let du = self.monolithic_tangent_solve(&members, rhs)?;
@@ -224,7 +241,7 @@ impl CoupledProblem {
                 p.feed_tangents(tan, i, false);
                 let inputs = tan.inputs[i].clone();
                 let so = p.fields_mut()[i].second_order().expect("checked");
-                tan.state[i] = so.tangent(dir, &inputs)?;
+                tan.state[i] = so.tangent(dir, &tan.coordinates, &inputs)?;
                 p.output_tangents(tan, i, dir)?;
                 Ok(tan.state[i].clone())
             },
@@ -294,7 +311,12 @@ impl CoupledProblem {
             let (registry, shape) = self.parts();
             for i in 0..nf {
                 let so = self.fields()[i].second_order_ref().expect("checked");
-                let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+                let d = Direction {
+                    params: dir,
+                    state: &tan.state[i],
+                    inputs: &tan.inputs[i],
+                    coordinates: &tan.coordinates,
+                };
                 let mut rev = Reverse { registry, shape, grad: &mut hv };
                 let Seed { state, unknowns, inputs } = so.objective_hessian(&d, &mut rev)?;
                 add_into(&mut seeds.state[i], &state);
@@ -316,7 +338,12 @@ impl CoupledProblem {
                 let Some(y_bar) = &record.y_bar[k] else { continue };
                 let i = t.from;
                 let so = self.fields()[i].second_order_ref().expect("checked");
-                let d = Direction { params: dir, state: &tan.state[i], inputs: &tan.inputs[i] };
+                let d = Direction {
+                    params: dir,
+                    state: &tan.state[i],
+                    inputs: &tan.inputs[i],
+                    coordinates: &tan.coordinates,
+                };
                 let mut rev = Reverse { registry, shape, grad: &mut hv };
                 let ov = so.output_second_order_vjp(t.from_port, y_bar, &d, &mut rev)?;
                 add_into(&mut seeds.state[i], &ov.state);

@@ -275,6 +275,31 @@ impl Shape {
         x
     }
 
+    /// δX per node along a parameter direction shaped like the gradient: the registered
+    /// coordinates' part plus Σₖ δsₖ Dₖ over the registered morphs (X is affine in the shape
+    /// parameters, so this is exact and X has no second derivative). Empty when no shape
+    /// parameter is registered.
+    pub fn tangent(&self, dir: &Gradient) -> Vec<[f64; 3]> {
+        if !self.is_active() {
+            return Vec::new();
+        }
+        let mut dx = match self.coordinates {
+            Some(id) => dir.get(id).chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect(),
+            None => vec![[0.0; 3]; self.base.len()],
+        };
+        for &(id, k) in &self.registered {
+            let ds = dir.get(id)[0];
+            if ds != 0.0 {
+                for (p, d) in dx.iter_mut().zip(&self.morphs[k].field) {
+                    for i in 0..3 {
+                        p[i] += ds * d[i];
+                    }
+                }
+            }
+        }
+        dx
+    }
+
     /// Add `scale · ∂J/∂X` (per node) to the gradients of the shape parameters.
     pub fn add_partials(&self, grad: &mut Gradient, dx: &[[f64; 3]], scale: f64) {
         if let Some(id) = self.coordinates {
@@ -339,6 +364,23 @@ mod tests {
         let mut g = Gradient::zeros(&reg);
         shape.add_partials(&mut g, &[[1.0, 5.0, 5.0], [2.0, 5.0, 5.0], [3.0, 5.0, 5.0]], 2.0);
         assert_eq!(g.get(id), &[2.0 * (0.5 * 2.0 + 1.0 * 3.0)]);
+        // The tangent of a direction is the morph's field scaled by δs, plus the coordinates'.
+        let mut dir = Gradient::zeros(&reg);
+        dir.get_mut(id)[0] = 0.5;
+        assert_eq!(shape.tangent(&dir)[2], [0.5, 0.0, 0.0]);
+        let xid = reg
+            .register(ParamSpec::vector(
+                "mesh.coordinates",
+                gradfem_solvers::params::ParamKind::NodeCoordinates,
+                vec![0.0; 9],
+            ))
+            .unwrap();
+        shape.set_coordinates(xid);
+        let mut dir = Gradient::zeros(&reg);
+        dir.get_mut(id)[0] = 0.5;
+        dir.get_mut(xid).copy_from_slice(&[1.0, 2.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]);
+        assert_eq!(shape.tangent(&dir), vec![[1.0, 2.0, 3.0], [0.25, 0.0, 0.0], [0.5, 0.0, 1.0]]);
+        assert!(Shape::new(base).tangent(&dir).is_empty());
     }
 
     #[test]

@@ -494,9 +494,14 @@ impl SecondOrder for ElectricalField {
         Ok(r)
     }
 
-    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+    fn tangent(
+        &mut self,
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        inputs: &[Vec<f64>],
+    ) -> Result<Vec<f64>, RunError> {
         let prescribed = self.prescribed_tangent(params);
-        let dir = Direction { params, state: &prescribed, inputs };
+        let dir = Direction { params, state: &prescribed, inputs, coordinates };
         let mut rhs = self.residual_jvp(&dir)?;
         rhs.iter_mut().for_each(|v| *v = -*v);
         if !rhs.is_empty() {

@@ -522,7 +522,12 @@ impl SecondOrder for HyperelasticField {
         ))
     }
 
-    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+    fn tangent(
+        &mut self,
+        params: &Gradient,
+        _coordinates: &[[f64; 3]], // always empty: covers_shape is false
+        inputs: &[Vec<f64>],
+    ) -> Result<Vec<f64>, RunError> {
         let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
         let Some(last) = path.states.last() else {
             return Ok(self.start_state());

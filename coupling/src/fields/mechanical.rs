@@ -890,10 +890,20 @@ impl SecondOrder for MechanicalField {
         Ok(self.model.dofs.gather(&self.model.residual_jvp(u, &d)))
     }
 
-    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
+    fn tangent(
+        &mut self,
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        inputs: &[Vec<f64>],
+    ) -> Result<Vec<f64>, RunError> {
         let u = self.check_second_order(false)?.to_vec();
         let prescribed = self.prescribed_tangent(params);
-        let d = self.mechanical_direction(&Direction { params, state: &prescribed, inputs });
+        let d = self.mechanical_direction(&Direction {
+            params,
+            state: &prescribed,
+            inputs,
+            coordinates,
+        });
         let mut rhs = self.model.dofs.gather(&self.model.residual_jvp(&u, &d));
         rhs.iter_mut().for_each(|v| *v = -*v);
         if !rhs.is_empty() {

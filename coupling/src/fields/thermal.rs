@@ -543,21 +543,29 @@ impl ThermalField {
                     .into(),
             ));
         }
-        crate::field::refuse_shape_second_order("thermal", wants_coordinates)?;
+        if wants_coordinates && self.model.external_source().is_some() {
+            // The source's weights ∫ q N_a move with the nodes: an input term not formed yet.
+            crate::field::refuse_shape_second_order(
+                "thermal with a heat source from another field",
+                true,
+            )?;
+        }
         self.temperature.as_deref().ok_or_else(|| RunError::Setup("thermal: solve first".into()))
     }
 
     /// The model direction of `params` with the state tangent `state` (empty: the prescribed
-    /// part only).
+    /// part only) and the node coordinates' tangent `coordinates` (empty: zero).
     fn direction_with_state(
         &self,
         params: &Gradient,
         state: &[f64],
+        coordinates: &[[f64; 3]],
     ) -> gradfem_thermal::ThermalDirection {
         let mut d = self.thermal_direction(params);
         if !state.is_empty() {
             d.temperature.copy_from_slice(state);
         }
+        d.coords = coordinates.to_vec();
         d
     }
 
@@ -590,14 +598,19 @@ impl SecondOrder for ThermalField {
     }
 
     fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
-        let t = self.check_second_order(false)?;
-        let d = self.direction_with_state(dir.params, dir.state);
+        let t = self.check_second_order(!dir.coordinates.is_empty())?;
+        let d = self.direction_with_state(dir.params, dir.state, dir.coordinates);
         Ok(self.model.dofs.gather(&self.nodal_residual_jvp(t, &d, input_or_empty(dir.inputs, 0))))
     }
 
-    fn tangent(&mut self, params: &Gradient, inputs: &[Vec<f64>]) -> Result<Vec<f64>, RunError> {
-        let t = self.check_second_order(false)?.to_vec();
-        let d = self.thermal_direction(params);
+    fn tangent(
+        &mut self,
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        inputs: &[Vec<f64>],
+    ) -> Result<Vec<f64>, RunError> {
+        let t = self.check_second_order(!coordinates.is_empty())?.to_vec();
+        let d = self.direction_with_state(params, &[], coordinates);
         let jvp = self.nodal_residual_jvp(&t, &d, input_or_empty(inputs, 0));
         let mut rhs = self.model.dofs.gather(&jvp);
         rhs.iter_mut().for_each(|v| *v = -*v);
@@ -616,24 +629,45 @@ impl SecondOrder for ThermalField {
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
         // The residual is linear in the external source with coefficients that depend on the
-        // coordinates alone: no input terms.
-        let t = self.check_second_order(rev.wants_coordinates())?;
-        let d = self.direction_with_state(dir.params, dir.state);
-        let (s_t, s_p) = self.model.second_order_vjp(t, lambda, &d);
+        // coordinates alone (held: a moving mesh with an external source is refused): no
+        // input terms.
+        let wants_coordinates = rev.wants_coordinates();
+        let t = self.check_second_order(wants_coordinates)?;
+        let d = self.direction_with_state(dir.params, dir.state, dir.coordinates);
+        let (s_t, s_p) = self.model.second_order_vjp(t, lambda, &d, wants_coordinates);
         self.subtract_parameter_products(&s_p, None, rev.grad);
+        if let Some(dx) = &s_p.coords {
+            rev.add_coordinates(dx, -1.0);
+        }
         Ok(OutputVjp { state: s_t.into_iter().map(|v| -v).collect(), inputs: Vec::new() })
     }
 
     fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
-        // The objective terms depend on the temperature alone (and the coordinates, held).
+        // The objective terms depend on the temperature and, for integrals over groups, on the
+        // node coordinates.
         let t = self.check_second_order(rev.wants_coordinates())?;
-        let state = gradfem_thermal::objective::hessian_product(
+        if !rev.wants_coordinates() {
+            let state = gradfem_thermal::objective::hessian_product(
+                &self.model,
+                &self.objective,
+                t,
+                dir.state,
+            )?;
+            return Ok(Seed { state, ..Seed::default() });
+        }
+        let (state, dx) = gradfem_thermal::objective::hessian_product_with_coords(
             &self.model,
             &self.objective,
             t,
             dir.state,
+            dir.coordinates,
         )?;
+        rev.add_coordinates(&dx, 1.0);
         Ok(Seed { state, ..Seed::default() })
+    }
+
+    fn covers_shape(&self) -> bool {
+        true
     }
 }
 

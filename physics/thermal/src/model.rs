@@ -85,6 +85,9 @@ pub enum ThermalError {
     InvalidValue { what: String, requirement: &'static str, value: f64 },
     #[error("thermal: no volume cells: the regions' groups hold no 3D cells")]
     NoVolumeCells,
+    /// A derivative this version does not compute, named.
+    #[error("thermal: {0} are not available yet")]
+    NotAvailable(String),
     #[error(
         "thermal: the temperature is determined only up to a constant: no temperature is fixed anywhere and no convection (h > 0) ties it to an ambient value; add a 'temperature' or 'convection' boundary condition"
     )]

@@ -16,8 +16,10 @@
 //!
 //! A weighted sum of these is the objective of a problem.
 
+use gradfem_kernel::generic;
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
+use num_dual::{DualNum, HyperDual64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -578,6 +580,228 @@ pub fn hessian_product(
     Ok(out)
 }
 
+/// The integrand g(T) of an integral term, generic over the scalar.
+#[derive(Clone, Copy, Debug)]
+enum Integrand {
+    /// g = T (averages).
+    Value,
+    /// g = T² (the integral of the square).
+    Square,
+    /// g = (T/T_s)ᵖ (the p-norm, in units of T_s).
+    Power { p: f64, scale: f64 },
+}
+
+impl Integrand {
+    fn apply<D: DualNum<Primitive = f64> + Copy>(self, t: D) -> D {
+        match self {
+            Integrand::Value => t,
+            Integrand::Square => t * t,
+            Integrand::Power { p, scale } => (t * scale.recip()).powf(p),
+        }
+    }
+}
+
+/// The function F(S, V) of an integral term of S = ∫ g(T) and V = ∫ 1, generic over the scalar.
+#[derive(Clone, Copy, Debug)]
+enum Outer {
+    /// F = S.
+    Integral,
+    /// F = S/V.
+    Mean,
+    /// F = T_s (S/V)^{1/p}.
+    Root { p: f64, scale: f64 },
+}
+
+impl Outer {
+    fn apply<D: DualNum<Primitive = f64> + Copy>(self, s: D, v: D) -> D {
+        match self {
+            Outer::Integral => s,
+            Outer::Mean => s / v,
+            Outer::Root { p, scale } => (s / v).powf(p.recip()) * scale,
+        }
+    }
+
+    /// F_S, F_V, F_SS, F_SV, F_VV at (s, v), by hyper-dual numbers.
+    fn derivatives(self, s: f64, v: f64) -> [f64; 5] {
+        let h = |s1: f64, s2: f64, v1: f64, v2: f64| {
+            self.apply(HyperDual64::new(s, s1, s2, 0.0), HyperDual64::new(v, v1, v2, 0.0))
+        };
+        let ss = h(1.0, 1.0, 0.0, 0.0);
+        let sv = h(1.0, 0.0, 0.0, 1.0);
+        let vv = h(0.0, 0.0, 1.0, 1.0);
+        [ss.eps1, vv.eps1, ss.eps1eps2, sv.eps1eps2, vv.eps1eps2]
+    }
+}
+
+/// Derivative along a direction (δT, δX) of the gradient of F(S, V), S = ∫ g(T) and V = ∫ 1
+/// over the elements `els`, with respect to the nodal temperatures (first) and the node
+/// coordinates (second): per element, hyper-dual numbers carry the direction in ε₁ and pick
+/// one nodal temperature or coordinate in ε₂ through the generic geometry, so the Jacobians'
+/// dependence on X is differentiated exactly; the global chain rule through F follows.
+fn integral_hessian_product(
+    model: &ThermalModel,
+    els: &[usize],
+    t: &[f64],
+    dt: &[f64],
+    dx: &[[f64; 3]],
+    integrand: Integrand,
+    outer: Outer,
+) -> (Vec<f64>, Vec<[f64; 3]>) {
+    /// One element: S, V and their direction parts; per variable (nn temperatures, then 3·nn
+    /// coordinates) the gradient and the gradient's direction part of S and of V.
+    struct Local {
+        s: [f64; 2],
+        v: [f64; 2],
+        s_grad: Vec<[f64; 2]>,
+        v_grad: Vec<[f64; 2]>,
+    }
+    let coord = |n: usize| dx.get(n).copied().unwrap_or([0.0; 3]);
+    let locals: Vec<Local> = els
+        .par_iter()
+        .map(|&e| {
+            let tab = model.element_table(e);
+            let nodes = model.element_nodes(e);
+            let nn = nodes.len();
+            let mut grads = vec![[HyperDual64::from(0.0); 3]; nn];
+            let mut pass = |pick: usize| -> (HyperDual64, HyperDual64) {
+                let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
+                let x: Vec<[HyperDual64; 3]> = nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &n)| {
+                        let (p, d) = (model.coords[n], coord(n));
+                        std::array::from_fn(|i| {
+                            HyperDual64::new(p[i], d[i], seed(nn + 3 * a + i), 0.0)
+                        })
+                    })
+                    .collect();
+                let (mut s, mut v) = (HyperDual64::from(0.0), HyperDual64::from(0.0));
+                for q in 0..tab.n_points() {
+                    let det = generic::physical_gradients(tab.grad(q), &x, &mut grads);
+                    let w = det * tab.weights[q];
+                    let n = tab.shape(q);
+                    let mut tq = HyperDual64::from(0.0);
+                    for (a, &node) in nodes.iter().enumerate() {
+                        tq += HyperDual64::new(t[node], dt[node], seed(a), 0.0) * n[a];
+                    }
+                    s += w * integrand.apply(tq);
+                    v += w;
+                }
+                (s, v)
+            };
+            let n_vars = if dx.is_empty() { nn } else { 4 * nn };
+            let mut local = Local {
+                s: [0.0; 2],
+                v: [0.0; 2],
+                s_grad: Vec::with_capacity(n_vars),
+                v_grad: Vec::with_capacity(n_vars),
+            };
+            for pick in 0..n_vars {
+                let (s, v) = pass(pick);
+                local.s = [s.re, s.eps1];
+                local.v = [v.re, v.eps1];
+                local.s_grad.push([s.eps2, s.eps1eps2]);
+                local.v_grad.push([v.eps2, v.eps1eps2]);
+            }
+            local
+        })
+        .collect();
+    let (mut s, mut v) = ([0.0; 2], [0.0; 2]);
+    for l in &locals {
+        for k in 0..2 {
+            s[k] += l.s[k];
+            v[k] += l.v[k];
+        }
+    }
+    let [f_s, f_v, f_ss, f_sv, f_vv] = outer.derivatives(s[0], v[0]);
+    // d/dε ∂F/∂z = F_S S_zε + F_V V_zε + (F_SS dS + F_SV dV) S_z + (F_SV dS + F_VV dV) V_z.
+    let (a_s, a_v) = (f_ss * s[1] + f_sv * v[1], f_sv * s[1] + f_vv * v[1]);
+    let combine =
+        |sg: [f64; 2], vg: [f64; 2]| f_s * sg[1] + f_v * vg[1] + a_s * sg[0] + a_v * vg[0];
+    let mut out_t = vec![0.0; model.n_nodes()];
+    let mut out_x = vec![[0.0; 3]; if dx.is_empty() { 0 } else { model.n_nodes() }];
+    // Summed in element order: the result does not depend on the thread count.
+    for (l, &e) in locals.iter().zip(els) {
+        let nodes = model.element_nodes(e);
+        let nn = nodes.len();
+        for (a, &n) in nodes.iter().enumerate() {
+            out_t[n] += combine(l.s_grad[a], l.v_grad[a]);
+            if !out_x.is_empty() {
+                for i in 0..3 {
+                    let k = nn + 3 * a + i;
+                    out_x[n][i] += combine(l.s_grad[k], l.v_grad[k]);
+                }
+            }
+        }
+    }
+    (out_t, out_x)
+}
+
+/// The derivative along a direction (δT, δX) of the objective's gradient: ∂/∂T (at every
+/// node, first) and ∂/∂X (per node, second) of J's directional derivative, for the
+/// second-order adjoint with respect to node coordinates. `dx` is δX per node (empty: the
+/// nodes hold still, but the coordinate part is still formed). Nodal terms (peak, nodal sums,
+/// cotangents) do not depend on X; integral terms (averages, p-norms, integrals of T²)
+/// differentiate their Jacobians by dual numbers; point values and sensor misfits are refused
+/// (their inverse isoparametric map is not differentiated twice yet).
+pub fn hessian_product_with_coords(
+    model: &ThermalModel,
+    terms: &[ObjectiveTerm],
+    t: &[f64],
+    dt: &[f64],
+    dx: &[[f64; 3]],
+) -> Result<(Vec<f64>, Vec<[f64; 3]>), ThermalError> {
+    let n_nodes = model.n_nodes();
+    let zero_x = vec![[0.0; 3]; n_nodes];
+    let dx = if dx.is_empty() { zero_x.as_slice() } else { dx };
+    let mut out_t = vec![0.0; n_nodes];
+    let mut out_x = vec![[0.0; 3]; n_nodes];
+    for term in terms {
+        let w = term.weight;
+        let integral = |group: &str, integrand: Integrand, outer: Outer| {
+            let els = model.group_elements(group)?;
+            Ok::<_, ThermalError>(integral_hessian_product(model, els, t, dt, dx, integrand, outer))
+        };
+        let (ht, hx) = match &term.kind {
+            ObjectiveKind::Point { .. } | ObjectiveKind::Misfit { .. } => {
+                return Err(ThermalError::NotAvailable(
+                    "second derivatives of point and sensor objectives with respect to node \
+                     coordinates (shape parameters)"
+                        .into(),
+                ));
+            }
+            ObjectiveKind::NodalSumSquares
+            | ObjectiveKind::Linear { .. }
+            | ObjectiveKind::Peak { .. } => {
+                // Weighted already, and free of X.
+                let ht = hessian_product(model, std::slice::from_ref(term), t, dt)?;
+                out_t.iter_mut().zip(&ht).for_each(|(o, v)| *o += v);
+                continue;
+            }
+            ObjectiveKind::Average { group } => integral(group, Integrand::Value, Outer::Mean)?,
+            ObjectiveKind::IntegralSquare { group } => {
+                integral(group, Integrand::Square, Outer::Integral)?
+            }
+            ObjectiveKind::Max { group, p } => {
+                let ts = t.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+                let ts = if ts > 0.0 && ts.is_finite() { ts } else { 1.0 };
+                integral(
+                    group,
+                    Integrand::Power { p: *p, scale: ts },
+                    Outer::Root { p: *p, scale: ts },
+                )?
+            }
+        };
+        out_t.iter_mut().zip(&ht).for_each(|(o, v)| *o += w * v);
+        for (o, v) in out_x.iter_mut().zip(&hx) {
+            for i in 0..3 {
+                o[i] += w * v[i];
+            }
+        }
+    }
+    Ok((out_t, out_x))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -592,17 +816,20 @@ mod tests {
             divisions: [3, 2, 2],
             cell_type: CellType::Tet4,
         });
-        ThermalModel::new(
-            &mesh,
-            &[RegionSpec {
-                group: "domain".into(),
-                k0: 2.0,
-                law: ConductivityLaw::Constant,
-                source: 1.0,
-            }],
-            &[BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 300.0 } }],
-        )
-        .unwrap()
+        ThermalModel::new(&mesh, &m_regions(), &m_bcs()).unwrap()
+    }
+
+    fn m_regions() -> Vec<RegionSpec> {
+        vec![RegionSpec {
+            group: "domain".into(),
+            k0: 2.0,
+            law: ConductivityLaw::Constant,
+            source: 1.0,
+        }]
+    }
+
+    fn m_bcs() -> Vec<BcSpec> {
+        vec![BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 300.0 } }]
     }
 
     /// A hot spot near (0.7, 0.3, 0.2): one node clearly hottest, others within a few kelvin.
@@ -711,6 +938,88 @@ mod tests {
         let t = hot_spot(&m);
         let err = evaluate(&m, &peak_term(0.0), &t, false).unwrap_err().to_string();
         assert!(err.contains("rho") && err.contains("domain"), "{err}");
+    }
+
+    /// With the nodes moving too, the derivative of (∂J/∂T, ∂J/∂X) along (δT, δX) against
+    /// central differences of the first-order derivatives, for every term that depends on the
+    /// coordinates; with δX = 0 its temperature part equals the closed form.
+    #[rstest::rstest]
+    #[case(CellType::Tet4)]
+    #[case(CellType::Hex8)]
+    fn coordinate_hessian_products_match_differences_of_the_gradient(#[case] cell: CellType) {
+        let mut m = model();
+        if cell != CellType::Tet4 {
+            let mesh = box_mesh(&BoxSpec {
+                origin: [0.0; 3],
+                lengths: [1.0, 0.7, 0.5],
+                divisions: [3, 2, 2],
+                cell_type: cell,
+            });
+            m = ThermalModel::new(&mesh, &m_regions(), &m_bcs()).unwrap();
+        }
+        let t = hot_spot(&m);
+        let n = m.n_nodes();
+        let dt: Vec<f64> = (0..n).map(|i| 3.0 * ((i as f64) * 0.77).sin()).collect();
+        let dx: Vec<[f64; 3]> = (0..n)
+            .map(|i| {
+                let f = i as f64;
+                [0.02 * (0.9 * f).sin(), 0.03 * (0.4 * f).cos(), 0.01 * (1.7 * f).sin()]
+            })
+            .collect();
+        let kinds = vec![
+            ObjectiveKind::Average { group: "domain".into() },
+            ObjectiveKind::Max { group: "domain".into(), p: 8.0 },
+            ObjectiveKind::IntegralSquare { group: "domain".into() },
+            ObjectiveKind::Peak { group: "domain".into(), rho: 0.2 },
+        ];
+        for kind in kinds {
+            let terms = vec![ObjectiveTerm { weight: 1.7, kind: kind.clone() }];
+            let (ht, hx) = hessian_product_with_coords(&m, &terms, &t, &dt, &dx).unwrap();
+            let h = 1e-6;
+            let at = |s: f64| {
+                let mut mm = m.clone();
+                for (p, d) in mm.coords.iter_mut().zip(&dx) {
+                    for i in 0..3 {
+                        p[i] += s * d[i];
+                    }
+                }
+                let ts: Vec<f64> = t.iter().zip(&dt).map(|(a, b)| a + s * b).collect();
+                evaluate(&mm, &terms, &ts, true).unwrap()
+            };
+            let (ep, em) = (at(h), at(-h));
+            let scale = ht.iter().fold(1e-12f64, |a, v| a.max(v.abs()));
+            for i in 0..n {
+                let fd = (ep.d_temperature[i] - em.d_temperature[i]) / (2.0 * h);
+                assert!(
+                    (ht[i] - fd).abs() <= 1e-6 * scale,
+                    "{kind:?} T, node {i}: {} vs {fd}",
+                    ht[i]
+                );
+            }
+            let (cp, cm) = (ep.d_coords.unwrap(), em.d_coords.unwrap());
+            let scale = hx.iter().flatten().fold(1e-12f64, |a, v| a.max(v.abs()));
+            for i in 0..n {
+                for k in 0..3 {
+                    let fd = (cp[i][k] - cm[i][k]) / (2.0 * h);
+                    assert!(
+                        (hx[i][k] - fd).abs() <= 1e-6 * scale,
+                        "{kind:?} X, node {i} axis {k}: {} vs {fd}",
+                        hx[i][k]
+                    );
+                }
+            }
+            let (still, _) = hessian_product_with_coords(&m, &terms, &t, &dt, &[]).unwrap();
+            let closed = hessian_product(&m, &terms, &t, &dt).unwrap();
+            for (a, b) in still.iter().zip(&closed) {
+                assert!((a - b).abs() <= 1e-10 * scale, "{kind:?}: {a} vs {b}");
+            }
+        }
+        let point = vec![ObjectiveTerm {
+            weight: 1.0,
+            kind: ObjectiveKind::Point { point: [0.4, 0.3, 0.2] },
+        }];
+        let e = hessian_product_with_coords(&m, &point, &t, &dt, &dx).unwrap_err().to_string();
+        assert!(e.contains("node coordinates"), "{e}");
     }
 
     /// (∂²J/∂T²)δT of every kind of term against central differences of ∂J/∂T.

@@ -10,8 +10,11 @@
 //!   vector-Jacobian products the adjoint uses, (∂R/∂T)ᵀλ and (∂R/∂p)ᵀλ: the terms the
 //!   second-order adjoint adds to its right-hand side and to the Hessian-vector product.
 //!
-//! Both come from dual numbers over [`ThermalModel::element_residual_generic`], so the
-//! conductivity law k(T) and every boundary term are differentiated exactly. External sources
+//! The node coordinates X are parameters like the others: a direction may move them (δX) and
+//! the products may include (∂R/∂X)ᵀλ. Both come from dual numbers over
+//! [`ThermalModel::element_residual_generic`], whose geometry is generic too, so the
+//! conductivity law k(T), the Jacobians of volume cells and the area of boundary facets are
+//! differentiated exactly (volume elements have a closed form when the nodes hold still). External sources
 //! (Joule heat from a coupled electrical field) do not depend on T or p inside this field and
 //! drop out of both products.
 
@@ -36,6 +39,8 @@ pub struct ThermalDirection {
     pub t_inf: Vec<f64>,
     /// δq_in per boundary condition (heat flux only).
     pub q_in: Vec<f64>,
+    /// δX at every node (empty: the nodes hold still).
+    pub coords: Vec<[f64; 3]>,
 }
 
 impl ThermalDirection {
@@ -49,12 +54,18 @@ impl ThermalDirection {
             h: vec![0.0; nb],
             t_inf: vec![0.0; nb],
             q_in: vec![0.0; nb],
+            coords: Vec::new(),
         }
     }
 
     /// The same direction without its temperature part.
     pub fn parameters_only(&self) -> Self {
         ThermalDirection { temperature: vec![0.0; self.temperature.len()], ..self.clone() }
+    }
+
+    /// δX at node `n` (zero when the nodes hold still).
+    fn coord(&self, n: usize) -> [f64; 3] {
+        self.coords.get(n).copied().unwrap_or([0.0; 3])
     }
 }
 
@@ -105,6 +116,7 @@ impl ThermalModel {
     }
 
     fn residual_jvp_with(&self, t: &[f64], dir: &ThermalDirection, closed_form: bool) -> Vec<f64> {
+        let closed_form = closed_form && dir.coords.is_empty();
         let mut out = vec![0.0; self.n_nodes()];
         self.scatter_chunked(&mut out, 1, |e, local| {
             if closed_form && e < self.n_volume {
@@ -117,8 +129,13 @@ impl ThermalModel {
             if pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) && e >= self.n_volume {
                 return; // a facet without a flux term (fixed temperature)
             }
-            let x: Vec<[Dual64; 3]> =
-                nodes.iter().map(|&n| self.coords[n].map(Dual64::from)).collect();
+            let x: Vec<[Dual64; 3]> = nodes
+                .iter()
+                .map(|&n| {
+                    let (p, d) = (self.coords[n], dir.coord(n));
+                    std::array::from_fn(|i| Dual64::new(p[i], d[i]))
+                })
+                .collect();
             let te: Vec<Dual64> =
                 nodes.iter().map(|&n| Dual64::new(t[n], dir.temperature[n])).collect();
             let d = |i: usize| Dual64::new(pars[i].0, pars[i].1);
@@ -172,17 +189,19 @@ impl ThermalModel {
         }
     }
 
-    /// The derivative along (δT, δp) of (∂R/∂T)ᵀλ (per node, returned first) and of
+    /// The derivative along (δT, δp, δX) of (∂R/∂T)ᵀλ (per node, returned first) and of
     /// (∂R/∂p)ᵀλ (in the layout of [`ParameterVjp`]; its `temperature` entries, the fixed
     /// temperatures' products, are zero here: the fixed nodes' part of the first vector holds
-    /// them). `lambda` is given at every node (zero at fixed nodes).
+    /// them). With `coords`, also the derivative of (∂R/∂X)ᵀλ per node (`ParameterVjp::coords`).
+    /// `lambda` is given at every node (zero at fixed nodes).
     pub fn second_order_vjp(
         &self,
         t: &[f64],
         lambda: &[f64],
         dir: &ThermalDirection,
+        coords: bool,
     ) -> (Vec<f64>, ParameterVjp) {
-        self.second_order_vjp_with(t, lambda, dir, true)
+        self.second_order_vjp_with(t, lambda, dir, coords, true)
     }
 
     /// [`second_order_vjp`](Self::second_order_vjp) with every element through the dual-number
@@ -192,8 +211,9 @@ impl ThermalModel {
         t: &[f64],
         lambda: &[f64],
         dir: &ThermalDirection,
+        coords: bool,
     ) -> (Vec<f64>, ParameterVjp) {
-        self.second_order_vjp_with(t, lambda, dir, false)
+        self.second_order_vjp_with(t, lambda, dir, coords, false)
     }
 
     /// The volume element `e`'s second-order products in closed form: with
@@ -260,55 +280,77 @@ impl ThermalModel {
         t: &[f64],
         lambda: &[f64],
         dir: &ThermalDirection,
+        want_coords: bool,
         closed_form: bool,
     ) -> (Vec<f64>, ParameterVjp) {
         let n_el = self.n_elements();
-        // Per element: ∂²(λᵀrₑ)/∂z ∂(direction) for its nodal temperatures and its parameters.
+        let closed_form = closed_form && !want_coords && dir.coords.is_empty();
+        /// One element's products: per node (temperature), per kernel parameter, per node
+        /// and axis (coordinates; empty unless wanted).
+        struct Local {
+            state: Vec<f64>,
+            params: [f64; 5],
+            coords: Vec<[f64; 3]>,
+        }
+        // Per element: ∂²(λᵀrₑ)/∂z ∂(direction) for its nodal temperatures, its parameters and
+        // (when wanted) its node coordinates.
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
-            let mut state = vec![0.0; nn];
-            let mut params = [0.0; 5];
+            let mut local = Local {
+                state: vec![0.0; nn],
+                params: [0.0; 5],
+                coords: if want_coords { vec![[0.0; 3]; nn] } else { Vec::new() },
+            };
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
-                return (state, params);
+                return local;
             }
             if closed_form && e < self.n_volume {
-                params[0] = self.volume_second_order(e, t, lambda, dir, &mut state);
-                return (state, params);
+                local.params[0] = self.volume_second_order(e, t, lambda, dir, &mut local.state);
+                return local;
             }
             let pars = element_parameters(self, e, dir);
             let used = used_parameters(self, e);
             if e >= self.n_volume && pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) {
-                return (state, params);
+                return local;
             }
-            let x: Vec<[HyperDual64; 3]> =
-                nodes.iter().map(|&n| self.coords[n].map(HyperDual64::from)).collect();
             let mut r = vec![HyperDual64::from(0.0); nn];
-            // ε₁ carries the direction, ε₂ picks one variable: λᵀr's ε₁ε₂ part is that
-            // variable's row of the Hessian of λᵀrₑ times the direction.
+            // ε₁ carries the direction, ε₂ picks one variable (nn temperatures, then the five
+            // kernel parameters, then 3·nn coordinates): λᵀr's ε₁ε₂ part is that variable's
+            // row of the Hessian of λᵀrₑ times the direction.
             let mut second = |pick: usize| -> f64 {
+                let seed = |var: usize| if pick == var { 1.0 } else { 0.0 };
                 let te: Vec<HyperDual64> = nodes
                     .iter()
                     .enumerate()
+                    .map(|(a, &n)| HyperDual64::new(t[n], dir.temperature[n], seed(a), 0.0))
+                    .collect();
+                let x: Vec<[HyperDual64; 3]> = nodes
+                    .iter()
+                    .enumerate()
                     .map(|(a, &n)| {
-                        let e2 = if pick == a { 1.0 } else { 0.0 };
-                        HyperDual64::new(t[n], dir.temperature[n], e2, 0.0)
+                        let (p, d) = (self.coords[n], dir.coord(n));
+                        std::array::from_fn(|i| {
+                            HyperDual64::new(p[i], d[i], seed(nn + 5 + 3 * a + i), 0.0)
+                        })
                     })
                     .collect();
-                let p = |i: usize| {
-                    let e2 = if pick == nn + i { 1.0 } else { 0.0 };
-                    HyperDual64::new(pars[i].0, pars[i].1, e2, 0.0)
-                };
+                let p = |i: usize| HyperDual64::new(pars[i].0, pars[i].1, seed(nn + i), 0.0);
                 self.element_residual_generic(e, &x, &te, p(0), p(1), p(2), p(3), p(4), &mut r);
                 (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
             };
-            for (a, s) in state.iter_mut().enumerate() {
+            for (a, s) in local.state.iter_mut().enumerate() {
                 *s = second(a);
             }
             for i in used {
-                params[i] = second(nn + i);
+                local.params[i] = second(nn + i);
             }
-            (state, params)
+            for a in 0..local.coords.len() {
+                for i in 0..3 {
+                    local.coords[a][i] = second(nn + 5 + 3 * a + i);
+                }
+            }
+            local
         };
         let nb = self.boundaries.len();
         let mut state = vec![0.0; self.n_nodes()];
@@ -319,14 +361,23 @@ impl ThermalModel {
             t_inf: vec![0.0; nb],
             q_in: vec![0.0; nb],
             temperature: vec![0.0; nb],
-            coords: None,
+            coords: want_coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
         };
         // Summed in element order: the result does not depend on the thread count.
-        for_each_element_ordered(n_el, compute, |e, (local, params)| {
-            for (&n, v) in self.element_nodes(e).iter().zip(local) {
+        for_each_element_ordered(n_el, compute, |e, local| {
+            let nodes = self.element_nodes(e);
+            for (&n, v) in nodes.iter().zip(&local.state) {
                 state[n] += v;
             }
+            if let Some(c) = out.coords.as_mut() {
+                for (&n, v) in nodes.iter().zip(&local.coords) {
+                    for i in 0..3 {
+                        c[n][i] += v[i];
+                    }
+                }
+            }
             let tag = self.elem_tag[e] as usize;
+            let params = local.params;
             if e < self.n_volume {
                 out.k_elem[e] += params[0];
                 out.source[tag] += params[1];
@@ -349,12 +400,13 @@ mod tests {
 
     /// A box with a nonlinear conductivity, a source, a fixed face, convection and a flux.
     fn model() -> ThermalModel {
-        let mesh = box_mesh(&BoxSpec {
-            origin: [0.0; 3],
-            lengths: [1.0, 0.6, 0.4],
-            divisions: [3, 2, 2],
-            cell_type: CellType::Hex8,
-        });
+        model_on(CellType::Hex8, [3, 2, 2])
+    }
+
+    /// [`model`] on another mesh of the same box.
+    fn model_on(cell_type: CellType, divisions: [usize; 3]) -> ThermalModel {
+        let mesh =
+            box_mesh(&BoxSpec { origin: [0.0; 3], lengths: [1.0, 0.6, 0.4], divisions, cell_type });
         let law = ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![2e-3, 1e-5] };
         ThermalModel::new(
             &mesh,
@@ -472,7 +524,7 @@ mod tests {
     fn second_order_vjp_matches_differences_of_the_first_order_products() {
         let m = model();
         let (t, lambda, d) = state_and_direction(&m);
-        let (state, params) = m.second_order_vjp(&t, &lambda, &d);
+        let (state, params) = m.second_order_vjp(&t, &lambda, &d, false);
         let want = VjpRequest {
             conductivity: true,
             source: true,
@@ -522,6 +574,114 @@ mod tests {
         assert!(params.h[1] != 0.0 && params.t_inf[1] != 0.0 && params.k_elem[0] != 0.0);
     }
 
+    /// A direction that also moves the nodes (a smooth, small field), with the model moved by
+    /// `s` along all of it.
+    fn with_coordinates(m: &ThermalModel, mut d: ThermalDirection) -> ThermalDirection {
+        d.coords = m
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let f = i as f64;
+                [
+                    0.03 * (f * 0.7 + p[1]).sin(),
+                    0.02 * (f * 1.1).cos(),
+                    0.025 * (f * 0.3 + p[0]).sin(),
+                ]
+            })
+            .collect();
+        d
+    }
+
+    fn moved_with_coordinates(m: &ThermalModel, d: &ThermalDirection, s: f64) -> ThermalModel {
+        let mut m2 = moved(m, d, s);
+        for (p, dp) in m2.coords.iter_mut().zip(&d.coords) {
+            for i in 0..3 {
+                p[i] += s * dp[i];
+            }
+        }
+        m2
+    }
+
+    /// With a direction that moves the nodes, the residual's tangent and the derivatives of
+    /// (∂R/∂T)ᵀλ, (∂R/∂p)ᵀλ and (∂R/∂X)ᵀλ match central differences (curved-law volume
+    /// cells, convection and heat-flux facets whose areas change).
+    #[rstest::rstest]
+    #[case(CellType::Hex8)]
+    #[case(CellType::Tet10)]
+    fn shape_directions_match_central_differences(#[case] cell: CellType) {
+        let m = model_on(cell, [2, 2, 1]);
+        let (t, lambda, d) = state_and_direction(&m);
+        let d = with_coordinates(&m, d);
+        let h = 1e-6;
+        let (mp, mm) = (moved_with_coordinates(&m, &d, h), moved_with_coordinates(&m, &d, -h));
+        let (tp, tm) = (shifted(&t, &d.temperature, h), shifted(&t, &d.temperature, -h));
+        let close = |name: &str, got: &[f64], fd: &[f64], tol: f64| {
+            let scale = got.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
+            for i in 0..got.len() {
+                assert!(
+                    (got[i] - fd[i]).abs() <= tol * scale,
+                    "{name}[{i}]: {} vs {}",
+                    got[i],
+                    fd[i]
+                );
+            }
+        };
+        let diff = |p: &[f64], q: &[f64]| -> Vec<f64> {
+            p.iter().zip(q).map(|(a, b)| (a - b) / (2.0 * h)).collect()
+        };
+        let jvp = m.residual_jvp(&t, &d);
+        close("residual", &jvp, &diff(&residual(&mp, &tp), &residual(&mm, &tm)), 1e-6);
+        let want = VjpRequest {
+            conductivity: true,
+            source: true,
+            boundary: true,
+            temperature: false,
+            coords: true,
+        };
+        let (state, params) = m.second_order_vjp(&t, &lambda, &d, true);
+        // (∂R/∂T)ᵀλ by the element residuals' own dual-number tangent: λᵀr differentiated in T.
+        let rt_lambda = |m: &ThermalModel, t: &[f64]| {
+            let mut out = vec![0.0; m.n_nodes()];
+            for e in 0..m.n_elements() {
+                let nodes = m.element_nodes(e);
+                let nn = nodes.len();
+                let (mut ke, mut fe) = (vec![0.0; nn * nn], vec![0.0; nn]);
+                m.element_residual_tangent(e, t, Some(&mut ke), &mut fe);
+                for a in 0..nn {
+                    for b in 0..nn {
+                        out[nodes[b]] += ke[a * nn + b] * lambda[nodes[a]];
+                    }
+                }
+            }
+            out
+        };
+        close("state", &state, &diff(&rt_lambda(&mp, &tp), &rt_lambda(&mm, &tm)), 1e-5);
+        let (vp, vm) = (mp.parameter_vjp(&tp, &lambda, want), mm.parameter_vjp(&tm, &lambda, want));
+        close("k_elem", &params.k_elem, &diff(&vp.k_elem, &vm.k_elem), 1e-5);
+        close("h", &params.h, &diff(&vp.h, &vm.h), 1e-5);
+        close("q_in", &params.q_in, &diff(&vp.q_in, &vm.q_in), 1e-5);
+        let flat = |c: &Option<Vec<[f64; 3]>>| -> Vec<f64> {
+            c.as_ref().unwrap().iter().flatten().copied().collect()
+        };
+        close("coords", &flat(&params.coords), &diff(&flat(&vp.coords), &flat(&vm.coords)), 1e-5);
+        // Without moving nodes and without coordinates wanted, the closed form still holds.
+        let (s0, _) = m.second_order_vjp(
+            &t,
+            &lambda,
+            &ThermalDirection { coords: Vec::new(), ..d.clone() },
+            false,
+        );
+        let (s1, p1) = m.second_order_vjp_dual(
+            &t,
+            &lambda,
+            &ThermalDirection { coords: Vec::new(), ..d },
+            true,
+        );
+        close("closed form", &s0, &s1, 1e-12);
+        assert!(p1.coords.unwrap().iter().flatten().any(|v| *v != 0.0));
+    }
+
     use crate::VjpRequest;
 
     /// The closed form of the volume elements equals the dual-number path, for tet4, tet10 and
@@ -546,8 +706,8 @@ mod tests {
         .unwrap();
         let (t, lambda, mut d) = state_and_direction_of(&m);
         d.h[0] = 1.5;
-        let (s1, p1) = m.second_order_vjp(&t, &lambda, &d);
-        let (s2, p2) = m.second_order_vjp_dual(&t, &lambda, &d);
+        let (s1, p1) = m.second_order_vjp(&t, &lambda, &d, false);
+        let (s2, p2) = m.second_order_vjp_dual(&t, &lambda, &d, false);
         let scale = s2.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         for (a, b) in s1.iter().zip(&s2) {
             assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
