@@ -420,6 +420,57 @@ fn electrothermal_second_order_taylor_remainders_fall_at_rate_three(
     assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
 }
 
+/// A width morph of the Joule bar: X_y grows in proportion to y, s₀ = 10 mm.
+const WIDTH_MORPH: &str = r#"
+[[morph]]
+name = "width"
+value = 0.01
+axis = "y"
+knots = [[0.0, 0.0], [0.01, 1.0]]
+direction = [0.0, 1.0, 0.0]
+"#;
+
+/// Electro-thermal problems with shape parameters (every node coordinate and a width morph
+/// beside electrical and thermal ones), one way and on the ρ(T) cycle, with thermal,
+/// current and resistance objectives: the second-order Taylor remainders fall at rate 3
+/// (the Joule heat handed to the thermal field moves with the nodes too).
+#[rstest]
+#[case::one_way_max(
+    "tet4",
+    None,
+    VOLTAGE,
+    MAX_T,
+    "\"electrical.sigma.domain\", \"load.xmin.voltage\", \"thermal.k.domain\""
+)]
+#[case::cycle_resistance_current_terminal("hex8", Some(1.25e-3), CURRENT, &format!("{MAX_T}{RESISTANCE}"),
+    "\"electrical.sigma_elem.domain\", \"load.xmin.current\", \"electrical.alpha_r.domain\", \"bc.ymax.h\"")]
+#[case::cycle_resistance_voltage("tet4", Some(2.0e-3), VOLTAGE, &format!("{RESISTANCE}{CURRENT_OUT}"),
+    "\"load.xmin.voltage\", \"electrical.alpha_r.domain\"")]
+fn electrothermal_shape_second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] alpha_r: Option<f64>,
+    #[case] drive: &str,
+    #[case] objectives: &str,
+    #[case] register: &str,
+) {
+    let register = format!("{register}, \"morph.width\", \"mesh.coordinates\"");
+    let text = joule_bar_text(cell, alpha_r, drive, objectives, &register) + WIDTH_MORPH;
+    let mut sim = Simulation::from_toml("shaped_joule_bar.toml", &text).unwrap();
+    let dir = shape_direction(&mut sim, 5, 1e-3, false);
+    let t = sim.taylor_test_second_order(&dir, 0.01, 5).unwrap();
+    eprintln!("{cell} {alpha_r:?}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    let last = t.remainders.len() - 1;
+    assert!(t.remainders_first[last] > 10.0 * t.remainders[last]);
+    // Along the shape parameters alone as well.
+    let dir = shape_direction(&mut sim, 6, 1e-3, true);
+    let t = sim.taylor_test_second_order(&dir, 0.01, 5).unwrap();
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "shape only: rate {rate:.3} (remainders {:?})", t.remainders);
+}
+
 /// The Joule-heated bar as an actuator: polysilicon-like elasticity with thermal expansion,
 /// clamped at x = 0 with a prescribed displacement there, a traction on x = L and a body force.
 fn actuator_bar(cell: &str, alpha_r: Option<f64>, objectives: &str, register: &str) -> Simulation {
@@ -515,7 +566,7 @@ fn uncovered_problems_are_refused_with_a_message() {
     let actuator = std::fs::read_to_string(root.join("examples/microactuator.toml")).unwrap();
     let mut sim = Simulation::from_toml(root.join("examples/a.toml"), &actuator).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("electrical") && e.contains("node coordinates"), "{e}");
+    assert!(e.contains("mechanical") && e.contains("node coordinates"), "{e}");
     // A thermal problem with shape parameters is covered, but not its point objectives.
     let mut sim = shaped_slab("tet4", "", "kind = \"point\"\npoint = [0.01, 0.005, 0.002]");
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();

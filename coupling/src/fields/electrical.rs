@@ -381,6 +381,7 @@ impl ElectricalField {
         if let Some(dt) = dir.inputs.first().filter(|v| !v.is_empty()) {
             d.temperature.copy_from_slice(dt);
         }
+        d.coords = dir.coordinates.to_vec();
         d
     }
 
@@ -397,19 +398,22 @@ impl ElectricalField {
     }
 
     /// Add `coef` times a functional's partials (`ev`) to the unknowns' and temperature seeds
-    /// and to the gradient.
+    /// and to the gradient (the coordinates' partials when it has them).
     fn add_partials(
         &self,
         ev: &gradfem_electrical::TerminalFunctionalEval,
         coef: f64,
         u_bar: &mut [f64],
         t_bar: &mut [f64],
-        grad: &mut Gradient,
+        rev: &mut Reverse,
     ) {
         u_bar.iter_mut().zip(&ev.d_unknowns).for_each(|(u, d)| *u += coef * d);
         t_bar.iter_mut().zip(&ev.d_temperature).for_each(|(t, d)| *t += coef * d);
-        self.add_material(grad, &ev.d_sigma_elem, &ev.d_alpha_r, coef);
-        self.add_terminals(grad, &ev.d_current, &ev.d_voltage, coef);
+        self.add_material(rev.grad, &ev.d_sigma_elem, &ev.d_alpha_r, coef);
+        self.add_terminals(rev.grad, &ev.d_current, &ev.d_voltage, coef);
+        if let Some(dx) = &ev.d_coords {
+            rev.add_coordinates(dx, coef);
+        }
     }
 
     /// Add `coef` times the Hessian of terminal `k`'s reaction current applied to `d` (a
@@ -422,7 +426,7 @@ impl ElectricalField {
         d: &ElectricalDirection,
         u_bar: &mut [f64],
         t_bar: &mut [f64],
-        grad: &mut Gradient,
+        rev: &mut Reverse,
     ) -> Result<(), RunError> {
         let term = &self.model.terminals[k];
         if !term.is_voltage() {
@@ -432,13 +436,17 @@ impl ElectricalField {
         for &n in &term.owned_nodes {
             w[n] = 1.0;
         }
-        let so = self.model.second_order_vjp(self.phi()?, self.temperature(), &w, d);
+        let coords = rev.wants_coordinates();
+        let so = self.model.second_order_vjp(self.phi()?, self.temperature(), &w, d, coords);
         let scaled: Vec<f64> = so.phi.iter().map(|v| coef * v).collect();
         u_bar.iter_mut().zip(self.model.unknowns_adjoint(&scaled)).for_each(|(u, v)| *u += v);
         let dv = self.model.voltage_adjoint(&scaled);
-        self.add_terminals(grad, &vec![0.0; dv.len()], &dv, 1.0);
+        self.add_terminals(rev.grad, &vec![0.0; dv.len()], &dv, 1.0);
         t_bar.iter_mut().zip(&so.temperature).for_each(|(t, v)| *t += coef * v);
-        self.add_material(grad, &so.sigma_elem, &so.alpha_r, coef);
+        self.add_material(rev.grad, &so.sigma_elem, &so.alpha_r, coef);
+        if let Some(dx) = &so.coords {
+            rev.add_coordinates(dx, coef);
+        }
         Ok(())
     }
 
@@ -524,11 +532,14 @@ impl SecondOrder for ElectricalField {
         dir: &Direction,
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
-        second_order_coordinates(rev)?;
         let d = self.electrical_direction(dir);
-        let so = self.model.second_order_vjp(self.phi()?, self.temperature(), lambda, &d);
+        let coords = rev.wants_coordinates();
+        let so = self.model.second_order_vjp(self.phi()?, self.temperature(), lambda, &d, coords);
         // −(∂R/∂I) = 1 is constant: a current parameter has no second-order term.
         self.add_material(rev.grad, &so.sigma_elem, &so.alpha_r, -1.0);
+        if let Some(dx) = &so.coords {
+            rev.add_coordinates(dx, -1.0);
+        }
         let inputs = if self.temperature.is_some() {
             vec![(0, so.temperature.into_iter().map(|v| -v).collect())]
         } else {
@@ -545,17 +556,20 @@ impl SecondOrder for ElectricalField {
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
         debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
-        second_order_coordinates(rev)?;
         let d = self.electrical_direction(dir);
-        let js = self.model.joule_second_order_vjp(self.phi()?, self.temperature(), y_bar, &d);
+        let coords = rev.wants_coordinates();
+        let js =
+            self.model.joule_second_order_vjp(self.phi()?, self.temperature(), y_bar, &d, coords);
         self.add_material(rev.grad, &js.sigma_elem, &js.alpha_r, 1.0);
+        if let Some(dx) = &js.coords {
+            rev.add_coordinates(dx, 1.0);
+        }
         let inputs =
             if self.temperature.is_some() { vec![(0, js.temperature)] } else { Vec::new() };
         Ok(OutputVjp { state: js.phi, inputs })
     }
 
     fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
-        second_order_coordinates(rev)?;
         if self.objective.is_empty() {
             return Ok(Seed::default());
         }
@@ -573,7 +587,7 @@ impl SecondOrder for ElectricalField {
                 TerminalFunctional::Voltage { .. } => {}
                 TerminalFunctional::Current { terminal } => {
                     let k = m.terminal_index(terminal)?;
-                    self.add_current_hessian(k, w, &d, &mut u_bar, &mut t_bar, rev.grad)?;
+                    self.add_current_hessian(k, w, &d, &mut u_bar, &mut t_bar, rev)?;
                 }
                 TerminalFunctional::Resistance { drive, reference } => {
                     // f = ΔV/I: d/dε ∇f = (−δI/I²)∇ΔV + (−δΔV/I² + 2ΔV δI/I³)∇I − (ΔV/I²)H_I δ.
@@ -582,8 +596,9 @@ impl SecondOrder for ElectricalField {
                         |name: &str| TerminalFunctional::Current { terminal: name.into() };
                     let voltage =
                         |name: &str| TerminalFunctional::Voltage { terminal: name.into() };
+                    let coords = rev.wants_coordinates();
                     let eval = |f: &TerminalFunctional| {
-                        gradfem_electrical::functional::evaluate(m, f, phi, t, false)
+                        gradfem_electrical::functional::evaluate(m, f, phi, t, coords)
                     };
                     let ei = eval(&current(drive))?;
                     let (evd, evr) = (eval(&voltage(drive))?, eval(&voltage(reference))?);
@@ -593,22 +608,21 @@ impl SecondOrder for ElectricalField {
                     let ddv = self.voltage_tangent(kd, &d) - self.voltage_tangent(kr, &d);
                     let c_v = -w * di_k / (i * i);
                     let c_i = w * (-ddv / (i * i) + 2.0 * dv * di_k / (i * i * i));
-                    self.add_partials(&evd, c_v, &mut u_bar, &mut t_bar, rev.grad);
-                    self.add_partials(&evr, -c_v, &mut u_bar, &mut t_bar, rev.grad);
-                    self.add_partials(&ei, c_i, &mut u_bar, &mut t_bar, rev.grad);
+                    self.add_partials(&evd, c_v, &mut u_bar, &mut t_bar, rev);
+                    self.add_partials(&evr, -c_v, &mut u_bar, &mut t_bar, rev);
+                    self.add_partials(&ei, c_i, &mut u_bar, &mut t_bar, rev);
                     let c_h = -w * dv / (i * i);
-                    self.add_current_hessian(kd, c_h, &d, &mut u_bar, &mut t_bar, rev.grad)?;
+                    self.add_current_hessian(kd, c_h, &d, &mut u_bar, &mut t_bar, rev)?;
                 }
             }
         }
         let inputs = if t.is_some() { vec![(0, t_bar)] } else { Vec::new() };
         Ok(Seed { state: Vec::new(), unknowns: u_bar, inputs })
     }
-}
 
-/// Second-order products hold the node coordinates: refuse a shape parameter.
-fn second_order_coordinates(rev: &Reverse) -> Result<(), RunError> {
-    crate::field::refuse_shape_second_order("electrical", rev.wants_coordinates())
+    fn covers_shape(&self) -> bool {
+        true
+    }
 }
 
 impl Field for ElectricalField {

@@ -536,19 +536,12 @@ impl ThermalField {
     }
 
     /// Refuse what the second-order products do not cover yet; the solved temperature.
-    fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
+    fn check_second_order(&self) -> Result<&[f64], RunError> {
         if self.transient.is_some() {
             return Err(RunError::Setup(
                 "thermal: Hessian-vector products of transient problems are not available yet"
                     .into(),
             ));
-        }
-        if wants_coordinates && self.model.external_source().is_some() {
-            // The source's weights ∫ q N_a move with the nodes: an input term not formed yet.
-            crate::field::refuse_shape_second_order(
-                "thermal with a heat source from another field",
-                true,
-            )?;
         }
         self.temperature.as_deref().ok_or_else(|| RunError::Setup("thermal: solve first".into()))
     }
@@ -577,8 +570,12 @@ impl ThermalField {
         dq: &[f64],
     ) -> Vec<f64> {
         let mut jvp = self.model.residual_jvp(t, d);
-        if !dq.is_empty() && self.model.external_source().is_some() {
-            add_into(&mut jvp, &self.model.external_source_jvp(dq));
+        if self.model.external_source().is_some() {
+            if !d.coords.is_empty() {
+                add_into(&mut jvp, &self.model.external_source_jvp_moving(dq, &d.coords));
+            } else if !dq.is_empty() {
+                add_into(&mut jvp, &self.model.external_source_jvp(dq));
+            }
         }
         jvp
     }
@@ -598,7 +595,7 @@ impl SecondOrder for ThermalField {
     }
 
     fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
-        let t = self.check_second_order(!dir.coordinates.is_empty())?;
+        let t = self.check_second_order()?;
         let d = self.direction_with_state(dir.params, dir.state, dir.coordinates);
         Ok(self.model.dofs.gather(&self.nodal_residual_jvp(t, &d, input_or_empty(dir.inputs, 0))))
     }
@@ -609,7 +606,7 @@ impl SecondOrder for ThermalField {
         coordinates: &[[f64; 3]],
         inputs: &[Vec<f64>],
     ) -> Result<Vec<f64>, RunError> {
-        let t = self.check_second_order(!coordinates.is_empty())?.to_vec();
+        let t = self.check_second_order()?.to_vec();
         let d = self.direction_with_state(params, &[], coordinates);
         let jvp = self.nodal_residual_jvp(&t, &d, input_or_empty(inputs, 0));
         let mut rhs = self.model.dofs.gather(&jvp);
@@ -629,23 +626,32 @@ impl SecondOrder for ThermalField {
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
         // The residual is linear in the external source with coefficients that depend on the
-        // coordinates alone (held: a moving mesh with an external source is refused): no
-        // input terms.
+        // coordinates alone: input terms only when the nodes move.
         let wants_coordinates = rev.wants_coordinates();
-        let t = self.check_second_order(wants_coordinates)?;
+        let t = self.check_second_order()?;
         let d = self.direction_with_state(dir.params, dir.state, dir.coordinates);
         let (s_t, s_p) = self.model.second_order_vjp(t, lambda, &d, wants_coordinates);
         self.subtract_parameter_products(&s_p, None, rev.grad);
         if let Some(dx) = &s_p.coords {
             rev.add_coordinates(dx, -1.0);
         }
-        Ok(OutputVjp { state: s_t.into_iter().map(|v| -v).collect(), inputs: Vec::new() })
+        let mut inputs = Vec::new();
+        if wants_coordinates && self.model.external_source().is_some() {
+            let dq = input_or_empty(dir.inputs, 0);
+            let (per_point, per_node) =
+                self.model.external_source_second_order(lambda, dq, dir.coordinates, true);
+            if let Some(dx) = &per_node {
+                rev.add_coordinates(dx, -1.0);
+            }
+            inputs.push((0, per_point.into_iter().map(|v| -v).collect()));
+        }
+        Ok(OutputVjp { state: s_t.into_iter().map(|v| -v).collect(), inputs })
     }
 
     fn objective_hessian(&self, dir: &Direction, rev: &mut Reverse) -> Result<Seed, RunError> {
         // The objective terms depend on the temperature and, for integrals over groups, on the
         // node coordinates.
-        let t = self.check_second_order(rev.wants_coordinates())?;
+        let t = self.check_second_order()?;
         if !rev.wants_coordinates() {
             let state = gradfem_thermal::objective::hessian_product(
                 &self.model,

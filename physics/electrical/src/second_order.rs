@@ -19,10 +19,15 @@
 //! tests hold them to dual numbers over the generic element kernels
 //! ([`ElectricalModel::element_residual_generic`] and the Joule heat's: `Dual64` for the
 //! tangents, `HyperDual64`, one pass per element variable, for the second-order products) and
-//! to central differences of the first-order products. Node coordinates are not a direction
-//! here.
+//! to central differences of the first-order products.
+//!
+//! Node coordinates: a direction that moves the nodes (δX), or products that include
+//! (∂·/∂X)ᵀλ, take the dual-number path over the generic kernels in production, with the
+//! element's 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and α_R
+//! (the generic Jacobian makes ∇N and det J exact functions of X).
 
 use gradfem_kernel::for_each_element_ordered;
+use num_dual::{Dual64, DualNum, HyperDual64};
 use rayon::prelude::*;
 
 use crate::model::{ElectricalModel, MAX_NODES as MAX};
@@ -55,6 +60,8 @@ pub struct ElectricalDirection {
     pub sigma_elem: Vec<f64>,
     /// δα_R per conductor (read for conductors with the linear law only).
     pub alpha_r: Vec<f64>,
+    /// δX at every node (empty: the nodes hold still).
+    pub coords: Vec<[f64; 3]>,
 }
 
 impl ElectricalDirection {
@@ -65,6 +72,7 @@ impl ElectricalDirection {
             temperature: vec![0.0; model.n_nodes()],
             sigma_elem: vec![0.0; model.n_volume_elements()],
             alpha_r: vec![0.0; model.conductors.len()],
+            coords: Vec::new(),
         }
     }
 }
@@ -81,6 +89,8 @@ pub struct ElectricalSecondOrder {
     pub sigma_elem: Vec<f64>,
     /// d/dε λᵀ ∂·/∂α_R per conductor.
     pub alpha_r: Vec<f64>,
+    /// d/dε (∂·/∂X)ᵀ λ at every node (when requested).
+    pub coords: Option<Vec<[f64; 3]>>,
 }
 
 /// What an element's scalar is made of: the residual weighted by λ at its nodes, or the Joule
@@ -91,6 +101,12 @@ enum Weighted<'a> {
     Joule(&'a [f64]),
 }
 
+impl Weighted<'_> {
+    fn is_joule(&self) -> bool {
+        matches!(self, Weighted::Joule(_))
+    }
+}
+
 impl ElectricalModel {
     fn n_points(&self, e: usize) -> usize {
         self.qp_offsets()[e + 1] - self.qp_offsets()[e]
@@ -98,25 +114,35 @@ impl ElectricalModel {
 
     /// d/dε of the residual's vector-Jacobian products with `lambda` (every node; the current
     /// terminals' nodes carry their unknown's value) held fixed, along `dir`.
+    /// With `coords`, also d/dε (∂r/∂X)ᵀλ (`ElectricalSecondOrder::coords`).
     pub fn second_order_vjp(
         &self,
         phi: &[f64],
         t: Option<&[f64]>,
         lambda: &[f64],
         dir: &ElectricalDirection,
+        coords: bool,
     ) -> ElectricalSecondOrder {
+        if coords || !dir.coords.is_empty() {
+            return self.second_order_products(phi, t, Weighted::Residual(lambda), dir, coords);
+        }
         self.closed_form_products(phi, t, Weighted::Residual(lambda), dir)
     }
 
     /// d/dε of the Joule heat's vector-Jacobian products with the seed `q_bar` (one value per
     /// point) held fixed, along `dir`.
+    /// With `coords`, also the coordinates' part.
     pub fn joule_second_order_vjp(
         &self,
         phi: &[f64],
         t: Option<&[f64]>,
         q_bar: &[f64],
         dir: &ElectricalDirection,
+        coords: bool,
     ) -> ElectricalSecondOrder {
+        if coords || !dir.coords.is_empty() {
+            return self.second_order_products(phi, t, Weighted::Joule(q_bar), dir, coords);
+        }
         self.closed_form_products(phi, t, Weighted::Joule(q_bar), dir)
     }
 
@@ -174,6 +200,7 @@ impl ElectricalModel {
             temperature: vec![0.0; self.n_nodes()],
             sigma_elem: vec![0.0; self.n_volume_elements()],
             alpha_r: vec![0.0; self.conductors.len()],
+            coords: None,
         };
         let compute = |e: usize| {
             let mut out = [0.0; 2 * MAX + 2];
@@ -267,6 +294,9 @@ impl ElectricalModel {
         t: Option<&[f64]>,
         dir: &ElectricalDirection,
     ) -> Vec<f64> {
+        if !dir.coords.is_empty() {
+            return self.residual_jvp_dual(phi, t, dir);
+        }
         let mut total = vec![0.0; self.n_nodes()];
         let compute = |e: usize| {
             let mut out = [0.0; MAX];
@@ -289,6 +319,9 @@ impl ElectricalModel {
     /// dQ/dε = δσ|∇φ|² + 2σ∇φ·∇δφ at every quadrature point (the layout of
     /// [`joule_heat_qp`](Self::joule_heat_qp)).
     pub fn joule_jvp(&self, phi: &[f64], t: Option<&[f64]>, dir: &ElectricalDirection) -> Vec<f64> {
+        if !dir.coords.is_empty() {
+            return self.joule_jvp_dual(phi, t, dir);
+        }
         let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
             .into_par_iter()
             .map(|e| {
@@ -336,194 +369,215 @@ impl ElectricalModel {
     }
 }
 
+/// The element variables (value, direction): nodal φ, nodal T (when present), σ₀, α_R, and
+/// the nodal coordinates (when present, three per node).
+struct ElementVariables {
+    values: Vec<f64>,
+    direction: Vec<f64>,
+    nn: usize,
+    with_t: bool,
+    with_x: bool,
+}
+
+impl ElementVariables {
+    /// Where σ₀ sits; α_R follows, then the coordinates.
+    fn sigma_at(&self) -> usize {
+        if self.with_t { 2 * self.nn } else { self.nn }
+    }
+}
+
+/// The dual-number path: dual numbers over the generic element kernels (`Dual64` for the
+/// tangents, `HyperDual64`, one pass per element variable, for the second-order products).
+/// The reference the closed forms are tested against, and the path of directions that move
+/// the nodes.
+impl ElectricalModel {
+    fn element_variables(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+        with_x: bool,
+    ) -> ElementVariables {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let c = self.element_conductor(e);
+        let law = &self.conductors[c].law;
+        let mut values = Vec::with_capacity(5 * nn + 2);
+        let mut direction = Vec::with_capacity(5 * nn + 2);
+        for &n in nodes {
+            values.push(phi[n]);
+            direction.push(dir.phi[n]);
+        }
+        if let Some(t) = t {
+            for &n in nodes {
+                values.push(t[n]);
+                direction.push(dir.temperature[n]);
+            }
+        }
+        values.push(self.sigma_elem[e]);
+        direction.push(dir.sigma_elem[e]);
+        let alpha = law.alpha_r();
+        values.push(alpha.unwrap_or(0.0));
+        direction.push(if alpha.is_some() { dir.alpha_r[c] } else { 0.0 });
+        if with_x {
+            for &n in nodes {
+                let dx = dir.coords.get(n).copied().unwrap_or([0.0; 3]);
+                values.extend_from_slice(&self.coords[n]);
+                direction.extend_from_slice(&dx);
+            }
+        }
+        ElementVariables { values, direction, nn, with_t: t.is_some(), with_x }
+    }
+
+    /// The element's residual (nn values) or Joule heat (one per point) at variables `v`.
+    fn element_outputs<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        e: usize,
+        v: &[D],
+        ev: &ElementVariables,
+        joule: bool,
+        out: &mut [D],
+    ) {
+        let nn = ev.nn;
+        let at = ev.sigma_at();
+        let x: Vec<[D; 3]> = if ev.with_x {
+            (0..nn).map(|a| std::array::from_fn(|i| v[at + 2 + 3 * a + i])).collect()
+        } else {
+            self.element_nodes(e).iter().map(|&n| self.coords[n].map(D::from)).collect()
+        };
+        let phi_e = &v[..nn];
+        let t_e = ev.with_t.then(|| &v[nn..2 * nn]);
+        let (sigma0, alpha_r) = (v[at], v[at + 1]);
+        if joule {
+            self.joule_heat_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
+        } else {
+            self.element_residual_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
+        }
+    }
+
+    /// The element's outputs in `Dual64` along the direction: their tangents.
+    fn element_tangents(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+        n_out: usize,
+        joule: bool,
+    ) -> Vec<f64> {
+        let ev = self.element_variables(e, phi, t, dir, !dir.coords.is_empty());
+        let v: Vec<Dual64> =
+            ev.values.iter().zip(&ev.direction).map(|(&a, &d)| Dual64::new(a, d)).collect();
+        let mut r = vec![Dual64::from(0.0); n_out];
+        self.element_outputs(e, &v, &ev, joule, &mut r);
+        r.iter().map(|r| r.eps).collect()
+    }
+
+    /// [`residual_jvp`](Self::residual_jvp) by dual numbers over the generic kernel.
+    pub fn residual_jvp_dual(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+    ) -> Vec<f64> {
+        let mut out = vec![0.0; self.n_nodes()];
+        let compute =
+            |e: usize| self.element_tangents(e, phi, t, dir, self.element_nodes(e).len(), false);
+        for_each_element_ordered(self.n_volume_elements(), compute, |e, local| {
+            for (&n, v) in self.element_nodes(e).iter().zip(local) {
+                out[n] += v;
+            }
+        });
+        out
+    }
+
+    /// [`joule_jvp`](Self::joule_jvp) by dual numbers over the generic kernel.
+    pub fn joule_jvp_dual(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+    ) -> Vec<f64> {
+        let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
+            .into_par_iter()
+            .map(|e| self.element_tangents(e, phi, t, dir, self.n_points(e), true))
+            .collect();
+        per_element.concat()
+    }
+
+    /// The second-order products by `HyperDual64`, one pass per element variable (with
+    /// `coords`, the 3·nn coordinates too, whose part is returned).
+    fn second_order_products(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        weights: Weighted,
+        dir: &ElectricalDirection,
+        coords: bool,
+    ) -> ElectricalSecondOrder {
+        let with_x = coords || !dir.coords.is_empty();
+        let compute = |e: usize| {
+            let ev = self.element_variables(e, phi, t, dir, with_x);
+            let w: Vec<f64> = match weights {
+                Weighted::Residual(l) => self.element_nodes(e).iter().map(|&n| l[n]).collect(),
+                Weighted::Joule(q) => {
+                    let o = self.qp_offsets()[e];
+                    q[o..o + self.n_points(e)].to_vec()
+                }
+            };
+            let m = ev.values.len();
+            let mut out = vec![0.0; m];
+            if w.iter().all(|&v| v == 0.0) {
+                return (ev, out);
+            }
+            let mut buf = vec![HyperDual64::from(0.0); w.len()];
+            for (i, o) in out.iter_mut().enumerate() {
+                let v: Vec<HyperDual64> = (0..m)
+                    .map(|j| {
+                        let unit = if i == j { 1.0 } else { 0.0 };
+                        HyperDual64::new(ev.values[j], ev.direction[j], unit, 0.0)
+                    })
+                    .collect();
+                self.element_outputs(e, &v, &ev, weights.is_joule(), &mut buf);
+                *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
+            }
+            (ev, out)
+        };
+        let mut res = ElectricalSecondOrder {
+            phi: vec![0.0; self.n_nodes()],
+            temperature: vec![0.0; self.n_nodes()],
+            sigma_elem: vec![0.0; self.n_volume_elements()],
+            alpha_r: vec![0.0; self.conductors.len()],
+            coords: coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
+        };
+        // Summed in element order: the result does not depend on the thread count.
+        for_each_element_ordered(self.n_volume_elements(), compute, |e, (ev, local)| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let at = ev.sigma_at();
+            for (a, &n) in nodes.iter().enumerate() {
+                res.phi[n] += local[a];
+                if ev.with_t {
+                    res.temperature[n] += local[nn + a];
+                }
+                if let Some(c) = res.coords.as_mut() {
+                    for i in 0..3 {
+                        c[n][i] += local[at + 2 + 3 * a + i];
+                    }
+                }
+            }
+            res.sigma_elem[e] += local[at];
+            res.alpha_r[self.element_conductor(e)] += local[at + 1];
+        });
+        res
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use num_dual::{Dual64, DualNum, HyperDual64};
 
-    /// The element variables (value, direction): nodal φ, nodal T (when present), σ₀, α_R.
-    struct ElementVariables {
-        values: Vec<f64>,
-        direction: Vec<f64>,
-        nn: usize,
-        with_t: bool,
-    }
-
-    /// The reference implementations the closed forms are tested against: dual numbers over
-    /// the generic element kernels (`Dual64` for the tangents, `HyperDual64`, one pass per
-    /// element variable, for the second-order products).
-    impl ElectricalModel {
-        fn element_variables(
-            &self,
-            e: usize,
-            phi: &[f64],
-            t: Option<&[f64]>,
-            dir: &ElectricalDirection,
-        ) -> ElementVariables {
-            let nodes = self.element_nodes(e);
-            let nn = nodes.len();
-            let c = self.element_conductor(e);
-            let law = &self.conductors[c].law;
-            let mut values = Vec::with_capacity(2 * nn + 2);
-            let mut direction = Vec::with_capacity(2 * nn + 2);
-            for &n in nodes {
-                values.push(phi[n]);
-                direction.push(dir.phi[n]);
-            }
-            if let Some(t) = t {
-                for &n in nodes {
-                    values.push(t[n]);
-                    direction.push(dir.temperature[n]);
-                }
-            }
-            values.push(self.sigma_elem[e]);
-            direction.push(dir.sigma_elem[e]);
-            let alpha = law.alpha_r();
-            values.push(alpha.unwrap_or(0.0));
-            direction.push(if alpha.is_some() { dir.alpha_r[c] } else { 0.0 });
-            ElementVariables { values, direction, nn, with_t: t.is_some() }
-        }
-
-        /// The element's residual (nn values) or Joule heat (one per point) at variables `v`.
-        fn element_outputs<D: DualNum<Primitive = f64> + Copy>(
-            &self,
-            e: usize,
-            v: &[D],
-            nn: usize,
-            with_t: bool,
-            joule: bool,
-            out: &mut [D],
-        ) {
-            let x: Vec<[D; 3]> =
-                self.element_nodes(e).iter().map(|&n| self.coords[n].map(D::from)).collect();
-            let phi_e = &v[..nn];
-            let t_e = with_t.then(|| &v[nn..2 * nn]);
-            let (sigma0, alpha_r) = (v[v.len() - 2], v[v.len() - 1]);
-            if joule {
-                self.joule_heat_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
-            } else {
-                self.element_residual_generic(e, &x, phi_e, t_e, sigma0, alpha_r, out);
-            }
-        }
-
-        /// [`residual_jvp`](Self::residual_jvp) by dual numbers over the generic kernel (the
-        /// reference the closed form is tested against).
-        pub fn residual_jvp_dual(
-            &self,
-            phi: &[f64],
-            t: Option<&[f64]>,
-            dir: &ElectricalDirection,
-        ) -> Vec<f64> {
-            let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
-                .into_par_iter()
-                .map(|e| {
-                    let ev = self.element_variables(e, phi, t, dir);
-                    let v: Vec<Dual64> = ev
-                        .values
-                        .iter()
-                        .zip(&ev.direction)
-                        .map(|(&a, &d)| Dual64::new(a, d))
-                        .collect();
-                    let mut r = vec![Dual64::from(0.0); ev.nn];
-                    self.element_outputs(e, &v, ev.nn, ev.with_t, false, &mut r);
-                    r.iter().map(|r| r.eps).collect()
-                })
-                .collect();
-            let mut out = vec![0.0; self.n_nodes()];
-            for (e, local) in per_element.iter().enumerate() {
-                for (&n, v) in self.element_nodes(e).iter().zip(local) {
-                    out[n] += v;
-                }
-            }
-            out
-        }
-
-        /// [`joule_jvp`](Self::joule_jvp) by dual numbers over the generic kernel.
-        pub fn joule_jvp_dual(
-            &self,
-            phi: &[f64],
-            t: Option<&[f64]>,
-            dir: &ElectricalDirection,
-        ) -> Vec<f64> {
-            let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
-                .into_par_iter()
-                .map(|e| {
-                    let ev = self.element_variables(e, phi, t, dir);
-                    let v: Vec<Dual64> = ev
-                        .values
-                        .iter()
-                        .zip(&ev.direction)
-                        .map(|(&a, &d)| Dual64::new(a, d))
-                        .collect();
-                    let mut q = vec![Dual64::from(0.0); self.n_points(e)];
-                    self.element_outputs(e, &v, ev.nn, ev.with_t, true, &mut q);
-                    q.iter().map(|q| q.eps).collect()
-                })
-                .collect();
-            per_element.concat()
-        }
-
-        fn second_order_products(
-            &self,
-            phi: &[f64],
-            t: Option<&[f64]>,
-            weights: Weighted,
-            dir: &ElectricalDirection,
-        ) -> ElectricalSecondOrder {
-            let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
-                .into_par_iter()
-                .map(|e| {
-                    let ev = self.element_variables(e, phi, t, dir);
-                    let (w, joule): (Vec<f64>, bool) = match weights {
-                        Weighted::Residual(l) => {
-                            (self.element_nodes(e).iter().map(|&n| l[n]).collect(), false)
-                        }
-                        Weighted::Joule(q) => {
-                            let o = self.qp_offsets()[e];
-                            (q[o..o + self.n_points(e)].to_vec(), true)
-                        }
-                    };
-                    if w.iter().all(|&v| v == 0.0) {
-                        return vec![0.0; ev.values.len()];
-                    }
-                    let m = ev.values.len();
-                    let mut out = vec![0.0; m];
-                    let mut buf = vec![HyperDual64::from(0.0); w.len()];
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let v: Vec<HyperDual64> = (0..m)
-                            .map(|j| {
-                                let unit = if i == j { 1.0 } else { 0.0 };
-                                HyperDual64::new(ev.values[j], ev.direction[j], unit, 0.0)
-                            })
-                            .collect();
-                        self.element_outputs(e, &v, ev.nn, ev.with_t, joule, &mut buf);
-                        *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
-                    }
-                    out
-                })
-                .collect();
-            let mut res = ElectricalSecondOrder {
-                phi: vec![0.0; self.n_nodes()],
-                temperature: vec![0.0; self.n_nodes()],
-                sigma_elem: vec![0.0; self.n_volume_elements()],
-                alpha_r: vec![0.0; self.conductors.len()],
-            };
-            for (e, local) in per_element.iter().enumerate() {
-                let nodes = self.element_nodes(e);
-                let nn = nodes.len();
-                for (a, &n) in nodes.iter().enumerate() {
-                    res.phi[n] += local[a];
-                    if t.is_some() {
-                        res.temperature[n] += local[nn + a];
-                    }
-                }
-                let m = local.len();
-                res.sigma_elem[e] += local[m - 2];
-                res.alpha_r[self.element_conductor(e)] += local[m - 1];
-            }
-            res
-        }
-    }
     use crate::law::ResistivityLaw;
     use crate::model::{ConductorSpec, TerminalKind, TerminalSpec};
     use gradfem_mesh::CellType;
@@ -609,12 +663,12 @@ mod tests {
             );
             let pairs = [
                 (
-                    model.second_order_vjp(&phi, temp, &lambda, &d),
-                    model.second_order_products(&phi, temp, Weighted::Residual(&lambda), &d),
+                    model.second_order_vjp(&phi, temp, &lambda, &d, false),
+                    model.second_order_products(&phi, temp, Weighted::Residual(&lambda), &d, false),
                 ),
                 (
-                    model.joule_second_order_vjp(&phi, temp, &q_bar, &d),
-                    model.second_order_products(&phi, temp, Weighted::Joule(&q_bar), &d),
+                    model.joule_second_order_vjp(&phi, temp, &q_bar, &d, false),
+                    model.second_order_products(&phi, temp, Weighted::Joule(&q_bar), &d, false),
                 ),
             ];
             for (a, b) in &pairs {
@@ -661,7 +715,7 @@ mod tests {
             .enumerate()
             .map(|(n, p)| if model.unknown_of_node()[n].is_some() { p[0] * 1e3 - 0.2 } else { 0.0 })
             .collect();
-        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d);
+        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d, false);
         let want = crate::model::VjpRequest {
             conductivity: true,
             terminals: false,
@@ -690,12 +744,100 @@ mod tests {
         let q_bar: Vec<f64> = (0..model.qp_offsets().last().copied().unwrap())
             .map(|q| 1.0 + (q % 7) as f64 * 0.1)
             .collect();
-        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d);
+        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d, false);
         let jp = mp.joule_vjp(&pp, Some(&tp), &q_bar, false);
         let jm = mm.joule_vjp(&pm, Some(&tm), &q_bar, false);
         check("joule phi", &js.phi, &jp.phi, &jm.phi);
         check("joule temperature", &js.temperature, &jp.temperature, &jm.temperature);
         check("joule sigma", &js.sigma_elem, &jp.sigma_elem, &jm.sigma_elem);
         check("joule alpha", &js.alpha_r, &jp.alpha_r, &jm.alpha_r);
+    }
+
+    /// With a direction that moves the nodes, the residual's and the Joule heat's tangents
+    /// and the derivatives of their vector-Jacobian products (potential, temperature, σ₀,
+    /// α_R and coordinates) match central differences of the first-order products.
+    #[test]
+    fn coordinate_directions_match_central_differences() {
+        let (model, phi, t) = bar();
+        let mut d = direction(&model);
+        d.coords = model
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(n, p)| {
+                let f = n as f64;
+                [
+                    2e-5 * (0.7 * f).sin(),
+                    1e-5 * (1.3 * f + p[0] * 1e3).cos(),
+                    5e-6 * (0.4 * f).sin(),
+                ]
+            })
+            .collect();
+        let h = 1e-4;
+        let at = |s: f64| {
+            let (mut m, p, tt) = moved(&model, &phi, &t, &d, s);
+            for (x, dx) in m.coords.iter_mut().zip(&d.coords) {
+                for i in 0..3 {
+                    x[i] += s * dx[i];
+                }
+            }
+            (m, p, tt)
+        };
+        let (mp, pp, tp) = at(h);
+        let (mm, pm, tm) = at(-h);
+        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
+            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let scale = fd.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
+            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+                assert!((g - f).abs() <= 1e-6 * scale, "{what}[{i}]: {g} vs {f}");
+            }
+        };
+        let flat = |c: &Option<Vec<[f64; 3]>>| -> Vec<f64> {
+            c.as_ref().expect("coordinates").iter().flatten().copied().collect()
+        };
+        check(
+            "residual",
+            &model.residual_jvp(&phi, Some(&t), &d),
+            &mp.interior_residual(&pp, Some(&tp)),
+            &mm.interior_residual(&pm, Some(&tm)),
+        );
+        check(
+            "joule",
+            &model.joule_jvp(&phi, Some(&t), &d),
+            &mp.joule_heat_qp(&pp, Some(&tp)),
+            &mm.joule_heat_qp(&pm, Some(&tm)),
+        );
+        let lambda: Vec<f64> = (0..model.n_nodes()).map(|n| ((n as f64) * 0.7).sin()).collect();
+        let want = crate::model::VjpRequest {
+            conductivity: true,
+            terminals: false,
+            temperature: true,
+            coords: true,
+        };
+        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d, true);
+        let (vp, vm) = (
+            mp.parameter_vjp(&pp, Some(&tp), &lambda, want),
+            mm.parameter_vjp(&pm, Some(&tm), &lambda, want),
+        );
+        check(
+            "phi",
+            &so.phi,
+            &mp.tangent_transpose_product(&pp, Some(&tp), &lambda),
+            &mm.tangent_transpose_product(&pm, Some(&tm), &lambda),
+        );
+        check("temperature", &so.temperature, &vp.temperature, &vm.temperature);
+        check("sigma", &so.sigma_elem, &vp.sigma_elem, &vm.sigma_elem);
+        check("alpha", &so.alpha_r, &vp.alpha_r, &vm.alpha_r);
+        check("coords", &flat(&so.coords), &flat(&vp.coords), &flat(&vm.coords));
+        let q_bar: Vec<f64> = (0..model.qp_offsets().last().copied().unwrap())
+            .map(|q| 1.0 + (q % 7) as f64 * 0.1)
+            .collect();
+        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d, true);
+        let jp = mp.joule_vjp(&pp, Some(&tp), &q_bar, true);
+        let jm = mm.joule_vjp(&pm, Some(&tm), &q_bar, true);
+        check("joule phi", &js.phi, &jp.phi, &jm.phi);
+        check("joule temperature", &js.temperature, &jp.temperature, &jm.temperature);
+        check("joule sigma", &js.sigma_elem, &jp.sigma_elem, &jm.sigma_elem);
+        check("joule coords", &flat(&js.coords), &flat(&jp.coords), &flat(&jm.coords));
     }
 }

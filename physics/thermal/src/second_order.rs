@@ -19,7 +19,8 @@
 //! drop out of both products.
 
 use gradfem_kernel::for_each_element_ordered;
-use num_dual::{Dual64, HyperDual64};
+use gradfem_kernel::generic;
+use num_dual::{Dual64, DualNum, HyperDual64};
 
 use crate::model::{BcKind, ParameterVjp, ThermalModel};
 
@@ -391,6 +392,126 @@ impl ThermalModel {
     }
 }
 
+/// The external source (a per-point heat source handed over by another field, the Joule
+/// heat) with moving nodes: its residual part r_a = −Σ_q w_q det J(X) N_a(ξ_q) Q_q depends on
+/// the coordinates through det J, so a direction that moves the nodes changes it, and the
+/// source's and the coordinates' vector-Jacobian products change with both.
+impl ThermalModel {
+    /// The external source's part of volume element `e`'s residual, generic over the scalar.
+    fn external_source_generic<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        e: usize,
+        x: &[[D; 3]],
+        q: &[D],
+        out: &mut [D],
+    ) {
+        let table = self.element_table(e);
+        let nn = x.len();
+        out[..nn].iter_mut().for_each(|o| *o = D::from(0.0));
+        let mut g = [[D::from(0.0); 3]; crate::model::MAX_NODES];
+        for (k, &qk) in q.iter().enumerate() {
+            let det = generic::physical_gradients(table.grad(k), x, &mut g[..nn]);
+            let c = det * table.weights[k] * qk;
+            for (o, &n) in out.iter_mut().zip(table.shape(k)) {
+                *o -= c * n;
+            }
+        }
+    }
+
+    /// The external source's residual tangent at every node along a change `dq` of the
+    /// source (per point; empty: none) and a motion `dx` of the nodes (per node; empty: none),
+    /// at the source set on the model (zero without one).
+    pub fn external_source_jvp_moving(&self, dq: &[f64], dx: &[[f64; 3]]) -> Vec<f64> {
+        let mut out = vec![0.0; self.n_nodes()];
+        let Some(source) = self.external_source() else { return out };
+        let offsets = self.qp_offsets();
+        let compute = |e: usize| {
+            let nodes = self.element_nodes(e);
+            let x: Vec<[Dual64; 3]> = nodes
+                .iter()
+                .map(|&n| {
+                    let (p, d) = (self.coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
+                    std::array::from_fn(|i| Dual64::new(p[i], d[i]))
+                })
+                .collect();
+            let q: Vec<Dual64> = (offsets[e]..offsets[e + 1])
+                .map(|k| Dual64::new(source[k], dq.get(k).copied().unwrap_or(0.0)))
+                .collect();
+            let mut r = vec![Dual64::from(0.0); nodes.len()];
+            self.external_source_generic(e, &x, &q, &mut r);
+            r.iter().map(|v| v.eps).collect::<Vec<f64>>()
+        };
+        for_each_element_ordered(self.n_volume, compute, |e, local| {
+            for (&n, v) in self.element_nodes(e).iter().zip(local) {
+                out[n] += v;
+            }
+        });
+        out
+    }
+
+    /// With λ (every node) held, the derivatives along (δQ, δX) of the external source's
+    /// vector-Jacobian products: (∂R/∂Q)ᵀλ per point (first) and, with `coords`, (∂R/∂X)ᵀλ
+    /// per node (second). Zero without a source set on the model.
+    pub fn external_source_second_order(
+        &self,
+        lambda: &[f64],
+        dq: &[f64],
+        dx: &[[f64; 3]],
+        coords: bool,
+    ) -> (Vec<f64>, Option<Vec<[f64; 3]>>) {
+        let offsets = self.qp_offsets();
+        let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
+        let mut per_node = coords.then(|| vec![[0.0; 3]; self.n_nodes()]);
+        let Some(source) = self.external_source() else { return (per_point, per_node) };
+        let compute = |e: usize| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let np = offsets[e + 1] - offsets[e];
+            let n_picks = np + if coords { 3 * nn } else { 0 };
+            let mut out = vec![0.0; n_picks];
+            if nodes.iter().all(|&n| lambda[n] == 0.0) {
+                return out;
+            }
+            let mut r = vec![HyperDual64::from(0.0); nn];
+            for (pick, o) in out.iter_mut().enumerate() {
+                let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
+                let q: Vec<HyperDual64> = (0..np)
+                    .map(|k| {
+                        let g = offsets[e] + k;
+                        HyperDual64::new(source[g], dq.get(g).copied().unwrap_or(0.0), seed(k), 0.0)
+                    })
+                    .collect();
+                let x: Vec<[HyperDual64; 3]> = nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &n)| {
+                        let (p, d) = (self.coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
+                        std::array::from_fn(|i| {
+                            HyperDual64::new(p[i], d[i], seed(np + 3 * a + i), 0.0)
+                        })
+                    })
+                    .collect();
+                self.external_source_generic(e, &x, &q, &mut r);
+                *o = (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum();
+            }
+            out
+        };
+        // Summed in element order: the result does not depend on the thread count.
+        for_each_element_ordered(self.n_volume, compute, |e, local| {
+            let np = offsets[e + 1] - offsets[e];
+            per_point[offsets[e]..offsets[e + 1]].copy_from_slice(&local[..np]);
+            if let Some(c) = per_node.as_mut() {
+                for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                    for i in 0..3 {
+                        c[n][i] += local[np + 3 * a + i];
+                    }
+                }
+            }
+        });
+        (per_point, per_node)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -680,6 +801,65 @@ mod tests {
         );
         close("closed form", &s0, &s1, 1e-12);
         assert!(p1.coords.unwrap().iter().flatten().any(|v| *v != 0.0));
+    }
+
+    /// An external per-point source with moving nodes: the residual's tangent and the
+    /// derivatives of (∂R/∂Q)ᵀλ and (∂R/∂X)ᵀλ along (δQ, δX) match central differences of the
+    /// whole residual and of the first-order products.
+    #[test]
+    fn external_source_with_moving_nodes_matches_central_differences() {
+        let mut m = model();
+        let n_points = *m.qp_offsets().last().unwrap();
+        let q: Vec<f64> = (0..n_points).map(|k| 40.0 + 10.0 * ((k as f64) * 0.3).sin()).collect();
+        let dq: Vec<f64> = (0..n_points).map(|k| 5.0 * ((k as f64) * 0.8).cos()).collect();
+        m.set_external_source(Some(q.clone()));
+        let (t, lambda, _) = state_and_direction(&m);
+        let d = with_coordinates(&m, ThermalDirection::zeros(&m));
+        let h = 1e-6;
+        let at = |s: f64| {
+            let mut m2 = moved_with_coordinates(&m, &d, s);
+            m2.set_external_source(Some(q.iter().zip(&dq).map(|(a, b)| a + s * b).collect()));
+            m2
+        };
+        let (mp, mm) = (at(h), at(-h));
+        let close = |name: &str, got: &[f64], p: &[f64], q: &[f64]| {
+            let scale = got.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
+            for i in 0..got.len() {
+                let fd = (p[i] - q[i]) / (2.0 * h);
+                assert!((got[i] - fd).abs() <= 1e-6 * scale, "{name}[{i}]: {} vs {fd}", got[i]);
+            }
+        };
+        let mut jvp = m.residual_jvp(&t, &d);
+        let ext = m.external_source_jvp_moving(&dq, &d.coords);
+        assert!(ext.iter().any(|v| *v != 0.0));
+        jvp.iter_mut().zip(&ext).for_each(|(a, b)| *a += b);
+        close("residual", &jvp, &residual(&mp, &t), &residual(&mm, &t));
+        let want = VjpRequest {
+            conductivity: false,
+            source: false,
+            boundary: false,
+            temperature: false,
+            coords: true,
+        };
+        let (per_point, per_node) = m.external_source_second_order(&lambda, &dq, &d.coords, true);
+        close(
+            "source",
+            &per_point,
+            &mp.external_source_vjp(&lambda),
+            &mm.external_source_vjp(&lambda),
+        );
+        let (_, own) = m.second_order_vjp(&t, &lambda, &d, true);
+        let total: Vec<f64> = own
+            .coords
+            .unwrap()
+            .iter()
+            .zip(per_node.unwrap())
+            .flat_map(|(a, b)| [a[0] + b[0], a[1] + b[1], a[2] + b[2]])
+            .collect();
+        let flat = |m: &ThermalModel| -> Vec<f64> {
+            m.parameter_vjp(&t, &lambda, want).coords.unwrap().into_iter().flatten().collect()
+        };
+        close("coords", &total, &flat(&mp), &flat(&mm));
     }
 
     use crate::VjpRequest;
