@@ -474,6 +474,12 @@ fn electrothermal_shape_second_order_taylor_remainders_fall_at_rate_three(
 /// The Joule-heated bar as an actuator: polysilicon-like elasticity with thermal expansion,
 /// clamped at x = 0 with a prescribed displacement there, a traction on x = L and a body force.
 fn actuator_bar(cell: &str, alpha_r: Option<f64>, objectives: &str, register: &str) -> Simulation {
+    let text = actuator_bar_text(cell, alpha_r, objectives, register);
+    Simulation::from_toml("actuator_bar.toml", &text).unwrap()
+}
+
+/// The text of [`actuator_bar`].
+fn actuator_bar_text(cell: &str, alpha_r: Option<f64>, objectives: &str, register: &str) -> String {
     let mechanics = r#"
 [[mechanical.material]]
 group = "domain"
@@ -493,8 +499,53 @@ group = "xmax"
 kind = "traction"
 traction = [1.0e4, 1.0e5, 2.0e4]
 "#;
-    let text = joule_bar_text(cell, alpha_r, VOLTAGE, objectives, register) + mechanics;
-    Simulation::from_toml("actuator_bar.toml", &text).unwrap()
+    joule_bar_text(cell, alpha_r, VOLTAGE, objectives, register) + mechanics
+}
+
+/// The actuator bar with shape parameters (every node coordinate and the width morph) beside
+/// electrical, thermal and mechanical ones: the second-order Taylor remainders fall at rate 3
+/// for the tip's mean displacement (a surface group whose area moves) and the compliance
+/// (loads on moving facets), one way and on the ρ(T) cycle, in every direction and along the
+/// shape parameters alone.
+#[rstest]
+#[case::one_way_tip_and_compliance("tet4", None, &format!("{TIP}{COMPLIANCE}"),
+    "\"load.xmin.voltage\", \"mechanical.young.domain\", \"mechanical.alpha.domain\", \"bc.xmax.traction\", \"mechanical.body_force.domain\"")]
+#[case::cycle_tip("hex8", Some(1.25e-3), &format!("{TIP}{MAX_T}"),
+    "\"electrical.alpha_r.domain\", \"thermal.k.domain\", \"mechanical.poisson.domain\", \"mechanical.t_ref.domain\"")]
+fn thermoelastic_shape_second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] alpha_r: Option<f64>,
+    #[case] objectives: &str,
+    #[case] register: &str,
+) {
+    let register = format!("{register}, \"morph.width\", \"mesh.coordinates\"");
+    let text = actuator_bar_text(cell, alpha_r, objectives, &register) + WIDTH_MORPH;
+    let mut sim = Simulation::from_toml("shaped_actuator_bar.toml", &text).unwrap();
+    // Steps along the shape alone are longer: its remainders are smaller and must stay above
+    // the coupled solve's tolerance.
+    for (seed, only_shape, h0) in [(5, false, 0.01), (6, true, 0.05)] {
+        let dir = shape_direction(&mut sim, seed, 1e-3, only_shape);
+        let t = sim.taylor_test_second_order(&dir, h0, 5).unwrap();
+        eprintln!(
+            "{cell} {alpha_r:?} {only_shape}: remainders {:?} rates {:?}",
+            t.remainders, t.rates
+        );
+        assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+        let rate = t.min_rate().expect("remainders above round-off");
+        assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    }
+}
+
+/// H·δp of the actuator bar with shape parameters against central differences of adjoint
+/// gradients, entry by entry.
+#[test]
+fn thermoelastic_shape_hessian_vector_product_matches_differences_of_gradients() {
+    let register = "\"load.xmin.voltage\", \"mechanical.alpha.domain\", \"bc.xmax.traction\", \"morph.width\", \"mesh.coordinates\"";
+    let text =
+        actuator_bar_text("tet4", None, &format!("{TIP}{COMPLIANCE}"), register) + WIDTH_MORPH;
+    let mut sim = Simulation::from_toml("shaped_actuator_bar.toml", &text).unwrap();
+    let dir = shape_direction(&mut sim, 17, 1e-3, false);
+    assert_hvp_matches_differences_of_gradients_along(&mut sim, &dir);
 }
 
 const TIP: &str = "[[objective]]\nkind = \"average_displacement\"\ngroup = \"xmax\"\ndirection = [0.0, 1.0, 0.5]\nweight = 1.0e6\n";

@@ -473,21 +473,6 @@ pub struct StepChoice {
     pub max_error: f64,
 }
 
-/// Refuse second-order products with respect to node coordinates (shape parameters), which
-/// the field does not have yet; `field` names the field in the message.
-pub(crate) fn refuse_shape_second_order(
-    field: &str,
-    wants_coordinates: bool,
-) -> Result<(), RunError> {
-    if wants_coordinates {
-        return Err(RunError::Setup(format!(
-            "{field}: Hessian-vector products with respect to node coordinates (shape \
-             parameters) are not available yet; register material, load and boundary parameters"
-        )));
-    }
-    Ok(())
-}
-
 /// A direction of the second-order products: δp, with the tangents it gives the field's state
 /// and inputs.
 #[derive(Clone, Copy)]

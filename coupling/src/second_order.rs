@@ -16,7 +16,7 @@
 //! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Shape
 //! parameters (node coordinates, morphs) move the nodes along δX = [`crate::shape::Shape::tangent`], for
 //! problems whose fields all cover them ([`crate::field::SecondOrder::covers_shape`]: the
-//! thermal and electrical fields so far). Time stepping, and shape parameters on other fields, are refused
+//! thermal, electrical and linear mechanical fields so far). Time stepping, and shape parameters on other fields, are refused
 //! with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};

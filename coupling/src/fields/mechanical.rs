@@ -21,7 +21,8 @@ use gradfem_mechanical::linear::objective::{
     ObjectiveKind as MechObjectiveKind, ObjectiveTerm as MechObjectiveTerm, evaluate,
 };
 use gradfem_mechanical::{
-    BcKind, BcSpec, LinearElasticModel, MechanicalDirection, RegionSpec, VjpRequest,
+    BcKind, BcSpec, LinearElasticModel, MechanicalDirection, MechanicalSecondOrder, RegionSpec,
+    VjpRequest,
 };
 use gradfem_mesh::Mesh;
 use gradfem_solvers::assembly::AssemblyPattern;
@@ -791,10 +792,23 @@ impl MechanicalField {
         }
     }
 
-    /// Refuse what the second-order products do not cover; the solved displacement.
-    fn check_second_order(&self, wants_coordinates: bool) -> Result<&[f64], RunError> {
-        crate::field::refuse_shape_second_order("mechanical", wants_coordinates)?;
+    /// The solved displacement, for the second-order products.
+    fn check_second_order(&self) -> Result<&[f64], RunError> {
         self.solved_displacement()
+    }
+
+    /// Add `scale` times the loads' second-order products (per region and boundary
+    /// condition) to the registered loads' gradients.
+    fn add_load_second_order(&self, so: &MechanicalSecondOrder, scale: f64, grad: &mut Gradient) {
+        for (id, b) in &self.bindings {
+            let g = grad.get_mut(*id);
+            match b {
+                MBinding::BodyForce(r) => (0..3).for_each(|k| g[k] += scale * so.body_force[*r][k]),
+                MBinding::Pressure(bc) => g[0] += scale * so.pressure[*bc],
+                MBinding::Traction(bc) => (0..3).for_each(|k| g[k] += scale * so.traction[*bc][k]),
+                _ => {}
+            }
+        }
     }
 
     /// The model direction of `params` with the state tangent `state` (empty: the prescribed
@@ -832,6 +846,7 @@ impl MechanicalField {
         if let Some(dt) = dir.inputs.first().filter(|v| !v.is_empty()) {
             d.temperature.copy_from_slice(dt);
         }
+        d.coords = dir.coordinates.to_vec();
         // An imported temperature T = offset + scale · T_imported moves with its coefficients.
         if let Some(imp) = &self.imported {
             for (id, b) in &self.bindings {
@@ -865,6 +880,59 @@ impl MechanicalField {
     }
 }
 
+impl MechanicalField {
+    /// [`SecondOrder::objective_hessian`] with shape parameters: the mean displacement over a
+    /// group (its area or volume moves with the nodes) and the compliance (its loads move)
+    /// by hyper-dual numbers; cotangents are free of X; point values and the von Mises
+    /// p-norm are refused.
+    fn objective_hessian_moving(
+        &self,
+        u: &[f64],
+        d: &MechanicalDirection,
+        rev: &mut Reverse,
+    ) -> Result<Seed, RunError> {
+        let mut state = vec![0.0; u.len()];
+        for term in &self.objective {
+            let w = term.weight;
+            match &term.kind {
+                MechObjectiveKind::Linear { .. } | MechObjectiveKind::Compliance => {}
+                MechObjectiveKind::AverageDisplacement { group, direction } => {
+                    let (hu, hx) =
+                        gradfem_mechanical::linear::objective::average_displacement_hessian(
+                            &self.model,
+                            group,
+                            *direction,
+                            u,
+                            &d.displacement,
+                            &d.coords,
+                        )
+                        .map_err(mech)?;
+                    state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
+                    rev.add_coordinates(&hx, w);
+                }
+                MechObjectiveKind::PointDisplacement { .. }
+                | MechObjectiveKind::VonMisesPNorm { .. } => {
+                    return Err(mech(gradfem_mechanical::MechanicalError::NotAvailable(
+                        "second derivatives of point-displacement and von Mises objectives with \
+                         respect to node coordinates (shape parameters)"
+                            .into(),
+                    )));
+                }
+            }
+        }
+        let compliance = self.compliance_weight();
+        if compliance != 0.0 {
+            let ch = self.model.compliance_hessian(u, d, true);
+            state.iter_mut().zip(&ch.displacement).for_each(|(s, v)| *s += compliance * v);
+            self.add_load_second_order(&ch, compliance, rev.grad);
+            if let Some(dx) = &ch.coords {
+                rev.add_coordinates(dx, compliance);
+            }
+        }
+        Ok(Seed { state, ..Seed::default() })
+    }
+}
+
 impl SecondOrder for MechanicalField {
     fn prescribed_tangent(&self, params: &Gradient) -> Vec<f64> {
         let owner = self.model.constraint_owner();
@@ -885,7 +953,7 @@ impl SecondOrder for MechanicalField {
     }
 
     fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
-        let u = self.check_second_order(false)?;
+        let u = self.check_second_order()?;
         let d = self.mechanical_direction(dir);
         Ok(self.model.dofs.gather(&self.model.residual_jvp(u, &d)))
     }
@@ -896,7 +964,7 @@ impl SecondOrder for MechanicalField {
         coordinates: &[[f64; 3]],
         inputs: &[Vec<f64>],
     ) -> Result<Vec<f64>, RunError> {
-        let u = self.check_second_order(false)?.to_vec();
+        let u = self.check_second_order()?.to_vec();
         let prescribed = self.prescribed_tangent(params);
         let d = self.mechanical_direction(&Direction {
             params,
@@ -920,10 +988,18 @@ impl SecondOrder for MechanicalField {
         dir: &Direction,
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
-        let u = self.check_second_order(rev.wants_coordinates())?;
+        let u = self.check_second_order()?;
         let d = self.mechanical_direction(dir);
-        let so = self.model.second_order_vjp(u, lambda, &d);
+        let coords = rev.wants_coordinates();
+        let so = self.model.second_order_vjp(u, lambda, &d, coords);
         self.add_material(rev.grad, &so.young_elem, &so.poisson_elem, -1.0);
+        // The loads have second-order terms only when the nodes move.
+        if coords {
+            self.add_load_second_order(&so, -1.0, rev.grad);
+        }
+        if let Some(dx) = &so.coords {
+            rev.add_coordinates(dx, -1.0);
+        }
         for (id, b) in &self.bindings {
             match b {
                 MBinding::Alpha(r) => rev.grad.get_mut(*id)[0] -= so.alpha[*r],
@@ -947,8 +1023,11 @@ impl SecondOrder for MechanicalField {
         // Displacement, mean-displacement and cotangent terms are linear in u; compliance fᵀu
         // is bilinear in the loads and u (d/dε ∂C/∂u = δf, d/dε ∂C/∂p = (∂f/∂p)ᵀδu); the von
         // Mises p-norm is a function of u and μ(E, ν).
-        let u = self.check_second_order(rev.wants_coordinates())?;
+        let u = self.check_second_order()?;
         let d = self.mechanical_direction(dir);
+        if rev.wants_coordinates() {
+            return self.objective_hessian_moving(u, &d, rev);
+        }
         let mut state = vec![0.0; u.len()];
         for term in &self.objective {
             if let MechObjectiveKind::VonMisesPNorm { group, p } = &term.kind {
@@ -965,6 +1044,10 @@ impl SecondOrder for MechanicalField {
             self.add_load_products(u, &d.displacement, compliance, rev.grad);
         }
         Ok(Seed { state, ..Seed::default() })
+    }
+
+    fn covers_shape(&self) -> bool {
+        true
     }
 }
 

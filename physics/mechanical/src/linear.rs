@@ -164,6 +164,9 @@ pub enum MechanicalError {
     OverlappingRegions { first: String, second: String, cell_tag: u64 },
     #[error("mechanical: {what} must be {requirement}, got {value}")]
     InvalidValue { what: String, requirement: &'static str, value: f64 },
+    /// A derivative this version does not compute, named.
+    #[error("mechanical: {0} are not available yet")]
+    NotAvailable(String),
     #[error("mechanical: no volume cells: the regions' groups hold no 3D cells")]
     NoVolumeCells,
     #[error("mechanical: cell type {cell_type} is not supported as a {role}")]

@@ -17,7 +17,7 @@
 
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
-use num_dual::Dual64;
+use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -510,4 +510,194 @@ pub fn evaluate(
         out.value += w * value;
     }
     Ok(out)
+}
+
+/// The derivative along a direction (δu, δX) of the gradient of the average displacement
+/// d · ū over `group` (a surface or a volume group): ∂/∂u three per node (first) and ∂/∂X per
+/// node (second), for the second-order adjoint with shape parameters. With S = ∫ d·u and
+/// A = ∫ 1 over the group, J = S/A; per cell, hyper-dual numbers carry the direction in ε₁
+/// and pick one displacement component or coordinate in ε₂ through the generic Jacobian or
+/// area density, and the chain rule through S/A follows.
+pub fn average_displacement_hessian(
+    model: &LinearElasticModel,
+    group: &str,
+    direction: [f64; 3],
+    u: &[f64],
+    du: &[f64],
+    dx: &[[f64; 3]],
+) -> Result<(Vec<f64>, Vec<[f64; 3]>), MechanicalError> {
+    // The cells: (table, nodes, is a surface cell).
+    let cells: Vec<(&gradfem_mesh::quadrature::ElementTable, &[usize], bool)> =
+        match model.surface_groups.get(group) {
+            Some(cells) => cells
+                .iter()
+                .map(|c| (model.block_table(c.block), c.nodes.as_slice(), true))
+                .collect(),
+            None => model
+                .group_elements(group)?
+                .iter()
+                .map(|&e| (model.element_table(e), model.element_nodes(e), false))
+                .collect(),
+        };
+    /// Per cell: S and A with their direction parts; per variable (3·nn displacements, then
+    /// 3·nn coordinates) the gradient and its direction part of S and of A.
+    struct Local {
+        s: [f64; 2],
+        a: [f64; 2],
+        grad: Vec<[f64; 4]>,
+    }
+    let coord = |n: usize| dx.get(n).copied().unwrap_or([0.0; 3]);
+    let locals: Vec<Local> = cells
+        .par_iter()
+        .map(|&(tab, nodes, surface)| {
+            let nn = nodes.len();
+            let mut g = vec![[HyperDual64::from(0.0); 3]; nn];
+            let mut pass = |pick: usize| -> (HyperDual64, HyperDual64) {
+                let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
+                let x: Vec<[HyperDual64; 3]> = nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(a, &n)| {
+                        let (p, d) = (model.coords[n], coord(n));
+                        std::array::from_fn(|i| {
+                            HyperDual64::new(p[i], d[i], seed(3 * nn + 3 * a + i), 0.0)
+                        })
+                    })
+                    .collect();
+                let (mut s, mut area) = (HyperDual64::from(0.0), HyperDual64::from(0.0));
+                for q in 0..tab.n_points() {
+                    let jac = if surface {
+                        gradfem_kernel::generic::area_density(tab.grad(q), &x)
+                    } else {
+                        gradfem_kernel::generic::physical_gradients(tab.grad(q), &x, &mut g)
+                    };
+                    let w = jac * tab.weights[q];
+                    let sh = tab.shape(q);
+                    let mut uq = HyperDual64::from(0.0);
+                    for (a, &n) in nodes.iter().enumerate() {
+                        for i in 0..3 {
+                            let k = 3 * n + i;
+                            uq += HyperDual64::new(u[k], du[k], seed(3 * a + i), 0.0)
+                                * (sh[a] * direction[i]);
+                        }
+                    }
+                    s += w * uq;
+                    area += w;
+                }
+                (s, area)
+            };
+            let mut local = Local { s: [0.0; 2], a: [0.0; 2], grad: Vec::with_capacity(6 * nn) };
+            for pick in 0..6 * nn {
+                let (s, a) = pass(pick);
+                local.s = [s.re, s.eps1];
+                local.a = [a.re, a.eps1];
+                local.grad.push([s.eps2, s.eps1eps2, a.eps2, a.eps1eps2]);
+            }
+            local
+        })
+        .collect();
+    let (mut s, mut a) = ([0.0; 2], [0.0; 2]);
+    for l in &locals {
+        for k in 0..2 {
+            s[k] += l.s[k];
+            a[k] += l.a[k];
+        }
+    }
+    // J = S/A: J_S = 1/A, J_A = −S/A², J_SS = 0, J_SA = −1/A², J_AA = 2S/A³, and
+    // d/dε ∂J/∂z = J_S S_zε + J_A A_zε + (J_SA dA) S_z + (J_SA dS + J_AA dA) A_z.
+    let (j_s, j_a) = (1.0 / a[0], -s[0] / (a[0] * a[0]));
+    let (j_sa, j_aa) = (-1.0 / (a[0] * a[0]), 2.0 * s[0] / (a[0] * a[0] * a[0]));
+    let (c_s, c_a) = (j_sa * a[1], j_sa * s[1] + j_aa * a[1]);
+    let combine = |g: [f64; 4]| j_s * g[1] + j_a * g[3] + c_s * g[0] + c_a * g[2];
+    let mut out_u = vec![0.0; 3 * model.n_nodes()];
+    let mut out_x = vec![[0.0; 3]; model.n_nodes()];
+    // Summed in cell order: the result does not depend on the thread count.
+    for (l, &(_, nodes, _)) in locals.iter().zip(&cells) {
+        let nn = nodes.len();
+        for (a, &n) in nodes.iter().enumerate() {
+            for i in 0..3 {
+                out_u[3 * n + i] += combine(l.grad[3 * a + i]);
+                out_x[n][i] += combine(l.grad[3 * nn + 3 * a + i]);
+            }
+        }
+    }
+    Ok((out_u, out_x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linear::{BcKind, BcSpec, RegionSpec};
+    use gradfem_mesh::CellType;
+    use gradfem_mesh::generate::{BoxSpec, box_mesh};
+
+    /// The average displacement's Hessian product along (δu, δX), on a surface and a volume
+    /// group, against central differences of its first-order derivatives.
+    #[rstest::rstest]
+    #[case(CellType::Tet4, "xmax")]
+    #[case(CellType::Hex8, "xmax")]
+    #[case(CellType::Tet10, "domain")]
+    fn average_displacement_hessian_matches_differences(
+        #[case] cell: CellType,
+        #[case] group: &str,
+    ) {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1e-3, 2e-4, 1e-4],
+            divisions: [3, 2, 1],
+            cell_type: cell,
+        });
+        let region = RegionSpec {
+            group: "domain".into(),
+            young: 1.6e11,
+            poisson: 0.22,
+            alpha: 0.0,
+            t_ref: 293.0,
+            body_force: [0.0; 3],
+        };
+        let bcs = [BcSpec { group: "xmin".into(), kind: BcKind::Fixed }];
+        let m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        let n = m.n_nodes();
+        let u: Vec<f64> =
+            m.coords.iter().flat_map(|p| [1e-2 * p[0] * p[1], -3e-3 * p[0], 5e-3 * p[2]]).collect();
+        let du: Vec<f64> = (0..3 * n).map(|i| 1e-7 * ((i as f64) * 0.37).sin()).collect();
+        let dx: Vec<[f64; 3]> = (0..n)
+            .map(|i| {
+                let f = i as f64;
+                [2e-5 * (0.7 * f).sin(), 1e-5 * (1.3 * f).cos(), 5e-6 * (0.4 * f).sin()]
+            })
+            .collect();
+        let direction = [0.3, -1.0, 0.5];
+        let (hu, hx) = average_displacement_hessian(&m, group, direction, &u, &du, &dx).unwrap();
+        let term = [ObjectiveTerm {
+            weight: 1.0,
+            kind: ObjectiveKind::AverageDisplacement { group: group.into(), direction },
+        }];
+        let h = 1e-6;
+        let at = |s: f64| {
+            let mut mm = m.clone();
+            for (x, d) in mm.coords.iter_mut().zip(&dx) {
+                (0..3).for_each(|k| x[k] += s * d[k]);
+            }
+            let uu: Vec<f64> = u.iter().zip(&du).map(|(a, b)| a + s * b).collect();
+            evaluate(&mm, &term, &uu, true).unwrap()
+        };
+        let (ep, em) = (at(h), at(-h));
+        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
+            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let scale = fd.iter().chain(got).fold(1e-300f64, |a, v| a.max(v.abs()));
+            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+                assert!((g - f).abs() <= 1e-5 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
+            }
+        };
+        check("u", &hu, &ep.d_displacement, &em.d_displacement);
+        let flat = |v: &[[f64; 3]]| -> Vec<f64> { v.iter().flatten().copied().collect() };
+        check(
+            "X",
+            &flat(&hx),
+            &flat(ep.d_coords.as_ref().unwrap()),
+            &flat(em.d_coords.as_ref().unwrap()),
+        );
+        assert!(hx.iter().flatten().any(|v| *v != 0.0));
+    }
 }

@@ -20,12 +20,20 @@
 //! second-order terms. [`LinearElasticModel::residual_jvp`] (the tangent's right-hand side)
 //! uses `Dual64` over the generic element residual, facets included;
 //! [`LinearElasticModel::second_order_vjp_dual`] is the hyper-dual reference the closed form
-//! is tested against. Node coordinates are not a direction here.
+//! is tested against.
+//!
+//! Node coordinates: a direction that moves the nodes (δX), or products that include
+//! (∂R/∂X)ᵀλ, take a hyper-dual path over the generic element residual of every element,
+//! facets included ([`LinearElasticModel::second_order_vjp`] with `coords`): the loads then
+//! have second-order terms (the body force through det J, tractions through the facet area,
+//! pressures through area and normal), returned per region and boundary condition. The
+//! compliance fᵀu = −Σₑ uₑᵀ rₑ(0, T_ref, loads) is differentiated on the same path
+//! ([`LinearElasticModel::compliance_hessian`]).
 
 use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
 
-use crate::linear::{ElementParams, LinearElasticModel, MAX_NODES, lame};
+use crate::linear::{BcKind, ElementParams, LinearElasticModel, MAX_NODES, lame};
 
 /// A direction in the linear elastic model's variables.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,6 +57,8 @@ pub struct MechanicalDirection {
     pub traction: Vec<[f64; 3]>,
     /// δ(pressure) per boundary condition (pressure conditions only).
     pub pressure: Vec<f64>,
+    /// δX at every node (empty: the nodes hold still).
+    pub coords: Vec<[f64; 3]>,
 }
 
 impl MechanicalDirection {
@@ -65,12 +75,14 @@ impl MechanicalDirection {
             body_force: vec![[0.0; 3]; nr],
             traction: vec![[0.0; 3]; nb],
             pressure: vec![0.0; nb],
+            coords: Vec::new(),
         }
     }
 }
 
-/// d/dε of the residual's vector-Jacobian products with a fixed λ (the parameters without
-/// second-order terms, the loads, are left out).
+/// d/dε of the residual's vector-Jacobian products with a fixed λ (the loads' parts are zero
+/// unless the nodes move or coordinates are wanted: with X held they enter linearly with
+/// constant coefficients).
 #[derive(Clone, Debug, PartialEq)]
 pub struct MechanicalSecondOrder {
     /// d/dε (∂R/∂u)ᵀλ, three per node.
@@ -85,6 +97,14 @@ pub struct MechanicalSecondOrder {
     pub alpha: Vec<f64>,
     /// d/dε λᵀ∂R/∂T_ref per region.
     pub t_ref: Vec<f64>,
+    /// d/dε λᵀ∂R/∂b per region.
+    pub body_force: Vec<[f64; 3]>,
+    /// d/dε λᵀ∂R/∂(traction) per boundary condition.
+    pub traction: Vec<[f64; 3]>,
+    /// d/dε λᵀ∂R/∂(pressure) per boundary condition.
+    pub pressure: Vec<f64>,
+    /// d/dε (∂R/∂X)ᵀλ per node (when requested).
+    pub coords: Option<Vec<[f64; 3]>>,
 }
 
 /// Lamé's μ and λ with their derivatives in (E, ν) along a direction (δE, δν).
@@ -280,6 +300,7 @@ impl LinearElasticModel {
         closed_form: bool,
     ) -> Vec<f64> {
         let mut out = vec![0.0; 3 * self.n_nodes()];
+        let closed_form = closed_form && dir.coords.is_empty();
         self.scatter(&mut out, 3, |e, local| {
             if closed_form && e < self.n_volume_elements() {
                 self.volume_jvp(e, u, dir, local);
@@ -288,7 +309,13 @@ impl LinearElasticModel {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
             let c = Dual64::from;
-            let x: Vec<[Dual64; 3]> = nodes.iter().map(|&n| self.coords[n].map(c)).collect();
+            let x: Vec<[Dual64; 3]> = nodes
+                .iter()
+                .map(|&n| {
+                    let (p, d) = (self.coords[n], dir.coords.get(n).copied().unwrap_or([0.0; 3]));
+                    std::array::from_fn(|i| Dual64::new(p[i], d[i]))
+                })
+                .collect();
             let mut p = self.dual_params(e, dir);
             let (ue, te): (Vec<Dual64>, Vec<Dual64>) = if loads_only {
                 // u = 0 and T = T_ref: the loads alone.
@@ -325,12 +352,18 @@ impl LinearElasticModel {
     /// d/dε of the residual's vector-Jacobian products with `lambda` (three per node, zero at
     /// constrained components for an adjoint) held fixed, along `dir`: closed forms on the
     /// volume elements (module docs).
+    /// With `coords`, or a direction that moves the nodes, every element goes through the
+    /// hyper-dual path (module docs) and the loads' and coordinates' parts are formed.
     pub fn second_order_vjp(
         &self,
         u: &[f64],
         lambda: &[f64],
         dir: &MechanicalDirection,
+        coords: bool,
     ) -> MechanicalSecondOrder {
+        if coords || !dir.coords.is_empty() {
+            return self.moving_second_order(u, Weighting::Residual(lambda), dir, coords);
+        }
         let locals: Vec<[f64; LOCAL]> = (0..self.n_volume_elements())
             .into_par_iter()
             .map(|e| self.volume_second_order(e, u, lambda, dir))
@@ -494,6 +527,10 @@ impl LinearElasticModel {
             poisson_elem: vec![0.0; self.n_volume_elements()],
             alpha: vec![0.0; nr],
             t_ref: vec![0.0; nr],
+            body_force: vec![[0.0; 3]; nr],
+            traction: vec![[0.0; 3]; self.boundaries.len()],
+            pressure: vec![0.0; self.boundaries.len()],
+            coords: None,
         };
         for (e, l) in locals.iter().enumerate() {
             for (a, &n) in self.element_nodes(e).iter().enumerate() {
@@ -639,10 +676,238 @@ impl LinearElasticModel {
     }
 }
 
+/// What the hyper-dual path differentiates: the residual weighted by a fixed λ, or the
+/// compliance fᵀu = −Σₑ uₑᵀ rₑ(0, T_ref, loads).
+#[derive(Clone, Copy)]
+enum Weighting<'a> {
+    Residual(&'a [f64]),
+    Compliance,
+}
+
+/// The scalar parameters of an element on the hyper-dual path: E, ν, α, T_ref, b (3), the
+/// traction (3) and the pressure; a volume element reads the first seven, a facet the last
+/// four.
+const N_PARAMS: usize = 11;
+
+/// An element's variables on the hyper-dual path, with their direction: u (3·nn), T (nn),
+/// the [`N_PARAMS`] parameters, and the coordinates (3·nn) when they are variables.
+struct MovingVariables {
+    values: Vec<f64>,
+    direction: Vec<f64>,
+    nn: usize,
+    /// The temperature is a field (else T is the reference and not differentiated).
+    is_field: bool,
+    with_x: bool,
+}
+
+impl LinearElasticModel {
+    fn moving_variables(
+        &self,
+        e: usize,
+        u: &[f64],
+        dir: &MechanicalDirection,
+        with_x: bool,
+    ) -> MovingVariables {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let p = self.element_params(e);
+        let (te, is_field) = self.element_temperature_values(e, p.t_ref);
+        let mut values = self.gather_element(e, u, 3);
+        let mut direction = self.gather_element(e, &dir.displacement, 3);
+        values.extend(&te);
+        direction.extend(nodes.iter().map(|&n| if is_field { dir.temperature[n] } else { 0.0 }));
+        if e < self.n_volume_elements() {
+            let r = self.element_region(e);
+            values.extend([self.young_elem[e], self.poisson_elem[e], p.alpha, p.t_ref]);
+            values.extend(p.body);
+            values.extend([0.0; 4]);
+            direction.extend([dir.young_elem[e], dir.poisson_elem[e], dir.alpha[r], dir.t_ref[r]]);
+            direction.extend(dir.body_force[r]);
+            direction.extend([0.0; 4]);
+        } else {
+            let b = self.elem_tag[e] as usize;
+            values.extend([0.0; 7]);
+            values.extend(p.traction);
+            values.push(p.pressure);
+            direction.extend([0.0; 7]);
+            direction.extend(dir.traction[b]);
+            direction.push(dir.pressure[b]);
+        }
+        if with_x {
+            for &n in nodes {
+                values.extend_from_slice(&self.coords[n]);
+                direction.extend_from_slice(&dir.coords.get(n).copied().unwrap_or([0.0; 3]));
+            }
+        }
+        MovingVariables { values, direction, nn, is_field, with_x }
+    }
+
+    /// Element `e`'s residual at the variables `v` (with `loads_only`, at u = 0, T = T_ref and
+    /// no stiffness: −f, the loads alone).
+    fn moving_residual(
+        &self,
+        e: usize,
+        v: &[HyperDual64],
+        mv: &MovingVariables,
+        loads_only: bool,
+        out: &mut [HyperDual64],
+    ) {
+        let nn = mv.nn;
+        let at = 4 * nn;
+        let zero = HyperDual64::from(0.0);
+        let x: Vec<[HyperDual64; 3]> = if mv.with_x {
+            let x0 = at + N_PARAMS;
+            (0..nn).map(|a| std::array::from_fn(|i| v[x0 + 3 * a + i])).collect()
+        } else {
+            self.element_nodes(e).iter().map(|&n| self.coords[n].map(HyperDual64::from)).collect()
+        };
+        let mut hp = self.element_params(e).lift::<HyperDual64>();
+        if e < self.n_volume_elements() {
+            let (l, m) = lame(v[at], v[at + 1]);
+            hp.lambda = l;
+            hp.mu = m;
+            hp.alpha = v[at + 2];
+            hp.t_ref = v[at + 3];
+            hp.body = [v[at + 4], v[at + 5], v[at + 6]];
+        } else {
+            hp.traction = [v[at + 7], v[at + 8], v[at + 9]];
+            hp.pressure = v[at + 10];
+        }
+        if loads_only {
+            hp.lambda = zero;
+            hp.mu = zero;
+            hp.alpha = zero;
+            let t_ref = vec![hp.t_ref; nn];
+            self.element_residual_generic(e, &x, &vec![zero; 3 * nn], &t_ref, &hp, out);
+        } else {
+            self.element_residual_generic(e, &x, &v[..3 * nn], &v[3 * nn..4 * nn], &hp, out);
+        }
+    }
+
+    /// The hyper-dual path: one pass per element variable (ε₁ the direction, ε₂ the
+    /// variable), every element, facets included.
+    fn moving_second_order(
+        &self,
+        u: &[f64],
+        weighting: Weighting,
+        dir: &MechanicalDirection,
+        coords: bool,
+    ) -> MechanicalSecondOrder {
+        let with_x = coords || !dir.coords.is_empty();
+        let compute = |e: usize| {
+            let mv = self.moving_variables(e, u, dir, with_x);
+            let nn = mv.nn;
+            let lambda_e = match weighting {
+                Weighting::Residual(l) => {
+                    let le = self.gather_element(e, l, 3);
+                    if le.iter().all(|&v| v == 0.0) {
+                        return (mv, Vec::new());
+                    }
+                    Some(le)
+                }
+                Weighting::Compliance => None,
+            };
+            let m = mv.values.len();
+            let mut out = vec![0.0; m];
+            let mut r = vec![HyperDual64::from(0.0); 3 * nn];
+            let mut v: Vec<HyperDual64> =
+                (0..m).map(|j| HyperDual64::new(mv.values[j], mv.direction[j], 0.0, 0.0)).collect();
+            for (i, o) in out.iter_mut().enumerate() {
+                v[i].eps2 = 1.0;
+                *o = match &lambda_e {
+                    Some(le) => {
+                        self.moving_residual(e, &v, &mv, false, &mut r);
+                        le.iter().zip(&r).map(|(l, r)| l * r.eps1eps2).sum()
+                    }
+                    None => {
+                        self.moving_residual(e, &v, &mv, true, &mut r);
+                        let c = v[..3 * nn]
+                            .iter()
+                            .zip(&r)
+                            .fold(HyperDual64::from(0.0), |acc, (ui, ri)| acc - *ui * *ri);
+                        c.eps1eps2
+                    }
+                };
+                v[i].eps2 = 0.0;
+            }
+            (mv, out)
+        };
+        let nr = self.regions.len();
+        let nb = self.boundaries.len();
+        let mut res = MechanicalSecondOrder {
+            displacement: vec![0.0; 3 * self.n_nodes()],
+            temperature: vec![0.0; self.n_nodes()],
+            young_elem: vec![0.0; self.n_volume_elements()],
+            poisson_elem: vec![0.0; self.n_volume_elements()],
+            alpha: vec![0.0; nr],
+            t_ref: vec![0.0; nr],
+            body_force: vec![[0.0; 3]; nr],
+            traction: vec![[0.0; 3]; nb],
+            pressure: vec![0.0; nb],
+            coords: coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
+        };
+        // Summed in element order: the result does not depend on the thread count.
+        gradfem_kernel::for_each_element_ordered(self.n_elements(), compute, |e, (mv, l)| {
+            if l.is_empty() {
+                return;
+            }
+            let nn = mv.nn;
+            let at = 4 * nn;
+            for (a, &n) in self.element_nodes(e).iter().enumerate() {
+                for i in 0..3 {
+                    res.displacement[3 * n + i] += l[3 * a + i];
+                }
+                if mv.is_field {
+                    res.temperature[n] += l[3 * nn + a];
+                }
+                if let Some(c) = res.coords.as_mut() {
+                    for i in 0..3 {
+                        c[n][i] += l[at + N_PARAMS + 3 * a + i];
+                    }
+                }
+            }
+            if e < self.n_volume_elements() {
+                let r = self.element_region(e);
+                res.young_elem[e] += l[at];
+                res.poisson_elem[e] += l[at + 1];
+                res.alpha[r] += l[at + 2];
+                res.t_ref[r] += l[at + 3];
+                for k in 0..3 {
+                    res.body_force[r][k] += l[at + 4 + k];
+                }
+            } else {
+                // A facet's condition is a traction or a pressure (the other is no parameter).
+                let b = self.elem_tag[e] as usize;
+                match self.boundaries[b].kind {
+                    BcKind::Traction { .. } => {
+                        (0..3).for_each(|k| res.traction[b][k] += l[at + 7 + k])
+                    }
+                    BcKind::Pressure { .. } => res.pressure[b] += l[at + 10],
+                    _ => {}
+                }
+            }
+        });
+        res
+    }
+
+    /// The compliance C = fᵀu differentiated twice along `dir` (δu, the loads' δp and, when
+    /// the nodes move, δX): `displacement` holds d/dε ∂C/∂u = δf, the loads' parts
+    /// d/dε ∂C/∂p, and with `coords` the coordinates' d/dε ∂C/∂X (the material parts are
+    /// zero: f holds no stiffness).
+    pub fn compliance_hessian(
+        &self,
+        u: &[f64],
+        dir: &MechanicalDirection,
+        coords: bool,
+    ) -> MechanicalSecondOrder {
+        self.moving_second_order(u, Weighting::Compliance, dir, coords)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::{BcKind, BcSpec, RegionSpec};
+    use crate::linear::{BcSpec, RegionSpec};
     use gradfem_mesh::CellType;
     use gradfem_mesh::generate::{BoxSpec, box_mesh};
 
@@ -711,7 +976,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let a = m.second_order_vjp(&u, &lambda, &d);
+            let a = m.second_order_vjp(&u, &lambda, &d, false);
             let b = m.second_order_vjp_dual(&u, &lambda, &d);
             let close = |what: &str, x: &[f64], y: &[f64]| {
                 let scale = y.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
@@ -823,5 +1088,179 @@ mod tests {
             let fd = (rp[i] - rm[i]) / (2.0 * h);
             assert!((jvp[i] - fd).abs() <= 1e-6 * scale, "dof {i}: {} vs {fd}", jvp[i]);
         }
+    }
+
+    /// A loaded block (traction on x = L, pressure on y = W, body force, a temperature field)
+    /// and a direction that moves every node too.
+    fn loaded(cell: CellType) -> (LinearElasticModel, Vec<f64>, MechanicalDirection) {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1e-3, 2e-4, 1e-4],
+            divisions: [3, 2, 1],
+            cell_type: cell,
+        });
+        let region = RegionSpec {
+            group: "domain".into(),
+            young: 1.6e11,
+            poisson: 0.22,
+            alpha: 2.6e-6,
+            t_ref: 293.0,
+            body_force: [0.0, -1e4, 0.0],
+        };
+        let bcs = [
+            BcSpec {
+                group: "xmin".into(),
+                kind: BcKind::Displacement { value: [Some(0.0), Some(0.0), Some(0.0)] },
+            },
+            BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [1e5, 3e5, -2e5] } },
+            BcSpec { group: "ymax".into(), kind: BcKind::Pressure { pressure: 4e5 } },
+        ];
+        let mut m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        let t = m.coords.iter().map(|p| 300.0 + 4e5 * p[0] + 1e6 * p[1]).collect();
+        m.set_temperature(Some(t)).unwrap();
+        let u =
+            m.coords.iter().flat_map(|p| [1e-2 * p[0] * p[1], -3e-3 * p[0], 5e-3 * p[2]]).collect();
+        let mut d = direction(&m);
+        d.traction[1] = [2e4, -1e4, 5e4];
+        d.pressure[2] = 3e4;
+        d.coords = m
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(n, _)| {
+                let f = n as f64;
+                [2e-5 * (0.7 * f).sin(), 1e-5 * (1.3 * f).cos(), 5e-6 * (0.4 * f).sin()]
+            })
+            .collect();
+        (m, u, d)
+    }
+
+    /// The model and state moved by `s` along every part of `d`.
+    fn moved_along(
+        m: &LinearElasticModel,
+        u: &[f64],
+        d: &MechanicalDirection,
+        s: f64,
+    ) -> (LinearElasticModel, Vec<f64>) {
+        let mut mm = m.clone();
+        for (e, v) in mm.young_elem.iter_mut().enumerate() {
+            *v += s * d.young_elem[e];
+        }
+        for (e, v) in mm.poisson_elem.iter_mut().enumerate() {
+            *v += s * d.poisson_elem[e];
+        }
+        mm.regions[0].alpha += s * d.alpha[0];
+        mm.regions[0].t_ref += s * d.t_ref[0];
+        for k in 0..3 {
+            mm.regions[0].body_force[k] += s * d.body_force[0][k];
+        }
+        for (b, bc) in mm.boundaries.iter_mut().enumerate() {
+            match &mut bc.kind {
+                BcKind::Traction { traction } => {
+                    (0..3).for_each(|k| traction[k] += s * d.traction[b][k])
+                }
+                BcKind::Pressure { pressure } => *pressure += s * d.pressure[b],
+                _ => {}
+            }
+        }
+        for (x, dx) in mm.coords.iter_mut().zip(&d.coords) {
+            (0..3).for_each(|k| x[k] += s * dx[k]);
+        }
+        let t: Vec<f64> =
+            m.temperature().unwrap().iter().zip(&d.temperature).map(|(a, b)| a + s * b).collect();
+        mm.set_temperature(Some(t)).unwrap();
+        let uu: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + s * b).collect();
+        (mm, uu)
+    }
+
+    /// With a direction that moves the nodes, the residual's tangent, the derivatives of every
+    /// vector-Jacobian product of the residual (loads and coordinates included) and the
+    /// compliance's Hessian product match central differences of the first-order products.
+    #[rstest::rstest]
+    #[case(CellType::Tet4)]
+    #[case(CellType::Hex8)]
+    fn coordinate_directions_match_central_differences(#[case] cell: CellType) {
+        use crate::linear::VjpRequest;
+        use crate::linear::objective::{ObjectiveKind, ObjectiveTerm, evaluate};
+        let (m, u, d) = loaded(cell);
+        let h = 1e-6;
+        let (mp, up) = moved_along(&m, &u, &d, h);
+        let (mm, um) = moved_along(&m, &u, &d, -h);
+        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
+            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let scale = fd.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
+            assert!(scale > 1e-250, "{what}: nothing to compare");
+            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+                assert!((g - f).abs() <= 1e-5 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
+            }
+        };
+        let flat3 = |v: &[[f64; 3]]| -> Vec<f64> { v.iter().flatten().copied().collect() };
+        check("residual", &m.residual_jvp(&u, &d), &mp.full_residual(&up), &mm.full_residual(&um));
+        let lambda: Vec<f64> =
+            (0..3 * m.n_nodes())
+                .map(|i| {
+                    if m.dofs.unknown_of_node[i].is_some() {
+                        ((i as f64) * 0.13).cos()
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+        let so = m.second_order_vjp(&u, &lambda, &d, true);
+        // (∂R/∂u)ᵀλ = K λ = R(λ) − R(0) for the linear residual.
+        let k_lambda = |m: &LinearElasticModel| -> Vec<f64> {
+            let r0 = m.full_residual(&vec![0.0; lambda.len()]);
+            m.full_residual(&lambda).iter().zip(&r0).map(|(a, b)| a - b).collect()
+        };
+        check("u", &so.displacement, &k_lambda(&mp), &k_lambda(&mm));
+        let (vp, vm) = (
+            mp.parameter_vjp(&up, &lambda, VjpRequest::ALL),
+            mm.parameter_vjp(&um, &lambda, VjpRequest::ALL),
+        );
+        check(
+            "T",
+            &so.temperature,
+            vp.temperature.as_ref().unwrap(),
+            vm.temperature.as_ref().unwrap(),
+        );
+        check("E", &so.young_elem, &vp.young_elem, &vm.young_elem);
+        check("nu", &so.poisson_elem, &vp.poisson_elem, &vm.poisson_elem);
+        check("alpha", &so.alpha, &vp.alpha, &vm.alpha);
+        check("body", &flat3(&so.body_force), &flat3(&vp.body_force), &flat3(&vm.body_force));
+        check("traction", &flat3(&so.traction), &flat3(&vp.traction), &flat3(&vm.traction));
+        check("pressure", &so.pressure, &vp.pressure, &vm.pressure);
+        check(
+            "coords",
+            &flat3(so.coords.as_ref().unwrap()),
+            &flat3(vp.coords.as_ref().unwrap()),
+            &flat3(vm.coords.as_ref().unwrap()),
+        );
+        // The compliance: ∂C/∂u = f and ∂C/∂X from the objective, ∂C/∂p = −(∂R/∂p)ᵀu.
+        let ch = m.compliance_hessian(&u, &d, true);
+        let term = [ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Compliance }];
+        let (ep, em) =
+            (evaluate(&mp, &term, &up, true).unwrap(), evaluate(&mm, &term, &um, true).unwrap());
+        check("compliance u", &ch.displacement, &ep.d_displacement, &em.d_displacement);
+        check(
+            "compliance X",
+            &flat3(ch.coords.as_ref().unwrap()),
+            &flat3(ep.d_coords.as_ref().unwrap()),
+            &flat3(em.d_coords.as_ref().unwrap()),
+        );
+        let loads = |m: &LinearElasticModel, u: &[f64]| -> Vec<f64> {
+            let v = m.parameter_vjp(u, u, VjpRequest::ALL);
+            flat3(&v.body_force)
+                .into_iter()
+                .chain(flat3(&v.traction))
+                .chain(v.pressure)
+                .map(|x| -x)
+                .collect()
+        };
+        let got: Vec<f64> = flat3(&ch.body_force)
+            .into_iter()
+            .chain(flat3(&ch.traction))
+            .chain(ch.pressure.clone())
+            .collect();
+        check("compliance loads", &got, &loads(&mp, &up), &loads(&mm, &um));
     }
 }
