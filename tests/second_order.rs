@@ -536,6 +536,56 @@ fn thermoelastic_shape_second_order_taylor_remainders_fall_at_rate_three(
     }
 }
 
+/// With morphs alone registered (no `mesh.coordinates`) the products differentiate along the
+/// morph fields (one hyper-dual pass per morph instead of three per node): the second-order
+/// Taylor remainders still fall at rate 3 on the actuator bar (the whole chain, tip and
+/// compliance) and the heated slab (p-norm maximum), and H·δp equals the product with every
+/// coordinate registered, contracted with the morph field.
+#[test]
+fn morph_only_shape_products_fall_at_rate_three_and_match_the_per_node_ones() {
+    let register =
+        "\"load.xmin.voltage\", \"mechanical.alpha.domain\", \"thermal.k.domain\", \"morph.width\"";
+    let text =
+        actuator_bar_text("hex8", Some(1.25e-3), &format!("{TIP}{COMPLIANCE}{MAX_T}"), register)
+            + WIDTH_MORPH;
+    let mut sim = Simulation::from_toml("morph_bar.toml", &text).unwrap();
+    // Long steps: the remainders must stay above the coupled solve's tolerance.
+    let dir = shape_direction(&mut sim, 8, 1e-3, false);
+    let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
+    eprintln!("bar: remainders {:?} rates {:?}", t.remainders, t.rates);
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "bar: rate {rate:.3} (remainders {:?})", t.remainders);
+    let width = BTreeMap::from([("morph.width".to_string(), vec![1e-3])]);
+    let along = sim.hvp(&width).unwrap();
+    // The same product with every coordinate registered too (the per-node path).
+    let mut every = Simulation::from_toml(
+        "morph_bar.toml",
+        &text.replace("\"morph.width\"", "\"morph.width\", \"mesh.coordinates\""),
+    )
+    .unwrap();
+    let n_coords = every.parameter("mesh.coordinates").unwrap().len();
+    let mut with_zero = width.clone();
+    with_zero.insert("mesh.coordinates".into(), vec![0.0; n_coords]);
+    let full = every.hvp(&with_zero).unwrap();
+    for name in ["load.xmin.voltage", "mechanical.alpha.domain", "thermal.k.domain", "morph.width"]
+    {
+        let (a, b) = (along.scalar(name).unwrap(), full.scalar(name).unwrap());
+        assert!((a - b).abs() <= 1e-9 * a.abs().max(b.abs()), "{name}: {a} vs {b}");
+    }
+    let mut slab = Simulation::from_toml(
+        "morph_slab.toml",
+        &format!(
+            "{}{THICKNESS_MORPH}",
+            slab("tet10", POLYNOMIAL, MAX8, "\"thermal.k.domain\", \"morph.thickness\"")
+        ),
+    )
+    .unwrap();
+    let dir = shape_direction(&mut slab, 9, 1e-3, false);
+    let t = slab.taylor_test_second_order(&dir, 0.02, 5).unwrap();
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "slab: rate {rate:.3} (remainders {:?})", t.remainders);
+}
+
 /// H·δp of the actuator bar with shape parameters against central differences of adjoint
 /// gradients, entry by entry.
 #[test]
@@ -614,10 +664,23 @@ fn electrothermal_hessian_vector_product_matches_differences_of_gradients() {
 #[test]
 fn uncovered_problems_are_refused_with_a_message() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Finite strain has no products in node coordinates yet.
+    let mut sim = Simulation::from_file(root.join("examples/rubber_pad.toml")).unwrap();
+    sim.register("mesh.coordinates").unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("hyperelastic") && e.contains("node coordinates"), "{e}");
+    // The microactuator's hot-arm width (a morph through I → Q → T → u) is covered.
     let actuator = std::fs::read_to_string(root.join("examples/microactuator.toml")).unwrap();
     let mut sim = Simulation::from_toml(root.join("examples/a.toml"), &actuator).unwrap();
+    let width = BTreeMap::from([("morph.hot_arm_width".to_string(), vec![1e-7])]);
+    let hv = sim.hvp(&width).unwrap();
+    assert!(hv.scalar("morph.hot_arm_width").unwrap() != 0.0);
+    // A point-displacement objective with shape parameters is not.
+    let point = "[[objective]]\nkind = \"displacement\"\npoint = [0.05, 0.005, 0.005]\ndirection = [0.0, 1.0, 0.0]\n";
+    let text = actuator_bar_text("tet4", None, point, "\"morph.width\"") + WIDTH_MORPH;
+    let mut sim = Simulation::from_toml("point.toml", &text).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("mechanical") && e.contains("node coordinates"), "{e}");
+    assert!(e.contains("point-displacement") && e.contains("node coordinates"), "{e}");
     // A thermal problem with shape parameters is covered, but not its point objectives.
     let mut sim = shaped_slab("tet4", "", "kind = \"point\"\npoint = [0.01, 0.005, 0.002]");
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();

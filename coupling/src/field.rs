@@ -23,6 +23,7 @@
 
 use std::any::Any;
 
+use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 use gradfem_mesh::CellId;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
 
@@ -119,7 +120,7 @@ pub struct Reverse<'a> {
     pub grad: &'a mut Gradient,
 }
 
-impl Reverse<'_> {
+impl<'a> Reverse<'a> {
     /// True when coordinate derivatives are wanted (a shape parameter is registered).
     pub fn wants_coordinates(&self) -> bool {
         self.shape.is_active()
@@ -128,6 +129,17 @@ impl Reverse<'_> {
     /// Add `scale · ∂/∂X` (per node) to the shape parameters' gradient.
     pub fn add_coordinates(&mut self, dx: &[[f64; 3]], scale: f64) {
         self.shape.add_partials(self.grad, dx, scale);
+    }
+
+    /// The coordinate derivatives the shape parameters need from a second-order product
+    /// ([`Shape::coordinate_request`]).
+    pub fn coordinate_request(&self) -> CoordinateRequest<'a> {
+        self.shape.coordinate_request()
+    }
+
+    /// Add `scale` times a coordinate part formed for [`coordinate_request`](Self::coordinate_request).
+    pub fn add_coordinate_part(&mut self, part: &CoordinatePart, scale: f64) {
+        self.shape.add_part(self.grad, part, scale);
     }
 }
 

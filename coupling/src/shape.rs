@@ -15,6 +15,7 @@
 
 use std::path::Path;
 
+use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
 use serde::Deserialize;
 
@@ -186,6 +187,8 @@ pub struct Shape {
     coordinates: Option<ParamId>,
     morphs: Vec<Morph>,
     registered: Vec<(ParamId, usize)>,
+    /// The fields of the registered morphs, in registration order.
+    registered_fields: Vec<Vec<[f64; 3]>>,
 }
 
 impl Shape {
@@ -248,6 +251,34 @@ impl Shape {
     /// Record that morph `k` is registered as `id`.
     pub fn register_morph(&mut self, id: ParamId, k: usize) {
         self.registered.push((id, k));
+        self.registered_fields.push(self.morphs[k].field.clone());
+    }
+
+    /// The coordinate derivatives second-order products need: every node's when the
+    /// coordinates are registered, else the directional ones along the registered morphs'
+    /// fields (one pass per morph instead of three per node), else none.
+    pub fn coordinate_request(&self) -> CoordinateRequest<'_> {
+        if self.coordinates.is_some() {
+            CoordinateRequest::Every
+        } else if !self.registered.is_empty() {
+            CoordinateRequest::Along(&self.registered_fields)
+        } else {
+            CoordinateRequest::None
+        }
+    }
+
+    /// Add `scale` times a coordinate part formed for [`coordinate_request`](Self::coordinate_request)
+    /// to the shape parameters' gradient.
+    pub fn add_part(&self, grad: &mut Gradient, part: &CoordinatePart, scale: f64) {
+        match part {
+            CoordinatePart::None => {}
+            CoordinatePart::Every(dx) => self.add_partials(grad, dx, scale),
+            CoordinatePart::Along(values) => {
+                for (&(id, _), v) in self.registered.iter().zip(values) {
+                    grad.get_mut(id)[0] += scale * v;
+                }
+            }
+        }
     }
 
     /// True when some shape parameter is registered (coordinate derivatives are needed).

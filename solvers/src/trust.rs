@@ -87,11 +87,19 @@ fn to_boundary(s: &[f64], d: &[f64], radius: f64) -> f64 {
     (-sd + disc.sqrt()) / dd
 }
 
-/// Free variables: not at a bound that the gradient pushes against.
+/// The largest width of the ε-active set (in the optimizer's variables).
+const ACTIVE_WIDTH: f64 = 1e-3;
+
+/// Free variables: not at or near a bound that the gradient pushes against. "Near" is the
+/// ε-active set of Bertsekas' projected Newton method, ε = min(10⁻³, ‖x − P(x − ∇f)‖∞): a
+/// variable the gradient drives into a bound a little way off counts as held there, so the
+/// Newton step is not spent on the bound it would cross (and cut short by the projection)
+/// again and again; ε shrinks to zero as the iterates converge.
 fn free_set(x: &[f64], g: &[f64], lower: &[f64], upper: &[f64]) -> Vec<bool> {
+    let width = ACTIVE_WIDTH.min(projected_gradient_norm(x, g, lower, upper));
     (0..x.len())
         .map(|i| {
-            let tol = 1e-12 * (1.0 + x[i].abs());
+            let tol = (1e-12 * (1.0 + x[i].abs())).max(width);
             let at_lower = x[i] - lower[i] <= tol;
             let at_upper = upper[i] - x[i] <= tol;
             !((at_lower && g[i] > 0.0) || (at_upper && g[i] < 0.0))

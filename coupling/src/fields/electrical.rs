@@ -436,7 +436,7 @@ impl ElectricalField {
         for &n in &term.owned_nodes {
             w[n] = 1.0;
         }
-        let coords = rev.wants_coordinates();
+        let coords = rev.coordinate_request();
         let so = self.model.second_order_vjp(self.phi()?, self.temperature(), &w, d, coords);
         let scaled: Vec<f64> = so.phi.iter().map(|v| coef * v).collect();
         u_bar.iter_mut().zip(self.model.unknowns_adjoint(&scaled)).for_each(|(u, v)| *u += v);
@@ -444,9 +444,7 @@ impl ElectricalField {
         self.add_terminals(rev.grad, &vec![0.0; dv.len()], &dv, 1.0);
         t_bar.iter_mut().zip(&so.temperature).for_each(|(t, v)| *t += coef * v);
         self.add_material(rev.grad, &so.sigma_elem, &so.alpha_r, coef);
-        if let Some(dx) = &so.coords {
-            rev.add_coordinates(dx, coef);
-        }
+        rev.add_coordinate_part(&so.coords, coef);
         Ok(())
     }
 
@@ -533,13 +531,11 @@ impl SecondOrder for ElectricalField {
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
         let d = self.electrical_direction(dir);
-        let coords = rev.wants_coordinates();
+        let coords = rev.coordinate_request();
         let so = self.model.second_order_vjp(self.phi()?, self.temperature(), lambda, &d, coords);
         // −(∂R/∂I) = 1 is constant: a current parameter has no second-order term.
         self.add_material(rev.grad, &so.sigma_elem, &so.alpha_r, -1.0);
-        if let Some(dx) = &so.coords {
-            rev.add_coordinates(dx, -1.0);
-        }
+        rev.add_coordinate_part(&so.coords, -1.0);
         let inputs = if self.temperature.is_some() {
             vec![(0, so.temperature.into_iter().map(|v| -v).collect())]
         } else {
@@ -557,13 +553,11 @@ impl SecondOrder for ElectricalField {
     ) -> Result<OutputVjp, RunError> {
         debug_assert_eq!(port, 1, "the electrical field's derived output is the Joule heat");
         let d = self.electrical_direction(dir);
-        let coords = rev.wants_coordinates();
+        let coords = rev.coordinate_request();
         let js =
             self.model.joule_second_order_vjp(self.phi()?, self.temperature(), y_bar, &d, coords);
         self.add_material(rev.grad, &js.sigma_elem, &js.alpha_r, 1.0);
-        if let Some(dx) = &js.coords {
-            rev.add_coordinates(dx, 1.0);
-        }
+        rev.add_coordinate_part(&js.coords, 1.0);
         let inputs =
             if self.temperature.is_some() { vec![(0, js.temperature)] } else { Vec::new() };
         Ok(OutputVjp { state: js.phi, inputs })
@@ -596,9 +590,9 @@ impl SecondOrder for ElectricalField {
                         |name: &str| TerminalFunctional::Current { terminal: name.into() };
                     let voltage =
                         |name: &str| TerminalFunctional::Voltage { terminal: name.into() };
-                    let coords = rev.wants_coordinates();
+                    let coords = rev.coordinate_request();
                     let eval = |f: &TerminalFunctional| {
-                        gradfem_electrical::functional::evaluate(m, f, phi, t, coords)
+                        gradfem_electrical::functional::evaluate(m, f, phi, t, !coords.is_none())
                     };
                     let ei = eval(&current(drive))?;
                     let (evd, evr) = (eval(&voltage(drive))?, eval(&voltage(reference))?);

@@ -905,10 +905,11 @@ impl MechanicalField {
                             u,
                             &d.displacement,
                             &d.coords,
+                            rev.coordinate_request(),
                         )
                         .map_err(mech)?;
                     state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
-                    rev.add_coordinates(&hx, w);
+                    rev.add_coordinate_part(&hx, w);
                 }
                 MechObjectiveKind::PointDisplacement { .. }
                 | MechObjectiveKind::VonMisesPNorm { .. } => {
@@ -922,12 +923,10 @@ impl MechanicalField {
         }
         let compliance = self.compliance_weight();
         if compliance != 0.0 {
-            let ch = self.model.compliance_hessian(u, d, true);
+            let ch = self.model.compliance_hessian(u, d, rev.coordinate_request());
             state.iter_mut().zip(&ch.displacement).for_each(|(s, v)| *s += compliance * v);
             self.add_load_second_order(&ch, compliance, rev.grad);
-            if let Some(dx) = &ch.coords {
-                rev.add_coordinates(dx, compliance);
-            }
+            rev.add_coordinate_part(&ch.coords, compliance);
         }
         Ok(Seed { state, ..Seed::default() })
     }
@@ -990,16 +989,14 @@ impl SecondOrder for MechanicalField {
     ) -> Result<OutputVjp, RunError> {
         let u = self.check_second_order()?;
         let d = self.mechanical_direction(dir);
-        let coords = rev.wants_coordinates();
+        let coords = rev.coordinate_request();
         let so = self.model.second_order_vjp(u, lambda, &d, coords);
         self.add_material(rev.grad, &so.young_elem, &so.poisson_elem, -1.0);
         // The loads have second-order terms only when the nodes move.
-        if coords {
+        if !coords.is_none() {
             self.add_load_second_order(&so, -1.0, rev.grad);
         }
-        if let Some(dx) = &so.coords {
-            rev.add_coordinates(dx, -1.0);
-        }
+        rev.add_coordinate_part(&so.coords, -1.0);
         for (id, b) in &self.bindings {
             match b {
                 MBinding::Alpha(r) => rev.grad.get_mut(*id)[0] -= so.alpha[*r],

@@ -627,22 +627,18 @@ impl SecondOrder for ThermalField {
     ) -> Result<OutputVjp, RunError> {
         // The residual is linear in the external source with coefficients that depend on the
         // coordinates alone: input terms only when the nodes move.
-        let wants_coordinates = rev.wants_coordinates();
+        let coords = rev.coordinate_request();
         let t = self.check_second_order()?;
         let d = self.direction_with_state(dir.params, dir.state, dir.coordinates);
-        let (s_t, s_p) = self.model.second_order_vjp(t, lambda, &d, wants_coordinates);
+        let (s_t, s_p, part) = self.model.second_order_vjp(t, lambda, &d, coords);
         self.subtract_parameter_products(&s_p, None, rev.grad);
-        if let Some(dx) = &s_p.coords {
-            rev.add_coordinates(dx, -1.0);
-        }
+        rev.add_coordinate_part(&part, -1.0);
         let mut inputs = Vec::new();
-        if wants_coordinates && self.model.external_source().is_some() {
+        if !coords.is_none() && self.model.external_source().is_some() {
             let dq = input_or_empty(dir.inputs, 0);
-            let (per_point, per_node) =
-                self.model.external_source_second_order(lambda, dq, dir.coordinates, true);
-            if let Some(dx) = &per_node {
-                rev.add_coordinates(dx, -1.0);
-            }
+            let (per_point, part) =
+                self.model.external_source_second_order(lambda, dq, dir.coordinates, coords);
+            rev.add_coordinate_part(&part, -1.0);
             inputs.push((0, per_point.into_iter().map(|v| -v).collect()));
         }
         Ok(OutputVjp { state: s_t.into_iter().map(|v| -v).collect(), inputs })
@@ -661,14 +657,15 @@ impl SecondOrder for ThermalField {
             )?;
             return Ok(Seed { state, ..Seed::default() });
         }
-        let (state, dx) = gradfem_thermal::objective::hessian_product_with_coords(
+        let (state, part) = gradfem_thermal::objective::hessian_product_with_coords(
             &self.model,
             &self.objective,
             t,
             dir.state,
             dir.coordinates,
+            rev.coordinate_request(),
         )?;
-        rev.add_coordinates(&dx, 1.0);
+        rev.add_coordinate_part(&part, 1.0);
         Ok(Seed { state, ..Seed::default() })
     }
 

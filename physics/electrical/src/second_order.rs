@@ -26,7 +26,7 @@
 //! element's 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and α_R
 //! (the generic Jacobian makes ∇N and det J exact functions of X).
 
-use gradfem_kernel::for_each_element_ordered;
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, for_each_element_ordered};
 use num_dual::{Dual64, DualNum, HyperDual64};
 use rayon::prelude::*;
 
@@ -89,8 +89,8 @@ pub struct ElectricalSecondOrder {
     pub sigma_elem: Vec<f64>,
     /// d/dε λᵀ ∂·/∂α_R per conductor.
     pub alpha_r: Vec<f64>,
-    /// d/dε (∂·/∂X)ᵀ λ at every node (when requested).
-    pub coords: Option<Vec<[f64; 3]>>,
+    /// d/dε (∂·/∂X)ᵀ λ as requested.
+    pub coords: CoordinatePart,
 }
 
 /// What an element's scalar is made of: the residual weighted by λ at its nodes, or the Joule
@@ -114,16 +114,16 @@ impl ElectricalModel {
 
     /// d/dε of the residual's vector-Jacobian products with `lambda` (every node; the current
     /// terminals' nodes carry their unknown's value) held fixed, along `dir`.
-    /// With `coords`, also d/dε (∂r/∂X)ᵀλ (`ElectricalSecondOrder::coords`).
+    /// The coordinates' part d/dε (∂r/∂X)ᵀλ as `coords` requests.
     pub fn second_order_vjp(
         &self,
         phi: &[f64],
         t: Option<&[f64]>,
         lambda: &[f64],
         dir: &ElectricalDirection,
-        coords: bool,
+        coords: CoordinateRequest,
     ) -> ElectricalSecondOrder {
-        if coords || !dir.coords.is_empty() {
+        if !coords.is_none() || !dir.coords.is_empty() {
             return self.second_order_products(phi, t, Weighted::Residual(lambda), dir, coords);
         }
         self.closed_form_products(phi, t, Weighted::Residual(lambda), dir)
@@ -131,16 +131,16 @@ impl ElectricalModel {
 
     /// d/dε of the Joule heat's vector-Jacobian products with the seed `q_bar` (one value per
     /// point) held fixed, along `dir`.
-    /// With `coords`, also the coordinates' part.
+    /// The coordinates' part as `coords` requests.
     pub fn joule_second_order_vjp(
         &self,
         phi: &[f64],
         t: Option<&[f64]>,
         q_bar: &[f64],
         dir: &ElectricalDirection,
-        coords: bool,
+        coords: CoordinateRequest,
     ) -> ElectricalSecondOrder {
-        if coords || !dir.coords.is_empty() {
+        if !coords.is_none() || !dir.coords.is_empty() {
             return self.second_order_products(phi, t, Weighted::Joule(q_bar), dir, coords);
         }
         self.closed_form_products(phi, t, Weighted::Joule(q_bar), dir)
@@ -200,7 +200,7 @@ impl ElectricalModel {
             temperature: vec![0.0; self.n_nodes()],
             sigma_elem: vec![0.0; self.n_volume_elements()],
             alpha_r: vec![0.0; self.conductors.len()],
-            coords: None,
+            coords: CoordinatePart::None,
         };
         let compute = |e: usize| {
             let mut out = [0.0; 2 * MAX + 2];
@@ -506,17 +506,18 @@ impl ElectricalModel {
         per_element.concat()
     }
 
-    /// The second-order products by `HyperDual64`, one pass per element variable (with
-    /// `coords`, the 3·nn coordinates too, whose part is returned).
+    /// The second-order products by `HyperDual64`, one pass per element variable other than
+    /// the coordinates, then one per coordinate pick of `coords` (the coordinates are
+    /// variables whenever the nodes move or their part is wanted).
     fn second_order_products(
         &self,
         phi: &[f64],
         t: Option<&[f64]>,
         weights: Weighted,
         dir: &ElectricalDirection,
-        coords: bool,
+        coords: CoordinateRequest,
     ) -> ElectricalSecondOrder {
-        let with_x = coords || !dir.coords.is_empty();
+        let with_x = !coords.is_none() || !dir.coords.is_empty();
         let compute = |e: usize| {
             let ev = self.element_variables(e, phi, t, dir, with_x);
             let w: Vec<f64> = match weights {
@@ -527,20 +528,31 @@ impl ElectricalModel {
                 }
             };
             let m = ev.values.len();
-            let mut out = vec![0.0; m];
+            let nodes = self.element_nodes(e);
+            // The variables picked one at a time (the coordinates are picked by `coords`).
+            let m_base = if ev.with_x { m - 3 * ev.nn } else { m };
+            let mut out = vec![0.0; m_base + coords.n_picks(nodes)];
             if w.iter().all(|&v| v == 0.0) {
                 return (ev, out);
             }
             let mut buf = vec![HyperDual64::from(0.0); w.len()];
+            let mut v: Vec<HyperDual64> =
+                (0..m).map(|j| HyperDual64::new(ev.values[j], ev.direction[j], 0.0, 0.0)).collect();
             for (i, o) in out.iter_mut().enumerate() {
-                let v: Vec<HyperDual64> = (0..m)
-                    .map(|j| {
-                        let unit = if i == j { 1.0 } else { 0.0 };
-                        HyperDual64::new(ev.values[j], ev.direction[j], unit, 0.0)
-                    })
-                    .collect();
+                if i < m_base {
+                    v[i].eps2 = 1.0;
+                } else if coords.is_still(i - m_base, nodes) {
+                    continue;
+                } else {
+                    for a in 0..ev.nn {
+                        for k in 0..3 {
+                            v[m_base + 3 * a + k].eps2 = coords.seed(i - m_base, nodes, a, k);
+                        }
+                    }
+                }
                 self.element_outputs(e, &v, &ev, weights.is_joule(), &mut buf);
                 *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
+                v.iter_mut().for_each(|x| x.eps2 = 0.0);
             }
             (ev, out)
         };
@@ -549,7 +561,7 @@ impl ElectricalModel {
             temperature: vec![0.0; self.n_nodes()],
             sigma_elem: vec![0.0; self.n_volume_elements()],
             alpha_r: vec![0.0; self.conductors.len()],
-            coords: coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
+            coords: CoordinatePart::zeros(coords, self.n_nodes()),
         };
         // Summed in element order: the result does not depend on the thread count.
         for_each_element_ordered(self.n_volume_elements(), compute, |e, (ev, local)| {
@@ -561,12 +573,8 @@ impl ElectricalModel {
                 if ev.with_t {
                     res.temperature[n] += local[nn + a];
                 }
-                if let Some(c) = res.coords.as_mut() {
-                    for i in 0..3 {
-                        c[n][i] += local[at + 2 + 3 * a + i];
-                    }
-                }
             }
+            res.coords.add_element(nodes, &local[at + 2..]);
             res.sigma_elem[e] += local[at];
             res.alpha_r[self.element_conductor(e)] += local[at + 1];
         });
@@ -663,12 +671,24 @@ mod tests {
             );
             let pairs = [
                 (
-                    model.second_order_vjp(&phi, temp, &lambda, &d, false),
-                    model.second_order_products(&phi, temp, Weighted::Residual(&lambda), &d, false),
+                    model.second_order_vjp(&phi, temp, &lambda, &d, CoordinateRequest::None),
+                    model.second_order_products(
+                        &phi,
+                        temp,
+                        Weighted::Residual(&lambda),
+                        &d,
+                        CoordinateRequest::None,
+                    ),
                 ),
                 (
-                    model.joule_second_order_vjp(&phi, temp, &q_bar, &d, false),
-                    model.second_order_products(&phi, temp, Weighted::Joule(&q_bar), &d, false),
+                    model.joule_second_order_vjp(&phi, temp, &q_bar, &d, CoordinateRequest::None),
+                    model.second_order_products(
+                        &phi,
+                        temp,
+                        Weighted::Joule(&q_bar),
+                        &d,
+                        CoordinateRequest::None,
+                    ),
                 ),
             ];
             for (a, b) in &pairs {
@@ -715,7 +735,7 @@ mod tests {
             .enumerate()
             .map(|(n, p)| if model.unknown_of_node()[n].is_some() { p[0] * 1e3 - 0.2 } else { 0.0 })
             .collect();
-        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d, false);
+        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d, CoordinateRequest::None);
         let want = crate::model::VjpRequest {
             conductivity: true,
             terminals: false,
@@ -744,7 +764,7 @@ mod tests {
         let q_bar: Vec<f64> = (0..model.qp_offsets().last().copied().unwrap())
             .map(|q| 1.0 + (q % 7) as f64 * 0.1)
             .collect();
-        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d, false);
+        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d, CoordinateRequest::None);
         let jp = mp.joule_vjp(&pp, Some(&tp), &q_bar, false);
         let jm = mm.joule_vjp(&pm, Some(&tm), &q_bar, false);
         check("joule phi", &js.phi, &jp.phi, &jm.phi);
@@ -795,6 +815,7 @@ mod tests {
         let flat = |c: &Option<Vec<[f64; 3]>>| -> Vec<f64> {
             c.as_ref().expect("coordinates").iter().flatten().copied().collect()
         };
+        let every = |c: &CoordinatePart| Some(c.every().expect("per node").to_vec());
         check(
             "residual",
             &model.residual_jvp(&phi, Some(&t), &d),
@@ -814,7 +835,7 @@ mod tests {
             temperature: true,
             coords: true,
         };
-        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d, true);
+        let so = model.second_order_vjp(&phi, Some(&t), &lambda, &d, CoordinateRequest::Every);
         let (vp, vm) = (
             mp.parameter_vjp(&pp, Some(&tp), &lambda, want),
             mm.parameter_vjp(&pm, Some(&tm), &lambda, want),
@@ -828,16 +849,30 @@ mod tests {
         check("temperature", &so.temperature, &vp.temperature, &vm.temperature);
         check("sigma", &so.sigma_elem, &vp.sigma_elem, &vm.sigma_elem);
         check("alpha", &so.alpha_r, &vp.alpha_r, &vm.alpha_r);
-        check("coords", &flat(&so.coords), &flat(&vp.coords), &flat(&vm.coords));
+        check("coords", &flat(&every(&so.coords)), &flat(&vp.coords), &flat(&vm.coords));
         let q_bar: Vec<f64> = (0..model.qp_offsets().last().copied().unwrap())
             .map(|q| 1.0 + (q % 7) as f64 * 0.1)
             .collect();
-        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d, true);
+        let js = model.joule_second_order_vjp(&phi, Some(&t), &q_bar, &d, CoordinateRequest::Every);
         let jp = mp.joule_vjp(&pp, Some(&tp), &q_bar, true);
         let jm = mm.joule_vjp(&pm, Some(&tm), &q_bar, true);
         check("joule phi", &js.phi, &jp.phi, &jm.phi);
         check("joule temperature", &js.temperature, &jp.temperature, &jm.temperature);
         check("joule sigma", &js.sigma_elem, &jp.sigma_elem, &jm.sigma_elem);
-        check("joule coords", &flat(&js.coords), &flat(&jp.coords), &flat(&jm.coords));
+        check("joule coords", &flat(&every(&js.coords)), &flat(&jp.coords), &flat(&jm.coords));
+        // Along a node field: the per-node part contracted with it.
+        let fields = vec![d.coords.clone()];
+        let along =
+            model.second_order_vjp(&phi, Some(&t), &lambda, &d, CoordinateRequest::Along(&fields));
+        let CoordinatePart::Along(along) = along.coords else { panic!("a part along the field") };
+        let c: f64 = so
+            .coords
+            .every()
+            .unwrap()
+            .iter()
+            .zip(&fields[0])
+            .map(|(a, b)| a[0] * b[0] + a[1] * b[1] + a[2] * b[2])
+            .sum();
+        assert!((along[0] - c).abs() <= 1e-12 * c.abs(), "{} vs {c}", along[0]);
     }
 }

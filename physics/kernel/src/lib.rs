@@ -4,7 +4,10 @@
 //! what all of them share: the scalar bound under which point laws are written once for `f64`
 //! and for dual numbers, and the description of a field's degrees of freedom.
 
+pub mod coordinates;
 pub mod generic;
+
+pub use coordinates::{CoordinatePart, CoordinateRequest};
 
 use rayon::prelude::*;
 

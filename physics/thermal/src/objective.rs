@@ -16,7 +16,7 @@
 //!
 //! A weighted sum of these is the objective of a problem.
 
-use gradfem_kernel::generic;
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, generic};
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
 use num_dual::{DualNum, HyperDual64};
@@ -644,11 +644,12 @@ fn integral_hessian_product(
     t: &[f64],
     dt: &[f64],
     dx: &[[f64; 3]],
+    coords: CoordinateRequest,
     integrand: Integrand,
     outer: Outer,
-) -> (Vec<f64>, Vec<[f64; 3]>) {
-    /// One element: S, V and their direction parts; per variable (nn temperatures, then 3·nn
-    /// coordinates) the gradient and the gradient's direction part of S and of V.
+) -> (Vec<f64>, CoordinatePart) {
+    /// One element: S, V and their direction parts; per variable (nn temperatures, then the
+    /// coordinate picks) the gradient and the gradient's direction part of S and of V.
     struct Local {
         s: [f64; 2],
         v: [f64; 2],
@@ -671,7 +672,11 @@ fn integral_hessian_product(
                     .map(|(a, &n)| {
                         let (p, d) = (model.coords[n], coord(n));
                         std::array::from_fn(|i| {
-                            HyperDual64::new(p[i], d[i], seed(nn + 3 * a + i), 0.0)
+                            let x2 = match pick.checked_sub(nn) {
+                                Some(k) => coords.seed(k, nodes, a, i),
+                                None => 0.0,
+                            };
+                            HyperDual64::new(p[i], d[i], x2, 0.0)
                         })
                     })
                     .collect();
@@ -689,7 +694,7 @@ fn integral_hessian_product(
                 }
                 (s, v)
             };
-            let n_vars = if dx.is_empty() { nn } else { 4 * nn };
+            let n_vars = nn + coords.n_picks(nodes);
             let mut local = Local {
                 s: [0.0; 2],
                 v: [0.0; 2],
@@ -697,6 +702,12 @@ fn integral_hessian_product(
                 v_grad: Vec::with_capacity(n_vars),
             };
             for pick in 0..n_vars {
+                // (The temperature picks come first and set S and V.)
+                if pick >= nn && coords.is_still(pick - nn, nodes) {
+                    local.s_grad.push([0.0; 2]);
+                    local.v_grad.push([0.0; 2]);
+                    continue;
+                }
                 let (s, v) = pass(pick);
                 local.s = [s.re, s.eps1];
                 local.v = [v.re, v.eps1];
@@ -719,20 +730,17 @@ fn integral_hessian_product(
     let combine =
         |sg: [f64; 2], vg: [f64; 2]| f_s * sg[1] + f_v * vg[1] + a_s * sg[0] + a_v * vg[0];
     let mut out_t = vec![0.0; model.n_nodes()];
-    let mut out_x = vec![[0.0; 3]; if dx.is_empty() { 0 } else { model.n_nodes() }];
+    let mut out_x = CoordinatePart::zeros(coords, model.n_nodes());
     // Summed in element order: the result does not depend on the thread count.
     for (l, &e) in locals.iter().zip(els) {
         let nodes = model.element_nodes(e);
         let nn = nodes.len();
         for (a, &n) in nodes.iter().enumerate() {
             out_t[n] += combine(l.s_grad[a], l.v_grad[a]);
-            if !out_x.is_empty() {
-                for i in 0..3 {
-                    let k = nn + 3 * a + i;
-                    out_x[n][i] += combine(l.s_grad[k], l.v_grad[k]);
-                }
-            }
         }
+        let picks: Vec<f64> =
+            (nn..l.s_grad.len()).map(|k| combine(l.s_grad[k], l.v_grad[k])).collect();
+        out_x.add_element(nodes, &picks);
     }
     (out_t, out_x)
 }
@@ -740,7 +748,7 @@ fn integral_hessian_product(
 /// The derivative along a direction (δT, δX) of the objective's gradient: ∂/∂T (at every
 /// node, first) and ∂/∂X (per node, second) of J's directional derivative, for the
 /// second-order adjoint with respect to node coordinates. `dx` is δX per node (empty: the
-/// nodes hold still, but the coordinate part is still formed). Nodal terms (peak, nodal sums,
+/// nodes hold still); the coordinate part is formed as `coords` requests. Nodal terms (peak, nodal sums,
 /// cotangents) do not depend on X; integral terms (averages, p-norms, integrals of T²)
 /// differentiate their Jacobians by dual numbers; point values and sensor misfits are refused
 /// (their inverse isoparametric map is not differentiated twice yet).
@@ -750,17 +758,20 @@ pub fn hessian_product_with_coords(
     t: &[f64],
     dt: &[f64],
     dx: &[[f64; 3]],
-) -> Result<(Vec<f64>, Vec<[f64; 3]>), ThermalError> {
+    coords: CoordinateRequest,
+) -> Result<(Vec<f64>, CoordinatePart), ThermalError> {
     let n_nodes = model.n_nodes();
     let zero_x = vec![[0.0; 3]; n_nodes];
     let dx = if dx.is_empty() { zero_x.as_slice() } else { dx };
     let mut out_t = vec![0.0; n_nodes];
-    let mut out_x = vec![[0.0; 3]; n_nodes];
+    let mut out_x = CoordinatePart::zeros(coords, n_nodes);
     for term in terms {
         let w = term.weight;
         let integral = |group: &str, integrand: Integrand, outer: Outer| {
             let els = model.group_elements(group)?;
-            Ok::<_, ThermalError>(integral_hessian_product(model, els, t, dt, dx, integrand, outer))
+            Ok::<_, ThermalError>(integral_hessian_product(
+                model, els, t, dt, dx, coords, integrand, outer,
+            ))
         };
         let (ht, hx) = match &term.kind {
             ObjectiveKind::Point { .. } | ObjectiveKind::Misfit { .. } => {
@@ -793,11 +804,7 @@ pub fn hessian_product_with_coords(
             }
         };
         out_t.iter_mut().zip(&ht).for_each(|(o, v)| *o += w * v);
-        for (o, v) in out_x.iter_mut().zip(&hx) {
-            for i in 0..3 {
-                o[i] += w * v[i];
-            }
-        }
+        out_x.add_scaled(&hx, w);
     }
     Ok((out_t, out_x))
 }
@@ -974,7 +981,10 @@ mod tests {
         ];
         for kind in kinds {
             let terms = vec![ObjectiveTerm { weight: 1.7, kind: kind.clone() }];
-            let (ht, hx) = hessian_product_with_coords(&m, &terms, &t, &dt, &dx).unwrap();
+            let (ht, hx) =
+                hessian_product_with_coords(&m, &terms, &t, &dt, &dx, CoordinateRequest::Every)
+                    .unwrap();
+            let hx = hx.every().unwrap().to_vec();
             let h = 1e-6;
             let at = |s: f64| {
                 let mut mm = m.clone();
@@ -1008,7 +1018,9 @@ mod tests {
                     );
                 }
             }
-            let (still, _) = hessian_product_with_coords(&m, &terms, &t, &dt, &[]).unwrap();
+            let (still, _) =
+                hessian_product_with_coords(&m, &terms, &t, &dt, &[], CoordinateRequest::None)
+                    .unwrap();
             let closed = hessian_product(&m, &terms, &t, &dt).unwrap();
             for (a, b) in still.iter().zip(&closed) {
                 assert!((a - b).abs() <= 1e-10 * scale, "{kind:?}: {a} vs {b}");
@@ -1018,7 +1030,9 @@ mod tests {
             weight: 1.0,
             kind: ObjectiveKind::Point { point: [0.4, 0.3, 0.2] },
         }];
-        let e = hessian_product_with_coords(&m, &point, &t, &dt, &dx).unwrap_err().to_string();
+        let e = hessian_product_with_coords(&m, &point, &t, &dt, &dx, CoordinateRequest::Every)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("node coordinates"), "{e}");
     }
 

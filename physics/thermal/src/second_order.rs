@@ -18,8 +18,8 @@
 //! (Joule heat from a coupled electrical field) do not depend on T or p inside this field and
 //! drop out of both products.
 
-use gradfem_kernel::for_each_element_ordered;
 use gradfem_kernel::generic;
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, for_each_element_ordered};
 use num_dual::{Dual64, DualNum, HyperDual64};
 
 use crate::model::{BcKind, ParameterVjp, ThermalModel};
@@ -193,15 +193,15 @@ impl ThermalModel {
     /// The derivative along (δT, δp, δX) of (∂R/∂T)ᵀλ (per node, returned first) and of
     /// (∂R/∂p)ᵀλ (in the layout of [`ParameterVjp`]; its `temperature` entries, the fixed
     /// temperatures' products, are zero here: the fixed nodes' part of the first vector holds
-    /// them). With `coords`, also the derivative of (∂R/∂X)ᵀλ per node (`ParameterVjp::coords`).
+    /// them). The derivative of (∂R/∂X)ᵀλ as `coords` requests comes third.
     /// `lambda` is given at every node (zero at fixed nodes).
     pub fn second_order_vjp(
         &self,
         t: &[f64],
         lambda: &[f64],
         dir: &ThermalDirection,
-        coords: bool,
-    ) -> (Vec<f64>, ParameterVjp) {
+        coords: CoordinateRequest,
+    ) -> (Vec<f64>, ParameterVjp, CoordinatePart) {
         self.second_order_vjp_with(t, lambda, dir, coords, true)
     }
 
@@ -212,8 +212,8 @@ impl ThermalModel {
         t: &[f64],
         lambda: &[f64],
         dir: &ThermalDirection,
-        coords: bool,
-    ) -> (Vec<f64>, ParameterVjp) {
+        coords: CoordinateRequest,
+    ) -> (Vec<f64>, ParameterVjp, CoordinatePart) {
         self.second_order_vjp_with(t, lambda, dir, coords, false)
     }
 
@@ -281,17 +281,17 @@ impl ThermalModel {
         t: &[f64],
         lambda: &[f64],
         dir: &ThermalDirection,
-        want_coords: bool,
+        coords: CoordinateRequest,
         closed_form: bool,
-    ) -> (Vec<f64>, ParameterVjp) {
+    ) -> (Vec<f64>, ParameterVjp, CoordinatePart) {
         let n_el = self.n_elements();
-        let closed_form = closed_form && !want_coords && dir.coords.is_empty();
-        /// One element's products: per node (temperature), per kernel parameter, per node
-        /// and axis (coordinates; empty unless wanted).
+        let closed_form = closed_form && coords.is_none() && dir.coords.is_empty();
+        /// One element's products: per node (temperature), per kernel parameter, per
+        /// coordinate pick (empty unless wanted).
         struct Local {
             state: Vec<f64>,
             params: [f64; 5],
-            coords: Vec<[f64; 3]>,
+            coords: Vec<f64>,
         }
         // Per element: ∂²(λᵀrₑ)/∂z ∂(direction) for its nodal temperatures, its parameters and
         // (when wanted) its node coordinates.
@@ -301,7 +301,7 @@ impl ThermalModel {
             let mut local = Local {
                 state: vec![0.0; nn],
                 params: [0.0; 5],
-                coords: if want_coords { vec![[0.0; 3]; nn] } else { Vec::new() },
+                coords: vec![0.0; coords.n_picks(nodes)],
             };
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
                 return local;
@@ -317,8 +317,8 @@ impl ThermalModel {
             }
             let mut r = vec![HyperDual64::from(0.0); nn];
             // ε₁ carries the direction, ε₂ picks one variable (nn temperatures, then the five
-            // kernel parameters, then 3·nn coordinates): λᵀr's ε₁ε₂ part is that variable's
-            // row of the Hessian of λᵀrₑ times the direction.
+            // kernel parameters, then the coordinate picks of `coords`): λᵀr's ε₁ε₂ part is
+            // that variable's row of the Hessian of λᵀrₑ times the direction.
             let mut second = |pick: usize| -> f64 {
                 let seed = |var: usize| if pick == var { 1.0 } else { 0.0 };
                 let te: Vec<HyperDual64> = nodes
@@ -332,7 +332,11 @@ impl ThermalModel {
                     .map(|(a, &n)| {
                         let (p, d) = (self.coords[n], dir.coord(n));
                         std::array::from_fn(|i| {
-                            HyperDual64::new(p[i], d[i], seed(nn + 5 + 3 * a + i), 0.0)
+                            let x2 = match pick.checked_sub(nn + 5) {
+                                Some(k) => coords.seed(k, nodes, a, i),
+                                None => 0.0,
+                            };
+                            HyperDual64::new(p[i], d[i], x2, 0.0)
                         })
                     })
                     .collect();
@@ -346,9 +350,9 @@ impl ThermalModel {
             for i in used {
                 local.params[i] = second(nn + i);
             }
-            for a in 0..local.coords.len() {
-                for i in 0..3 {
-                    local.coords[a][i] = second(nn + 5 + 3 * a + i);
+            for k in 0..local.coords.len() {
+                if !coords.is_still(k, nodes) {
+                    local.coords[k] = second(nn + 5 + k);
                 }
             }
             local
@@ -362,21 +366,16 @@ impl ThermalModel {
             t_inf: vec![0.0; nb],
             q_in: vec![0.0; nb],
             temperature: vec![0.0; nb],
-            coords: want_coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
+            coords: None,
         };
+        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
         // Summed in element order: the result does not depend on the thread count.
         for_each_element_ordered(n_el, compute, |e, local| {
             let nodes = self.element_nodes(e);
             for (&n, v) in nodes.iter().zip(&local.state) {
                 state[n] += v;
             }
-            if let Some(c) = out.coords.as_mut() {
-                for (&n, v) in nodes.iter().zip(&local.coords) {
-                    for i in 0..3 {
-                        c[n][i] += v[i];
-                    }
-                }
-            }
+            part.add_element(nodes, &local.coords);
             let tag = self.elem_tag[e] as usize;
             let params = local.params;
             if e < self.n_volume {
@@ -388,7 +387,7 @@ impl ThermalModel {
                 out.q_in[tag] += params[4];
             }
         });
-        (state, out)
+        (state, out, part)
     }
 }
 
@@ -450,30 +449,33 @@ impl ThermalModel {
     }
 
     /// With λ (every node) held, the derivatives along (δQ, δX) of the external source's
-    /// vector-Jacobian products: (∂R/∂Q)ᵀλ per point (first) and, with `coords`, (∂R/∂X)ᵀλ
-    /// per node (second). Zero without a source set on the model.
+    /// vector-Jacobian products: (∂R/∂Q)ᵀλ per point (first) and (∂R/∂X)ᵀλ as `coords`
+    /// requests (second). Zero without a source set on the model.
     pub fn external_source_second_order(
         &self,
         lambda: &[f64],
         dq: &[f64],
         dx: &[[f64; 3]],
-        coords: bool,
-    ) -> (Vec<f64>, Option<Vec<[f64; 3]>>) {
+        coords: CoordinateRequest,
+    ) -> (Vec<f64>, CoordinatePart) {
         let offsets = self.qp_offsets();
         let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
-        let mut per_node = coords.then(|| vec![[0.0; 3]; self.n_nodes()]);
-        let Some(source) = self.external_source() else { return (per_point, per_node) };
+        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
+        let Some(source) = self.external_source() else { return (per_point, part) };
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
             let np = offsets[e + 1] - offsets[e];
-            let n_picks = np + if coords { 3 * nn } else { 0 };
+            let n_picks = np + coords.n_picks(nodes);
             let mut out = vec![0.0; n_picks];
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
                 return out;
             }
             let mut r = vec![HyperDual64::from(0.0); nn];
             for (pick, o) in out.iter_mut().enumerate() {
+                if pick >= np && coords.is_still(pick - np, nodes) {
+                    continue;
+                }
                 let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
                 let q: Vec<HyperDual64> = (0..np)
                     .map(|k| {
@@ -487,7 +489,11 @@ impl ThermalModel {
                     .map(|(a, &n)| {
                         let (p, d) = (self.coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
                         std::array::from_fn(|i| {
-                            HyperDual64::new(p[i], d[i], seed(np + 3 * a + i), 0.0)
+                            let x2 = match pick.checked_sub(np) {
+                                Some(k) => coords.seed(k, nodes, a, i),
+                                None => 0.0,
+                            };
+                            HyperDual64::new(p[i], d[i], x2, 0.0)
                         })
                     })
                     .collect();
@@ -500,15 +506,9 @@ impl ThermalModel {
         for_each_element_ordered(self.n_volume, compute, |e, local| {
             let np = offsets[e + 1] - offsets[e];
             per_point[offsets[e]..offsets[e + 1]].copy_from_slice(&local[..np]);
-            if let Some(c) = per_node.as_mut() {
-                for (a, &n) in self.element_nodes(e).iter().enumerate() {
-                    for i in 0..3 {
-                        c[n][i] += local[np + 3 * a + i];
-                    }
-                }
-            }
+            part.add_element(self.element_nodes(e), &local[np..]);
         });
-        (per_point, per_node)
+        (per_point, part)
     }
 }
 
@@ -645,7 +645,7 @@ mod tests {
     fn second_order_vjp_matches_differences_of_the_first_order_products() {
         let m = model();
         let (t, lambda, d) = state_and_direction(&m);
-        let (state, params) = m.second_order_vjp(&t, &lambda, &d, false);
+        let (state, params, _) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::None);
         let want = VjpRequest {
             conductivity: true,
             source: true,
@@ -760,7 +760,7 @@ mod tests {
             temperature: false,
             coords: true,
         };
-        let (state, params) = m.second_order_vjp(&t, &lambda, &d, true);
+        let (state, params, part) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::Every);
         // (∂R/∂T)ᵀλ by the element residuals' own dual-number tangent: λᵀr differentiated in T.
         let rt_lambda = |m: &ThermalModel, t: &[f64]| {
             let mut out = vec![0.0; m.n_nodes()];
@@ -785,22 +785,41 @@ mod tests {
         let flat = |c: &Option<Vec<[f64; 3]>>| -> Vec<f64> {
             c.as_ref().unwrap().iter().flatten().copied().collect()
         };
-        close("coords", &flat(&params.coords), &diff(&flat(&vp.coords), &flat(&vm.coords)), 1e-5);
+        let every = part.every().unwrap().to_vec();
+        close(
+            "coords",
+            &flat(&Some(every.clone())),
+            &diff(&flat(&vp.coords), &flat(&vm.coords)),
+            1e-5,
+        );
+        // Along node fields: the per-node part contracted with them.
+        let fields = vec![d.coords.clone(), m.coords.iter().map(|p| [0.0, p[0], 0.0]).collect()];
+        let (_, _, along) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::Along(&fields));
+        let CoordinatePart::Along(along) = along else { panic!("a part along the fields") };
+        for (k, f) in fields.iter().enumerate() {
+            let c: f64 =
+                every.iter().zip(f).map(|(a, b)| a[0] * b[0] + a[1] * b[1] + a[2] * b[2]).sum();
+            assert!(
+                (along[k] - c).abs() <= 1e-12 * c.abs().max(1e-300),
+                "field {k}: {} vs {c}",
+                along[k]
+            );
+        }
         // Without moving nodes and without coordinates wanted, the closed form still holds.
-        let (s0, _) = m.second_order_vjp(
+        let (s0, _, _) = m.second_order_vjp(
             &t,
             &lambda,
             &ThermalDirection { coords: Vec::new(), ..d.clone() },
-            false,
+            CoordinateRequest::None,
         );
-        let (s1, p1) = m.second_order_vjp_dual(
+        let (s1, _, p1) = m.second_order_vjp_dual(
             &t,
             &lambda,
             &ThermalDirection { coords: Vec::new(), ..d },
-            true,
+            CoordinateRequest::Every,
         );
         close("closed form", &s0, &s1, 1e-12);
-        assert!(p1.coords.unwrap().iter().flatten().any(|v| *v != 0.0));
+        assert!(p1.every().unwrap().iter().flatten().any(|v| *v != 0.0));
     }
 
     /// An external per-point source with moving nodes: the residual's tangent and the
@@ -841,19 +860,20 @@ mod tests {
             temperature: false,
             coords: true,
         };
-        let (per_point, per_node) = m.external_source_second_order(&lambda, &dq, &d.coords, true);
+        let (per_point, per_node) =
+            m.external_source_second_order(&lambda, &dq, &d.coords, CoordinateRequest::Every);
         close(
             "source",
             &per_point,
             &mp.external_source_vjp(&lambda),
             &mm.external_source_vjp(&lambda),
         );
-        let (_, own) = m.second_order_vjp(&t, &lambda, &d, true);
+        let (_, _, own) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::Every);
         let total: Vec<f64> = own
-            .coords
+            .every()
             .unwrap()
             .iter()
-            .zip(per_node.unwrap())
+            .zip(per_node.every().unwrap())
             .flat_map(|(a, b)| [a[0] + b[0], a[1] + b[1], a[2] + b[2]])
             .collect();
         let flat = |m: &ThermalModel| -> Vec<f64> {
@@ -886,8 +906,8 @@ mod tests {
         .unwrap();
         let (t, lambda, mut d) = state_and_direction_of(&m);
         d.h[0] = 1.5;
-        let (s1, p1) = m.second_order_vjp(&t, &lambda, &d, false);
-        let (s2, p2) = m.second_order_vjp_dual(&t, &lambda, &d, false);
+        let (s1, p1, _) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::None);
+        let (s2, p2, _) = m.second_order_vjp_dual(&t, &lambda, &d, CoordinateRequest::None);
         let scale = s2.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         for (a, b) in s1.iter().zip(&s2) {
             assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");

@@ -15,6 +15,7 @@
 //!   s = dev σ = 2μ dev ε(u) (the isotropic thermal strain has no deviator, so M does not
 //!   depend on T explicitly), ∂σ_vm/∂u_ai = (3μ/σ_vm) (s ∇N_a)_i and ∂σ_vm/∂μ = σ_vm/μ.
 
+use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
 use num_dual::{Dual64, HyperDual64};
@@ -525,7 +526,8 @@ pub fn average_displacement_hessian(
     u: &[f64],
     du: &[f64],
     dx: &[[f64; 3]],
-) -> Result<(Vec<f64>, Vec<[f64; 3]>), MechanicalError> {
+    coords: CoordinateRequest,
+) -> Result<(Vec<f64>, CoordinatePart), MechanicalError> {
     // The cells: (table, nodes, is a surface cell).
     let cells: Vec<(&gradfem_mesh::quadrature::ElementTable, &[usize], bool)> =
         match model.surface_groups.get(group) {
@@ -540,7 +542,7 @@ pub fn average_displacement_hessian(
                 .collect(),
         };
     /// Per cell: S and A with their direction parts; per variable (3·nn displacements, then
-    /// 3·nn coordinates) the gradient and its direction part of S and of A.
+    /// the coordinate picks) the gradient and its direction part of S and of A.
     struct Local {
         s: [f64; 2],
         a: [f64; 2],
@@ -560,7 +562,11 @@ pub fn average_displacement_hessian(
                     .map(|(a, &n)| {
                         let (p, d) = (model.coords[n], coord(n));
                         std::array::from_fn(|i| {
-                            HyperDual64::new(p[i], d[i], seed(3 * nn + 3 * a + i), 0.0)
+                            let x2 = match pick.checked_sub(3 * nn) {
+                                Some(k) => coords.seed(k, nodes, a, i),
+                                None => 0.0,
+                            };
+                            HyperDual64::new(p[i], d[i], x2, 0.0)
                         })
                     })
                     .collect();
@@ -586,8 +592,14 @@ pub fn average_displacement_hessian(
                 }
                 (s, area)
             };
-            let mut local = Local { s: [0.0; 2], a: [0.0; 2], grad: Vec::with_capacity(6 * nn) };
-            for pick in 0..6 * nn {
+            let n_picks = 3 * nn + coords.n_picks(nodes);
+            let mut local = Local { s: [0.0; 2], a: [0.0; 2], grad: Vec::with_capacity(n_picks) };
+            for pick in 0..n_picks {
+                // (The displacement picks come first and set S and A.)
+                if pick >= 3 * nn && coords.is_still(pick - 3 * nn, nodes) {
+                    local.grad.push([0.0; 4]);
+                    continue;
+                }
                 let (s, a) = pass(pick);
                 local.s = [s.re, s.eps1];
                 local.a = [a.re, a.eps1];
@@ -610,16 +622,17 @@ pub fn average_displacement_hessian(
     let (c_s, c_a) = (j_sa * a[1], j_sa * s[1] + j_aa * a[1]);
     let combine = |g: [f64; 4]| j_s * g[1] + j_a * g[3] + c_s * g[0] + c_a * g[2];
     let mut out_u = vec![0.0; 3 * model.n_nodes()];
-    let mut out_x = vec![[0.0; 3]; model.n_nodes()];
+    let mut out_x = CoordinatePart::zeros(coords, model.n_nodes());
     // Summed in cell order: the result does not depend on the thread count.
     for (l, &(_, nodes, _)) in locals.iter().zip(&cells) {
         let nn = nodes.len();
         for (a, &n) in nodes.iter().enumerate() {
             for i in 0..3 {
                 out_u[3 * n + i] += combine(l.grad[3 * a + i]);
-                out_x[n][i] += combine(l.grad[3 * nn + 3 * a + i]);
             }
         }
+        let picks: Vec<f64> = l.grad[3 * nn..].iter().map(|&g| combine(g)).collect();
+        out_x.add_element(nodes, &picks);
     }
     Ok((out_u, out_x))
 }
@@ -668,7 +681,17 @@ mod tests {
             })
             .collect();
         let direction = [0.3, -1.0, 0.5];
-        let (hu, hx) = average_displacement_hessian(&m, group, direction, &u, &du, &dx).unwrap();
+        let (hu, hx) = average_displacement_hessian(
+            &m,
+            group,
+            direction,
+            &u,
+            &du,
+            &dx,
+            CoordinateRequest::Every,
+        )
+        .unwrap();
+        let hx = hx.every().unwrap().to_vec();
         let term = [ObjectiveTerm {
             weight: 1.0,
             kind: ObjectiveKind::AverageDisplacement { group: group.into(), direction },

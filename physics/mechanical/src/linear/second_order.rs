@@ -30,6 +30,7 @@
 //! compliance fᵀu = −Σₑ uₑᵀ rₑ(0, T_ref, loads) is differentiated on the same path
 //! ([`LinearElasticModel::compliance_hessian`]).
 
+use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
 
@@ -103,8 +104,8 @@ pub struct MechanicalSecondOrder {
     pub traction: Vec<[f64; 3]>,
     /// d/dε λᵀ∂R/∂(pressure) per boundary condition.
     pub pressure: Vec<f64>,
-    /// d/dε (∂R/∂X)ᵀλ per node (when requested).
-    pub coords: Option<Vec<[f64; 3]>>,
+    /// d/dε (∂R/∂X)ᵀλ as requested.
+    pub coords: CoordinatePart,
 }
 
 /// Lamé's μ and λ with their derivatives in (E, ν) along a direction (δE, δν).
@@ -352,16 +353,17 @@ impl LinearElasticModel {
     /// d/dε of the residual's vector-Jacobian products with `lambda` (three per node, zero at
     /// constrained components for an adjoint) held fixed, along `dir`: closed forms on the
     /// volume elements (module docs).
-    /// With `coords`, or a direction that moves the nodes, every element goes through the
-    /// hyper-dual path (module docs) and the loads' and coordinates' parts are formed.
+    /// With a coordinate request, or a direction that moves the nodes, every element goes
+    /// through the hyper-dual path (module docs) and the loads' and coordinates' parts are
+    /// formed.
     pub fn second_order_vjp(
         &self,
         u: &[f64],
         lambda: &[f64],
         dir: &MechanicalDirection,
-        coords: bool,
+        coords: CoordinateRequest,
     ) -> MechanicalSecondOrder {
-        if coords || !dir.coords.is_empty() {
+        if !coords.is_none() || !dir.coords.is_empty() {
             return self.moving_second_order(u, Weighting::Residual(lambda), dir, coords);
         }
         let locals: Vec<[f64; LOCAL]> = (0..self.n_volume_elements())
@@ -530,7 +532,7 @@ impl LinearElasticModel {
             body_force: vec![[0.0; 3]; nr],
             traction: vec![[0.0; 3]; self.boundaries.len()],
             pressure: vec![0.0; self.boundaries.len()],
-            coords: None,
+            coords: CoordinatePart::None,
         };
         for (e, l) in locals.iter().enumerate() {
             for (a, &n) in self.element_nodes(e).iter().enumerate() {
@@ -784,16 +786,17 @@ impl LinearElasticModel {
         }
     }
 
-    /// The hyper-dual path: one pass per element variable (ε₁ the direction, ε₂ the
-    /// variable), every element, facets included.
+    /// The hyper-dual path: one pass per element variable other than the coordinates (ε₁ the
+    /// direction, ε₂ the variable), then one per coordinate pick of `coords`, every element,
+    /// facets included.
     fn moving_second_order(
         &self,
         u: &[f64],
         weighting: Weighting,
         dir: &MechanicalDirection,
-        coords: bool,
+        coords: CoordinateRequest,
     ) -> MechanicalSecondOrder {
-        let with_x = coords || !dir.coords.is_empty();
+        let with_x = !coords.is_none() || !dir.coords.is_empty();
         let compute = |e: usize| {
             let mv = self.moving_variables(e, u, dir, with_x);
             let nn = mv.nn;
@@ -808,12 +811,25 @@ impl LinearElasticModel {
                 Weighting::Compliance => None,
             };
             let m = mv.values.len();
-            let mut out = vec![0.0; m];
+            let nodes = self.element_nodes(e);
+            // The variables picked one at a time (the coordinates are picked by `coords`).
+            let m_base = 4 * nn + N_PARAMS;
+            let mut out = vec![0.0; m_base + coords.n_picks(nodes)];
             let mut r = vec![HyperDual64::from(0.0); 3 * nn];
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(mv.values[j], mv.direction[j], 0.0, 0.0)).collect();
             for (i, o) in out.iter_mut().enumerate() {
-                v[i].eps2 = 1.0;
+                if i < m_base {
+                    v[i].eps2 = 1.0;
+                } else if coords.is_still(i - m_base, nodes) {
+                    continue;
+                } else {
+                    for a in 0..nn {
+                        for k in 0..3 {
+                            v[m_base + 3 * a + k].eps2 = coords.seed(i - m_base, nodes, a, k);
+                        }
+                    }
+                }
                 *o = match &lambda_e {
                     Some(le) => {
                         self.moving_residual(e, &v, &mv, false, &mut r);
@@ -828,7 +844,7 @@ impl LinearElasticModel {
                         c.eps1eps2
                     }
                 };
-                v[i].eps2 = 0.0;
+                v.iter_mut().for_each(|x| x.eps2 = 0.0);
             }
             (mv, out)
         };
@@ -844,7 +860,7 @@ impl LinearElasticModel {
             body_force: vec![[0.0; 3]; nr],
             traction: vec![[0.0; 3]; nb],
             pressure: vec![0.0; nb],
-            coords: coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
+            coords: CoordinatePart::zeros(coords, self.n_nodes()),
         };
         // Summed in element order: the result does not depend on the thread count.
         gradfem_kernel::for_each_element_ordered(self.n_elements(), compute, |e, (mv, l)| {
@@ -853,19 +869,16 @@ impl LinearElasticModel {
             }
             let nn = mv.nn;
             let at = 4 * nn;
-            for (a, &n) in self.element_nodes(e).iter().enumerate() {
+            let nodes = self.element_nodes(e);
+            for (a, &n) in nodes.iter().enumerate() {
                 for i in 0..3 {
                     res.displacement[3 * n + i] += l[3 * a + i];
                 }
                 if mv.is_field {
                     res.temperature[n] += l[3 * nn + a];
                 }
-                if let Some(c) = res.coords.as_mut() {
-                    for i in 0..3 {
-                        c[n][i] += l[at + N_PARAMS + 3 * a + i];
-                    }
-                }
             }
+            res.coords.add_element(nodes, &l[at + N_PARAMS..]);
             if e < self.n_volume_elements() {
                 let r = self.element_region(e);
                 res.young_elem[e] += l[at];
@@ -892,13 +905,13 @@ impl LinearElasticModel {
 
     /// The compliance C = fᵀu differentiated twice along `dir` (δu, the loads' δp and, when
     /// the nodes move, δX): `displacement` holds d/dε ∂C/∂u = δf, the loads' parts
-    /// d/dε ∂C/∂p, and with `coords` the coordinates' d/dε ∂C/∂X (the material parts are
-    /// zero: f holds no stiffness).
+    /// d/dε ∂C/∂p, and the coordinates' d/dε ∂C/∂X as `coords` requests (the material parts
+    /// are zero: f holds no stiffness).
     pub fn compliance_hessian(
         &self,
         u: &[f64],
         dir: &MechanicalDirection,
-        coords: bool,
+        coords: CoordinateRequest,
     ) -> MechanicalSecondOrder {
         self.moving_second_order(u, Weighting::Compliance, dir, coords)
     }
@@ -976,7 +989,7 @@ mod tests {
                     }
                 })
                 .collect();
-            let a = m.second_order_vjp(&u, &lambda, &d, false);
+            let a = m.second_order_vjp(&u, &lambda, &d, CoordinateRequest::None);
             let b = m.second_order_vjp_dual(&u, &lambda, &d);
             let close = |what: &str, x: &[f64], y: &[f64]| {
                 let scale = y.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
@@ -1206,7 +1219,7 @@ mod tests {
                     }
                 })
                 .collect();
-        let so = m.second_order_vjp(&u, &lambda, &d, true);
+        let so = m.second_order_vjp(&u, &lambda, &d, CoordinateRequest::Every);
         // (∂R/∂u)ᵀλ = K λ = R(λ) − R(0) for the linear residual.
         let k_lambda = |m: &LinearElasticModel| -> Vec<f64> {
             let r0 = m.full_residual(&vec![0.0; lambda.len()]);
@@ -1231,19 +1244,19 @@ mod tests {
         check("pressure", &so.pressure, &vp.pressure, &vm.pressure);
         check(
             "coords",
-            &flat3(so.coords.as_ref().unwrap()),
+            &flat3(so.coords.every().unwrap()),
             &flat3(vp.coords.as_ref().unwrap()),
             &flat3(vm.coords.as_ref().unwrap()),
         );
         // The compliance: ∂C/∂u = f and ∂C/∂X from the objective, ∂C/∂p = −(∂R/∂p)ᵀu.
-        let ch = m.compliance_hessian(&u, &d, true);
+        let ch = m.compliance_hessian(&u, &d, CoordinateRequest::Every);
         let term = [ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Compliance }];
         let (ep, em) =
             (evaluate(&mp, &term, &up, true).unwrap(), evaluate(&mm, &term, &um, true).unwrap());
         check("compliance u", &ch.displacement, &ep.d_displacement, &em.d_displacement);
         check(
             "compliance X",
-            &flat3(ch.coords.as_ref().unwrap()),
+            &flat3(ch.coords.every().unwrap()),
             &flat3(ep.d_coords.as_ref().unwrap()),
             &flat3(em.d_coords.as_ref().unwrap()),
         );

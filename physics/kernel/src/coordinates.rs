@@ -1,0 +1,156 @@
+//! Which derivatives with respect to the node coordinates X a second-order product forms, and
+//! the part it returns.
+//!
+//! With `mesh.coordinates` registered a product needs ∂/∂X at every node (three numbers per
+//! node, three hyper-dual passes per element node). With morphs alone, X = X₀ + Σₖ (sₖ − sₖ₀) Dₖ,
+//! only the contractions Σₙ Dₖ(n)·∂/∂Xₙ are needed: one pass per morph along its field,
+//! skipped on elements the morph does not move.
+
+/// The coordinate derivatives a product forms.
+#[derive(Clone, Copy, Debug, Default)]
+pub enum CoordinateRequest<'a> {
+    /// None: the nodes are not parameters.
+    #[default]
+    None,
+    /// ∂/∂X at every node.
+    Every,
+    /// The directional derivatives along the given node fields (one value per field).
+    Along(&'a [Vec<[f64; 3]>]),
+}
+
+impl CoordinateRequest<'_> {
+    /// True for [`CoordinateRequest::None`].
+    pub fn is_none(&self) -> bool {
+        matches!(self, CoordinateRequest::None)
+    }
+
+    /// How many hyper-dual passes (ε₂ picks) an element with these nodes takes.
+    pub fn n_picks(&self, nodes: &[usize]) -> usize {
+        match self {
+            CoordinateRequest::None => 0,
+            CoordinateRequest::Every => 3 * nodes.len(),
+            CoordinateRequest::Along(fields) => fields.len(),
+        }
+    }
+
+    /// The ε₂ seed of coordinate `i` of the element's node `a` (global node `nodes[a]`) in
+    /// pick `k`.
+    pub fn seed(&self, k: usize, nodes: &[usize], a: usize, i: usize) -> f64 {
+        match self {
+            CoordinateRequest::None => 0.0,
+            CoordinateRequest::Every => {
+                if k == 3 * a + i {
+                    1.0
+                } else {
+                    0.0
+                }
+            }
+            CoordinateRequest::Along(fields) => fields[k][nodes[a]][i],
+        }
+    }
+
+    /// True when pick `k` moves none of these nodes (its derivative is zero).
+    pub fn is_still(&self, k: usize, nodes: &[usize]) -> bool {
+        match self {
+            CoordinateRequest::None => true,
+            CoordinateRequest::Every => false,
+            CoordinateRequest::Along(fields) => {
+                nodes.iter().all(|&n| fields[k][n].iter().all(|&v| v == 0.0))
+            }
+        }
+    }
+}
+
+/// The coordinate part of a product, as requested.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum CoordinatePart {
+    /// Not requested.
+    #[default]
+    None,
+    /// Per node.
+    Every(Vec<[f64; 3]>),
+    /// Per field of [`CoordinateRequest::Along`].
+    Along(Vec<f64>),
+}
+
+impl CoordinatePart {
+    /// The zero part for `request` on `n_nodes` nodes.
+    pub fn zeros(request: CoordinateRequest, n_nodes: usize) -> Self {
+        match request {
+            CoordinateRequest::None => CoordinatePart::None,
+            CoordinateRequest::Every => CoordinatePart::Every(vec![[0.0; 3]; n_nodes]),
+            CoordinateRequest::Along(fields) => CoordinatePart::Along(vec![0.0; fields.len()]),
+        }
+    }
+
+    /// Add an element's pick results (in the order of [`CoordinateRequest::seed`]'s picks).
+    pub fn add_element(&mut self, nodes: &[usize], picks: &[f64]) {
+        match self {
+            CoordinatePart::None => {}
+            CoordinatePart::Every(x) => {
+                for (a, &n) in nodes.iter().enumerate() {
+                    for i in 0..3 {
+                        x[n][i] += picks[3 * a + i];
+                    }
+                }
+            }
+            CoordinatePart::Along(v) => v.iter_mut().zip(picks).for_each(|(s, p)| *s += p),
+        }
+    }
+
+    /// Add `scale` times another part of the same request.
+    pub fn add_scaled(&mut self, other: &CoordinatePart, scale: f64) {
+        match (self, other) {
+            (CoordinatePart::Every(a), CoordinatePart::Every(b)) => {
+                for (x, y) in a.iter_mut().zip(b) {
+                    for i in 0..3 {
+                        x[i] += scale * y[i];
+                    }
+                }
+            }
+            (CoordinatePart::Along(a), CoordinatePart::Along(b)) => {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += scale * y)
+            }
+            (_, CoordinatePart::None) => {}
+            (s, o) => panic!("coordinate parts of different requests: {s:?} and {o:?}"),
+        }
+    }
+
+    /// The per-node values ([`CoordinatePart::Every`]), if that is what it holds.
+    pub fn every(&self) -> Option<&[[f64; 3]]> {
+        match self {
+            CoordinatePart::Every(x) => Some(x),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A part along fields is the per-node part contracted with them.
+    #[test]
+    fn along_is_every_contracted_with_the_fields() {
+        let nodes = [2usize, 0];
+        let picks_every = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let mut every = CoordinatePart::zeros(CoordinateRequest::Every, 3);
+        every.add_element(&nodes, &picks_every);
+        let fields = vec![vec![[1.0, 0.0, 0.0], [0.0; 3], [0.0, 2.0, 1.0]]];
+        let req = CoordinateRequest::Along(&fields);
+        // The pick along the field seeds x[a][i] = D(nodes[a])[i]: its derivative is the
+        // contraction Σ ∂/∂x_ai · D.
+        let contraction: f64 = (0..2)
+            .flat_map(|a| (0..3).map(move |i| (a, i)))
+            .map(|(a, i)| picks_every[3 * a + i] * req.seed(0, &nodes, a, i))
+            .sum();
+        assert_eq!(contraction, 2.0 * 2.0 + 3.0 * 1.0 + 4.0 * 1.0);
+        let x = every.every().unwrap();
+        let direct: f64 =
+            (0..3).map(|n| (0..3).map(|i| x[n][i] * fields[0][n][i]).sum::<f64>()).sum();
+        assert_eq!(direct, contraction);
+        assert!(req.is_still(0, &[1]) && !req.is_still(0, &[0, 1]));
+        assert_eq!(req.n_picks(&nodes), 1);
+        assert_eq!(CoordinateRequest::Every.n_picks(&nodes), 6);
+    }
+}
