@@ -154,6 +154,8 @@ pub fn minimize_newton_cg<E>(
     }
     let mut radius = params.initial_radius;
     let mut iteration = 0;
+    // Steps accepted so far.
+    let mut accepted = 0;
     loop {
         let grad_norm = projected_gradient_norm(&x, &g, lower, upper);
         let record = IterationRecord { iteration, x: x.clone(), f: fx, grad_norm, evaluations };
@@ -244,11 +246,18 @@ pub fn minimize_newton_cg<E>(
         // Only for a step inside the region (the model's own minimum on the free variables): a
         // step cut short by a small radius predicts little without being near the minimum.
         let interior = step_norm < 0.99 * radius;
-        if params.ftol > 0.0 && interior && predicted > 0.0 && predicted_relative <= params.ftol {
+        // The model's own minimum predicts a negligible decrease: converged. A run that has
+        // not moved yet takes that last step first: an outer loop (the augmented Lagrangian's
+        // multipliers and complementarity) restarting it from its last point would otherwise
+        // never see the inner minimum move.
+        let negligible =
+            params.ftol > 0.0 && interior && predicted > 0.0 && predicted_relative <= params.ftol;
+        if negligible && accepted > 0 {
             let reason = ConvergenceReason::RelativeDecrease { decrease: predicted_relative };
             let status = Status::Converged(reason);
             return finish(x, fx, iteration, evaluations, history, status, products, cg_total);
         }
+        let last_step = negligible;
         if predicted <= 0.0 || step_norm == 0.0 {
             radius = 0.25 * radius.min(step_norm.max(radius * 1e-3));
             if radius <= 1e-14 * (1.0 + norm2(&x)) {
@@ -261,6 +270,15 @@ pub fn minimize_newton_cg<E>(
         let f_new = f(&x_new, &mut g_new)?;
         evaluations += 1;
         let finite = f_new.is_finite() && g_new.iter().all(|v| v.is_finite());
+        if last_step {
+            if finite && f_new <= fx {
+                x = x_new;
+                fx = f_new;
+            }
+            let reason = ConvergenceReason::RelativeDecrease { decrease: predicted_relative };
+            let status = Status::Converged(reason);
+            return finish(x, fx, iteration, evaluations, history, status, products, cg_total);
+        }
         let rho = if finite { (fx - f_new) / predicted } else { f64::NEG_INFINITY };
         if rho < 0.25 {
             radius = 0.25 * step_norm;
@@ -269,6 +287,7 @@ pub fn minimize_newton_cg<E>(
         }
         if rho > params.eta {
             let decrease = (fx - f_new) / fx.abs().max(f_new.abs()).max(1.0);
+            accepted += 1;
             x = x_new;
             fx = f_new;
             g = g_new;
@@ -434,6 +453,30 @@ mod tests {
             "{:?}",
             r.result.x
         );
+    }
+
+    /// A start a hair above a bound the gradient pushes into, with the variables coupled: the
+    /// ε-active set holds that variable at its bound, so Newton's step works on the free one
+    /// and the run converges in a few evaluations.
+    #[test]
+    fn a_variable_driven_into_a_nearby_bound_is_held_there() {
+        // f = ½ xᵀAx − bᵀx, A = [[1, 0.9], [0.9, 1]], b = (−1, 1): on x₀ = 0 the minimum is x₁ = 1,
+        // where ∂f/∂x₀ = 0.9 − (−1) > 0 pushes x₀ into its bound.
+        let f = |x: &[f64], g: &mut [f64]| -> Result<f64, ()> {
+            g[0] = x[0] + 0.9 * x[1] + 1.0;
+            g[1] = 0.9 * x[0] + x[1] - 1.0;
+            Ok(0.5 * (x[0] * x[0] + 1.8 * x[0] * x[1] + x[1] * x[1]) + x[0] - x[1])
+        };
+        let hv = |_: &[f64], v: &[f64]| -> Result<Vec<f64>, ()> {
+            Ok(vec![v[0] + 0.9 * v[1], 0.9 * v[0] + v[1]])
+        };
+        let (lo, hi) = (vec![0.0, -5.0], vec![5.0, 5.0]);
+        let params = NewtonCgParams::default();
+        let r = minimize_newton_cg(f, hv, &[1e-7, -2.0], &lo, &hi, &params, |_| Control::Continue)
+            .unwrap();
+        assert!(r.result.status.is_converged(), "{:?}", r.result.status);
+        assert!(r.result.x[0] == 0.0 && (r.result.x[1] - 1.0).abs() < 1e-10, "{:?}", r.result.x);
+        assert!(r.result.evaluations <= 5, "{} evaluations", r.result.evaluations);
     }
 
     /// From a saddle (zero gradient but negative curvature would trap plain Newton) the
