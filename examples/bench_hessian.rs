@@ -19,13 +19,17 @@
 //! μ₁, α₁, κ, the per-element factor of μ₁ and the traction. Its gradient runs the load
 //! steps' adjoint (one transposed solve per step), its product three solves per step.
 //!
+//! `--shape` adds a shape parameter to thermal, electro-thermal and thermo-elastic cubes: the
+//! morph `height` (s₀ = 1) that stretches the cube along z, X_z ↦ X_z + (s − 1) X_z, registered
+//! beside the others (its products differentiate every element along the morph field).
+//!
 //! `--linear lu` solves the non-symmetric systems (the thermal tangent, the cycle's Jacobian)
 //! by sparse LU instead of the default block-preconditioned GMRES (and every other field by LU
 //! too: compare it on `thermal` and `electrothermal`).
 //!
-//! Run: `cargo run --release --example bench_hessian -- --n 30 [--physics electrothermal]`
-//! Prints one JSON line: physics, n, unknowns, elements, entries, forward_s, gradient_s,
-//! hvp_s, hvp_over_gradient, hvp_over_forward_plus_gradient, linear_solver.
+//! Run: `cargo run --release --example bench_hessian -- --n 30 [--physics electrothermal]
+//! [--shape]`. Prints one JSON line: physics, shape, n, unknowns, elements, entries, forward_s,
+//! gradient_s, hvp_s, hvp_over_gradient, hvp_over_forward_plus_gradient, linear_solver.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -37,6 +41,7 @@ fn main() {
     let mut repeat = 3usize;
     let mut physics = String::from("thermal");
     let mut linear = String::from("auto");
+    let mut shape = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -50,8 +55,9 @@ fn main() {
                 physics = args.next().expect("--physics takes thermal or electrothermal")
             }
             "--linear" => linear = args.next().expect("--linear takes auto or lu"),
+            "--shape" => shape = true,
             other => panic!(
-                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic] [--linear auto|lu])"
+                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic] [--linear auto|lu] [--shape])"
             ),
         }
     }
@@ -68,6 +74,12 @@ fn main() {
         "[solver]\nrel_tol = 1e-10\n",
         &format!("[solver]\nrel_tol = 1e-10\nlinear = \"{linear}\"\n"),
     );
+    let text = if shape {
+        assert!(physics != "hyperelastic", "--shape: finite strain has no shape products yet");
+        text.replacen("register = [", "register = [\"morph.height\", ", 1) + HEIGHT_MORPH
+    } else {
+        text
+    };
     let mut sim = Simulation::from_toml("bench_hessian.toml", &text).expect("valid problem");
     let t = Instant::now();
     sim.solve().expect("forward solve");
@@ -107,6 +119,7 @@ fn main() {
         "{}",
         serde_json::json!({
             "physics": physics,
+            "shape": shape,
             "n": n,
             "unknowns": unknowns,
             "elements": elements,
@@ -120,6 +133,16 @@ fn main() {
         })
     );
 }
+
+/// The morph of `--shape`: the cube's height.
+const HEIGHT_MORPH: &str = r#"
+[[morph]]
+name = "height"
+value = 1.0
+axis = "z"
+knots = [[0.0, 0.0], [1.0, 1.0]]
+direction = [0.0, 0.0, 1.0]
+"#;
 
 /// Nonlinear conduction on the unit cube (module docs).
 fn thermal_cube(n: usize) -> String {
