@@ -792,11 +792,6 @@ impl MechanicalField {
         }
     }
 
-    /// The solved displacement, for the second-order products.
-    fn check_second_order(&self) -> Result<&[f64], RunError> {
-        self.solved_displacement()
-    }
-
     /// Add `scale` times the loads' second-order products (per region and boundary
     /// condition) to the registered loads' gradients.
     fn add_load_second_order(&self, so: &MechanicalSecondOrder, scale: f64, grad: &mut Gradient) {
@@ -952,7 +947,7 @@ impl SecondOrder for MechanicalField {
     }
 
     fn residual_jvp(&self, dir: &Direction) -> Result<Vec<f64>, RunError> {
-        let u = self.check_second_order()?;
+        let u = self.solved_displacement()?;
         let d = self.mechanical_direction(dir);
         Ok(self.model.dofs.gather(&self.model.residual_jvp(u, &d)))
     }
@@ -963,7 +958,7 @@ impl SecondOrder for MechanicalField {
         coordinates: &[[f64; 3]],
         inputs: &[Vec<f64>],
     ) -> Result<Vec<f64>, RunError> {
-        let u = self.check_second_order()?.to_vec();
+        let u = self.solved_displacement()?.to_vec();
         let prescribed = self.prescribed_tangent(params);
         let d = self.mechanical_direction(&Direction {
             params,
@@ -987,7 +982,7 @@ impl SecondOrder for MechanicalField {
         dir: &Direction,
         rev: &mut Reverse,
     ) -> Result<OutputVjp, RunError> {
-        let u = self.check_second_order()?;
+        let u = self.solved_displacement()?;
         let d = self.mechanical_direction(dir);
         let coords = rev.coordinate_request();
         let so = self.model.second_order_vjp(u, lambda, &d, coords);
@@ -1020,7 +1015,7 @@ impl SecondOrder for MechanicalField {
         // Displacement, mean-displacement and cotangent terms are linear in u; compliance fᵀu
         // is bilinear in the loads and u (d/dε ∂C/∂u = δf, d/dε ∂C/∂p = (∂f/∂p)ᵀδu); the von
         // Mises p-norm is a function of u and μ(E, ν).
-        let u = self.check_second_order()?;
+        let u = self.solved_displacement()?;
         let d = self.mechanical_direction(dir);
         if rev.wants_coordinates() {
             return self.objective_hessian_moving(u, &d, rev);

@@ -26,7 +26,7 @@
 //! element's 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and α_R
 //! (the generic Jacobian makes ∇N and det J exact functions of X).
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, for_each_element_ordered};
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, for_each_element_ordered, seed_pick};
 use num_dual::{Dual64, DualNum, HyperDual64};
 use rayon::prelude::*;
 
@@ -539,20 +539,11 @@ impl ElectricalModel {
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(ev.values[j], ev.direction[j], 0.0, 0.0)).collect();
             for (i, o) in out.iter_mut().enumerate() {
-                if i < m_base {
-                    v[i].eps2 = 1.0;
-                } else if coords.is_still(i - m_base, nodes) {
+                if !seed_pick(&mut v, i, m_base, coords, nodes) {
                     continue;
-                } else {
-                    for a in 0..ev.nn {
-                        for k in 0..3 {
-                            v[m_base + 3 * a + k].eps2 = coords.seed(i - m_base, nodes, a, k);
-                        }
-                    }
                 }
                 self.element_outputs(e, &v, &ev, weights.is_joule(), &mut buf);
                 *o = w.iter().zip(&buf).map(|(w, r)| w * r.eps1eps2).sum();
-                v.iter_mut().for_each(|x| x.eps2 = 0.0);
             }
             (ev, out)
         };

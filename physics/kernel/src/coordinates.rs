@@ -6,6 +6,8 @@
 //! only the contractions Σₙ Dₖ(n)·∂/∂Xₙ are needed: one pass per morph along its field,
 //! skipped on elements the morph does not move.
 
+use num_dual::{Dual64, HyperDual64};
+
 /// The coordinate derivatives a product forms.
 #[derive(Clone, Copy, Debug, Default)]
 pub enum CoordinateRequest<'a> {
@@ -123,6 +125,68 @@ impl CoordinatePart {
             _ => None,
         }
     }
+}
+
+/// An element's node coordinates as dual numbers: ε the motion `dx` of the nodes (per node;
+/// empty: they hold still).
+pub fn dual_coordinates(coords: &[[f64; 3]], nodes: &[usize], dx: &[[f64; 3]]) -> Vec<[Dual64; 3]> {
+    nodes
+        .iter()
+        .map(|&n| {
+            let (p, d) = (coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
+            std::array::from_fn(|i| Dual64::new(p[i], d[i]))
+        })
+        .collect()
+}
+
+/// An element's node coordinates as hyper-dual numbers: ε₁ the motion `dx` (per node; empty:
+/// none), ε₂ the coordinate pick `pick` of `request` (`None`: no coordinate is picked).
+pub fn hyper_dual_coordinates(
+    coords: &[[f64; 3]],
+    nodes: &[usize],
+    dx: &[[f64; 3]],
+    request: CoordinateRequest,
+    pick: Option<usize>,
+) -> Vec<[HyperDual64; 3]> {
+    nodes
+        .iter()
+        .enumerate()
+        .map(|(a, &n)| {
+            let (p, d) = (coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
+            std::array::from_fn(|i| {
+                let seed = pick.map_or(0.0, |k| request.seed(k, nodes, a, i));
+                HyperDual64::new(p[i], d[i], seed, 0.0)
+            })
+        })
+        .collect()
+}
+
+/// Seed ε₂ of an element's variables `v` for pick `i`: its other variables come first
+/// (`n_other` of them, picked one at a time), then its 3·nn coordinates (picked together by
+/// `request`'s pick `i − n_other`). Every ε₂ is cleared first. False when the pick moves none
+/// of the element's nodes (its derivative is zero and need not be computed).
+pub fn seed_pick(
+    v: &mut [HyperDual64],
+    i: usize,
+    n_other: usize,
+    request: CoordinateRequest,
+    nodes: &[usize],
+) -> bool {
+    v.iter_mut().for_each(|x| x.eps2 = 0.0);
+    if i < n_other {
+        v[i].eps2 = 1.0;
+        return true;
+    }
+    let k = i - n_other;
+    if request.is_still(k, nodes) {
+        return false;
+    }
+    for a in 0..nodes.len() {
+        for c in 0..3 {
+            v[n_other + 3 * a + c].eps2 = request.seed(k, nodes, a, c);
+        }
+    }
+    true
 }
 
 #[cfg(test)]

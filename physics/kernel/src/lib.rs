@@ -7,7 +7,9 @@
 pub mod coordinates;
 pub mod generic;
 
-pub use coordinates::{CoordinatePart, CoordinateRequest};
+pub use coordinates::{
+    CoordinatePart, CoordinateRequest, dual_coordinates, hyper_dual_coordinates, seed_pick,
+};
 
 use rayon::prelude::*;
 

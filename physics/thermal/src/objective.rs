@@ -16,7 +16,7 @@
 //!
 //! A weighted sum of these is the objective of a problem.
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, generic};
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, generic, hyper_dual_coordinates};
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
 use num_dual::{DualNum, HyperDual64};
@@ -656,7 +656,6 @@ fn integral_hessian_product(
         s_grad: Vec<[f64; 2]>,
         v_grad: Vec<[f64; 2]>,
     }
-    let coord = |n: usize| dx.get(n).copied().unwrap_or([0.0; 3]);
     let locals: Vec<Local> = els
         .par_iter()
         .map(|&e| {
@@ -666,20 +665,8 @@ fn integral_hessian_product(
             let mut grads = vec![[HyperDual64::from(0.0); 3]; nn];
             let mut pass = |pick: usize| -> (HyperDual64, HyperDual64) {
                 let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
-                let x: Vec<[HyperDual64; 3]> = nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &n)| {
-                        let (p, d) = (model.coords[n], coord(n));
-                        std::array::from_fn(|i| {
-                            let x2 = match pick.checked_sub(nn) {
-                                Some(k) => coords.seed(k, nodes, a, i),
-                                None => 0.0,
-                            };
-                            HyperDual64::new(p[i], d[i], x2, 0.0)
-                        })
-                    })
-                    .collect();
+                let x =
+                    hyper_dual_coordinates(&model.coords, nodes, dx, coords, pick.checked_sub(nn));
                 let (mut s, mut v) = (HyperDual64::from(0.0), HyperDual64::from(0.0));
                 for q in 0..tab.n_points() {
                     let det = generic::physical_gradients(tab.grad(q), &x, &mut grads);

@@ -19,7 +19,10 @@
 //! drop out of both products.
 
 use gradfem_kernel::generic;
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, for_each_element_ordered};
+use gradfem_kernel::{
+    CoordinatePart, CoordinateRequest, dual_coordinates, for_each_element_ordered,
+    hyper_dual_coordinates,
+};
 use num_dual::{Dual64, DualNum, HyperDual64};
 
 use crate::model::{BcKind, ParameterVjp, ThermalModel};
@@ -62,11 +65,6 @@ impl ThermalDirection {
     /// The same direction without its temperature part.
     pub fn parameters_only(&self) -> Self {
         ThermalDirection { temperature: vec![0.0; self.temperature.len()], ..self.clone() }
-    }
-
-    /// δX at node `n` (zero when the nodes hold still).
-    fn coord(&self, n: usize) -> [f64; 3] {
-        self.coords.get(n).copied().unwrap_or([0.0; 3])
     }
 }
 
@@ -130,13 +128,7 @@ impl ThermalModel {
             if pars.iter().all(|&(v, d)| v == 0.0 && d == 0.0) && e >= self.n_volume {
                 return; // a facet without a flux term (fixed temperature)
             }
-            let x: Vec<[Dual64; 3]> = nodes
-                .iter()
-                .map(|&n| {
-                    let (p, d) = (self.coords[n], dir.coord(n));
-                    std::array::from_fn(|i| Dual64::new(p[i], d[i]))
-                })
-                .collect();
+            let x = dual_coordinates(&self.coords, nodes, &dir.coords);
             let te: Vec<Dual64> =
                 nodes.iter().map(|&n| Dual64::new(t[n], dir.temperature[n])).collect();
             let d = |i: usize| Dual64::new(pars[i].0, pars[i].1);
@@ -326,20 +318,13 @@ impl ThermalModel {
                     .enumerate()
                     .map(|(a, &n)| HyperDual64::new(t[n], dir.temperature[n], seed(a), 0.0))
                     .collect();
-                let x: Vec<[HyperDual64; 3]> = nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &n)| {
-                        let (p, d) = (self.coords[n], dir.coord(n));
-                        std::array::from_fn(|i| {
-                            let x2 = match pick.checked_sub(nn + 5) {
-                                Some(k) => coords.seed(k, nodes, a, i),
-                                None => 0.0,
-                            };
-                            HyperDual64::new(p[i], d[i], x2, 0.0)
-                        })
-                    })
-                    .collect();
+                let x = hyper_dual_coordinates(
+                    &self.coords,
+                    nodes,
+                    &dir.coords,
+                    coords,
+                    pick.checked_sub(nn + 5),
+                );
                 let p = |i: usize| HyperDual64::new(pars[i].0, pars[i].1, seed(nn + i), 0.0);
                 self.element_residual_generic(e, &x, &te, p(0), p(1), p(2), p(3), p(4), &mut r);
                 (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
@@ -426,13 +411,7 @@ impl ThermalModel {
         let offsets = self.qp_offsets();
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
-            let x: Vec<[Dual64; 3]> = nodes
-                .iter()
-                .map(|&n| {
-                    let (p, d) = (self.coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
-                    std::array::from_fn(|i| Dual64::new(p[i], d[i]))
-                })
-                .collect();
+            let x = dual_coordinates(&self.coords, nodes, dx);
             let q: Vec<Dual64> = (offsets[e]..offsets[e + 1])
                 .map(|k| Dual64::new(source[k], dq.get(k).copied().unwrap_or(0.0)))
                 .collect();
@@ -483,20 +462,8 @@ impl ThermalModel {
                         HyperDual64::new(source[g], dq.get(g).copied().unwrap_or(0.0), seed(k), 0.0)
                     })
                     .collect();
-                let x: Vec<[HyperDual64; 3]> = nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &n)| {
-                        let (p, d) = (self.coords[n], dx.get(n).copied().unwrap_or([0.0; 3]));
-                        std::array::from_fn(|i| {
-                            let x2 = match pick.checked_sub(np) {
-                                Some(k) => coords.seed(k, nodes, a, i),
-                                None => 0.0,
-                            };
-                            HyperDual64::new(p[i], d[i], x2, 0.0)
-                        })
-                    })
-                    .collect();
+                let x =
+                    hyper_dual_coordinates(&self.coords, nodes, dx, coords, pick.checked_sub(np));
                 self.external_source_generic(e, &x, &q, &mut r);
                 *o = (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum();
             }
@@ -610,6 +577,23 @@ mod tests {
         r
     }
 
+    /// (∂R/∂T)ᵀλ at every node, by columns of the element tangents.
+    fn kt_lambda(m: &ThermalModel, t: &[f64], lambda: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; m.n_nodes()];
+        for e in 0..m.n_elements() {
+            let nodes = m.element_nodes(e);
+            let nn = nodes.len();
+            let (mut ke, mut fe) = (vec![0.0; nn * nn], vec![0.0; nn]);
+            m.element_residual_tangent(e, t, Some(&mut ke), &mut fe);
+            for a in 0..nn {
+                for b in 0..nn {
+                    out[nodes[b]] += ke[a * nn + b] * lambda[nodes[a]];
+                }
+            }
+        }
+        out
+    }
+
     fn shifted(t: &[f64], d: &[f64], s: f64) -> Vec<f64> {
         t.iter().zip(d).map(|(a, b)| a + s * b).collect()
     }
@@ -654,25 +638,10 @@ mod tests {
             coords: false,
         };
         // (∂R/∂T)ᵀλ by columns of the element tangents, at a moved state and parameters.
-        let kt_lambda = |m: &ThermalModel, t: &[f64]| {
-            let mut out = vec![0.0; m.n_nodes()];
-            for e in 0..m.n_elements() {
-                let nodes = m.element_nodes(e);
-                let nn = nodes.len();
-                let (mut ke, mut fe) = (vec![0.0; nn * nn], vec![0.0; nn]);
-                m.element_residual_tangent(e, t, Some(&mut ke), &mut fe);
-                for a in 0..nn {
-                    for b in 0..nn {
-                        out[nodes[b]] += ke[a * nn + b] * lambda[nodes[a]];
-                    }
-                }
-            }
-            out
-        };
         let h = 1e-5;
         let (mp, mm) = (moved(&m, &d, h), moved(&m, &d, -h));
         let (tp, tm) = (shifted(&t, &d.temperature, h), shifted(&t, &d.temperature, -h));
-        let (sp, sm) = (kt_lambda(&mp, &tp), kt_lambda(&mm, &tm));
+        let (sp, sm) = (kt_lambda(&mp, &tp, &lambda), kt_lambda(&mm, &tm, &lambda));
         let scale = state.iter().fold(0.0f64, |a, v| a.max(v.abs()));
         assert!(scale > 0.0);
         for i in 0..state.len() {
@@ -761,23 +730,12 @@ mod tests {
             coords: true,
         };
         let (state, params, part) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::Every);
-        // (∂R/∂T)ᵀλ by the element residuals' own dual-number tangent: λᵀr differentiated in T.
-        let rt_lambda = |m: &ThermalModel, t: &[f64]| {
-            let mut out = vec![0.0; m.n_nodes()];
-            for e in 0..m.n_elements() {
-                let nodes = m.element_nodes(e);
-                let nn = nodes.len();
-                let (mut ke, mut fe) = (vec![0.0; nn * nn], vec![0.0; nn]);
-                m.element_residual_tangent(e, t, Some(&mut ke), &mut fe);
-                for a in 0..nn {
-                    for b in 0..nn {
-                        out[nodes[b]] += ke[a * nn + b] * lambda[nodes[a]];
-                    }
-                }
-            }
-            out
-        };
-        close("state", &state, &diff(&rt_lambda(&mp, &tp), &rt_lambda(&mm, &tm)), 1e-5);
+        close(
+            "state",
+            &state,
+            &diff(&kt_lambda(&mp, &tp, &lambda), &kt_lambda(&mm, &tm, &lambda)),
+            1e-5,
+        );
         let (vp, vm) = (mp.parameter_vjp(&tp, &lambda, want), mm.parameter_vjp(&tm, &lambda, want));
         close("k_elem", &params.k_elem, &diff(&vp.k_elem, &vm.k_elem), 1e-5);
         close("h", &params.h, &diff(&vp.h, &vm.h), 1e-5);

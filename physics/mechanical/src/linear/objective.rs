@@ -15,7 +15,7 @@
 //!   s = dev σ = 2μ dev ε(u) (the isotropic thermal strain has no deviator, so M does not
 //!   depend on T explicitly), ∂σ_vm/∂u_ai = (3μ/σ_vm) (s ∇N_a)_i and ∂σ_vm/∂μ = σ_vm/μ.
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest};
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, hyper_dual_coordinates};
 use gradfem_mesh::geometry;
 use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
 use num_dual::{Dual64, HyperDual64};
@@ -548,7 +548,6 @@ pub fn average_displacement_hessian(
         a: [f64; 2],
         grad: Vec<[f64; 4]>,
     }
-    let coord = |n: usize| dx.get(n).copied().unwrap_or([0.0; 3]);
     let locals: Vec<Local> = cells
         .par_iter()
         .map(|&(tab, nodes, surface)| {
@@ -556,20 +555,13 @@ pub fn average_displacement_hessian(
             let mut g = vec![[HyperDual64::from(0.0); 3]; nn];
             let mut pass = |pick: usize| -> (HyperDual64, HyperDual64) {
                 let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
-                let x: Vec<[HyperDual64; 3]> = nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &n)| {
-                        let (p, d) = (model.coords[n], coord(n));
-                        std::array::from_fn(|i| {
-                            let x2 = match pick.checked_sub(3 * nn) {
-                                Some(k) => coords.seed(k, nodes, a, i),
-                                None => 0.0,
-                            };
-                            HyperDual64::new(p[i], d[i], x2, 0.0)
-                        })
-                    })
-                    .collect();
+                let x = hyper_dual_coordinates(
+                    &model.coords,
+                    nodes,
+                    dx,
+                    coords,
+                    pick.checked_sub(3 * nn),
+                );
                 let (mut s, mut area) = (HyperDual64::from(0.0), HyperDual64::from(0.0));
                 for q in 0..tab.n_points() {
                     let jac = if surface {

@@ -30,7 +30,7 @@
 //! compliance fᵀu = −Σₑ uₑᵀ rₑ(0, T_ref, loads) is differentiated on the same path
 //! ([`LinearElasticModel::compliance_hessian`]).
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest};
+use gradfem_kernel::{CoordinatePart, CoordinateRequest, seed_pick};
 use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
 
@@ -310,13 +310,7 @@ impl LinearElasticModel {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
             let c = Dual64::from;
-            let x: Vec<[Dual64; 3]> = nodes
-                .iter()
-                .map(|&n| {
-                    let (p, d) = (self.coords[n], dir.coords.get(n).copied().unwrap_or([0.0; 3]));
-                    std::array::from_fn(|i| Dual64::new(p[i], d[i]))
-                })
-                .collect();
+            let x = gradfem_kernel::dual_coordinates(&self.coords, nodes, &dir.coords);
             let mut p = self.dual_params(e, dir);
             let (ue, te): (Vec<Dual64>, Vec<Dual64>) = if loads_only {
                 // u = 0 and T = T_ref: the loads alone.
@@ -819,16 +813,8 @@ impl LinearElasticModel {
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(mv.values[j], mv.direction[j], 0.0, 0.0)).collect();
             for (i, o) in out.iter_mut().enumerate() {
-                if i < m_base {
-                    v[i].eps2 = 1.0;
-                } else if coords.is_still(i - m_base, nodes) {
+                if !seed_pick(&mut v, i, m_base, coords, nodes) {
                     continue;
-                } else {
-                    for a in 0..nn {
-                        for k in 0..3 {
-                            v[m_base + 3 * a + k].eps2 = coords.seed(i - m_base, nodes, a, k);
-                        }
-                    }
                 }
                 *o = match &lambda_e {
                     Some(le) => {
@@ -844,7 +830,6 @@ impl LinearElasticModel {
                         c.eps1eps2
                     }
                 };
-                v.iter_mut().for_each(|x| x.eps2 = 0.0);
             }
             (mv, out)
         };
@@ -925,6 +910,20 @@ mod tests {
     use gradfem_mesh::generate::{BoxSpec, box_mesh};
 
     fn model(cell: CellType, with_t: bool) -> (LinearElasticModel, Vec<f64>) {
+        block(cell, &[clamped()], with_t)
+    }
+
+    /// x = 0 held.
+    fn clamped() -> BcSpec {
+        BcSpec {
+            group: "xmin".into(),
+            kind: BcKind::Displacement { value: [Some(0.0), Some(0.0), Some(0.0)] },
+        }
+    }
+
+    /// A polysilicon-like block with the conditions `bcs`, a body force, a temperature field
+    /// when `with_t`, and a smooth displacement.
+    fn block(cell: CellType, bcs: &[BcSpec], with_t: bool) -> (LinearElasticModel, Vec<f64>) {
         let mesh = box_mesh(&BoxSpec {
             origin: [0.0; 3],
             lengths: [1e-3, 2e-4, 1e-4],
@@ -939,11 +938,7 @@ mod tests {
             t_ref: 293.0,
             body_force: [0.0, -1e4, 0.0],
         };
-        let bcs = [BcSpec {
-            group: "xmin".into(),
-            kind: BcKind::Displacement { value: [Some(0.0), Some(0.0), Some(0.0)] },
-        }];
-        let mut m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        let mut m = LinearElasticModel::new(&mesh, &[region], bcs).unwrap();
         if with_t {
             let t = m.coords.iter().map(|p| 300.0 + 4e5 * p[0] + 1e6 * p[1]).collect();
             m.set_temperature(Some(t)).unwrap();
@@ -1072,27 +1067,7 @@ mod tests {
         let jvp = m.residual_jvp(&u, &d);
         let h = 1e-6;
         let moved = |s: f64| {
-            let mut mm = m.clone();
-            for (e, v) in mm.young_elem.iter_mut().enumerate() {
-                *v += s * d.young_elem[e];
-            }
-            for (e, v) in mm.poisson_elem.iter_mut().enumerate() {
-                *v += s * d.poisson_elem[e];
-            }
-            mm.regions[0].alpha += s * d.alpha[0];
-            mm.regions[0].t_ref += s * d.t_ref[0];
-            for k in 0..3 {
-                mm.regions[0].body_force[k] += s * d.body_force[0][k];
-            }
-            let t: Vec<f64> = m
-                .temperature()
-                .unwrap()
-                .iter()
-                .zip(&d.temperature)
-                .map(|(a, b)| a + s * b)
-                .collect();
-            mm.set_temperature(Some(t)).unwrap();
-            let uu: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + s * b).collect();
+            let (mm, uu) = moved_along(&m, &u, &d, s);
             mm.full_residual(&uu)
         };
         let (rp, rm) = (moved(h), moved(-h));
@@ -1106,33 +1081,12 @@ mod tests {
     /// A loaded block (traction on x = L, pressure on y = W, body force, a temperature field)
     /// and a direction that moves every node too.
     fn loaded(cell: CellType) -> (LinearElasticModel, Vec<f64>, MechanicalDirection) {
-        let mesh = box_mesh(&BoxSpec {
-            origin: [0.0; 3],
-            lengths: [1e-3, 2e-4, 1e-4],
-            divisions: [3, 2, 1],
-            cell_type: cell,
-        });
-        let region = RegionSpec {
-            group: "domain".into(),
-            young: 1.6e11,
-            poisson: 0.22,
-            alpha: 2.6e-6,
-            t_ref: 293.0,
-            body_force: [0.0, -1e4, 0.0],
-        };
         let bcs = [
-            BcSpec {
-                group: "xmin".into(),
-                kind: BcKind::Displacement { value: [Some(0.0), Some(0.0), Some(0.0)] },
-            },
+            clamped(),
             BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [1e5, 3e5, -2e5] } },
             BcSpec { group: "ymax".into(), kind: BcKind::Pressure { pressure: 4e5 } },
         ];
-        let mut m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
-        let t = m.coords.iter().map(|p| 300.0 + 4e5 * p[0] + 1e6 * p[1]).collect();
-        m.set_temperature(Some(t)).unwrap();
-        let u =
-            m.coords.iter().flat_map(|p| [1e-2 * p[0] * p[1], -3e-3 * p[0], 5e-3 * p[2]]).collect();
+        let (m, u) = block(cell, &bcs, true);
         let mut d = direction(&m);
         d.traction[1] = [2e4, -1e4, 5e4];
         d.pressure[2] = 3e4;
