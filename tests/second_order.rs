@@ -153,6 +153,30 @@ fn shape_direction(sim: &mut Simulation, seed: u64, amplitude: f64, only_shape: 
     dir
 }
 
+/// The second-order Taylor test of `sim` along a shape direction (seeded; `only_shape` zeroes
+/// the other parameters) from step `h0`: δpᵀHδp is not zero, the remainders fall at rate ≥ 2.9
+/// and, at the smallest step, the first-order remainders (rate 2) are far above them.
+fn assert_shape_rate_three(
+    sim: &mut Simulation,
+    seed: u64,
+    only_shape: bool,
+    h0: f64,
+    label: &str,
+) {
+    let dir = shape_direction(sim, seed, 1e-3, only_shape);
+    let t = sim.taylor_test_second_order(&dir, h0, 5).unwrap();
+    eprintln!("{label}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "{label}: δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "{label}: rate {rate:.3} (remainders {:?})", t.remainders);
+    let last = t.remainders.len() - 1;
+    assert!(
+        t.remainders_first[last] > 10.0 * t.remainders[last],
+        "{label}: first-order remainders {:?}",
+        t.remainders_first
+    );
+}
+
 /// Shape parameters on a thermal problem: the second-order Taylor remainders fall at rate 3
 /// along directions that move the nodes (every node coordinate and a thickness morph), alone
 /// and together with the material and boundary parameters, for every objective that depends
@@ -175,20 +199,7 @@ fn shape_second_order_taylor_remainders_fall_at_rate_three(
     #[case] only_shape: bool,
 ) {
     let mut sim = shaped_slab(cell, law, objective);
-    let dir = shape_direction(&mut sim, 5, 1e-3, only_shape);
-    let t = sim.taylor_test_second_order(&dir, 0.02, 5).unwrap();
-    eprintln!("{cell} {objective}: remainders {:?} rates {:?}", t.remainders, t.rates);
-    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
-    let rate = t.min_rate().expect("remainders above round-off");
-    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
-    // At the smallest step the first-order remainders (rate 2) are far above the
-    // second-order ones: the curvature term is what closes the gap.
-    let last = t.remainders.len() - 1;
-    assert!(
-        t.remainders_first[last] > 10.0 * t.remainders[last],
-        "first-order remainders {:?}",
-        t.remainders_first
-    );
+    assert_shape_rate_three(&mut sim, 5, only_shape, 0.02, &format!("{cell} {objective}"));
 }
 
 /// H·δp with shape parameters against central differences of adjoint gradients, entry by
@@ -456,19 +467,10 @@ fn electrothermal_shape_second_order_taylor_remainders_fall_at_rate_three(
     let register = format!("{register}, \"morph.width\", \"mesh.coordinates\"");
     let text = joule_bar_text(cell, alpha_r, drive, objectives, &register) + WIDTH_MORPH;
     let mut sim = Simulation::from_toml("shaped_joule_bar.toml", &text).unwrap();
-    let dir = shape_direction(&mut sim, 5, 1e-3, false);
-    let t = sim.taylor_test_second_order(&dir, 0.01, 5).unwrap();
-    eprintln!("{cell} {alpha_r:?}: remainders {:?} rates {:?}", t.remainders, t.rates);
-    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
-    let rate = t.min_rate().expect("remainders above round-off");
-    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
-    let last = t.remainders.len() - 1;
-    assert!(t.remainders_first[last] > 10.0 * t.remainders[last]);
+    let label = format!("{cell} {alpha_r:?}");
+    assert_shape_rate_three(&mut sim, 5, false, 0.01, &label);
     // Along the shape parameters alone as well.
-    let dir = shape_direction(&mut sim, 6, 1e-3, true);
-    let t = sim.taylor_test_second_order(&dir, 0.01, 5).unwrap();
-    let rate = t.min_rate().expect("remainders above round-off");
-    assert!(rate >= 2.9, "shape only: rate {rate:.3} (remainders {:?})", t.remainders);
+    assert_shape_rate_three(&mut sim, 6, true, 0.01, &format!("{label}, shape only"));
 }
 
 /// The Joule-heated bar as an actuator: polysilicon-like elasticity with thermal expansion,
@@ -524,15 +526,8 @@ fn thermoelastic_shape_second_order_taylor_remainders_fall_at_rate_three(
     // Steps along the shape alone are longer: its remainders are smaller and must stay above
     // the coupled solve's tolerance.
     for (seed, only_shape, h0) in [(5, false, 0.01), (6, true, 0.05)] {
-        let dir = shape_direction(&mut sim, seed, 1e-3, only_shape);
-        let t = sim.taylor_test_second_order(&dir, h0, 5).unwrap();
-        eprintln!(
-            "{cell} {alpha_r:?} {only_shape}: remainders {:?} rates {:?}",
-            t.remainders, t.rates
-        );
-        assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
-        let rate = t.min_rate().expect("remainders above round-off");
-        assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+        let label = format!("{cell} {alpha_r:?}, shape only: {only_shape}");
+        assert_shape_rate_three(&mut sim, seed, only_shape, h0, &label);
     }
 }
 
@@ -550,11 +545,7 @@ fn morph_only_shape_products_fall_at_rate_three_and_match_the_per_node_ones() {
             + WIDTH_MORPH;
     let mut sim = Simulation::from_toml("morph_bar.toml", &text).unwrap();
     // Long steps: the remainders must stay above the coupled solve's tolerance.
-    let dir = shape_direction(&mut sim, 8, 1e-3, false);
-    let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
-    eprintln!("bar: remainders {:?} rates {:?}", t.remainders, t.rates);
-    let rate = t.min_rate().expect("remainders above round-off");
-    assert!(rate >= 2.9, "bar: rate {rate:.3} (remainders {:?})", t.remainders);
+    assert_shape_rate_three(&mut sim, 8, false, 0.05, "bar");
     let width = BTreeMap::from([("morph.width".to_string(), vec![1e-3])]);
     let along = sim.hvp(&width).unwrap();
     // The same product with every coordinate registered too (the per-node path).
@@ -580,10 +571,7 @@ fn morph_only_shape_products_fall_at_rate_three_and_match_the_per_node_ones() {
         ),
     )
     .unwrap();
-    let dir = shape_direction(&mut slab, 9, 1e-3, false);
-    let t = slab.taylor_test_second_order(&dir, 0.02, 5).unwrap();
-    let rate = t.min_rate().expect("remainders above round-off");
-    assert!(rate >= 2.9, "slab: rate {rate:.3} (remainders {:?})", t.remainders);
+    assert_shape_rate_three(&mut slab, 9, false, 0.02, "slab");
 }
 
 /// H·δp of the actuator bar with shape parameters against central differences of adjoint

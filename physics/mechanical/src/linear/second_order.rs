@@ -108,6 +108,25 @@ pub struct MechanicalSecondOrder {
     pub coords: CoordinatePart,
 }
 
+impl MechanicalSecondOrder {
+    /// The zero products of `model`, the coordinates' part as `coords` requests.
+    fn zeros(model: &LinearElasticModel, coords: CoordinateRequest) -> Self {
+        let (nr, nb) = (model.regions.len(), model.boundaries.len());
+        MechanicalSecondOrder {
+            displacement: vec![0.0; 3 * model.n_nodes()],
+            temperature: vec![0.0; model.n_nodes()],
+            young_elem: vec![0.0; model.n_volume_elements()],
+            poisson_elem: vec![0.0; model.n_volume_elements()],
+            alpha: vec![0.0; nr],
+            t_ref: vec![0.0; nr],
+            body_force: vec![[0.0; 3]; nr],
+            traction: vec![[0.0; 3]; nb],
+            pressure: vec![0.0; nb],
+            coords: CoordinatePart::zeros(coords, model.n_nodes()),
+        }
+    }
+}
+
 /// Lamé's μ and λ with their derivatives in (E, ν) along a direction (δE, δν).
 #[derive(Clone, Copy, Debug, Default)]
 struct LameDerivatives {
@@ -515,19 +534,7 @@ impl LinearElasticModel {
     }
 
     fn collect_second_order(&self, locals: &[[f64; LOCAL]]) -> MechanicalSecondOrder {
-        let nr = self.regions.len();
-        let mut res = MechanicalSecondOrder {
-            displacement: vec![0.0; 3 * self.n_nodes()],
-            temperature: vec![0.0; self.n_nodes()],
-            young_elem: vec![0.0; self.n_volume_elements()],
-            poisson_elem: vec![0.0; self.n_volume_elements()],
-            alpha: vec![0.0; nr],
-            t_ref: vec![0.0; nr],
-            body_force: vec![[0.0; 3]; nr],
-            traction: vec![[0.0; 3]; self.boundaries.len()],
-            pressure: vec![0.0; self.boundaries.len()],
-            coords: CoordinatePart::None,
-        };
+        let mut res = MechanicalSecondOrder::zeros(self, CoordinateRequest::None);
         for (e, l) in locals.iter().enumerate() {
             for (a, &n) in self.element_nodes(e).iter().enumerate() {
                 for i in 0..3 {
@@ -833,20 +840,7 @@ impl LinearElasticModel {
             }
             (mv, out)
         };
-        let nr = self.regions.len();
-        let nb = self.boundaries.len();
-        let mut res = MechanicalSecondOrder {
-            displacement: vec![0.0; 3 * self.n_nodes()],
-            temperature: vec![0.0; self.n_nodes()],
-            young_elem: vec![0.0; self.n_volume_elements()],
-            poisson_elem: vec![0.0; self.n_volume_elements()],
-            alpha: vec![0.0; nr],
-            t_ref: vec![0.0; nr],
-            body_force: vec![[0.0; 3]; nr],
-            traction: vec![[0.0; 3]; nb],
-            pressure: vec![0.0; nb],
-            coords: CoordinatePart::zeros(coords, self.n_nodes()),
-        };
+        let mut res = MechanicalSecondOrder::zeros(self, coords);
         // Summed in element order: the result does not depend on the thread count.
         gradfem_kernel::for_each_element_ordered(self.n_elements(), compute, |e, (mv, l)| {
             if l.is_empty() {
