@@ -34,7 +34,6 @@ use gradfem::mechanical::MechanicalField;
 use gradfem::run::LinearChoice;
 use gradfem_coupling::CoupledProblem;
 use gradfem_mechanical::linear::objective::{ObjectiveKind, ObjectiveTerm};
-use gradfem_mechanical::{BcKind, BcSpec, RegionSpec};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 
@@ -118,18 +117,7 @@ fn main() -> anyhow::Result<()> {
     });
     let mesh_s = t_mesh.elapsed().as_secs_f64();
     let t_setup = Instant::now();
-    let region = RegionSpec {
-        group: "domain".into(),
-        young: 1.0,
-        poisson: 0.3,
-        alpha: 0.0,
-        t_ref: 0.0,
-        body_force: [0.0; 3],
-    };
-    let bcs = [
-        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
-        BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.0, 0.0, -1.0] } },
-    ];
+    let (region, bcs) = gradfem_mechanical::linear::elastic3d_specs();
     let objective = vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Compliance }];
     let mut field = MechanicalField::new(&mesh, &[region], &bcs, objective)?;
     field.set_linear(LinearChoice::parse(&solver)?, 1e-10);

@@ -259,25 +259,13 @@ fn elastic_cube(
     objective: Vec<gradfem_mechanical::ObjectiveTerm>,
 ) -> (gradfem_coupling::CoupledProblem, gradfem_solvers::params::ParamId) {
     use gradfem::mechanical::MechanicalField;
-    use gradfem_mechanical::{BcKind, BcSpec, RegionSpec};
     let mesh = box_mesh(&BoxSpec {
         origin: [0.0; 3],
         lengths: [1.0; 3],
         divisions: [5; 3],
         cell_type: CellType::Hex8,
     });
-    let region = RegionSpec {
-        group: "domain".into(),
-        young: 1.0,
-        poisson: 0.3,
-        alpha: 0.0,
-        t_ref: 0.0,
-        body_force: [0.0; 3],
-    };
-    let bcs = [
-        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
-        BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.0, 0.0, -1.0] } },
-    ];
+    let (region, bcs) = gradfem_mechanical::linear::elastic3d_specs();
     let mut field = MechanicalField::new(&mesh, &[region], &bcs, objective).unwrap();
     field.set_linear(LinearChoice::Cholesky, 1e-12);
     let n_el = field.model.n_volume_elements();

@@ -163,10 +163,7 @@ pub fn run<B: Backend>(
     preconditioner: Preconditioner,
     objective: impl FnOnce(&[f64]) -> Result<(f64, Seed), GpuError>,
 ) -> Result<DeviceRun, GpuError> {
-    let t0 = std::time::Instant::now();
-    let mut pipeline = Pipeline::new(backend()?)?;
-    pipeline.set_preconditioner(preconditioner);
-    let setup_s = t0.elapsed().as_secs_f64();
+    let (mut pipeline, setup_s) = prepared_pipeline(backend, preconditioner)?;
     let t1 = std::time::Instant::now();
     let (solution, forward_cg) = pipeline.forward(coefficient, params)?;
     let forward_s = t1.elapsed().as_secs_f64();
@@ -196,6 +193,18 @@ pub fn run<B: Backend>(
     })
 }
 
+/// A pipeline on the backend `backend` makes, with `preconditioner` set, and the seconds that
+/// took (the runs' `setup_s`).
+fn prepared_pipeline<B: Backend>(
+    backend: impl FnOnce() -> Result<B, GpuError>,
+    preconditioner: Preconditioner,
+) -> Result<(Pipeline<B>, f64), GpuError> {
+    let t0 = std::time::Instant::now();
+    let mut pipeline = Pipeline::new(backend()?)?;
+    pipeline.set_preconditioner(preconditioner);
+    Ok((pipeline, t0.elapsed().as_secs_f64()))
+}
+
 /// The compliance J = w·fᵀu and dJ/dc_e = −w·u_eᵀ K_e⁰ u_e of `system` (homogeneous
 /// constraints) with the per-element coefficients `coefficient`, everything on `backend`: the
 /// coefficients go in, J and the gradient come out, the solution stays on the device (the
@@ -207,10 +216,7 @@ pub fn run_compliance<B: Backend>(
     preconditioner: Preconditioner,
     weight: f64,
 ) -> Result<DeviceRun, GpuError> {
-    let t0 = std::time::Instant::now();
-    let mut pipeline = Pipeline::new(backend()?)?;
-    pipeline.set_preconditioner(preconditioner);
-    let setup_s = t0.elapsed().as_secs_f64();
+    let (mut pipeline, setup_s) = prepared_pipeline(backend, preconditioner)?;
     let t1 = std::time::Instant::now();
     let forward_cg = pipeline.forward_on_device(coefficient, params)?;
     let forward_s = t1.elapsed().as_secs_f64();

@@ -172,24 +172,7 @@ fn elastic_problem(
         divisions: [n; 3],
         cell_type: cell,
     });
-    let region = gradfem_mechanical::RegionSpec {
-        group: "domain".into(),
-        young: 1.0,
-        poisson: 0.3,
-        alpha: 0.0,
-        t_ref: 0.0,
-        body_force: [0.0; 3],
-    };
-    let bcs = [
-        gradfem_mechanical::BcSpec {
-            group: "xmin".into(),
-            kind: gradfem_mechanical::BcKind::Fixed,
-        },
-        gradfem_mechanical::BcSpec {
-            group: "xmax".into(),
-            kind: gradfem_mechanical::BcKind::Traction { traction: [0.0, 0.0, -1.0] },
-        },
-    ];
+    let (region, bcs) = gradfem_mechanical::linear::elastic3d_specs();
     let objective = vec![gradfem_mechanical::ObjectiveTerm {
         weight: 1.0,
         kind: gradfem_mechanical::ObjectiveKind::Compliance,

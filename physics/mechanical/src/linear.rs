@@ -356,6 +356,26 @@ struct ElemBlock {
     volume: bool,
 }
 
+/// The peers' elastic3d statement (`../shared/peers`, the benchmark `bench_elastic` and the
+/// GPU tests share): on a box mesh's groups, E = 1 (scaled per element by a registered
+/// field), ν = 0.3, no thermal strain or body force, clamped on `xmin`, the traction
+/// (0, 0, −1) on `xmax`.
+pub fn elastic3d_specs() -> (RegionSpec, [BcSpec; 2]) {
+    let region = RegionSpec {
+        group: "domain".into(),
+        young: 1.0,
+        poisson: 0.3,
+        alpha: 0.0,
+        t_ref: 0.0,
+        body_force: [0.0; 3],
+    };
+    let bcs = [
+        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
+        BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.0, 0.0, -1.0] } },
+    ];
+    (region, bcs)
+}
+
 /// A facet of a surface group, for objectives.
 #[derive(Clone, Debug)]
 pub(crate) struct SurfaceCell {

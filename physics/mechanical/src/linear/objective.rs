@@ -646,25 +646,9 @@ mod tests {
         #[case] cell: CellType,
         #[case] group: &str,
     ) {
-        let mesh = box_mesh(&BoxSpec {
-            origin: [0.0; 3],
-            lengths: [1e-3, 2e-4, 1e-4],
-            divisions: [3, 2, 1],
-            cell_type: cell,
-        });
-        let region = RegionSpec {
-            group: "domain".into(),
-            young: 1.6e11,
-            poisson: 0.22,
-            alpha: 0.0,
-            t_ref: 293.0,
-            body_force: [0.0; 3],
-        };
-        let bcs = [BcSpec { group: "xmin".into(), kind: BcKind::Fixed }];
-        let m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        let fixed = BcSpec { group: "xmin".into(), kind: BcKind::Fixed };
+        let (m, u) = crate::linear::second_order::tests::block(cell, &[fixed], false);
         let n = m.n_nodes();
-        let u: Vec<f64> =
-            m.coords.iter().flat_map(|p| [1e-2 * p[0] * p[1], -3e-3 * p[0], 5e-3 * p[2]]).collect();
         let du: Vec<f64> = (0..3 * n).map(|i| 1e-7 * ((i as f64) * 0.37).sin()).collect();
         let dx: Vec<[f64; 3]> = (0..n)
             .map(|i| {

@@ -897,7 +897,7 @@ impl LinearElasticModel {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::linear::{BcSpec, RegionSpec};
     use gradfem_mesh::CellType;
@@ -917,7 +917,11 @@ mod tests {
 
     /// A polysilicon-like block with the conditions `bcs`, a body force, a temperature field
     /// when `with_t`, and a smooth displacement.
-    fn block(cell: CellType, bcs: &[BcSpec], with_t: bool) -> (LinearElasticModel, Vec<f64>) {
+    pub(crate) fn block(
+        cell: CellType,
+        bcs: &[BcSpec],
+        with_t: bool,
+    ) -> (LinearElasticModel, Vec<f64>) {
         let mesh = box_mesh(&BoxSpec {
             origin: [0.0; 3],
             lengths: [1e-3, 2e-4, 1e-4],
