@@ -632,9 +632,8 @@ pub fn average_displacement_hessian(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::{BcKind, BcSpec, RegionSpec};
+    use crate::linear::{BcKind, BcSpec};
     use gradfem_mesh::CellType;
-    use gradfem_mesh::generate::{BoxSpec, box_mesh};
 
     /// The average displacement's Hessian product along (δu, δX), on a surface and a volume
     /// group, against central differences of its first-order derivatives.
