@@ -6,9 +6,11 @@
 //! A [`Model`] speaks the vocabulary of problem files (`docs/problem-file.md`): a mesh (a gmsh
 //! or ANSYS file, a generated box, the built-in actuator, or a [`Mesh`] made from arrays),
 //! materials per volume group, conditions per surface group, objectives and the parameters to
-//! differentiate by. [`Model::build`] goes through the same set-up and the same checks as a
-//! problem file, and [`Model::to_toml`] writes the problem file it stands for (an error of a
-//! model built in code names the line of that text).
+//! differentiate by. It fills a typed [`ProblemSpec`], the description a problem file is read
+//! into, so [`Model::build`] and a problem file share one set-up and one set of checks; a
+//! problem file is the same description written as TOML ([`Model::to_toml`] writes it). An
+//! error of a value given in code names its table, group and key; one of a file names its
+//! line.
 //!
 //! ```
 //! use gradfem::api::{Model, Objective};
@@ -41,15 +43,23 @@ use std::sync::Arc;
 use gradfem_mesh::Mesh;
 use gradfem_solvers::params::ParamVector;
 use gradfem_solvers::taylor::{TaylorParams, TaylorResult};
+use gradfem_thermal::ConductivityLaw;
 use toml::{Table, Value};
 
 use crate::app::{self, AppError, ObjectiveSet, Problem};
-use crate::problem::{ProblemError, ProblemFile};
+use crate::element_values::{ElementFile, ElementValues};
+use crate::problem::{
+    ActuatorMeshSpec, BoxMeshSpec, ConductorFileSpec, ElectricalSpec, MechanicalBcSpec,
+    MechanicalMaterialSpec, MechanicalSpec, MeshSpec, ObjectiveSpec, PlaneGroupSpec, ProblemError,
+    ProblemFile, ProblemSpec, TerminalFileSpec, ThermalBcSpec, ThermalMaterialSpec, ThermalSpec,
+    unlocated,
+};
 use crate::run::RunError;
+use crate::shape::MorphSpec;
 use gradfem_coupling::fields::electrical::TerminalTerm;
 
-/// An error of the API: a problem that cannot be built (located in its file, or in the text of
-/// [`Model::to_toml`]), a solve or gradient that failed, or a request the problem cannot meet
+/// An error of the API: a problem that cannot be built (located in its file, or naming the
+/// entry of a model given in code), a solve or gradient that failed, or a request the problem cannot meet
 /// (an unknown field, quantity or parameter), which says what it offers.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -105,84 +115,124 @@ pub enum Objective {
 }
 
 impl Objective {
-    /// The `[[objective]]` table of this term with `weight`.
-    fn table(&self, weight: f64) -> Table {
-        let mut t = Table::new();
-        let mut put = |k: &str, v: Value| {
-            t.insert(k.into(), v);
+    /// The `[[objective]]` entry of this term with `weight`.
+    pub fn spec(&self, weight: f64) -> ObjectiveSpec {
+        let mut o = ObjectiveSpec {
+            kind: String::new(),
+            weight,
+            group: None,
+            point: None,
+            p: None,
+            rho: None,
+            sensors: None,
+            terminal: None,
+            drive: None,
+            reference: None,
+            direction: None,
+            measured: None,
         };
-        let s = |v: &str| Value::String(v.into());
-        let (kind, rest): (&str, Vec<(&str, Value)>) = match self {
-            Objective::PointTemperature { point } => ("point", vec![("point", floats(point))]),
-            Objective::AverageTemperature { group } => ("average", vec![("group", s(group))]),
+        let named = |s: &String| Some(unlocated(s.clone()));
+        o.kind = match self {
+            Objective::PointTemperature { point } => {
+                o.point = Some(*point);
+                "point"
+            }
+            Objective::AverageTemperature { group } => {
+                o.group = named(group);
+                "average"
+            }
             Objective::MaxTemperature { group, p } => {
-                ("max", vec![("group", s(group)), ("p", Value::Float(*p))])
+                (o.group, o.p) = (named(group), Some(*p));
+                "max"
             }
             Objective::PeakTemperature { group, rho } => {
-                ("peak", vec![("group", s(group)), ("rho", Value::Float(*rho))])
+                (o.group, o.rho) = (named(group), Some(*rho));
+                "peak"
             }
             Objective::IntegralSquareTemperature { group } => {
-                ("integral_square", vec![("group", s(group))])
+                o.group = named(group);
+                "integral_square"
             }
             Objective::SensorMisfit { sensors } => {
-                ("misfit", vec![("sensors", s(&sensors.to_string_lossy()))])
+                o.sensors = Some(sensors.to_string_lossy().into_owned());
+                "misfit"
             }
-            Objective::Current { terminal } => ("current", vec![("terminal", s(terminal))]),
-            Objective::Voltage { terminal } => ("voltage", vec![("terminal", s(terminal))]),
+            Objective::Current { terminal } => {
+                o.terminal = named(terminal);
+                "current"
+            }
+            Objective::Voltage { terminal } => {
+                o.terminal = named(terminal);
+                "voltage"
+            }
             Objective::Resistance { drive, reference } => {
-                ("resistance", vec![("drive", s(drive)), ("reference", s(reference))])
+                (o.drive, o.reference) = (named(drive), named(reference));
+                "resistance"
             }
             Objective::PointDisplacement { point, direction } => {
-                ("displacement", vec![("point", floats(point)), ("direction", floats(direction))])
+                (o.point, o.direction) = (Some(*point), Some(*direction));
+                "displacement"
             }
-            Objective::AverageDisplacement { group, direction } => (
-                "average_displacement",
-                vec![("group", s(group)), ("direction", floats(direction))],
-            ),
-            Objective::Compliance => ("compliance", vec![]),
+            Objective::AverageDisplacement { group, direction } => {
+                (o.group, o.direction) = (named(group), Some(*direction));
+                "average_displacement"
+            }
+            Objective::Compliance => "compliance",
             Objective::VonMisesPNorm { group, p } => {
-                ("von_mises", vec![("group", s(group)), ("p", Value::Float(*p))])
+                (o.group, o.p) = (named(group), Some(*p));
+                "von_mises"
             }
-        };
-        put("kind", s(kind));
-        for (k, v) in rest {
-            put(k, v);
         }
-        put("weight", Value::Float(weight));
-        t
+        .into();
+        o
     }
 }
 
-fn floats(v: &[f64]) -> Value {
-    Value::Array(v.iter().map(|&x| Value::Float(x)).collect())
-}
-
-/// A problem described in code, in the vocabulary of problem files; [`Model::build`] sets it
-/// up. Each method adds to one table of the problem file it stands for ([`Model::to_toml`]);
-/// a material or a condition on a group that already has one changes it.
+/// A problem described in code: a typed [`ProblemSpec`], the same description a problem file
+/// is read into, so a model and a file go through one set-up and one set of checks
+/// ([`Model::build`]). Each method fills one entry; a material or a condition on a group that
+/// already has one changes it. [`Model::to_toml`] writes the problem file the model stands
+/// for, and [`Model::with_spec`] reaches every table a problem file has.
+///
+/// An error of a value given in code names the table, the group and the key (there is no line
+/// to name); a model read from tables ([`Model::from_table`]) keeps the lines of their text.
 #[derive(Clone, Debug)]
 pub struct Model {
     name: String,
     base_dir: PathBuf,
-    doc: Table,
-    mesh: Option<Arc<Mesh>>,
+    spec: ProblemSpec,
+    /// The text the spec was read from ([`Model::from_table`]); empty for a model built in code.
+    source: String,
 }
 
 impl Model {
     /// An empty model named `name` (its errors and its default output directory use it);
     /// relative paths resolve against the current directory.
     pub fn new(name: &str) -> Self {
-        let mut doc = Table::new();
-        doc.insert("title".into(), Value::String(name.into()));
-        Model { name: name.into(), base_dir: PathBuf::new(), doc, mesh: None }
+        let spec = ProblemSpec { title: name.into(), ..ProblemSpec::default() };
+        Model { name: name.into(), base_dir: PathBuf::new(), spec, source: String::new() }
     }
 
     /// A model from the tables of a problem file (what a TOML file holds, as a table: the
-    /// bindings of other languages build one from their own dictionaries).
-    pub fn from_table(name: &str, table: Table) -> Self {
-        let mut doc = table;
-        doc.entry("title").or_insert_with(|| Value::String(name.into()));
-        Model { name: name.into(), base_dir: PathBuf::new(), doc, mesh: None }
+    /// bindings of other languages build one from their own dictionaries). The tables are
+    /// read as a problem file is: an unknown key or a wrong type is an error here, located in
+    /// the text the tables make ([`toml::to_string`] of `table`).
+    pub fn from_table(name: &str, mut table: Table) -> Result<Self, ApiError> {
+        table.entry("title").or_insert_with(|| Value::String(name.into()));
+        let path = PathBuf::from(format!("{name} (model)"));
+        let source = toml::to_string(&table).map_err(|e| {
+            AppError::Problem(ProblemError::Invalid {
+                file: path.clone(),
+                message: format!("the tables do not make a problem file: {e}"),
+            })
+        })?;
+        let file = ProblemFile::parse(&path, source)?;
+        Ok(Model {
+            name: name.into(),
+            base_dir: PathBuf::new(),
+            spec: file.spec,
+            source: file.source,
+        })
     }
 
     /// Resolve relative paths (mesh files, sensors, value files) against `dir`.
@@ -191,285 +241,324 @@ impl Model {
         self
     }
 
-    fn table(&mut self, path: &[&str]) -> &mut Table {
-        let mut t = &mut self.doc;
-        for key in path {
-            t = t
-                .entry(key.to_string())
-                .or_insert_with(|| Value::Table(Table::new()))
-                .as_table_mut()
-                .expect("a table");
-        }
-        t
+    /// The typed description built so far.
+    pub fn spec(&self) -> &ProblemSpec {
+        &self.spec
     }
 
-    /// The entry of the array of tables `path` (e.g. `thermal.material`) whose `group` is
-    /// `group`, created when missing.
-    fn entry(&mut self, path: &[&str], group: &str) -> &mut Table {
-        let (last, parents) = path.split_last().expect("a path");
-        let parent = self.table(parents);
-        let list = parent
-            .entry(last.to_string())
-            .or_insert_with(|| Value::Array(Vec::new()))
-            .as_array_mut()
-            .expect("an array of tables");
-        let at = list.iter().position(|v| v.get("group").and_then(Value::as_str) == Some(group));
-        let i = at.unwrap_or_else(|| {
-            let mut t = Table::new();
-            t.insert("group".into(), Value::String(group.into()));
-            list.push(Value::Table(t));
-            list.len() - 1
-        });
-        list[i].as_table_mut().expect("a table")
-    }
-
-    fn set(mut self, path: &[&str], group: &str, pairs: Vec<(&str, Value)>) -> Self {
-        let t = self.entry(path, group);
-        for (k, v) in pairs {
-            t.insert(k.into(), v);
-        }
+    /// Change any table of the description directly, for the keys without a method of their
+    /// own (`[transient]`, `[optimize]`, `[uq]`, `[hyperelastic]`, `[initial_state]`, solver
+    /// tolerances …). Names of groups and parameters given here take
+    /// [`unlocated`](crate::problem::unlocated) values.
+    pub fn with_spec(mut self, change: impl FnOnce(&mut ProblemSpec)) -> Self {
+        change(&mut self.spec);
         self
     }
 
-    /// A condition on a group: replaces the group's condition of that field.
-    fn condition(mut self, path: &[&str], group: &str, pairs: Vec<(&str, Value)>) -> Self {
-        let t = self.entry(path, group);
-        t.retain(|k, _| k == "group");
-        for (k, v) in pairs {
-            t.insert(k.into(), v);
-        }
+    fn thermal(&mut self) -> &mut ThermalSpec {
+        self.spec.thermal.get_or_insert_with(|| ThermalSpec { materials: vec![], bcs: vec![] })
+    }
+
+    fn thermal_material(&mut self, group: &str) -> &mut ThermalMaterialSpec {
+        let list = &mut self.thermal().materials;
+        let at = match list.iter().position(|m| m.group.get_ref() == group) {
+            Some(i) => i,
+            None => {
+                list.push(ThermalMaterialSpec {
+                    group: unlocated(group.into()),
+                    k: None,
+                    source: 0.0,
+                    law: ConductivityLaw::Constant,
+                });
+                list.len() - 1
+            }
+        };
+        &mut list[at]
+    }
+
+    fn thermal_bc(
+        mut self,
+        group: &str,
+        kind: &str,
+        change: impl FnOnce(&mut ThermalBcSpec),
+    ) -> Self {
+        let mut bc = ThermalBcSpec {
+            group: unlocated(group.into()),
+            kind: kind.into(),
+            value: None,
+            q_in: None,
+            h: None,
+            t_inf: None,
+        };
+        change(&mut bc);
+        replace_by_group(&mut self.thermal().bcs, bc, |b| b.group.get_ref());
         self
     }
 
-    fn set_mesh(mut self, key: &str, value: Value) -> Self {
-        let m = self.table(&["mesh"]);
-        m.retain(|k, _| !matches!(k, "file" | "box" | "actuator"));
-        m.insert(key.into(), value);
-        self.mesh = None;
+    fn electrical(&mut self) -> &mut ElectricalSpec {
+        self.spec
+            .electrical
+            .get_or_insert_with(|| ElectricalSpec { conductors: vec![], terminals: vec![] })
+    }
+
+    fn conductor_entry(&mut self, group: &str) -> &mut ConductorFileSpec {
+        let list = &mut self.electrical().conductors;
+        let at = match list.iter().position(|c| c.group.get_ref() == group) {
+            Some(i) => i,
+            None => {
+                list.push(ConductorFileSpec {
+                    group: unlocated(group.into()),
+                    sigma: None,
+                    resistivity: None,
+                    alpha_r: None,
+                    law: None,
+                    t_ref: None,
+                });
+                list.len() - 1
+            }
+        };
+        &mut list[at]
+    }
+
+    fn terminal(
+        mut self,
+        group: &str,
+        kind: &str,
+        value: Option<f64>,
+        current: Option<f64>,
+    ) -> Self {
+        let t = TerminalFileSpec {
+            group: unlocated(group.into()),
+            kind: unlocated(kind.into()),
+            value,
+            current,
+        };
+        replace_by_group(&mut self.electrical().terminals, t, |t| t.group.get_ref());
+        self
+    }
+
+    fn mechanical(&mut self) -> &mut MechanicalSpec {
+        self.spec.mechanical.get_or_insert_with(|| MechanicalSpec {
+            materials: vec![],
+            bcs: vec![],
+            tip: None,
+            temperature: None,
+        })
+    }
+
+    fn elastic_material(&mut self, group: &str) -> &mut MechanicalMaterialSpec {
+        let list = &mut self.mechanical().materials;
+        let at = match list.iter().position(|m| m.group.get_ref() == group) {
+            Some(i) => i,
+            None => {
+                list.push(MechanicalMaterialSpec {
+                    group: unlocated(group.into()),
+                    young: None,
+                    poisson: None,
+                    alpha: 0.0,
+                    t_ref: None,
+                    body_force: [0.0; 3],
+                });
+                list.len() - 1
+            }
+        };
+        &mut list[at]
+    }
+
+    fn mechanical_bc(
+        mut self,
+        group: &str,
+        kind: &str,
+        change: impl FnOnce(&mut MechanicalBcSpec),
+    ) -> Self {
+        let mut bc = MechanicalBcSpec {
+            group: unlocated(group.into()),
+            kind: unlocated(kind.into()),
+            components: None,
+            value: None,
+            traction: None,
+            pressure: None,
+        };
+        change(&mut bc);
+        replace_by_group(&mut self.mechanical().bcs, bc, |b| b.group.get_ref());
+        self
+    }
+
+    /// Where the mesh comes from: one source at a time.
+    fn mesh_source(mut self, set: impl FnOnce(&mut MeshSpec)) -> Self {
+        let m = &mut self.spec.mesh;
+        (m.file, m.generated, m.actuator, m.given) = (None, None, None, None);
+        set(m);
         self
     }
 
     /// The mesh of a gmsh (`.msh`) or ANSYS (`.cdb`, `.rst`, `.rth`) file.
     pub fn mesh_file(self, path: impl AsRef<Path>) -> Self {
         let p = path.as_ref().to_string_lossy().into_owned();
-        self.set_mesh("file", Value::String(p))
+        self.mesh_source(|m| m.file = Some(p))
     }
 
     /// A generated box at the origin: `lengths` [m], `divisions` per axis, `cell` one of
-    /// `tet4`, `tet10`, `hex8`, `hex20`; its groups are `domain`, `xmin`, `xmax`, … `zmax`.
+    /// `tet4`, `tet10`, `hex8`, `hex20`, `hex27`; its groups are `domain`, `xmin`, `xmax`, …
+    /// `zmax`.
     pub fn mesh_box(self, lengths: [f64; 3], divisions: [usize; 3], cell: &str) -> Self {
-        let mut b = Table::new();
-        b.insert("lengths".into(), floats(&lengths));
-        b.insert(
-            "divisions".into(),
-            Value::Array(divisions.iter().map(|&d| Value::Integer(d as i64)).collect()),
-        );
-        b.insert("cell".into(), Value::String(cell.into()));
-        self.set_mesh("box", Value::Table(b))
+        let b = BoxMeshSpec { origin: [0.0; 3], lengths, divisions, cell: cell.into() };
+        self.mesh_source(|m| m.generated = Some(b))
     }
 
-    /// The two-hot-arm microactuator built by gradfem (its default dimensions, tet4 cells).
+    /// The two-hot-arm microactuator built by gradfem (its default dimensions and cells).
     pub fn mesh_actuator(self) -> Self {
-        self.set_mesh("actuator", Value::Table(Table::new()))
+        self.mesh_source(|m| m.actuator = Some(ActuatorMeshSpec::default()))
     }
 
     /// A mesh made in code (e.g. with [`mesh_from_arrays`]), coordinates in metres.
-    pub fn mesh(mut self, mesh: Mesh) -> Self {
-        self.table(&["mesh"]).retain(|k, _| !matches!(k, "file" | "box" | "actuator"));
-        self.mesh = Some(Arc::new(mesh));
-        self
+    pub fn mesh(self, mesh: Mesh) -> Self {
+        self.mesh_source(|m| m.given = Some(Arc::new(mesh)))
     }
 
     /// The length unit of a mesh file's coordinates (`mm`, `um`, …).
     pub fn mesh_unit(mut self, unit: &str) -> Self {
-        self.table(&["mesh"]).insert("unit".into(), Value::String(unit.into()));
+        self.spec.mesh.unit = Some(unlocated(unit.into()));
         self
     }
 
     /// Straighten second-order cells that the mesh generator folded.
     pub fn straighten_inverted(mut self) -> Self {
-        self.table(&["mesh"]).insert("straighten_inverted".into(), Value::Boolean(true));
+        self.spec.mesh.straighten_inverted = true;
         self
     }
 
     /// A surface group `name` of the exterior facets on the plane `axis` (x, y or z) = `value`.
     pub fn plane_group(mut self, name: &str, axis: &str, value: f64) -> Self {
-        let mut t = Table::new();
-        t.insert("name".into(), Value::String(name.into()));
-        t.insert("axis".into(), Value::String(axis.into()));
-        t.insert("value".into(), Value::Float(value));
-        let m = self.table(&["mesh"]);
-        let list = m
-            .entry("plane_group")
-            .or_insert_with(|| Value::Array(Vec::new()))
-            .as_array_mut()
-            .expect("an array");
-        list.push(Value::Table(t));
+        let g = PlaneGroupSpec { name: name.into(), axis: axis.into(), value };
+        self.spec.mesh.plane_group.push(g);
         self
     }
 
     /// Thermal conductivity k₀ [W/(m·K)] of a volume group.
-    pub fn conductivity(self, group: &str, k: f64) -> Self {
-        self.set(&["thermal", "material"], group, vec![("k", Value::Float(k))])
+    pub fn conductivity(mut self, group: &str, k: f64) -> Self {
+        self.thermal_material(group).k = Some(ElementValues::Uniform(k));
+        self
     }
 
     /// Thermal conductivity per element from a file (see `[thermal.material.k]` of the
     /// problem-file reference): a CSV or HDF5 path, and for HDF5 a dataset or a results field.
-    pub fn conductivity_from_file(self, group: &str, file: &str, select: FileSelect) -> Self {
-        self.set(&["thermal", "material"], group, vec![("k", select.value(file))])
+    pub fn conductivity_from_file(mut self, group: &str, file: &str, select: FileSelect) -> Self {
+        self.thermal_material(group).k = Some(select.values(file));
+        self
     }
 
-    /// Volumetric heat source [W/m³] of a volume group that has a conductivity.
-    pub fn heat_source(self, group: &str, q: f64) -> Self {
-        self.set(&["thermal", "material"], group, vec![("source", Value::Float(q))])
+    /// A conductivity law k(T) of a volume group (`gradfem_thermal::ConductivityLaw`).
+    pub fn conductivity_law(mut self, group: &str, law: ConductivityLaw) -> Self {
+        self.thermal_material(group).law = law;
+        self
+    }
+
+    /// Volumetric heat source [W/m³] of a volume group (which also needs a conductivity).
+    pub fn heat_source(mut self, group: &str, q: f64) -> Self {
+        self.thermal_material(group).source = q;
+        self
     }
 
     /// A fixed temperature [K] on a surface group.
     pub fn fixed_temperature(self, group: &str, value: f64) -> Self {
-        self.condition(
-            &["thermal", "bc"],
-            group,
-            vec![("kind", Value::String("temperature".into())), ("value", Value::Float(value))],
-        )
+        self.thermal_bc(group, "temperature", |b| b.value = Some(value))
     }
 
     /// A heat flux into the body [W/m²] on a surface group.
     pub fn heat_flux(self, group: &str, q_in: f64) -> Self {
-        self.condition(
-            &["thermal", "bc"],
-            group,
-            vec![("kind", Value::String("heat_flux".into())), ("q_in", Value::Float(q_in))],
-        )
+        self.thermal_bc(group, "heat_flux", |b| b.q_in = Some(q_in))
     }
 
     /// Convection to an ambient `t_inf` [K] with film coefficient `h` [W/(m²·K)].
     pub fn convection(self, group: &str, h: f64, t_inf: f64) -> Self {
-        self.condition(
-            &["thermal", "bc"],
-            group,
-            vec![
-                ("kind", Value::String("convection".into())),
-                ("h", Value::Float(h)),
-                ("t_inf", Value::Float(t_inf)),
-            ],
-        )
+        self.thermal_bc(group, "convection", |b| (b.h, b.t_inf) = (Some(h), Some(t_inf)))
     }
 
     /// An electrical conductor: σ₀ [S/m] of a volume group (makes the problem electro-thermal).
-    pub fn conductor(self, group: &str, sigma: f64) -> Self {
-        self.set(&["electrical", "conductor"], group, vec![("sigma", Value::Float(sigma))])
+    pub fn conductor(mut self, group: &str, sigma: f64) -> Self {
+        self.conductor_entry(group).sigma = Some(ElementValues::Uniform(sigma));
+        self
     }
 
     /// A linear temperature coefficient α_R [1/K] of a conductor's resistivity about `t_ref`
     /// [K]: the coupling becomes two-way.
-    pub fn resistivity_coefficient(self, group: &str, alpha_r: f64, t_ref: f64) -> Self {
-        self.set(
-            &["electrical", "conductor"],
-            group,
-            vec![("alpha_r", Value::Float(alpha_r)), ("t_ref", Value::Float(t_ref))],
-        )
+    pub fn resistivity_coefficient(mut self, group: &str, alpha_r: f64, t_ref: f64) -> Self {
+        let c = self.conductor_entry(group);
+        (c.alpha_r, c.t_ref) = (Some(alpha_r), Some(t_ref));
+        self
     }
 
     /// The reference temperature [K] of a conductor's resistivity law.
-    pub fn conductor_reference_temperature(self, group: &str, t_ref: f64) -> Self {
-        self.set(&["electrical", "conductor"], group, vec![("t_ref", Value::Float(t_ref))])
+    pub fn conductor_reference_temperature(mut self, group: &str, t_ref: f64) -> Self {
+        self.conductor_entry(group).t_ref = Some(t_ref);
+        self
     }
 
     /// A voltage terminal [V] on a surface group.
     pub fn voltage(self, group: &str, value: f64) -> Self {
-        self.condition(
-            &["electrical", "terminal"],
-            group,
-            vec![("kind", Value::String("voltage".into())), ("value", Value::Float(value))],
-        )
+        self.terminal(group, "voltage", Some(value), None)
     }
 
     /// A grounded terminal (0 V) on a surface group.
     pub fn ground(self, group: &str) -> Self {
-        self.condition(
-            &["electrical", "terminal"],
-            group,
-            vec![("kind", Value::String("ground".into()))],
-        )
+        self.terminal(group, "ground", None, None)
     }
 
     /// A terminal that drives `current` [A] into the device.
     pub fn current(self, group: &str, current: f64) -> Self {
-        self.condition(
-            &["electrical", "terminal"],
-            group,
-            vec![("kind", Value::String("current".into())), ("current", Value::Float(current))],
-        )
+        self.terminal(group, "current", None, Some(current))
     }
 
     /// A linear elastic material: Young's modulus [Pa] and Poisson's ratio of a volume group.
-    pub fn elastic(self, group: &str, young: f64, poisson: f64) -> Self {
-        self.set(
-            &["mechanical", "material"],
-            group,
-            vec![("young", Value::Float(young)), ("poisson", Value::Float(poisson))],
-        )
+    pub fn elastic(mut self, group: &str, young: f64, poisson: f64) -> Self {
+        let m = self.elastic_material(group);
+        (m.young, m.poisson) = (Some(ElementValues::Uniform(young)), Some(poisson));
+        self
     }
 
     /// Thermal expansion α [1/K] of an elastic material, stress-free at `t_ref` [K].
-    pub fn thermal_expansion(self, group: &str, alpha: f64, t_ref: f64) -> Self {
-        self.set(
-            &["mechanical", "material"],
-            group,
-            vec![("alpha", Value::Float(alpha)), ("t_ref", Value::Float(t_ref))],
-        )
+    pub fn thermal_expansion(mut self, group: &str, alpha: f64, t_ref: f64) -> Self {
+        let m = self.elastic_material(group);
+        (m.alpha, m.t_ref) = (alpha, Some(t_ref));
+        self
     }
 
     /// A body force per volume [N/m³] on an elastic material.
-    pub fn body_force(self, group: &str, force: [f64; 3]) -> Self {
-        self.set(&["mechanical", "material"], group, vec![("body_force", floats(&force))])
+    pub fn body_force(mut self, group: &str, force: [f64; 3]) -> Self {
+        self.elastic_material(group).body_force = force;
+        self
     }
 
     /// All displacement components held at zero on a group.
     pub fn fixed(self, group: &str) -> Self {
-        self.condition(&["mechanical", "bc"], group, vec![("kind", Value::String("fixed".into()))])
+        self.mechanical_bc(group, "fixed", |_| {})
     }
 
     /// The listed components (`"x"`, `"y"`, `"z"`) held at zero on a group.
     pub fn roller(self, group: &str, components: &[&str]) -> Self {
-        let c = Value::Array(components.iter().map(|c| Value::String(c.to_string())).collect());
-        self.condition(
-            &["mechanical", "bc"],
-            group,
-            vec![("kind", Value::String("roller".into())), ("components", c)],
-        )
+        let c = components.iter().map(|c| c.to_string()).collect();
+        self.mechanical_bc(group, "roller", |b| b.components = Some(c))
     }
 
     /// A prescribed displacement [m] on a group.
     pub fn displacement(self, group: &str, value: [f64; 3]) -> Self {
-        self.condition(
-            &["mechanical", "bc"],
-            group,
-            vec![("kind", Value::String("displacement".into())), ("value", floats(&value))],
-        )
+        self.mechanical_bc(group, "displacement", |b| b.value = Some(value))
     }
 
     /// A traction [Pa] on a surface group.
     pub fn traction(self, group: &str, traction: [f64; 3]) -> Self {
-        self.condition(
-            &["mechanical", "bc"],
-            group,
-            vec![("kind", Value::String("traction".into())), ("traction", floats(&traction))],
-        )
+        self.mechanical_bc(group, "traction", |b| b.traction = Some(traction))
     }
 
     /// A pressure [Pa] on a surface group (positive pushes into the body).
     pub fn pressure(self, group: &str, pressure: f64) -> Self {
-        self.condition(
-            &["mechanical", "bc"],
-            group,
-            vec![("kind", Value::String("pressure".into())), ("pressure", Value::Float(pressure))],
-        )
+        self.mechanical_bc(group, "pressure", |b| b.pressure = Some(pressure))
     }
 
     /// The group whose mean displacement is reported as `tip_displacement`.
     pub fn tip(mut self, group: &str) -> Self {
-        self.table(&["mechanical"]).insert("tip".into(), Value::String(group.into()));
+        self.mechanical().tip = Some(unlocated(group.into()));
         self
     }
 
@@ -485,60 +574,43 @@ impl Model {
         direction: [f64; 3],
         bounds: Option<[f64; 2]>,
     ) -> Self {
-        let mut t = Table::new();
-        t.insert("name".into(), Value::String(name.into()));
-        t.insert("value".into(), Value::Float(value));
-        t.insert("axis".into(), Value::String(axis.into()));
-        t.insert("knots".into(), Value::Array(knots.iter().map(|k| floats(k)).collect()));
-        t.insert("direction".into(), floats(&direction));
-        if let Some(b) = bounds {
-            t.insert("bounds".into(), floats(&b));
-        }
-        self.push("morph", t);
+        self.spec.morphs.push(MorphSpec {
+            name: name.into(),
+            value,
+            axis: Some(axis.into()),
+            knots: Some(knots.to_vec()),
+            direction: Some(direction),
+            file: None,
+            bounds,
+        });
         self
-    }
-
-    fn push(&mut self, key: &str, t: Table) {
-        let list = self
-            .doc
-            .entry(key)
-            .or_insert_with(|| Value::Array(Vec::new()))
-            .as_array_mut()
-            .expect("an array of tables");
-        list.push(Value::Table(t));
     }
 
     /// Add a weighted term to the objective J.
     pub fn objective(mut self, term: Objective, weight: f64) -> Self {
-        self.push("objective", term.table(weight));
+        self.spec.objectives.push(term.spec(weight));
         self
     }
 
     /// Differentiate by the parameter `name` (e.g. `thermal.k.domain`, `mesh.coordinates`;
     /// see "Registrable parameter names" in the problem-file reference).
     pub fn register(mut self, name: &str) -> Self {
-        let p = self.table(&["parameters"]);
-        let list = p
-            .entry("register")
-            .or_insert_with(|| Value::Array(Vec::new()))
-            .as_array_mut()
-            .expect("an array");
-        if !list.iter().any(|v| v.as_str() == Some(name)) {
-            list.push(Value::String(name.into()));
+        let list = &mut self.spec.parameters.register;
+        if !list.iter().any(|v| v.get_ref() == name) {
+            list.push(unlocated(name.into()));
         }
         self
     }
 
     /// Bounds of a registered parameter (for optimization and the Taylor test).
     pub fn bounds(mut self, name: &str, lower: f64, upper: f64) -> Self {
-        let b = self.table(&["parameters", "bounds"]);
-        b.insert(name.into(), floats(&[lower, upper]));
+        self.spec.parameters.bounds.insert(name.into(), [lower, upper]);
         self
     }
 
-    /// The linear solver: `auto`, `cholesky`, `lu` or `amg-cg`.
+    /// The linear solver: `auto`, `cholesky`, `lu`, `gmres` or `amg-cg`.
     pub fn linear_solver(mut self, name: &str) -> Self {
-        self.table(&["solver"]).insert("linear".into(), Value::String(name.into()));
+        self.spec.solver.linear = name.into();
         self
     }
 
@@ -549,32 +621,48 @@ impl Model {
     /// [`ThermalProblem::device_gradient`](crate::thermal::ThermalProblem::device_gradient) and
     /// [`crate::device::elastic_gradient`].
     pub fn device(mut self, name: &str) -> Self {
-        self.table(&["solver"]).insert("device".into(), Value::String(name.into()));
+        self.spec.solver.device = name.into();
         self
     }
 
-    /// Any other key of the problem file, as a TOML value at a dotted table path, e.g.
-    /// `set("transient", "end_time", 1e-3.into())`.
-    pub fn set_key(mut self, table: &str, key: &str, value: Value) -> Self {
-        let path: Vec<&str> = table.split('.').filter(|s| !s.is_empty()).collect();
-        self.table(&path).insert(key.into(), value);
-        self
+    /// The problem file this model stands for: `gradfem run` on it sets up the same problem.
+    /// A mesh given in code is not part of it (a comment says so).
+    pub fn to_toml(&self) -> Result<String, ApiError> {
+        let text = toml::to_string(&self.spec).map_err(|e| {
+            AppError::Problem(ProblemError::Invalid {
+                file: self.path(),
+                message: format!("cannot be written as a problem file: {e}"),
+            })
+        })?;
+        Ok(if self.spec.mesh.given.is_some() {
+            format!("# [mesh]: a mesh given in code\n{text}")
+        } else {
+            text
+        })
     }
 
-    /// The problem file this model stands for. A mesh given in code is not part of it (a
-    /// comment says so).
-    pub fn to_toml(&self) -> String {
-        let text = toml::to_string(&self.doc).expect("a TOML table");
-        if self.mesh.is_some() { format!("# [mesh]: a mesh given in code\n{text}") } else { text }
+    fn path(&self) -> PathBuf {
+        self.base_dir.join(format!("{} (model)", self.name))
     }
 
-    /// Set the problem up: the same parsing, checks and set-up as a problem file.
+    /// Set the problem up: the set-up and the checks of a problem file, on this description.
     pub fn build(self) -> Result<Simulation, ApiError> {
-        let text = self.to_toml();
-        let path = self.base_dir.join(format!("{} (model)", self.name));
-        let mut file = ProblemFile::parse(&path, text)?;
-        file.spec.mesh.given = self.mesh;
+        let file = ProblemFile {
+            path: self.path(),
+            source: self.source,
+            spec: self.spec,
+            allow_large: false,
+            strict: false,
+        };
         Simulation::from_problem_file(file)
+    }
+}
+
+/// Put `entry` in place of the entry of `list` on the same group, or at the end.
+fn replace_by_group<T>(list: &mut Vec<T>, entry: T, group: impl Fn(&T) -> &String) {
+    match list.iter().position(|e| group(e) == group(&entry)) {
+        Some(i) => list[i] = entry,
+        None => list.push(entry),
     }
 }
 
@@ -591,22 +679,14 @@ pub enum FileSelect {
 }
 
 impl FileSelect {
-    fn value(&self, file: &str) -> Value {
-        let mut t = Table::new();
-        t.insert("file".into(), Value::String(file.into()));
+    fn values(&self, file: &str) -> ElementValues {
+        let mut f = ElementFile { file: file.into(), dataset: None, field: None, step: None };
         match self {
             FileSelect::Csv => {}
-            FileSelect::Dataset(d) => {
-                t.insert("dataset".into(), Value::String(d.clone()));
-            }
-            FileSelect::Field { name, step } => {
-                t.insert("field".into(), Value::String(name.clone()));
-                if let Some(s) = step {
-                    t.insert("step".into(), Value::Integer(*s as i64));
-                }
-            }
+            FileSelect::Dataset(d) => f.dataset = Some(d.clone()),
+            FileSelect::Field { name, step } => (f.field, f.step) = (Some(name.clone()), *step),
         }
-        Value::Table(t)
+        ElementValues::File(f)
     }
 }
 

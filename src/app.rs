@@ -658,14 +658,17 @@ fn build_mechanical(
     for m in &spec.materials {
         file.check_group(mesh, &m.group, "[[mechanical.material]]")?;
         let line = file.line_of(&m.group);
+        let table = "[[mechanical.material]]";
+        let young_values = file.required(m.young.as_ref(), &m.group, table, "young")?;
+        let poisson = *file.required(m.poisson.as_ref(), &m.group, table, "poisson")?;
         let bad = |key: &str, v: f64, why: &str| {
             Err(invalid(
                 file,
                 &format!("line {line}: `{key}` = {v}: {why} (material on '{}')", m.group.get_ref()),
             ))
         };
-        let young = m.young.uniform().unwrap_or(1.0);
-        let values = [("young", young), ("poisson", m.poisson), ("alpha", m.alpha)];
+        let young = young_values.uniform().unwrap_or(1.0);
+        let values = [("young", young), ("poisson", poisson), ("alpha", m.alpha)];
         if let Some((key, v)) = values
             .iter()
             .chain(&[("t_ref", m.t_ref.unwrap_or(293.15))])
@@ -679,10 +682,10 @@ fn build_mechanical(
         if young <= 0.0 {
             return bad("young", young, "Young's modulus must be positive");
         }
-        if !(m.poisson > -1.0 && m.poisson < 0.5) {
+        if !(poisson > -1.0 && poisson < 0.5) {
             return bad(
                 "poisson",
-                m.poisson,
+                poisson,
                 "Poisson's ratio must lie in (−1, 0.5); 0.5 is incompressible, which linear elements cannot represent",
             );
         }
@@ -697,7 +700,7 @@ fn build_mechanical(
             group: m.group.get_ref().clone(),
             // Values from a file replace it once the model is built.
             young,
-            poisson: m.poisson,
+            poisson,
             alpha: m.alpha,
             t_ref: m.t_ref.unwrap_or(293.15),
             body_force: m.body_force,
@@ -718,7 +721,8 @@ fn build_mechanical(
         let elements = model.regions[r.expect("a region per material")].elements.clone();
         let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
         let at = ConstantAt { group: &m.group, table: "[[mechanical.material]]", key: "young" };
-        if let Some(values) = element_constant(file, mesh, &m.young, &at, &tags, |v| {
+        let young = m.young.as_ref().expect("checked above");
+        if let Some(values) = element_constant(file, mesh, young, &at, &tags, |v| {
             (v <= 0.0).then_some("Young's modulus must be positive")
         })? {
             for (&e, v) in elements.iter().zip(values) {
@@ -1059,7 +1063,9 @@ fn build_thermal(
             for m in &thermal.materials {
                 file.check_group(mesh, &m.group, "[[thermal.material]]")?;
                 let line = file.line_of(&m.group);
-                if let Some(k) = m.k.uniform()
+                let k_values =
+                    file.required(m.k.as_ref(), &m.group, "[[thermal.material]]", "k")?;
+                if let Some(k) = k_values.uniform()
                     && !(k.is_finite() && k > 0.0)
                 {
                     return Err(invalid(
@@ -1079,7 +1085,7 @@ fn build_thermal(
                 regions.push(RegionSpec {
                     group: m.group.get_ref().clone(),
                     // Values from a file replace it once the model is built.
-                    k0: m.k.uniform().unwrap_or(1.0),
+                    k0: k_values.uniform().unwrap_or(1.0),
                     law: m.law.clone(),
                     source: m.source,
                 });
@@ -1184,7 +1190,8 @@ fn build_thermal(
         let elements = model.regions[r.expect("a region per material")].elements.clone();
         let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
         let at = ConstantAt { group: &m.group, table: "[[thermal.material]]", key: "k" };
-        if let Some(values) = element_constant(file, mesh, &m.k, &at, &tags, |v| {
+        let k = m.k.as_ref().expect("checked when the regions were made");
+        if let Some(values) = element_constant(file, mesh, k, &at, &tags, |v| {
             (v <= 0.0).then_some("the conductivity must be positive")
         })? {
             for (&e, v) in elements.iter().zip(values) {
@@ -1238,11 +1245,14 @@ fn no_repeated_group<'a>(
             return Err(invalid(
                 file,
                 &format!(
-                    "line {}: a second {table} on group '{}' (the first is at line {}); a cell \
-                     has one material: merge the two entries",
+                    "line {}: a second {table} on group '{}' ({}); a cell has one material: \
+                     merge the two entries",
                     file.line_of(g),
                     g.get_ref(),
-                    file.line_of(first)
+                    match file.line_of(first) {
+                        0 => "the first is given in code".to_string(),
+                        line => format!("the first is at line {line}"),
+                    }
                 ),
             ));
         }

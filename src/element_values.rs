@@ -20,11 +20,12 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use gradfem_mesh::{CellId, Mesh};
-use serde::Deserialize;
 use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Serialize};
 
 /// A constant of a material: one number, or one value per element read from a file.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
 pub enum ElementValues {
     /// The same value on every element of the group.
     Uniform(f64),
@@ -33,7 +34,7 @@ pub enum ElementValues {
 }
 
 /// Where per-element values are read from (`{ file = "...", dataset | field, step }`).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ElementFile {
     /// A CSV file, or an HDF5 file (`.h5`, `.hdf5`), relative to the problem file.

@@ -42,7 +42,7 @@ use gradfem_solvers::watch::{WatchRow, Watcher};
 use gradfem_thermal::ObjectiveKind;
 
 use crate::app::{AppError, ObjectiveSet, Problem, objective_terms};
-use crate::problem::{OptimizeSpec, ProblemError, ProblemFile};
+use crate::problem::{ProblemError, ProblemFile};
 use crate::run::RunError;
 
 /// Relative feasibility tolerance: a constraint holds when `value − upper ≤ FEASIBILITY_TOL ×
@@ -130,16 +130,7 @@ fn peak_watch(set: &ObjectiveSet) -> Option<PeakWatch> {
 
 /// Read `[optimize]` (defaults when absent).
 pub fn settings(file: &ProblemFile, problem: &Problem) -> Result<Settings, AppError> {
-    let spec = file.spec.optimize.clone().unwrap_or(OptimizeSpec {
-        maximize: false,
-        max_iterations: 50,
-        max_outer: 10,
-        gtol: 1e-6,
-        xtol: 1e-4,
-        method: toml::Spanned::new(0..0, "auto".into()),
-        constraints: Vec::new(),
-        design: Vec::new(),
-    });
+    let spec = file.spec.optimize.clone().unwrap_or_default();
     let invalid = |message: String| {
         AppError::Problem(ProblemError::invalid_in(&file.path, &file.source, message))
     };

@@ -61,7 +61,7 @@ use std::path::{Path, PathBuf};
 
 use gradfem_mesh::{CellType, Mesh};
 use gradfem_thermal::{BcKind, ConductivityLaw};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 /// Errors in reading or checking a problem file.
@@ -69,9 +69,9 @@ use toml::Spanned;
 pub enum ProblemError {
     #[error("{file}: cannot read: {source}")]
     Io { file: PathBuf, source: std::io::Error },
-    #[error("{file}:{line}:{column}: {message}")]
+    #[error("{}: {message}", place(file, *line, *column))]
     Syntax { file: PathBuf, line: usize, column: usize, message: String },
-    #[error("{file}:{line}:{column}: unknown group '{name}' in {context}; the mesh has: {}", known.join(", "))]
+    #[error("{}: unknown group '{name}' in {context}; the mesh has: {}", place(file, *line, *column), known.join(", "))]
     UnknownGroup {
         file: PathBuf,
         line: usize,
@@ -85,7 +85,7 @@ pub enum ProblemError {
     Invalid { file: PathBuf, message: String },
     /// A value the set-up refuses, at its line and column (the key's, where the message names
     /// a key on that line; else the line's first character), shown like a syntax error.
-    #[error("{file}:{line}:{column}: {message}")]
+    #[error("{}: {message}", place(file, *line, *column))]
     InvalidAt { file: PathBuf, line: usize, column: usize, message: String },
     #[error("{file}: mesh: {message}")]
     Mesh { file: PathBuf, message: String },
@@ -113,8 +113,19 @@ impl ProblemError {
                 let column = key_column(source, line, &message);
                 ProblemError::InvalidAt { file: file.to_path_buf(), line, column, message }
             }
-            _ => ProblemError::Invalid { file: file.to_path_buf(), message },
+            // Line 0: a value given in code (see `unlocated`); the message names the entry.
+            Some((_, message)) => ProblemError::Invalid { file: file.to_path_buf(), message },
+            None => ProblemError::Invalid { file: file.to_path_buf(), message },
         }
+    }
+}
+
+/// `file:line:column`, or `file` alone for line 0 (a value given in code).
+fn place(file: &Path, line: usize, column: usize) -> String {
+    if line == 0 {
+        file.display().to_string()
+    } else {
+        format!("{}:{line}:{column}", file.display())
     }
 }
 
@@ -140,7 +151,7 @@ pub fn key_column(source: &str, line: usize, message: &str) -> usize {
 }
 
 /// Where the mesh comes from.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MeshSpec {
     /// A gmsh `.msh` file, or an ANSYS `.rst`/`.rth`/`.cdb` (groups `material_<n>`,
@@ -221,7 +232,7 @@ pub fn available_memory_bytes() -> Option<u64> {
 }
 
 /// A structured box mesh.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct BoxMeshSpec {
     #[serde(default)]
@@ -234,7 +245,7 @@ pub struct BoxMeshSpec {
 
 /// The generated microactuator: every key is optional (defaults: the dimensions of
 /// `data/microactuator/README.md`, Hex20 cells, refinement 1).
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActuatorMeshSpec {
     /// hex8, hex20 or hex27.
@@ -254,7 +265,7 @@ pub struct ActuatorMeshSpec {
 }
 
 /// A surface group made of the exterior facets on the plane `axis = value`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlaneGroupSpec {
     pub name: String,
@@ -264,12 +275,13 @@ pub struct PlaneGroupSpec {
 }
 
 /// A material of the thermal field on a volume group.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThermalMaterialSpec {
     pub group: Spanned<String>,
-    /// Conductivity k₀ [W/(m·K)]: one number, or values per element from a file.
-    pub k: crate::element_values::ElementValues,
+    /// Conductivity k₀ [W/(m·K)]: one number, or values per element from a file (required;
+    /// the set-up names the material that lacks it).
+    pub k: Option<crate::element_values::ElementValues>,
     /// Volumetric source [W/m³].
     #[serde(default)]
     pub source: f64,
@@ -282,7 +294,7 @@ fn constant_law() -> ConductivityLaw {
 }
 
 /// A thermal boundary condition.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThermalBcSpec {
     pub group: Spanned<String>,
@@ -294,7 +306,7 @@ pub struct ThermalBcSpec {
 }
 
 /// The thermal field.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThermalSpec {
     #[serde(rename = "material")]
@@ -304,7 +316,7 @@ pub struct ThermalSpec {
 }
 
 /// One objective term.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObjectiveSpec {
     pub kind: String,
@@ -331,14 +343,14 @@ pub struct ObjectiveSpec {
 }
 
 /// A material of the mechanical field on a volume group.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MechanicalMaterialSpec {
     pub group: Spanned<String>,
-    /// Young's modulus E [Pa]: one number, or values per element from a file.
-    pub young: crate::element_values::ElementValues,
-    /// Poisson's ratio ν.
-    pub poisson: f64,
+    /// Young's modulus E [Pa]: one number, or values per element from a file (required).
+    pub young: Option<crate::element_values::ElementValues>,
+    /// Poisson's ratio ν (required).
+    pub poisson: Option<f64>,
     /// Thermal expansion coefficient α [1/K].
     #[serde(default)]
     pub alpha: f64,
@@ -352,7 +364,7 @@ pub struct MechanicalMaterialSpec {
 /// A mechanical boundary condition: `kind = "fixed"`, `"roller"` (`components = ["z"]`),
 /// `"displacement"` (`value = [ux, uy, uz]`, optionally `components` to prescribe only some),
 /// `"traction"` (`traction = [tx, ty, tz]`, Pa) or `"pressure"` (`pressure`, Pa, into the body).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MechanicalBcSpec {
     pub group: Spanned<String>,
@@ -364,7 +376,7 @@ pub struct MechanicalBcSpec {
 }
 
 /// The mechanical field: linear thermo-elasticity, driven by the thermal field's temperature.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MechanicalSpec {
     #[serde(rename = "material")]
@@ -382,7 +394,7 @@ pub struct MechanicalSpec {
 }
 
 /// One material of the `[hyperelastic]` table.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HyperMaterialSpec {
     pub group: Spanned<String>,
@@ -408,7 +420,7 @@ pub struct HyperMaterialSpec {
 
 /// A prescribed temperature of the finite-strain field, for problems without `[thermal]`:
 /// `temperature = { uniform = 350.0 }`.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HyperTemperatureSpec {
     /// The temperature (K) of every node of the hyperelastic materials.
@@ -416,7 +428,7 @@ pub struct HyperTemperatureSpec {
 }
 
 /// The `[hyperelastic]` table (set up by [`crate::hyperelastic_file`]).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HyperelasticSpec {
     #[serde(rename = "material")]
@@ -435,7 +447,7 @@ pub struct HyperelasticSpec {
 }
 
 /// A prescribed temperature of the mechanical field (see [`MechanicalSpec::temperature`]).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MechanicalTemperatureSpec {
     pub uniform: Option<f64>,
@@ -454,7 +466,7 @@ pub struct MechanicalTemperatureSpec {
 /// A conductor of the electrical field on a volume group: give exactly one of `sigma` and
 /// `resistivity`; `alpha_r` makes ρ(T) = ρ₀ (1 + α_R (T − t_ref)), `law` any
 /// `gradfem_electrical::ResistivityLaw` (`{ kind = "table", temperatures = [..], multipliers = [..] }`).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConductorFileSpec {
     pub group: Spanned<String>,
@@ -472,7 +484,7 @@ pub struct ConductorFileSpec {
 
 /// A terminal of the electrical field: `kind = "voltage"` (`value` [V]), `"ground"`, or
 /// `"current"` (`current` [A] into the device).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TerminalFileSpec {
     pub group: Spanned<String>,
@@ -482,7 +494,7 @@ pub struct TerminalFileSpec {
 }
 
 /// The electrical field.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ElectricalSpec {
     #[serde(rename = "conductor")]
@@ -496,7 +508,7 @@ pub struct ElectricalSpec {
 /// `mechanical` (`electrical -> thermal`: Joule heat; `thermal -> electrical`: ρ(T);
 /// `thermal -> mechanical`: thermal strain). A declared graph must match the physics the file
 /// describes; the solve follows its schedule either way.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CouplingSpec {
     /// Declared transfers (optional).
@@ -537,7 +549,7 @@ fn one() -> f64 {
 }
 
 /// Registered parameters.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ParametersSpec {
     #[serde(default)]
@@ -548,7 +560,7 @@ pub struct ParametersSpec {
 }
 
 /// Linear and nonlinear solver settings.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SolverSpec {
     /// auto, cholesky, lu or amg-cg.
@@ -598,7 +610,7 @@ fn cg_tol() -> f64 {
 }
 
 /// Output settings.
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSpec {
     /// Directory for results, relative to the current directory (default `results/<stem>`,
@@ -620,7 +632,7 @@ pub fn default_output_directory(path: &Path) -> PathBuf {
 }
 
 /// Taylor-test settings.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaylorSpec {
     /// First step as a fraction of each parameter's magnitude.
@@ -650,7 +662,7 @@ fn min_rate() -> f64 {
 
 /// `[optimize]`: the design variables, the method (MMA for constrained problems, bounded
 /// L-BFGS otherwise) and its stopping tests (see [`crate::optimize`]).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OptimizeSpec {
     /// Maximize the objective instead of minimizing it.
@@ -683,6 +695,21 @@ pub struct OptimizeSpec {
     pub design: Vec<String>,
 }
 
+impl Default for OptimizeSpec {
+    fn default() -> Self {
+        OptimizeSpec {
+            maximize: false,
+            max_iterations: opt_iterations(),
+            max_outer: opt_outer(),
+            gtol: opt_gtol(),
+            xtol: opt_xtol(),
+            method: auto_method(),
+            constraints: Vec::new(),
+            design: Vec::new(),
+        }
+    }
+}
+
 fn opt_iterations() -> usize {
     50
 }
@@ -696,11 +723,17 @@ fn opt_xtol() -> f64 {
     1e-4
 }
 fn auto_method() -> Spanned<String> {
-    Spanned::new(0..0, "auto".into())
+    unlocated("auto".into())
+}
+
+/// A value given in code rather than read from a file: it has no place in any text, so
+/// [`line_col`] answers (0, 0) for it and its errors name the entry without a line.
+pub fn unlocated<T>(value: T) -> Spanned<T> {
+    Spanned::new(usize::MAX..usize::MAX, value)
 }
 
 /// One constraint: an objective-shaped quantity and its upper bound.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConstraintSpec {
     /// A name for the history and plot (default: the kind and group).
@@ -749,8 +782,9 @@ impl ConstraintSpec {
     }
 }
 
-/// A whole problem file.
-#[derive(Clone, Debug, Deserialize)]
+/// A whole problem file: the typed description of a problem that a TOML file and
+/// [`crate::api::Model`] both produce.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProblemSpec {
     #[serde(default)]
@@ -805,7 +839,7 @@ pub struct ProblemSpec {
 /// ANSYS node number when the mesh has the same nodes, interpolated otherwise (see
 /// [`crate::ansys_import`]). In a `[hyperelastic]` problem the `UX`, `UY`, `UZ` field of a
 /// structural result (`.rst`) is where the first load increment's Newton iterations start.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InitialStateSpec {
     /// ANSYS result file (`.rth`, `.rst`).
@@ -854,8 +888,12 @@ pub struct ProblemFile {
     pub strict: bool,
 }
 
-/// 1-based line and column of a byte offset.
+/// 1-based line and column of a byte offset; (0, 0) for an offset past the text (a value
+/// given in code, see [`unlocated`]).
 pub fn line_col(source: &str, offset: usize) -> (usize, usize) {
+    if offset > source.len() {
+        return (0, 0);
+    }
     let before = &source[..offset.min(source.len())];
     let line = before.matches('\n').count() + 1;
     let col = before.rfind('\n').map_or(before.len(), |p| before.len() - p - 1) + 1;
@@ -1298,6 +1336,23 @@ impl ProblemFile {
         })
     }
 
+    /// A key an entry must give: `value`, else an error at the entry's group naming `key`.
+    pub fn required<'a, T>(
+        &self,
+        value: Option<&'a T>,
+        group: &Spanned<String>,
+        table: &str,
+        key: &str,
+    ) -> Result<&'a T, ProblemError> {
+        value.ok_or_else(|| {
+            self.invalid(format!(
+                "line {}: {table} on '{}' needs `{key}`",
+                self.line_of(group),
+                group.get_ref()
+            ))
+        })
+    }
+
     /// The thermal boundary condition kind of one `[[thermal.bc]]` entry.
     pub fn bc_kind(&self, bc: &ThermalBcSpec) -> Result<BcKind, ProblemError> {
         let line = self.line_of(&bc.group);
@@ -1538,10 +1593,14 @@ mod tests {
         assert_eq!(e.to_string(), "p.toml:3:3: `k` = 3");
         let e = ProblemError::invalid_in(Path::new("p.toml"), source, "line 3: no key named");
         assert_eq!(e.to_string(), "p.toml:3:3: no key named");
-        for plain in ["no sensor rows", "line x: y", "line 0: z", "lines 3: w"] {
+        for plain in ["no sensor rows", "line x: y", "lines 3: w"] {
             let e = ProblemError::invalid(Path::new("p.toml"), plain);
             assert_eq!(e.to_string(), format!("p.toml: {plain}"));
         }
+        // Line 0: a value given in code, which has no line; the message names the entry.
+        let e = ProblemError::invalid(Path::new("m (model)"), "line 0: `k` = -1 on 'domain'");
+        assert_eq!(e.to_string(), "m (model): `k` = -1 on 'domain'");
+        assert_eq!(line_col("ab\ncd", unlocated(()).span().start), (0, 0));
     }
 
     #[test]

@@ -33,11 +33,11 @@ use gradfem_coupling::fields::transient::{AdaptParams, MassKind, TimeScheme};
 use gradfem_coupling::time::{StepWeights, TimeRule};
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_thermal::ThermalModel;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 /// One material's heat capacity.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeatCapacitySpec {
     pub group: Spanned<String>,
@@ -46,7 +46,7 @@ pub struct HeatCapacitySpec {
 }
 
 /// Adaptive step control (θ-schemes; see [`TransientProblem::adapt_steps`]).
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveSpec {
     pub end_time: f64,
@@ -57,7 +57,7 @@ pub struct AdaptiveSpec {
 }
 
 /// The `[transient]` table.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TransientFileSpec {
     pub dt: Option<f64>,

@@ -1,11 +1,11 @@
 //! The `[uq]` table of problem files, as parsed (checked by [`crate::uq::plan`]; see
 //! `docs/problem-file.md#uq`).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 /// `[uq]`: the uncertain inputs, the outputs followed, the design and the stopping rule.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UqSpec {
     /// `monte_carlo` (default), `latin_hypercube` or `sobol`.
@@ -44,7 +44,7 @@ fn yes() -> bool {
 }
 
 /// `[[uq.input]]`: one registered parameter and its distribution.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UqInputSpec {
     /// A registered parameter name (`thermal.k.domain`, `bc.top.h`, …); a per-element field
@@ -78,7 +78,7 @@ pub struct UqInputSpec {
 
 /// `[[uq.output]]`: a quantity followed, with optional limits whose violation probability is
 /// reported.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UqOutputSpec {
     /// A quantity of the solution (`objective`, `max_temperature`, `tip_displacement.y`, …).
@@ -90,7 +90,7 @@ pub struct UqOutputSpec {
 }
 
 /// `[uq.stop]`: when to stop sampling.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UqStopSpec {
     /// `count`, `relative_se` or `seed_check`.
@@ -106,7 +106,7 @@ pub struct UqStopSpec {
 }
 
 /// `[uq.accept]`: the acceptance rule std(output) < fraction · |mean(output)|.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UqAcceptSpec {
     /// The output judged (default: the first output).

@@ -256,34 +256,60 @@ fn a_mesh_from_arrays_gives_the_box_answer() {
     let mut arrays = block().mesh(mesh).build().unwrap();
     let j = arrays.objective().unwrap();
     assert!(rel(j, j_box) < 1e-12, "{j} vs {j_box}");
-    assert!(block().mesh(Mesh::default()).to_toml().starts_with("# [mesh]: a mesh given in code"));
+    let text = block().mesh(Mesh::default()).to_toml().unwrap();
+    assert!(text.starts_with("# [mesh]: a mesh given in code"), "{text}");
 }
 
 use gradfem::mesh::Mesh;
 
-#[test]
-fn a_model_is_the_problem_file_it_writes() {
-    let model = heater();
-    let text = model.to_toml();
-    assert!(text.contains("[[electrical.terminal]]"), "{text}");
-    let mut from_text = Simulation::from_toml(Path::new("heater.toml"), &text).unwrap();
+/// The problem file a model writes sets up the same problem: the same J and gradients, on
+/// the electro-thermal heater and the thermo-elastic bar.
+#[rstest::rstest]
+#[case::heater(heater())]
+#[case::hot_bar(hot_bar())]
+#[case::block_with_a_morph(block().morph("height", 0.0, "z", &[[0.0, 0.0], [0.004, 1.0]], [0.0, 0.0, 1.0], None).register("morph.height"))]
+fn a_model_is_the_problem_file_it_writes(#[case] model: Model) {
+    let text = model.to_toml().unwrap();
+    let mut from_text = Simulation::from_toml(Path::new("model.toml"), &text).unwrap();
     let mut built = model.build().unwrap();
+    assert_eq!(from_text.objective().unwrap(), built.objective().unwrap(), "{text}");
     let (a, b) = (from_text.gradient().unwrap(), built.gradient().unwrap());
-    assert_eq!(a, b);
+    assert_eq!(a, b, "{text}");
 }
 
 #[test]
-fn errors_of_a_model_name_the_line_of_its_text_and_what_is_offered() {
-    let model = block().conductivity("dommain", 3.0);
-    let text = model.to_toml();
+fn errors_of_a_model_name_the_entry_and_what_is_offered() {
+    // Given in code: no line to name, but the table, the group and what the mesh has.
+    let err = block().conductivity("dommain", 3.0).build().unwrap_err().to_string();
+    assert!(
+        err.starts_with("block (model): unknown group 'dommain' in [[thermal.material]]"),
+        "{err}"
+    );
+    assert!(err.contains("domain, xmin"), "{err}");
+    let cube = || Model::new("cube").mesh_box([1.0; 3], [1; 3], "hex8");
+    let err = cube().heat_source("domain", 1.0).build().unwrap_err().to_string();
+    assert_eq!(err, "cube (model): [[thermal.material]] on 'domain' needs `k`");
+    let cube = || cube().conductivity("domain", 1.0).fixed_temperature("xmin", 300.0);
+    let err = cube().thermal_expansion("domain", 1e-5, 300.0);
+    let err = err.build().unwrap_err().to_string();
+    assert_eq!(err, "cube (model): [[mechanical.material]] on 'domain' needs `young`");
+
+    // Read from tables: the line and column of the text they make.
+    let mut table = toml::Table::new();
+    let text = block().conductivity("dommain", 3.0).to_toml().unwrap();
+    table.extend(toml::from_str::<toml::Table>(&text).unwrap());
+    let model = Model::from_table("block", table.clone()).unwrap();
     let err = model.build().unwrap_err().to_string();
-    let line = text.lines().position(|l| l.contains("\"dommain\"")).unwrap() + 1;
-    let column = text.lines().nth(line - 1).unwrap().find("\"dommain\"").unwrap() + 1;
+    let rendered = toml::to_string(&table).unwrap();
+    let line = rendered.lines().position(|l| l.contains("\"dommain\"")).unwrap() + 1;
+    let column = rendered.lines().nth(line - 1).unwrap().find("\"dommain\"").unwrap() + 1;
     assert!(
         err.contains(&format!("block (model):{line}:{column}: unknown group 'dommain'")),
-        "{err}\n{text}"
+        "{err}\n{rendered}"
     );
-    assert!(err.contains("domain"), "{err}");
+    table.insert("colour".into(), "blue".into());
+    let err = Model::from_table("block", table).unwrap_err().to_string();
+    assert!(err.contains("unknown field `colour`"), "{err}");
 
     let mut sim = block().build().unwrap();
     let e = sim.vjp(&Cotangent::new().field("potential", vec![0.0; 3])).unwrap_err();
@@ -347,4 +373,29 @@ fn the_readme_example_runs_and_is_the_example_file() {
         readme.contains(&format!("```rust\n{body}```")),
         "README.md's Rust example differs from examples/api_plate.rs:\n{body}"
     );
+}
+
+/// Every shipped problem file is a description the typed spec holds whole: written back as
+/// TOML and read again, it is the same description (every table and key survives).
+#[test]
+fn every_shipped_problem_file_survives_the_typed_description() {
+    let mut seen = 0;
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")).unwrap()
+    {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let raw: toml::Table = toml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if raw.contains_key("experiment") {
+            continue; // an identification file (`gradfem identify`), not a problem file
+        }
+        let file = gradfem::problem::ProblemFile::read(&path).unwrap();
+        let text = toml::to_string(&file.spec).unwrap();
+        let again = gradfem::problem::ProblemFile::parse(&path, text.clone())
+            .unwrap_or_else(|e| panic!("{}: {e}\n{text}", path.display()));
+        assert_eq!(toml::to_string(&again.spec).unwrap(), text, "{}", path.display());
+        seen += 1;
+    }
+    assert!(seen >= 15, "{seen} problem files");
 }

@@ -172,6 +172,8 @@ fn fails(command: &str, text: &str, expected: &[&str]) {
     &["bad.toml:5:", "`poisson` = 0.5", "(−1, 0.5)"]
 )]
 #[case::negative_young(steel("young = -1.0\npoisson = 0.3"), &["bad.toml:5:", "`young` = -1"])]
+#[case::no_conductivity(thermal("source = 1e6", FIXED, MEAN), &["bad.toml:5:", "[[thermal.material]] on 'domain' needs `k`"])]
+#[case::no_poisson(steel("young = 2e11"), &["bad.toml:5:", "[[mechanical.material]] on 'domain' needs `poisson`"])]
 fn a_bad_value_is_a_located_error(#[case] text: String, #[case] expected: &[&str]) {
     fails("run", &text, expected);
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A morph of the problem file (`[[morph]]`).
 ///
@@ -30,7 +30,7 @@ use serde::Deserialize;
 /// direction = [0.0, 1.0, 0.0]     # constant beyond the first and last knot
 /// # or: file = "morph.csv"        # node tag, dx, dy, dz per line (nodes not listed: 0)
 /// ```
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MorphSpec {
     pub name: String,

@@ -296,7 +296,7 @@ impl Problem {
             toml::Value::Table(t) => t,
             _ => unreachable!("a dict is a table"),
         };
-        let mut model = Model::from_table(name, table).base_dir(base_dir);
+        let mut model = Model::from_table(name, table).map_err(problem_err)?.base_dir(base_dir);
         if let Some(points) = points {
             let mesh = mesh_from_arrays(points, cells, groups)?;
             model = model.mesh(mesh);
