@@ -21,12 +21,17 @@
 //! tangents, `HyperDual64`, one pass per element variable, for the second-order products) and
 //! to central differences of the first-order products.
 //!
-//! Node coordinates: a direction that moves the nodes (δX), or products that include
-//! (∂·/∂X)ᵀλ, take the dual-number path over the generic kernels in production, with the
-//! element's 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and α_R
-//! (the generic Jacobian makes ∇N and det J exact functions of X).
+//! Node coordinates: a direction that moves the nodes (δX, with G = ∇δX at a point) stays in
+//! closed form: the shape gradients change by −Gᵀ∇N and the volume by det J tr G, so ∇a·∇b
+//! changes by −aᵀ(G + Gᵀ)b. The products that include (∂·/∂X)ᵀλ take the dual-number path over
+//! the generic kernels for their coordinate picks alone (one pass per pick), with the element's
+//! 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and α_R (the generic
+//! Jacobian makes ∇N and det J exact functions of X).
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, for_each_element_ordered, seed_pick};
+use gradfem_kernel::{
+    CoordinatePart, CoordinateRequest, element_motion, for_each_element_ordered, motion_gradient,
+    seed_pick, symmetric_times,
+};
 use num_dual::{Dual64, DualNum, HyperDual64};
 use rayon::prelude::*;
 
@@ -123,10 +128,7 @@ impl ElectricalModel {
         dir: &ElectricalDirection,
         coords: CoordinateRequest,
     ) -> ElectricalSecondOrder {
-        if !coords.is_none() || !dir.coords.is_empty() {
-            return self.second_order_products(phi, t, Weighted::Residual(lambda), dir, coords);
-        }
-        self.closed_form_products(phi, t, Weighted::Residual(lambda), dir)
+        self.products(phi, t, Weighted::Residual(lambda), dir, coords)
     }
 
     /// d/dε of the Joule heat's vector-Jacobian products with the seed `q_bar` (one value per
@@ -140,10 +142,23 @@ impl ElectricalModel {
         dir: &ElectricalDirection,
         coords: CoordinateRequest,
     ) -> ElectricalSecondOrder {
-        if !coords.is_none() || !dir.coords.is_empty() {
-            return self.second_order_products(phi, t, Weighted::Joule(q_bar), dir, coords);
+        self.products(phi, t, Weighted::Joule(q_bar), dir, coords)
+    }
+
+    /// The closed forms, and the coordinates' part by dual numbers when `coords` asks for it.
+    fn products(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        weights: Weighted,
+        dir: &ElectricalDirection,
+        coords: CoordinateRequest,
+    ) -> ElectricalSecondOrder {
+        let mut res = self.closed_form_products(phi, t, weights, dir);
+        if !coords.is_none() {
+            res.coords = self.second_order_products(phi, t, weights, dir, coords, true).coords;
         }
-        self.closed_form_products(phi, t, Weighted::Joule(q_bar), dir)
+        res
     }
 
     /// σ = σ₀/m(T, α_R) at a point of element `e` with its derivatives in (σ₀, T, α_R): the
@@ -186,7 +201,8 @@ impl ElectricalModel {
     /// (L = ∫ σ ∇λ·∇φ): ∂dL/∂φ_b = ∫ δσ ∇λ·∇N_b, ∂dL/∂T_b = ∫ (∂δσ/∂T ∇λ·∇φ + σ_T ∇λ·∇δφ) N_b,
     /// and ∂dL/∂s = ∫ ∂δσ/∂s ∇λ·∇φ + σ_s ∇λ·∇δφ for s = σ₀, α_R; for the Joule heat
     /// (L = Σ_q Q̄_q σ|∇φ|²) the same with 2∇φ in place of ∇λ and the φ terms
-    /// 2 Q̄ (δσ ∇φ + σ ∇δφ)·∇N_b.
+    /// 2 Q̄ (δσ ∇φ + σ ∇δφ)·∇N_b. Moving nodes add tr G σ ∇λ·∇φ (the residual's volume) and
+    /// −σ ∇λᵀ(G + Gᵀ)∇φ (the Joule heat: −σ ∇φᵀ(G + Gᵀ)∇φ, no volume) to dL.
     fn closed_form_products(
         &self,
         phi: &[f64],
@@ -221,6 +237,7 @@ impl ElectricalModel {
             let d_alpha =
                 if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
             let (mut d_sigma0, mut d_alpha_r) = (0.0, 0.0);
+            let dx = element_motion(nodes, &dir.coords);
             self.for_points(e, phi, t, |q, n, g, s| {
                 let (tq, dtq) = match t {
                     Some(t) => (
@@ -239,6 +256,8 @@ impl ElectricalModel {
                 }
                 // (weight, the vector paired with ∇N_b in the φ rows, the scalar the
                 // conductivity multiplies, its derivative along the direction)
+                let motion = dx.as_ref().map(|dx| motion_gradient(g, &dx[..nn]));
+                let tr = motion.map_or(0.0, |m| m[0][0] + m[1][1] + m[2][2]);
                 let (wq, row, base, dbase) = match (&lam, weights) {
                     (Some(l), _) => {
                         let mut gl = [0.0; 3];
@@ -247,13 +266,19 @@ impl ElectricalModel {
                                 gl[k] += g[a][k] * l[a];
                             }
                         }
-                        let row = gl.map(|v| ps.delta * v);
-                        (s.w, row, dot(gl, gp), dot(gl, gd))
+                        let base = dot(gl, gp);
+                        let mgl = motion.map_or([0.0; 3], |m| symmetric_times(&m, &gl));
+                        let row: [f64; 3] = std::array::from_fn(|k| {
+                            ps.delta * gl[k] + ps.sigma * (tr * gl[k] - mgl[k])
+                        });
+                        (s.w, row, base, dot(gl, gd) + tr * base - dot(mgl, gp))
                     }
                     (None, Weighted::Joule(qb)) => {
-                        let row: [f64; 3] =
-                            std::array::from_fn(|k| 2.0 * (ps.delta * gp[k] + ps.sigma * gd[k]));
-                        (qb[o + q], row, dot(gp, gp), 2.0 * dot(gp, gd))
+                        let mgp = motion.map_or([0.0; 3], |m| symmetric_times(&m, &gp));
+                        let row: [f64; 3] = std::array::from_fn(|k| {
+                            2.0 * (ps.delta * gp[k] + ps.sigma * (gd[k] - mgp[k]))
+                        });
+                        (qb[o + q], row, dot(gp, gp), 2.0 * dot(gp, gd) - dot(mgp, gp))
                     }
                     (None, Weighted::Residual(_)) => unreachable!("λ gathered above"),
                 };
@@ -294,14 +319,23 @@ impl ElectricalModel {
         t: Option<&[f64]>,
         dir: &ElectricalDirection,
     ) -> Vec<f64> {
-        if !dir.coords.is_empty() {
-            return self.residual_jvp_dual(phi, t, dir);
-        }
         let mut total = vec![0.0; self.n_nodes()];
         let compute = |e: usize| {
             let mut out = [0.0; MAX];
+            let dx = element_motion(self.element_nodes(e), &dir.coords);
             self.point_tangents(e, phi, t, dir, |_, _, g, s, delta, gd| {
-                let j: [f64; 3] = std::array::from_fn(|k| delta * s.grad_phi[k] + s.sigma * gd[k]);
+                let gp = s.grad_phi;
+                // Moving nodes: σ (tr G ∇φ − (G + Gᵀ)∇φ), the volume's and the gradients' change.
+                let moving = match &dx {
+                    Some(dx) => {
+                        let m = motion_gradient(g, &dx[..g.len()]);
+                        let (tr, mgp) = (m[0][0] + m[1][1] + m[2][2], symmetric_times(&m, &gp));
+                        std::array::from_fn(|k| s.sigma * (tr * gp[k] - mgp[k]))
+                    }
+                    None => [0.0; 3],
+                };
+                let j: [f64; 3] =
+                    std::array::from_fn(|k| delta * gp[k] + s.sigma * gd[k] + moving[k]);
                 for (o, gb) in out.iter_mut().zip(g) {
                     *o += s.w * dot(j, *gb);
                 }
@@ -319,16 +353,19 @@ impl ElectricalModel {
     /// dQ/dε = δσ|∇φ|² + 2σ∇φ·∇δφ at every quadrature point (the layout of
     /// [`joule_heat_qp`](Self::joule_heat_qp)).
     pub fn joule_jvp(&self, phi: &[f64], t: Option<&[f64]>, dir: &ElectricalDirection) -> Vec<f64> {
-        if !dir.coords.is_empty() {
-            return self.joule_jvp_dual(phi, t, dir);
-        }
         let per_element: Vec<Vec<f64>> = (0..self.n_volume_elements())
             .into_par_iter()
             .map(|e| {
                 let mut out = vec![0.0; self.n_points(e)];
-                self.point_tangents(e, phi, t, dir, |q, _, _, s, delta, gd| {
+                let dx = element_motion(self.element_nodes(e), &dir.coords);
+                self.point_tangents(e, phi, t, dir, |q, _, g, s, delta, gd| {
                     let gp = s.grad_phi;
-                    out[q] = delta * dot(gp, gp) + 2.0 * s.sigma * dot(gp, gd);
+                    // Moving nodes: −σ ∇φᵀ(G + Gᵀ)∇φ.
+                    let moving = dx.as_ref().map_or(0.0, |dx| {
+                        let m = motion_gradient(g, &dx[..g.len()]);
+                        -s.sigma * dot(symmetric_times(&m, &gp), gp)
+                    });
+                    out[q] = delta * dot(gp, gp) + 2.0 * s.sigma * dot(gp, gd) + moving;
                 });
                 out
             })
@@ -507,8 +544,8 @@ impl ElectricalModel {
     }
 
     /// The second-order products by `HyperDual64`, one pass per element variable other than
-    /// the coordinates, then one per coordinate pick of `coords` (the coordinates are
-    /// variables whenever the nodes move or their part is wanted).
+    /// the coordinates (none with `coordinate_picks_only`), then one per coordinate pick of
+    /// `coords` (the coordinates are variables whenever the nodes move or their part is wanted).
     fn second_order_products(
         &self,
         phi: &[f64],
@@ -516,6 +553,7 @@ impl ElectricalModel {
         weights: Weighted,
         dir: &ElectricalDirection,
         coords: CoordinateRequest,
+        coordinate_picks_only: bool,
     ) -> ElectricalSecondOrder {
         let with_x = !coords.is_none() || !dir.coords.is_empty();
         let compute = |e: usize| {
@@ -539,7 +577,9 @@ impl ElectricalModel {
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(ev.values[j], ev.direction[j], 0.0, 0.0)).collect();
             for (i, o) in out.iter_mut().enumerate() {
-                if !seed_pick(&mut v, i, m_base, coords, nodes) {
+                if (coordinate_picks_only && i < m_base)
+                    || !seed_pick(&mut v, i, m_base, coords, nodes)
+                {
                     continue;
                 }
                 self.element_outputs(e, &v, &ev, weights.is_joule(), &mut buf);
@@ -635,11 +675,27 @@ mod tests {
     }
 
     /// The closed forms against the dual-number products, with and without a temperature
-    /// field, for the residual and the Joule heat.
+    /// field, for the residual and the Joule heat, with the nodes still and moving, and with
+    /// the coordinates' part per node and along a field.
     #[test]
     fn closed_forms_match_dual_numbers() {
         let (model, phi, t) = bar();
-        let d = direction(&model);
+        let still = direction(&model);
+        let mut moving = still.clone();
+        moving.coords = model
+            .coords
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let f = i as f64;
+                [
+                    2e-5 * (f * 0.7).sin(),
+                    1e-5 * (f * 1.3 + p[0] * 1e3).cos(),
+                    1.5e-5 * (f * 0.4).sin(),
+                ]
+            })
+            .collect();
+        let fields = vec![moving.coords.clone()];
         let lambda: Vec<f64> = (0..model.n_nodes()).map(|n| ((n as f64) * 0.7).sin()).collect();
         let q_bar: Vec<f64> =
             (0..*model.qp_offsets().last().unwrap()).map(|q| ((q as f64) * 0.3).cos()).collect();
@@ -649,37 +705,35 @@ mod tests {
                 assert!((x - y).abs() <= 1e-11 * scale, "{what}[{i}]: {x} vs {y}");
             }
         };
-        for temp in [Some(t.as_slice()), None] {
+        // The motion matters: moving the nodes changes the tangents.
+        let (a, b) = (model.joule_jvp(&phi, None, &still), model.joule_jvp(&phi, None, &moving));
+        assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-6 * x.abs()));
+        let requests =
+            [CoordinateRequest::None, CoordinateRequest::Every, CoordinateRequest::Along(&fields)];
+        for (d, temp, coords) in [&still, &moving]
+            .into_iter()
+            .flat_map(|d| [Some(t.as_slice()), None].map(move |temp| (d, temp)))
+            .flat_map(|(d, temp)| requests.iter().map(move |&c| (d, temp, c)))
+        {
             close(
                 "jvp",
-                &model.residual_jvp(&phi, temp, &d),
-                &model.residual_jvp_dual(&phi, temp, &d),
+                &model.residual_jvp(&phi, temp, d),
+                &model.residual_jvp_dual(&phi, temp, d),
             );
             close(
                 "joule jvp",
-                &model.joule_jvp(&phi, temp, &d),
-                &model.joule_jvp_dual(&phi, temp, &d),
+                &model.joule_jvp(&phi, temp, d),
+                &model.joule_jvp_dual(&phi, temp, d),
             );
+            let dual = |w| model.second_order_products(&phi, temp, w, d, coords, false);
             let pairs = [
                 (
-                    model.second_order_vjp(&phi, temp, &lambda, &d, CoordinateRequest::None),
-                    model.second_order_products(
-                        &phi,
-                        temp,
-                        Weighted::Residual(&lambda),
-                        &d,
-                        CoordinateRequest::None,
-                    ),
+                    model.second_order_vjp(&phi, temp, &lambda, d, coords),
+                    dual(Weighted::Residual(&lambda)),
                 ),
                 (
-                    model.joule_second_order_vjp(&phi, temp, &q_bar, &d, CoordinateRequest::None),
-                    model.second_order_products(
-                        &phi,
-                        temp,
-                        Weighted::Joule(&q_bar),
-                        &d,
-                        CoordinateRequest::None,
-                    ),
+                    model.joule_second_order_vjp(&phi, temp, &q_bar, d, coords),
+                    dual(Weighted::Joule(&q_bar)),
                 ),
             ];
             for (a, b) in &pairs {
@@ -687,6 +741,15 @@ mod tests {
                 close("temperature", &a.temperature, &b.temperature);
                 close("sigma", &a.sigma_elem, &b.sigma_elem);
                 close("alpha", &a.alpha_r, &b.alpha_r);
+                match (&a.coords, &b.coords) {
+                    (CoordinatePart::None, CoordinatePart::None) => {}
+                    (CoordinatePart::Every(x), CoordinatePart::Every(y)) => {
+                        let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<_>>();
+                        close("coords", &flat(x), &flat(y));
+                    }
+                    (CoordinatePart::Along(x), CoordinatePart::Along(y)) => close("along", x, y),
+                    _ => panic!("the same kind of coordinate part"),
+                }
             }
         }
     }

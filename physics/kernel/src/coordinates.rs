@@ -127,6 +127,43 @@ impl CoordinatePart {
     }
 }
 
+/// The gradient of the nodes' motion at a point, Gᵢⱼ = Σ_b δX_b,i ∂N_b/∂xⱼ, from the physical
+/// shape-function gradients `g` and the element's nodal `dx`. Moving the nodes changes the
+/// shape gradients by δ(∇N_a) = −Gᵀ∇N_a and the volume by δ(det J) = det J tr G: the closed
+/// forms of the fields' products along directions that move the nodes are built from these.
+pub fn motion_gradient(g: &[[f64; 3]], dx: &[[f64; 3]]) -> [[f64; 3]; 3] {
+    let mut m = [[0.0; 3]; 3];
+    for (gb, db) in g.iter().zip(dx) {
+        for i in 0..3 {
+            for j in 0..3 {
+                m[i][j] += db[i] * gb[j];
+            }
+        }
+    }
+    m
+}
+
+/// (G + Gᵀ) v: the change of a·b for gradients a, b is −aᵀ(G + Gᵀ)b.
+pub fn symmetric_times(m: &[[f64; 3]; 3], v: &[f64; 3]) -> [f64; 3] {
+    let mut out = [0.0; 3];
+    for i in 0..3 {
+        for j in 0..3 {
+            out[i] += (m[i][j] + m[j][i]) * v[j];
+        }
+    }
+    out
+}
+
+/// The motion δX of an element's `nodes` taken from a per-node `dx` (None when `dx` is empty
+/// or moves none of them).
+pub fn element_motion(nodes: &[usize], dx: &[[f64; 3]]) -> Option<Vec<[f64; 3]>> {
+    if dx.is_empty() {
+        return None;
+    }
+    let local: Vec<[f64; 3]> = nodes.iter().map(|&n| dx[n]).collect();
+    local.iter().any(|d| d.iter().any(|v| *v != 0.0)).then_some(local)
+}
+
 /// An element's node coordinates as dual numbers: ε the motion `dx` of the nodes (per node;
 /// empty: they hold still).
 pub fn dual_coordinates(coords: &[[f64; 3]], nodes: &[usize], dx: &[[f64; 3]]) -> Vec<[Dual64; 3]> {

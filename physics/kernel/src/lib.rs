@@ -8,7 +8,8 @@ pub mod coordinates;
 pub mod generic;
 
 pub use coordinates::{
-    CoordinatePart, CoordinateRequest, dual_coordinates, hyper_dual_coordinates, seed_pick,
+    CoordinatePart, CoordinateRequest, dual_coordinates, element_motion, hyper_dual_coordinates,
+    motion_gradient, seed_pick, symmetric_times,
 };
 
 use rayon::prelude::*;

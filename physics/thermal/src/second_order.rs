@@ -20,8 +20,8 @@
 
 use gradfem_kernel::generic;
 use gradfem_kernel::{
-    CoordinatePart, CoordinateRequest, dual_coordinates, for_each_element_ordered,
-    hyper_dual_coordinates,
+    CoordinatePart, CoordinateRequest, dual_coordinates, element_motion, for_each_element_ordered,
+    hyper_dual_coordinates, motion_gradient, symmetric_times,
 };
 use num_dual::{Dual64, DualNum, HyperDual64};
 
@@ -99,6 +99,10 @@ fn used_parameters(model: &ThermalModel, e: usize) -> std::ops::Range<usize> {
     }
 }
 
+fn dot3(a: &[f64; 3], b: &[f64; 3]) -> f64 {
+    a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+}
+
 impl ThermalModel {
     /// d/dε R(T + ε δT, p + ε δp) at every node: the residual's directional derivative (rows of
     /// fixed nodes included; the caller keeps the rows it solves for). Volume elements in
@@ -115,7 +119,6 @@ impl ThermalModel {
     }
 
     fn residual_jvp_with(&self, t: &[f64], dir: &ThermalDirection, closed_form: bool) -> Vec<f64> {
-        let closed_form = closed_form && dir.coords.is_empty();
         let mut out = vec![0.0; self.n_nodes()];
         self.scatter_chunked(&mut out, 1, |e, local| {
             if closed_form && e < self.n_volume {
@@ -149,7 +152,9 @@ impl ThermalModel {
         let tag = self.elem_tag[e] as usize;
         let law = &self.regions[tag].law;
         let (k0, dk0, dq) = (self.k_elem[e], dir.k_elem[e], dir.source[tag]);
+        let source = self.regions[tag].source;
         let x = self.element_coords(e);
+        let dx = element_motion(self.element_nodes(e), &dir.coords);
         let mut g = [[0.0; 3]; crate::model::MAX_NODES];
         for q in 0..table.n_points() {
             let det = gradfem_mesh::geometry::physical_gradients_into(
@@ -174,10 +179,19 @@ impl ThermalModel {
             let f = law.factor(Dual64::new(tq, 1.0));
             let c_t = dk0 * f.re + k0 * f.eps * dtq;
             let c_d = k0 * f.re;
+            // Moving nodes: δ(w) = w tr G and δ(∇N_a·∇T) = −∇N_aᵀ(G + Gᵀ)∇T.
+            let (tr, mgt) = match &dx {
+                Some(dx) => {
+                    let m = motion_gradient(&g[..nn], &dx[..nn]);
+                    (m[0][0] + m[1][1] + m[2][2], symmetric_times(&m, &gt))
+                }
+                None => (0.0, [0.0; 3]),
+            };
             for a in 0..nn {
-                let ga_t = g[a][0] * gt[0] + g[a][1] * gt[1] + g[a][2] * gt[2];
-                let ga_d = g[a][0] * gd[0] + g[a][1] * gd[1] + g[a][2] * gd[2];
-                local[a] += w * (c_t * ga_t + c_d * ga_d - dq * n[a]);
+                let ga_t = dot3(&g[a], &gt);
+                let ga_d = dot3(&g[a], &gd);
+                let moving = tr * (k0 * f.re * ga_t - source * n[a]) - c_d * dot3(&g[a], &mgt);
+                local[a] += w * (c_t * ga_t + c_d * ga_d - dq * n[a] + moving);
             }
         }
     }
@@ -215,6 +229,10 @@ impl ThermalModel {
     /// ∂(dL)/∂T_a = ∫ [(δk₀ f′ + k₀ f″ δT) ∇λ·∇T + k₀ f′ ∇λ·∇δT] N_a + (δk₀ f + k₀ f′ δT) ∇λ·∇N_a
     /// and ∂(dL)/∂k₀ = ∫ f′ δT ∇λ·∇T + f ∇λ·∇δT (∂(dL)/∂Q = 0). f, f′, f″ from second-order
     /// dual numbers over the law.
+    ///
+    /// Moving nodes (G = ∇δX) add tr G · L's integrand (the volume's change) and, in
+    /// ∇λ·∇T, the shape gradients' change −∇λᵀ(G + Gᵀ)∇T; their derivatives by T_a, k₀ and Q
+    /// (−∫ tr G λ) follow the same way. Returns (∂(dL)/∂k₀, ∂(dL)/∂Q).
     fn volume_second_order(
         &self,
         e: usize,
@@ -222,7 +240,7 @@ impl ThermalModel {
         lambda: &[f64],
         dir: &ThermalDirection,
         state: &mut [f64],
-    ) -> f64 {
+    ) -> (f64, f64) {
         let nodes = self.element_nodes(e);
         let nn = nodes.len();
         let table = self.element_table(e);
@@ -230,8 +248,9 @@ impl ThermalModel {
         let k0 = self.k_elem[e];
         let dk0 = dir.k_elem[e];
         let x = self.element_coords(e);
+        let dx = element_motion(self.element_nodes(e), &dir.coords);
         let mut g = [[0.0; 3]; crate::model::MAX_NODES];
-        let mut d_k0 = 0.0;
+        let (mut d_k0, mut d_q) = (0.0, 0.0);
         for q in 0..table.n_points() {
             let det = gradfem_mesh::geometry::physical_gradients_into(
                 3,
@@ -255,17 +274,31 @@ impl ThermalModel {
             }
             let f = law.factor(num_dual::Dual2_64::new(tq, 1.0, 0.0));
             let (f0, f1, f2) = (f.re, f.v1, f.v2);
-            let lt = gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2];
-            let ld = gl[0] * gd[0] + gl[1] * gd[1] + gl[2] * gd[2];
-            let along_n = (dk0 * f1 + k0 * f2 * dtq) * lt + k0 * f1 * ld;
-            let along_grad = dk0 * f0 + k0 * f1 * dtq;
+            let lt = dot3(&gl, &gt);
+            let ld = dot3(&gl, &gd);
+            // Moving nodes: tr G, (G + Gᵀ)∇λ and −∇λᵀ(G + Gᵀ)∇T.
+            let (tr, mgl) = match &dx {
+                Some(dx) => {
+                    let m = motion_gradient(&g[..nn], &dx[..nn]);
+                    (m[0][0] + m[1][1] + m[2][2], symmetric_times(&m, &gl))
+                }
+                None => (0.0, [0.0; 3]),
+            };
+            let lx = -dot3(&mgl, &gt);
+            let along_n = (dk0 * f1 + k0 * f2 * dtq) * lt + k0 * f1 * (ld + lx + tr * lt);
+            let along_grad = dk0 * f0 + k0 * f1 * dtq + tr * k0 * f0;
             for a in 0..nn {
-                let lg = gl[0] * g[a][0] + gl[1] * g[a][1] + gl[2] * g[a][2];
-                state[a] += w * (along_n * n[a] + along_grad * lg);
+                let lg = dot3(&gl, &g[a]);
+                let moving = -k0 * f0 * dot3(&mgl, &g[a]);
+                state[a] += w * (along_n * n[a] + along_grad * lg + moving);
             }
-            d_k0 += w * (f1 * dtq * lt + f0 * ld);
+            d_k0 += w * (f1 * dtq * lt + f0 * (ld + lx + tr * lt));
+            if tr != 0.0 {
+                let lq: f64 = (0..nn).map(|a| n[a] * lambda[nodes[a]]).sum();
+                d_q -= w * tr * lq;
+            }
         }
-        d_k0
+        (d_k0, d_q)
     }
 
     fn second_order_vjp_with(
@@ -277,7 +310,7 @@ impl ThermalModel {
         closed_form: bool,
     ) -> (Vec<f64>, ParameterVjp, CoordinatePart) {
         let n_el = self.n_elements();
-        let closed_form = closed_form && coords.is_none() && dir.coords.is_empty();
+
         /// One element's products: per node (temperature), per kernel parameter, per
         /// coordinate pick (empty unless wanted).
         struct Local {
@@ -298,9 +331,14 @@ impl ThermalModel {
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
                 return local;
             }
-            if closed_form && e < self.n_volume {
-                local.params[0] = self.volume_second_order(e, t, lambda, dir, &mut local.state);
-                return local;
+            let closed = closed_form && e < self.n_volume;
+            if closed {
+                let (d_k0, d_q) = self.volume_second_order(e, t, lambda, dir, &mut local.state);
+                local.params[0] = d_k0;
+                local.params[1] = d_q;
+                if local.coords.is_empty() {
+                    return local;
+                }
             }
             let pars = element_parameters(self, e, dir);
             let used = used_parameters(self, e);
@@ -329,12 +367,15 @@ impl ThermalModel {
                 self.element_residual_generic(e, &x, &te, p(0), p(1), p(2), p(3), p(4), &mut r);
                 (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
             };
-            for (a, s) in local.state.iter_mut().enumerate() {
-                *s = second(a);
+            if !closed {
+                for (a, s) in local.state.iter_mut().enumerate() {
+                    *s = second(a);
+                }
+                for i in used {
+                    local.params[i] = second(nn + i);
+                }
             }
-            for i in used {
-                local.params[i] = second(nn + i);
-            }
+            // The coordinate picks take the hyper-dual path (one pass each).
             for k in 0..local.coords.len() {
                 if !coords.is_still(k, nodes) {
                     local.coords[k] = second(nn + 5 + k);
@@ -617,11 +658,14 @@ mod tests {
     fn residual_jvp_closed_form_matches_dual_numbers() {
         let m = model();
         let (t, _, d) = state_and_direction(&m);
-        let a = m.residual_jvp(&t, &d);
-        let b = m.residual_jvp_dual(&t, &d);
-        let scale = b.iter().fold(0.0f64, |s, v| s.max(v.abs()));
-        for i in 0..a.len() {
-            assert!((a[i] - b[i]).abs() <= 1e-12 * scale, "node {i}: {} vs {}", a[i], b[i]);
+        // Nodes still, and moving.
+        for d in [d.clone(), with_coordinates(&m, d)] {
+            let a = m.residual_jvp(&t, &d);
+            let b = m.residual_jvp_dual(&t, &d);
+            let scale = b.iter().fold(0.0f64, |s, v| s.max(v.abs()));
+            for i in 0..a.len() {
+                assert!((a[i] - b[i]).abs() <= 1e-12 * scale, "node {i}: {} vs {}", a[i], b[i]);
+            }
         }
     }
 
@@ -864,17 +908,40 @@ mod tests {
         .unwrap();
         let (t, lambda, mut d) = state_and_direction_of(&m);
         d.h[0] = 1.5;
+        let close = |what: &str, a: &[f64], b: &[f64]| {
+            let scale = b.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-12 * scale, "{what}: {x} vs {y}");
+            }
+        };
         let (s1, p1, _) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::None);
         let (s2, p2, _) = m.second_order_vjp_dual(&t, &lambda, &d, CoordinateRequest::None);
-        let scale = s2.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-        for (a, b) in s1.iter().zip(&s2) {
-            assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
-        }
-        let scale = p2.k_elem.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-        for (a, b) in p1.k_elem.iter().zip(&p2.k_elem) {
-            assert!((a - b).abs() <= 1e-12 * scale, "{a} vs {b}");
-        }
+        close("state", &s1, &s2);
+        close("k", &p1.k_elem, &p2.k_elem);
         assert_eq!(p1.source, p2.source);
         assert_eq!(p1.h, p2.h);
+        // Moving nodes, with the coordinates' products per node and along fields.
+        let d = with_coordinates(&m, d);
+        let fields = vec![d.coords.clone()];
+        for request in
+            [CoordinateRequest::None, CoordinateRequest::Every, CoordinateRequest::Along(&fields)]
+        {
+            let (s1, p1, c1) = m.second_order_vjp(&t, &lambda, &d, request);
+            let (s2, p2, c2) = m.second_order_vjp_dual(&t, &lambda, &d, request);
+            close("state (moving)", &s1, &s2);
+            close("k (moving)", &p1.k_elem, &p2.k_elem);
+            close("source (moving)", &p1.source, &p2.source);
+            close("h (moving)", &p1.h, &p2.h);
+            assert!(p1.source[0] != 0.0);
+            match (c1, c2) {
+                (CoordinatePart::None, CoordinatePart::None) => {}
+                (CoordinatePart::Every(a), CoordinatePart::Every(b)) => {
+                    let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<_>>();
+                    close("coords", &flat(&a), &flat(&b));
+                }
+                (CoordinatePart::Along(a), CoordinatePart::Along(b)) => close("along", &a, &b),
+                _ => panic!("the same kind of coordinate part"),
+            }
+        }
     }
 }

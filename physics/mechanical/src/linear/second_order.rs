@@ -22,15 +22,22 @@
 //! [`LinearElasticModel::second_order_vjp_dual`] is the hyper-dual reference the closed form
 //! is tested against.
 //!
-//! Node coordinates: a direction that moves the nodes (δX), or products that include
-//! (∂R/∂X)ᵀλ, take a hyper-dual path over the generic element residual of every element,
-//! facets included ([`LinearElasticModel::second_order_vjp`] with `coords`): the loads then
-//! have second-order terms (the body force through det J, tractions through the facet area,
-//! pressures through area and normal), returned per region and boundary condition. The
+//! Node coordinates: a direction that moves the nodes (δX, G = ∇δX at a point) keeps the
+//! volume elements in closed form: ∇v changes by −(∇v)G, so ε(v) by ε_X(v) = −sym((∇v)G),
+//! and the volume by det J tr G; dL gains tr G times L's integrand and
+//! 2μ δ_X A + λ δ_X B − κθ δ_X C − that is, ∂dL/∂u_b gains
+//! tr G (2μ ε(Λ)∇N_b + λ C ∇N_b) + 2μ (ε_X(Λ)∇N_b − ε(Λ)Gᵀ∇N_b) + λ (C_X ∇N_b − C Gᵀ∇N_b)
+//! and every parameter's product the same way, the body force −∫ tr G Λ. The facets (whose
+//! loads then have second-order terms: tractions through the facet area, pressures through
+//! area and normal) and the products that include (∂R/∂X)ᵀλ take a hyper-dual path over the
+//! generic element residual ([`LinearElasticModel::second_order_vjp`] with `coords`: one pass
+//! per coordinate pick), returned per region and boundary condition. The
 //! compliance fᵀu = −Σₑ uₑᵀ rₑ(0, T_ref, loads) is differentiated on the same path
 //! ([`LinearElasticModel::compliance_hessian`]).
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, seed_pick};
+use gradfem_kernel::{
+    CoordinatePart, CoordinateRequest, element_motion, motion_gradient, seed_pick,
+};
 use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
 
@@ -109,6 +116,27 @@ pub struct MechanicalSecondOrder {
 }
 
 impl MechanicalSecondOrder {
+    /// Add `other`'s products (of the same model; its coordinates' part replaces a `None`).
+    fn add(&mut self, other: &MechanicalSecondOrder) {
+        let add = |a: &mut [f64], b: &[f64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+        let add3 = |a: &mut [[f64; 3]], b: &[[f64; 3]]| {
+            a.iter_mut().zip(b).for_each(|(x, y)| (0..3).for_each(|k| x[k] += y[k]))
+        };
+        add(&mut self.displacement, &other.displacement);
+        add(&mut self.temperature, &other.temperature);
+        add(&mut self.young_elem, &other.young_elem);
+        add(&mut self.poisson_elem, &other.poisson_elem);
+        add(&mut self.alpha, &other.alpha);
+        add(&mut self.t_ref, &other.t_ref);
+        add3(&mut self.body_force, &other.body_force);
+        add3(&mut self.traction, &other.traction);
+        add(&mut self.pressure, &other.pressure);
+        match &mut self.coords {
+            CoordinatePart::None => self.coords = other.coords.clone(),
+            mine => mine.add_scaled(&other.coords, 1.0),
+        }
+    }
+
     /// The zero products of `model`, the coordinates' part as `coords` requests.
     fn zeros(model: &LinearElasticModel, coords: CoordinateRequest) -> Self {
         let (nr, nb) = (model.regions.len(), model.boundaries.len());
@@ -124,6 +152,51 @@ impl MechanicalSecondOrder {
             pressure: vec![0.0; nb],
             coords: CoordinatePart::zeros(coords, model.n_nodes()),
         }
+    }
+}
+
+/// The quantities of one quadrature point that the nodes' motion changes (module docs):
+/// G, tr G, ε(Λ) and its change ε_X(Λ), C = tr ε(Λ), C_X, A = ε(u):ε(Λ), B = tr ε(u) C and
+/// their changes A_X, B_X.
+struct PointMotion {
+    motion: [[f64; 3]; 3],
+    tr: f64,
+    el: [[f64; 3]; 3],
+    el_x: [[f64; 3]; 3],
+    c: f64,
+    c_x: f64,
+    a: f64,
+    a_x: f64,
+    b: f64,
+    b_x: f64,
+}
+
+impl PointMotion {
+    fn new(g: &[[f64; 3]], dx: &[[f64; 3]], le: &[f64], ue: &[f64]) -> Self {
+        let nn = g.len();
+        let motion = motion_gradient(g, dx);
+        let (hl, hu) = (full_grad(g, le, nn), full_grad(g, ue, nn));
+        let (el, eu) = (sym_grad(g, le, nn), sym_grad(g, ue, nn));
+        let (el_x, eu_x) = (strain_motion(&hl, &motion), strain_motion(&hu, &motion));
+        let (c, c_x) = (trace(&el), trace(&el_x));
+        PointMotion {
+            motion,
+            tr: motion[0][0] + motion[1][1] + motion[2][2],
+            el,
+            el_x,
+            c,
+            c_x,
+            a: ddot(&eu, &el),
+            a_x: ddot(&eu_x, &el) + ddot(&eu, &el_x),
+            b: trace(&eu) * c,
+            b_x: trace(&eu_x) * c + trace(&eu) * c_x,
+        }
+    }
+
+    /// Gᵀ v.
+    fn gt_times(&self, v: &[f64; 3]) -> [f64; 3] {
+        let m = &self.motion;
+        std::array::from_fn(|j| m[0][j] * v[0] + m[1][j] * v[1] + m[2][j] * v[2])
     }
 }
 
@@ -188,8 +261,36 @@ fn trace(a: &[[f64; 3]; 3]) -> f64 {
 }
 
 /// Per volume element: the local displacement part (3·nn), temperature part (nn), then E, ν,
-/// α, T_ref.
-const LOCAL: usize = 4 * MAX_NODES + 4;
+/// α, T_ref and the body force's three components.
+const LOCAL: usize = 4 * MAX_NODES + 7;
+
+/// (∇v) G − the change of a displacement gradient with the nodes' motion is its negative.
+fn times(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
+}
+
+/// −sym(H G): the change of ε = sym H with the nodes' motion, for H = ∇v.
+fn strain_motion(h: &[[f64; 3]; 3], g: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    let hg = times(h, g);
+    std::array::from_fn(|i| std::array::from_fn(|j| -0.5 * (hg[i][j] + hg[j][i])))
+}
+
+/// ∇v of a nodal vector field `v` (three per node): Hᵢⱼ = Σ_a v_a,i ∂ⱼN_a.
+fn full_grad(g: &[[f64; 3]], v: &[f64], nodes: usize) -> [[f64; 3]; 3] {
+    let mut h = [[0.0; 3]; 3];
+    for a in 0..nodes {
+        for i in 0..3 {
+            for j in 0..3 {
+                h[i][j] += v[3 * a + i] * g[a][j];
+            }
+        }
+    }
+    h
+}
+
+fn mat_vec(m: &[[f64; 3]; 3], v: &[f64; 3]) -> [f64; 3] {
+    std::array::from_fn(|i| m[i][0] * v[0] + m[i][1] * v[1] + m[i][2] * v[2])
+}
 
 impl LinearElasticModel {
     /// The element's values of a nodal vector with `width` components per node.
@@ -366,9 +467,9 @@ impl LinearElasticModel {
     /// d/dε of the residual's vector-Jacobian products with `lambda` (three per node, zero at
     /// constrained components for an adjoint) held fixed, along `dir`: closed forms on the
     /// volume elements (module docs).
-    /// With a coordinate request, or a direction that moves the nodes, every element goes
-    /// through the hyper-dual path (module docs) and the loads' and coordinates' parts are
-    /// formed.
+    /// With a coordinate request, or a direction that moves the nodes, the facets' products
+    /// (the loads') and the coordinates' part come from the hyper-dual path (module docs), the
+    /// volume elements' other products stay in closed form.
     pub fn second_order_vjp(
         &self,
         u: &[f64],
@@ -376,14 +477,17 @@ impl LinearElasticModel {
         dir: &MechanicalDirection,
         coords: CoordinateRequest,
     ) -> MechanicalSecondOrder {
-        if !coords.is_none() || !dir.coords.is_empty() {
-            return self.moving_second_order(u, Weighting::Residual(lambda), dir, coords);
-        }
         let locals: Vec<[f64; LOCAL]> = (0..self.n_volume_elements())
             .into_par_iter()
             .map(|e| self.volume_second_order(e, u, lambda, dir))
             .collect();
-        self.collect_second_order(&locals)
+        let mut res = self.collect_second_order(&locals);
+        if !coords.is_none() || !dir.coords.is_empty() {
+            let weighting = Weighting::Residual(lambda);
+            let rest = self.moving_second_order_with(u, weighting, dir, coords, true);
+            res.add(&rest);
+        }
+        res
     }
 
     fn volume_second_order(
@@ -421,6 +525,7 @@ impl LinearElasticModel {
             std::array::from_fn(|k| 2.0 * ld.delta_mu_grad[k] + 3.0 * ld.delta_lambda_grad[k]);
         let table = self.element_table(e);
         let x = self.element_coordinates(e);
+        let dx = element_motion(nodes, &dir.coords);
         let mut g = [[0.0; 3]; MAX_NODES];
         for q in 0..table.n_points() {
             let det = gradfem_mesh::geometry::physical_gradients_into(
@@ -433,6 +538,23 @@ impl LinearElasticModel {
             let n = table.shape(q);
             let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
             let dtq: f64 = (0..nn).map(|a| n[a] * dte[a]).sum();
+            if let Some(dx) = &dx {
+                let moving = PointMotion::new(&g[..nn], &dx[..nn], &le, &ue);
+                let theta = p.alpha * (tq - p.t_ref);
+                self.moving_point_products(
+                    &moving,
+                    &g[..nn],
+                    n,
+                    w,
+                    theta,
+                    tq,
+                    &ld,
+                    &p,
+                    is_field,
+                    &le,
+                    &mut out,
+                );
+            }
             let el = sym_grad(&g, &le, nn);
             let eu = sym_grad(&g, &ue, nn);
             let ed = sym_grad(&g, &de, nn);
@@ -465,6 +587,59 @@ impl LinearElasticModel {
             out[4 * MAX_NODES + 3] += w * (d_kappa * p.alpha + kappa * dalpha) * c;
         }
         out
+    }
+
+    /// One point's products from the nodes' motion alone (module docs), added to `out` (the
+    /// layout of [`LOCAL`]): the parts of ∂dL/∂z that δX brings, for z the displacements,
+    /// temperatures, E, ν, α, T_ref and the body force.
+    #[allow(clippy::too_many_arguments)]
+    fn moving_point_products(
+        &self,
+        m: &PointMotion,
+        g: &[[f64; 3]],
+        n: &[f64],
+        w: f64,
+        theta: f64,
+        tq: f64,
+        ld: &LameDerivatives,
+        p: &ElementParams<f64>,
+        is_field: bool,
+        le: &[f64],
+        out: &mut [f64; LOCAL],
+    ) {
+        let nn = g.len();
+        let (mu, lam) = (ld.mu, ld.lambda);
+        let kappa = 2.0 * mu + 3.0 * lam;
+        let (tr, c, c_x) = (m.tr, m.c, m.c_x);
+        for b in 0..nn {
+            let hb = m.gt_times(&g[b]);
+            let el_g = mat_vec(&m.el, &g[b]);
+            let el_h = mat_vec(&m.el, &hb);
+            let elx_g = mat_vec(&m.el_x, &g[b]);
+            for i in 0..3 {
+                out[3 * b + i] += w
+                    * (tr * (2.0 * mu * el_g[i] + lam * c * g[b][i])
+                        + 2.0 * mu * (elx_g[i] - el_h[i])
+                        + lam * (c_x * g[b][i] - c * hb[i]));
+            }
+            if is_field {
+                out[3 * MAX_NODES + b] -= w * kappa * p.alpha * (tr * c + c_x) * n[b];
+            }
+        }
+        for k in 0..2 {
+            let kappa_s = 2.0 * ld.d_mu[k] + 3.0 * ld.d_lambda[k];
+            out[4 * MAX_NODES + k] += w
+                * (tr * (2.0 * ld.d_mu[k] * m.a + ld.d_lambda[k] * m.b - kappa_s * theta * c)
+                    + 2.0 * ld.d_mu[k] * m.a_x
+                    + ld.d_lambda[k] * m.b_x
+                    - kappa_s * theta * c_x);
+        }
+        out[4 * MAX_NODES + 2] -= w * kappa * (tq - p.t_ref) * (tr * c + c_x);
+        out[4 * MAX_NODES + 3] += w * kappa * p.alpha * (tr * c + c_x);
+        for i in 0..3 {
+            let lq: f64 = (0..nn).map(|a| n[a] * le[3 * a + i]).sum();
+            out[4 * MAX_NODES + 4 + i] -= w * tr * lq;
+        }
     }
 
     /// [`second_order_vjp`](Self::second_order_vjp) by hyper-dual numbers over the generic
@@ -547,6 +722,9 @@ impl LinearElasticModel {
             res.poisson_elem[e] += l[4 * MAX_NODES + 1];
             res.alpha[r] += l[4 * MAX_NODES + 2];
             res.t_ref[r] += l[4 * MAX_NODES + 3];
+            for k in 0..3 {
+                res.body_force[r][k] += l[4 * MAX_NODES + 4 + k];
+            }
         }
         res
     }
@@ -797,6 +975,20 @@ impl LinearElasticModel {
         dir: &MechanicalDirection,
         coords: CoordinateRequest,
     ) -> MechanicalSecondOrder {
+        self.moving_second_order_with(u, weighting, dir, coords, false)
+    }
+
+    /// [`moving_second_order`](Self::moving_second_order); with `volume_closed`, the volume
+    /// elements take their coordinate picks alone (their other products are the closed
+    /// form's).
+    fn moving_second_order_with(
+        &self,
+        u: &[f64],
+        weighting: Weighting,
+        dir: &MechanicalDirection,
+        coords: CoordinateRequest,
+        volume_closed: bool,
+    ) -> MechanicalSecondOrder {
         let with_x = !coords.is_none() || !dir.coords.is_empty();
         let compute = |e: usize| {
             let mv = self.moving_variables(e, u, dir, with_x);
@@ -819,8 +1011,9 @@ impl LinearElasticModel {
             let mut r = vec![HyperDual64::from(0.0); 3 * nn];
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(mv.values[j], mv.direction[j], 0.0, 0.0)).collect();
+            let closed = volume_closed && e < self.n_volume_elements();
             for (i, o) in out.iter_mut().enumerate() {
-                if !seed_pick(&mut v, i, m_base, coords, nodes) {
+                if (closed && i < m_base) || !seed_pick(&mut v, i, m_base, coords, nodes) {
                     continue;
                 }
                 *o = match &lambda_e {
@@ -996,6 +1189,60 @@ pub(crate) mod tests {
             close("nu", &a.poisson_elem, &b.poisson_elem);
             close("alpha", &a.alpha, &b.alpha);
             close("t_ref", &a.t_ref, &b.t_ref);
+        }
+    }
+
+    /// With moving nodes the closed form (volume elements) plus the hyper-dual facets and
+    /// coordinate picks equal the hyper-dual path over every element, for the coordinates'
+    /// part per node, along a field, and not requested.
+    #[rstest::rstest]
+    #[case(CellType::Tet4)]
+    #[case(CellType::Hex8)]
+    #[case(CellType::Tet10)]
+    fn moving_closed_form_matches_hyper_dual_numbers(#[case] cell: CellType) {
+        let (m, u, mut d) = loaded(cell);
+        d.body_force[0] = [1e3, -2e3, 5e2];
+        let lambda: Vec<f64> =
+            (0..3 * m.n_nodes())
+                .map(|i| {
+                    if m.dofs.unknown_of_node[i].is_some() {
+                        ((i as f64) * 0.13).cos()
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+        let fields = vec![d.coords.clone()];
+        let close = |what: &str, x: &[f64], y: &[f64]| {
+            let scale = y.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                assert!((p - q).abs() <= 1e-10 * scale, "{cell:?} {what}[{i}]: {p} vs {q}");
+            }
+        };
+        let flat = |v: &[[f64; 3]]| v.iter().flatten().copied().collect::<Vec<_>>();
+        for request in
+            [CoordinateRequest::None, CoordinateRequest::Every, CoordinateRequest::Along(&fields)]
+        {
+            let a = m.second_order_vjp(&u, &lambda, &d, request);
+            let b = m.moving_second_order(&u, Weighting::Residual(&lambda), &d, request);
+            close("u", &a.displacement, &b.displacement);
+            close("T", &a.temperature, &b.temperature);
+            close("E", &a.young_elem, &b.young_elem);
+            close("nu", &a.poisson_elem, &b.poisson_elem);
+            close("alpha", &a.alpha, &b.alpha);
+            close("t_ref", &a.t_ref, &b.t_ref);
+            close("body", &flat(&a.body_force), &flat(&b.body_force));
+            close("traction", &flat(&a.traction), &flat(&b.traction));
+            close("pressure", &a.pressure, &b.pressure);
+            assert!(a.body_force[0].iter().any(|v| *v != 0.0), "the motion reaches the body force");
+            match (&a.coords, &b.coords) {
+                (CoordinatePart::None, CoordinatePart::None) => {}
+                (CoordinatePart::Every(x), CoordinatePart::Every(y)) => {
+                    close("X", &flat(x), &flat(y))
+                }
+                (CoordinatePart::Along(x), CoordinatePart::Along(y)) => close("along", x, y),
+                _ => panic!("the same kind of coordinate part"),
+            }
         }
     }
 
