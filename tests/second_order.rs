@@ -935,6 +935,12 @@ fn newton_cg_with_a_peak_constraint_matches_lbfgs_in_fewer_evaluations() {
 /// and with Newton-CG; both must converge, Newton-CG in fewer than half L-BFGS's evaluations
 /// to the same drive voltage (1e-6).
 fn newton_cg_halves_the_evaluations_on(example: &str, edit: impl Fn(&str, &str) -> String) {
+    newton_cg_against_lbfgs(example, edit, 2);
+}
+
+/// [`newton_cg_halves_the_evaluations_on`] with Newton-CG's evaluations times `factor` below
+/// L-BFGS's.
+fn newton_cg_against_lbfgs(example: &str, edit: impl Fn(&str, &str) -> String, factor: u64) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(root.join("examples").join(example)).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -949,7 +955,7 @@ fn newton_cg_halves_the_evaluations_on(example: &str, edit: impl Fn(&str, &str) 
     }
     let evaluations = |v: &serde_json::Value| v["evaluations"].as_u64().unwrap();
     assert!(
-        2 * evaluations(&newton) < evaluations(&lbfgs),
+        factor * evaluations(&newton) < evaluations(&lbfgs),
         "Newton-CG {} evaluations, L-BFGS {}",
         evaluations(&newton),
         evaluations(&lbfgs)
@@ -983,8 +989,7 @@ fn newton_cg_designs_the_microactuator_drive_in_fewer_than_half_the_evaluations(
 
 /// The microactuator design of examples/microactuator_builtin.toml (the largest lateral
 /// deflection whose peak temperature stays within 600 K, the whole chain I → Q → T → u) with
-/// the drive voltage as the design. (The hot-arm width, a shape parameter, has no
-/// second-order products yet.)
+/// the drive voltage as the design.
 #[test]
 fn newton_cg_designs_the_microactuator_deflection_in_fewer_than_half_the_evaluations() {
     newton_cg_halves_the_evaluations_on("microactuator_builtin.toml", |text, method| {
@@ -995,6 +1000,22 @@ fn newton_cg_designs_the_microactuator_deflection_in_fewer_than_half_the_evaluat
         .replace("    \"morph.hot_arm_width\",\n", "")
         .replace("max_outer = 2", "max_outer = 20")
     });
+}
+
+/// The same design with the hot-arm width (a morph, so every product moves the nodes) beside
+/// the voltage, as shipped: Newton-CG reaches L-BFGS's optimum in fewer evaluations. (It takes
+/// 12 against 25 today; the augmented Lagrangian's last outer test sits close to its 1e-8
+/// tolerance there, and products equal to 1e-12 have taken 19, so the test asks for fewer,
+/// not for half.)
+#[test]
+fn newton_cg_designs_the_microactuator_voltage_and_hot_arm_width() {
+    newton_cg_against_lbfgs(
+        "microactuator_builtin.toml",
+        |text, method| {
+            text.replace("max_outer = 2", &format!("max_outer = 20\nmethod = \"{method}\""))
+        },
+        1,
+    );
 }
 
 /// `gradfem hessian FILE --direction NAME=VALUE` writes one product, the library's.
