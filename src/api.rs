@@ -250,6 +250,26 @@ impl Model {
     /// own (`[transient]`, `[optimize]`, `[uq]`, `[hyperelastic]`, `[initial_state]`, solver
     /// tolerances …). Names of groups and parameters given here take
     /// [`unlocated`](crate::problem::unlocated) values.
+    ///
+    /// ```
+    /// use gradfem::api::{Model, Objective};
+    /// use gradfem::problem::unlocated;
+    ///
+    /// let model = Model::new("slab")
+    ///     .mesh_box([0.01, 0.01, 0.001], [4, 4, 1], "hex8")
+    ///     .conductivity("domain", 20.0)
+    ///     .heat_source("domain", 1e7)
+    ///     .fixed_temperature("zmin", 300.0)
+    ///     .objective(Objective::AverageTemperature { group: "domain".into() }, 1.0)
+    ///     .with_spec(|spec| {
+    ///         spec.solver.rel_tol = 1e-12;
+    ///         spec.parameters.register.push(unlocated("thermal.q.domain".into()));
+    ///     });
+    /// assert!(model.to_toml()?.contains("\"thermal.q.domain\""));
+    /// let g = model.build()?.gradient()?;
+    /// assert!(g.scalar("thermal.q.domain").unwrap() > 0.0);
+    /// # Ok::<(), gradfem::api::ApiError>(())
+    /// ```
     pub fn with_spec(mut self, change: impl FnOnce(&mut ProblemSpec)) -> Self {
         change(&mut self.spec);
         self
