@@ -301,6 +301,102 @@ impl ThermalModel {
         (d_k0, d_q)
     }
 
+    /// The coordinates' part of volume element `e`'s second-order products in closed form: for
+    /// each pick D of `coords` (a node coordinate, or a morph field on the element's nodes),
+    /// the mixed derivative of L along D (X alone) and along the direction δ. With G_D, G_δ
+    /// the two motions' gradients, L's derivative along D is
+    /// w [tr G_D (k₀ f S − Q λ) + k₀ f S_D], S = ∇λ·∇T and S_D = −∇λᵀ(G_D + G_Dᵀ)∇T; along δ,
+    /// w changes by w tr G_δ, G_D by −G_D G_δ, ∇λ by −G_δᵀ∇λ, ∇T by ∇δT − G_δᵀ∇T.
+    fn volume_coordinate_products(
+        &self,
+        e: usize,
+        t: &[f64],
+        lambda: &[f64],
+        dir: &ThermalDirection,
+        coords: CoordinateRequest,
+        picks: &mut [f64],
+    ) {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let table = self.element_table(e);
+        let tag = self.elem_tag[e] as usize;
+        let law = &self.regions[tag].law;
+        let (k0, dk0) = (self.k_elem[e], dir.k_elem[e]);
+        let (source, d_source) = (self.regions[tag].source, dir.source[tag]);
+        let x = self.element_coords(e);
+        let dx = element_motion(nodes, &dir.coords);
+        // The picks that move a node of this element, with their motion of its nodes.
+        let moving: Vec<(usize, Vec<[f64; 3]>)> = (0..picks.len())
+            .filter(|&k| !coords.is_still(k, nodes))
+            .map(|k| {
+                let d = (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i)));
+                (k, d.collect())
+            })
+            .collect();
+        let mut g = [[0.0; 3]; crate::model::MAX_NODES];
+        for q in 0..table.n_points() {
+            let det = gradfem_mesh::geometry::physical_gradients_into(
+                3,
+                table.grad(q),
+                &x[..nn],
+                &mut g[..nn],
+            );
+            let w = table.weights[q] * det;
+            let n = table.shape(q);
+            let (mut tq, mut dtq, mut lq) = (0.0, 0.0, 0.0);
+            let (mut gt, mut gl, mut gd) = ([0.0; 3], [0.0; 3], [0.0; 3]);
+            for a in 0..nn {
+                let (ta, la, da) = (t[nodes[a]], lambda[nodes[a]], dir.temperature[nodes[a]]);
+                tq += n[a] * ta;
+                dtq += n[a] * da;
+                lq += n[a] * la;
+                for k in 0..3 {
+                    gt[k] += g[a][k] * ta;
+                    gl[k] += g[a][k] * la;
+                    gd[k] += g[a][k] * da;
+                }
+            }
+            let f = law.factor(Dual64::new(tq, 1.0));
+            let (f0, f1) = (f.re, f.eps);
+            let g_delta =
+                dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(&g[..nn], &dx[..nn]));
+            let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
+            let gdt = |v: &[f64; 3]| -> [f64; 3] {
+                std::array::from_fn(|j| (0..3).map(|i| g_delta[i][j] * v[i]).sum())
+            };
+            let (gdt_l, gdt_t) = (gdt(&gl), gdt(&gt));
+            // ∇λ and ∇T along δ.
+            let d_gl = gdt_l.map(|v| -v);
+            let d_gt: [f64; 3] = std::array::from_fn(|i| gd[i] - gdt_t[i]);
+            let lt = dot3(&gl, &gt);
+            let base = k0 * f0 * lt - source * lq;
+            let s_delta = -dot3(&symmetric_times(&g_delta, &gl), &gt);
+            let d_base = (dk0 * f0 + k0 * f1 * dtq) * lt + k0 * f0 * (dot3(&gl, &gd) + s_delta)
+                - d_source * lq;
+            let d_kf = dk0 * f0 + k0 * f1 * dtq;
+            for (k, d) in &moving {
+                let g_d = motion_gradient(&g[..nn], d);
+                let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
+                let m_gt = symmetric_times(&g_d, &gt);
+                let s_d = -dot3(&gl, &m_gt);
+                // G_D G_δ and the change of G_D + G_Dᵀ along δ.
+                let gdg: [[f64; 3]; 3] = std::array::from_fn(|i| {
+                    std::array::from_fn(|j| (0..3).map(|m| g_d[i][m] * g_delta[m][j]).sum())
+                });
+                let tr_gdg = gdg[0][0] + gdg[1][1] + gdg[2][2];
+                let d_m_gt = symmetric_times(&gdg, &gt).map(|v| -v);
+                let d_s_d = -dot3(&d_gl, &m_gt)
+                    - dot3(&gl, &d_m_gt)
+                    - dot3(&gl, &symmetric_times(&g_d, &d_gt));
+                picks[*k] += w
+                    * (tr_delta * (tr_d * base + k0 * f0 * s_d) - tr_gdg * base
+                        + tr_d * d_base
+                        + d_kf * s_d
+                        + k0 * f0 * d_s_d);
+            }
+        }
+    }
+
     fn second_order_vjp_with(
         &self,
         t: &[f64],
@@ -336,9 +432,10 @@ impl ThermalModel {
                 let (d_k0, d_q) = self.volume_second_order(e, t, lambda, dir, &mut local.state);
                 local.params[0] = d_k0;
                 local.params[1] = d_q;
-                if local.coords.is_empty() {
-                    return local;
+                if !local.coords.is_empty() {
+                    self.volume_coordinate_products(e, t, lambda, dir, coords, &mut local.coords);
                 }
+                return local;
             }
             let pars = element_parameters(self, e, dir);
             let used = used_parameters(self, e);
