@@ -23,16 +23,18 @@
 //!
 //! Node coordinates: a direction that moves the nodes (δX, with G = ∇δX at a point) stays in
 //! closed form: the shape gradients change by −Gᵀ∇N and the volume by det J tr G, so ∇a·∇b
-//! changes by −aᵀ(G + Gᵀ)b. The products that include (∂·/∂X)ᵀλ take the dual-number path over
-//! the generic kernels for their coordinate picks alone (one pass per pick), with the element's
-//! 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and α_R (the generic
-//! Jacobian makes ∇N and det J exact functions of X).
+//! changes by −aᵀ(G + Gᵀ)b. The coordinates' own part ((∂·/∂X)ᵀλ differentiated along the
+//! direction, per node or along a morph field D) is the mixed derivative along D and δ, in
+//! closed form as well (G_D changes by −G_D G_δ). The dual-number path over the generic kernels
+//! (the element's 3·nn coordinates as variables beside its potentials, temperatures, σ₀ and
+//! α_R; the generic Jacobian makes ∇N and det J exact functions of X) is the reference the
+//! tests hold all of these to.
 
 use gradfem_kernel::{
     CoordinatePart, CoordinateRequest, element_motion, for_each_element_ordered, motion_gradient,
-    seed_pick, symmetric_times,
+    symmetric_times,
 };
-use num_dual::{Dual64, DualNum, HyperDual64};
+use num_dual::{Dual64, DualNum};
 use rayon::prelude::*;
 
 use crate::model::{ElectricalModel, MAX_NODES as MAX};
@@ -106,6 +108,7 @@ enum Weighted<'a> {
     Joule(&'a [f64]),
 }
 
+#[cfg(test)]
 impl Weighted<'_> {
     fn is_joule(&self) -> bool {
         matches!(self, Weighted::Joule(_))
@@ -156,9 +159,130 @@ impl ElectricalModel {
     ) -> ElectricalSecondOrder {
         let mut res = self.closed_form_products(phi, t, weights, dir);
         if !coords.is_none() {
-            res.coords = self.second_order_products(phi, t, weights, dir, coords, true).coords;
+            res.coords = self.coordinate_products(phi, t, weights, dir, coords);
         }
         res
+    }
+
+    /// The coordinates' part in closed form: for each pick D of `coords` (a node coordinate,
+    /// or a morph field on an element's nodes) the mixed derivative of L along D (X alone)
+    /// and along the direction δ. With G_D, G_δ the motions' gradients at a point: along D the
+    /// residual's L = ∫ σ ∇λ·∇φ changes by w (tr G_D σ S + σ S_D), S = ∇λ·∇φ,
+    /// S_D = −∇λᵀ(G_D + G_Dᵀ)∇φ, and the Joule heat's Q̄ σ|∇φ|² by −Q̄ σ ∇φᵀ(G_D + G_Dᵀ)∇φ;
+    /// along δ, w changes by w tr G_δ, G_D by −G_D G_δ, ∇λ by −G_δᵀ∇λ, ∇φ by ∇δφ − G_δᵀ∇φ
+    /// and σ by δσ.
+    fn coordinate_products(
+        &self,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        weights: Weighted,
+        dir: &ElectricalDirection,
+        coords: CoordinateRequest,
+    ) -> CoordinatePart {
+        let with_t = t.is_some();
+        let compute = |e: usize| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let mut picks = vec![0.0; coords.n_picks(nodes)];
+            let lam: Option<Vec<f64>> = match weights {
+                Weighted::Residual(l) => {
+                    let v: Vec<f64> = nodes.iter().map(|&n| l[n]).collect();
+                    if v.iter().all(|&x| x == 0.0) {
+                        return picks;
+                    }
+                    Some(v)
+                }
+                Weighted::Joule(_) => None,
+            };
+            let moving: Vec<(usize, Vec<[f64; 3]>)> = (0..picks.len())
+                .filter(|&k| !coords.is_still(k, nodes))
+                .map(|k| {
+                    let d = (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i)));
+                    (k, d.collect())
+                })
+                .collect();
+            if moving.is_empty() {
+                return picks;
+            }
+            let o = self.qp_offsets()[e];
+            let c = self.element_conductor(e);
+            let d_alpha =
+                if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
+            let dx = element_motion(nodes, &dir.coords);
+            self.for_points(e, phi, t, |q, n, g, s| {
+                let (tq, dtq) = match t {
+                    Some(t) => (
+                        (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
+                        (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
+                    ),
+                    None => (self.conductors[c].t_ref, 0.0),
+                };
+                let ps = self.point_conductivity(e, tq, with_t, [dir.sigma_elem[e], dtq, d_alpha]);
+                let (sigma, d_sigma) = (ps.sigma, ps.delta);
+                let gp = s.grad_phi;
+                let mut gd = [0.0; 3];
+                for a in 0..nn {
+                    for k in 0..3 {
+                        gd[k] += g[a][k] * dir.phi[nodes[a]];
+                    }
+                }
+                let g_delta = dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(g, &dx[..nn]));
+                let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
+                let gdt = |v: &[f64; 3]| -> [f64; 3] {
+                    std::array::from_fn(|j| (0..3).map(|i| g_delta[i][j] * v[i]).sum())
+                };
+                let d_gp: [f64; 3] = {
+                    let x = gdt(&gp);
+                    std::array::from_fn(|i| gd[i] - x[i])
+                };
+                // The pairing's left vector (∇λ, or ∇φ for the Joule heat) and its change.
+                let (wq, left, d_left, volume) = match (&lam, weights) {
+                    (Some(l), _) => {
+                        let mut gl = [0.0; 3];
+                        for a in 0..nn {
+                            for k in 0..3 {
+                                gl[k] += g[a][k] * l[a];
+                            }
+                        }
+                        (s.w, gl, gdt(&gl).map(|v| -v), true)
+                    }
+                    (None, Weighted::Joule(qb)) => (qb[o + q], gp, d_gp, false),
+                    (None, Weighted::Residual(_)) => unreachable!("λ gathered above"),
+                };
+                if wq == 0.0 {
+                    return;
+                }
+                let pair = dot(left, gp);
+                let d_pair = dot(d_left, gp) + dot(left, d_gp);
+                for (k, d) in &moving {
+                    let g_d = motion_gradient(g, d);
+                    let m_gp = symmetric_times(&g_d, &gp);
+                    let s_d = -dot(left, m_gp);
+                    let gdg: [[f64; 3]; 3] = std::array::from_fn(|i| {
+                        std::array::from_fn(|j| (0..3).map(|m| g_d[i][m] * g_delta[m][j]).sum())
+                    });
+                    let d_s_d = -dot(d_left, m_gp) + dot(left, symmetric_times(&gdg, &gp))
+                        - dot(left, symmetric_times(&g_d, &d_gp));
+                    picks[*k] += wq
+                        * if volume {
+                            let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
+                            let tr_gdg = gdg[0][0] + gdg[1][1] + gdg[2][2];
+                            tr_delta * (tr_d * sigma * pair + sigma * s_d) - tr_gdg * sigma * pair
+                                + tr_d * (d_sigma * pair + sigma * d_pair)
+                                + d_sigma * s_d
+                                + sigma * d_s_d
+                        } else {
+                            d_sigma * s_d + sigma * d_s_d
+                        };
+                }
+            });
+            picks
+        };
+        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
+        for_each_element_ordered(self.n_volume_elements(), compute, |e, picks| {
+            part.add_element(self.element_nodes(e), picks);
+        });
+        part
     }
 
     /// σ = σ₀/m(T, α_R) at a point of element `e` with its derivatives in (σ₀, T, α_R): the
@@ -425,8 +549,7 @@ impl ElementVariables {
 
 /// The dual-number path: dual numbers over the generic element kernels (`Dual64` for the
 /// tangents, `HyperDual64`, one pass per element variable, for the second-order products).
-/// The reference the closed forms are tested against, and the path of directions that move
-/// the nodes.
+/// The reference the closed forms are tested against.
 impl ElectricalModel {
     fn element_variables(
         &self,
@@ -544,8 +667,10 @@ impl ElectricalModel {
     }
 
     /// The second-order products by `HyperDual64`, one pass per element variable other than
-    /// the coordinates (none with `coordinate_picks_only`), then one per coordinate pick of
-    /// `coords` (the coordinates are variables whenever the nodes move or their part is wanted).
+    /// the coordinates, then one per coordinate pick of
+    /// `coords` (the coordinates are variables whenever the nodes move or their part is wanted):
+    /// the reference of the closed forms, in the tests.
+    #[cfg(test)]
     fn second_order_products(
         &self,
         phi: &[f64],
@@ -553,8 +678,9 @@ impl ElectricalModel {
         weights: Weighted,
         dir: &ElectricalDirection,
         coords: CoordinateRequest,
-        coordinate_picks_only: bool,
     ) -> ElectricalSecondOrder {
+        use gradfem_kernel::seed_pick;
+        use num_dual::HyperDual64;
         let with_x = !coords.is_none() || !dir.coords.is_empty();
         let compute = |e: usize| {
             let ev = self.element_variables(e, phi, t, dir, with_x);
@@ -577,9 +703,7 @@ impl ElectricalModel {
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(ev.values[j], ev.direction[j], 0.0, 0.0)).collect();
             for (i, o) in out.iter_mut().enumerate() {
-                if (coordinate_picks_only && i < m_base)
-                    || !seed_pick(&mut v, i, m_base, coords, nodes)
-                {
+                if !seed_pick(&mut v, i, m_base, coords, nodes) {
                     continue;
                 }
                 self.element_outputs(e, &v, &ev, weights.is_joule(), &mut buf);
@@ -725,7 +849,7 @@ mod tests {
                 &model.joule_jvp(&phi, temp, d),
                 &model.joule_jvp_dual(&phi, temp, d),
             );
-            let dual = |w| model.second_order_products(&phi, temp, w, d, coords, false);
+            let dual = |w| model.second_order_products(&phi, temp, w, d, coords);
             let pairs = [
                 (
                     model.second_order_vjp(&phi, temp, &lambda, d, coords),
