@@ -638,6 +638,7 @@ impl Outer {
 /// coordinates (second): per element, hyper-dual numbers carry the direction in ε₁ and pick
 /// one nodal temperature or coordinate in ε₂ through the generic geometry, so the Jacobians'
 /// dependence on X is differentiated exactly; the global chain rule through F follows.
+#[allow(clippy::too_many_arguments)]
 fn integral_hessian_product(
     model: &ThermalModel,
     els: &[usize],
@@ -647,6 +648,7 @@ fn integral_hessian_product(
     coords: CoordinateRequest,
     integrand: Integrand,
     outer: Outer,
+    closed_form: bool,
 ) -> (Vec<f64>, CoordinatePart) {
     /// One element: S, V and their direction parts; per variable (nn temperatures, then the
     /// coordinate picks) the gradient and the gradient's direction part of S and of V.
@@ -656,9 +658,71 @@ fn integral_hessian_product(
         s_grad: Vec<[f64; 2]>,
         v_grad: Vec<[f64; 2]>,
     }
+    // Closed form: only w = w_q det J depends on X, and moves as w tr G along a motion with
+    // gradient G (w (tr G_δ tr G_D − tr(G_D G_δ)) along two), so S = Σ w g(T_q), V = Σ w and
+    // their derivatives by T_a and by each pick D follow from g, g′, g″ at the points.
+    let closed = |e: usize| -> Local {
+        let tab = model.element_table(e);
+        let nodes = model.element_nodes(e);
+        let nn = nodes.len();
+        let x: Vec<[f64; 3]> = nodes.iter().map(|&n| model.coords[n]).collect();
+        let motion: Vec<[f64; 3]> = nodes.iter().map(|&n| dx[n]).collect();
+        let picks: Vec<Option<Vec<[f64; 3]>>> = (0..coords.n_picks(nodes))
+            .map(|k| {
+                (!coords.is_still(k, nodes)).then(|| {
+                    (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i))).collect()
+                })
+            })
+            .collect();
+        let mut local = Local {
+            s: [0.0; 2],
+            v: [0.0; 2],
+            s_grad: vec![[0.0; 2]; nn + picks.len()],
+            v_grad: vec![[0.0; 2]; nn + picks.len()],
+        };
+        let mut g = vec![[0.0; 3]; nn];
+        for q in 0..tab.n_points() {
+            let det = gradfem_mesh::geometry::physical_gradients_into(3, tab.grad(q), &x, &mut g);
+            let w = det * tab.weights[q];
+            let n = tab.shape(q);
+            let (mut tq, mut dtq) = (0.0, 0.0);
+            for (a, &node) in nodes.iter().enumerate() {
+                tq += t[node] * n[a];
+                dtq += dt[node] * n[a];
+            }
+            let f = integrand.apply(num_dual::Dual2_64::new(tq, 1.0, 0.0));
+            let (g0, g1, g2) = (f.re, f.v1, f.v2);
+            let g_delta = gradfem_kernel::motion_gradient(&g, &motion);
+            let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
+            local.s[0] += w * g0;
+            local.s[1] += w * (g1 * dtq + tr_delta * g0);
+            local.v[0] += w;
+            local.v[1] += w * tr_delta;
+            for a in 0..nn {
+                local.s_grad[a][0] += w * g1 * n[a];
+                local.s_grad[a][1] += w * (g2 * dtq + tr_delta * g1) * n[a];
+            }
+            for (k, d) in picks.iter().enumerate() {
+                let Some(d) = d else { continue };
+                let g_d = gradfem_kernel::motion_gradient(&g, d);
+                let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
+                let tr_dd: f64 =
+                    (0..3).map(|i| (0..3).map(|m| g_d[i][m] * g_delta[m][i]).sum::<f64>()).sum();
+                let mixed = tr_delta * tr_d - tr_dd;
+                local.s_grad[nn + k][0] += w * tr_d * g0;
+                local.s_grad[nn + k][1] += w * (tr_d * g1 * dtq + mixed * g0);
+                local.v_grad[nn + k][0] += w * tr_d;
+                local.v_grad[nn + k][1] += w * mixed;
+            }
+        }
+        local
+    };
     let locals: Vec<Local> = els
         .par_iter()
         .map(|&e| {
+            if closed_form {
+                return closed(e);
+            }
             let tab = model.element_table(e);
             let nodes = model.element_nodes(e);
             let nn = nodes.len();
@@ -757,7 +821,7 @@ pub fn hessian_product_with_coords(
         let integral = |group: &str, integrand: Integrand, outer: Outer| {
             let els = model.group_elements(group)?;
             Ok::<_, ThermalError>(integral_hessian_product(
-                model, els, t, dt, dx, coords, integrand, outer,
+                model, els, t, dt, dx, coords, integrand, outer, true,
             ))
         };
         let (ht, hx) = match &term.kind {
@@ -932,6 +996,63 @@ mod tests {
         let t = hot_spot(&m);
         let err = evaluate(&m, &peak_term(0.0), &t, false).unwrap_err().to_string();
         assert!(err.contains("rho") && err.contains("domain"), "{err}");
+    }
+
+    /// The integral terms' products with moving nodes in closed form equal the hyper-dual
+    /// passes, per node and along a field.
+    #[rstest::rstest]
+    #[case(CellType::Tet4)]
+    #[case(CellType::Hex8)]
+    #[case(CellType::Tet10)]
+    fn integral_products_in_closed_form_equal_the_hyper_dual_ones(#[case] cell: CellType) {
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0, 0.7, 0.5],
+            divisions: [2, 2, 1],
+            cell_type: cell,
+        });
+        let m = ThermalModel::new(&mesh, &m_regions(), &m_bcs()).unwrap();
+        let t = hot_spot(&m);
+        let n = m.n_nodes();
+        let dt: Vec<f64> = (0..n).map(|i| 3.0 * ((i as f64) * 0.77).sin()).collect();
+        let dx: Vec<[f64; 3]> = (0..n)
+            .map(|i| {
+                let f = i as f64;
+                [0.02 * (0.9 * f).sin(), 0.03 * (0.4 * f).cos(), 0.01 * (1.7 * f).sin()]
+            })
+            .collect();
+        let fields = vec![dx.clone(), m.coords.iter().map(|p| [0.0, 0.0, p[2]]).collect()];
+        let els = m.group_elements("domain").unwrap();
+        let cases = [
+            (Integrand::Value, Outer::Mean),
+            (Integrand::Square, Outer::Integral),
+            (Integrand::Power { p: 8.0, scale: 400.0 }, Outer::Root { p: 8.0, scale: 400.0 }),
+        ];
+        let close = |what: &str, a: &[f64], b: &[f64]| {
+            let scale = b.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-11 * scale, "{cell:?} {what}: {x} vs {y}");
+            }
+        };
+        for (integrand, outer) in cases {
+            for request in [CoordinateRequest::Every, CoordinateRequest::Along(&fields)] {
+                let run = |closed| {
+                    integral_hessian_product(
+                        &m, els, &t, &dt, &dx, request, integrand, outer, closed,
+                    )
+                };
+                let ((t1, x1), (t2, x2)) = (run(true), run(false));
+                close("T", &t1, &t2);
+                match (x1, x2) {
+                    (CoordinatePart::Every(a), CoordinatePart::Every(b)) => {
+                        let flat = |v: Vec<[f64; 3]>| v.into_iter().flatten().collect::<Vec<_>>();
+                        close("X", &flat(a), &flat(b));
+                    }
+                    (CoordinatePart::Along(a), CoordinatePart::Along(b)) => close("along", &a, &b),
+                    _ => panic!("the same kind of coordinate part"),
+                }
+            }
+        }
     }
 
     /// With the nodes moving too, the derivative of (∂J/∂T, ∂J/∂X) along (δT, δX) against
