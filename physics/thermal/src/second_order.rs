@@ -18,12 +18,11 @@
 //! (Joule heat from a coupled electrical field) do not depend on T or p inside this field and
 //! drop out of both products.
 
-use gradfem_kernel::generic;
 use gradfem_kernel::{
     CoordinatePart, CoordinateRequest, dual_coordinates, element_motion, for_each_element_ordered,
     hyper_dual_coordinates, motion_gradient, symmetric_times,
 };
-use num_dual::{Dual64, DualNum, HyperDual64};
+use num_dual::{Dual64, HyperDual64};
 
 use crate::model::{BcKind, ParameterVjp, ThermalModel};
 
@@ -519,8 +518,10 @@ impl ThermalModel {
 /// the coordinates through det J, so a direction that moves the nodes changes it, and the
 /// source's and the coordinates' vector-Jacobian products change with both.
 impl ThermalModel {
-    /// The external source's part of volume element `e`'s residual, generic over the scalar.
-    fn external_source_generic<D: DualNum<Primitive = f64> + Copy>(
+    /// The external source's part of volume element `e`'s residual, generic over the scalar
+    /// (the reference of the closed forms, in the tests).
+    #[cfg(test)]
+    fn external_source_generic<D: num_dual::DualNum<Primitive = f64> + Copy>(
         &self,
         e: usize,
         x: &[[D; 3]],
@@ -532,7 +533,7 @@ impl ThermalModel {
         out[..nn].iter_mut().for_each(|o| *o = D::from(0.0));
         let mut g = [[D::from(0.0); 3]; crate::model::MAX_NODES];
         for (k, &qk) in q.iter().enumerate() {
-            let det = generic::physical_gradients(table.grad(k), x, &mut g[..nn]);
+            let det = gradfem_kernel::generic::physical_gradients(table.grad(k), x, &mut g[..nn]);
             let c = det * table.weights[k] * qk;
             for (o, &n) in out.iter_mut().zip(table.shape(k)) {
                 *o -= c * n;
@@ -544,6 +545,59 @@ impl ThermalModel {
     /// source (per point; empty: none) and a motion `dx` of the nodes (per node; empty: none),
     /// at the source set on the model (zero without one).
     pub fn external_source_jvp_moving(&self, dq: &[f64], dx: &[[f64; 3]]) -> Vec<f64> {
+        let mut out = vec![0.0; self.n_nodes()];
+        let Some(source) = self.external_source() else { return out };
+        let offsets = self.qp_offsets();
+        // dr_a = −Σ_k w_k N_a (δQ_k + tr G_k Q_k), w_k = weight · det J.
+        let compute = |e: usize| {
+            let mut local = [0.0; crate::model::MAX_NODES];
+            self.for_source_points(e, dx, |k, n, w, tr, _| {
+                let g = offsets[e] + k;
+                let c = w * (dq.get(g).copied().unwrap_or(0.0) + tr * source[g]);
+                for (l, na) in local.iter_mut().zip(n) {
+                    *l -= c * na;
+                }
+            });
+            local
+        };
+        for_each_element_ordered(self.n_volume, compute, |e, local| {
+            for (&n, v) in self.element_nodes(e).iter().zip(local) {
+                out[n] += v;
+            }
+        });
+        out
+    }
+
+    /// Volume element `e`'s points: `f(k, N, w, tr G_δ, G_δ)` with w = weight · det J and
+    /// G_δ the gradient of the motion `dx` (per node; empty: none) there.
+    fn for_source_points(
+        &self,
+        e: usize,
+        dx: &[[f64; 3]],
+        mut f: impl FnMut(usize, &[f64], f64, f64, &[[f64; 3]; 3]),
+    ) {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let table = self.element_table(e);
+        let x = self.element_coords(e);
+        let motion = element_motion(nodes, dx);
+        let mut g = [[0.0; 3]; crate::model::MAX_NODES];
+        for k in 0..table.n_points() {
+            let det = gradfem_mesh::geometry::physical_gradients_into(
+                3,
+                table.grad(k),
+                &x[..nn],
+                &mut g[..nn],
+            );
+            let m = motion.as_ref().map_or([[0.0; 3]; 3], |d| motion_gradient(&g[..nn], &d[..nn]));
+            f(k, table.shape(k), table.weights[k] * det, m[0][0] + m[1][1] + m[2][2], &m);
+        }
+    }
+
+    /// [`external_source_jvp_moving`](Self::external_source_jvp_moving) by dual numbers over
+    /// the generic source residual (the tests' reference).
+    #[cfg(test)]
+    fn external_source_jvp_moving_dual(&self, dq: &[f64], dx: &[[f64; 3]]) -> Vec<f64> {
         let mut out = vec![0.0; self.n_nodes()];
         let Some(source) = self.external_source() else { return out };
         let offsets = self.qp_offsets();
@@ -569,6 +623,75 @@ impl ThermalModel {
     /// vector-Jacobian products: (∂R/∂Q)ᵀλ per point (first) and (∂R/∂X)ᵀλ as `coords`
     /// requests (second). Zero without a source set on the model.
     pub fn external_source_second_order(
+        &self,
+        lambda: &[f64],
+        dq: &[f64],
+        dx: &[[f64; 3]],
+        coords: CoordinateRequest,
+    ) -> (Vec<f64>, CoordinatePart) {
+        let offsets = self.qp_offsets();
+        let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
+        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
+        let Some(source) = self.external_source() else { return (per_point, part) };
+        // λᵀr = −Σ_k w_k Q_k λ_k: along δ, ∂/∂Q_k gives −w_k tr G_δ λ_k, and a pick D
+        // −Σ_k w_k λ_k (tr G_D δQ_k + (tr G_δ tr G_D − tr(G_D G_δ)) Q_k).
+        let compute = |e: usize| {
+            let nodes = self.element_nodes(e);
+            let nn = nodes.len();
+            let np = offsets[e + 1] - offsets[e];
+            let mut out = vec![0.0; np + coords.n_picks(nodes)];
+            if nodes.iter().all(|&n| lambda[n] == 0.0) {
+                return out;
+            }
+            let picks: Vec<(usize, Vec<[f64; 3]>)> = (0..coords.n_picks(nodes))
+                .filter(|&k| !coords.is_still(k, nodes))
+                .map(|k| {
+                    let d = (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i)));
+                    (k, d.collect())
+                })
+                .collect();
+            let x = self.element_coords(e);
+            let mut g = [[0.0; 3]; crate::model::MAX_NODES];
+            self.for_source_points(e, dx, |k, n, w, tr, g_delta| {
+                let p = offsets[e] + k;
+                let lk: f64 = (0..nn).map(|a| n[a] * lambda[nodes[a]]).sum();
+                out[k] = -w * tr * lk;
+                if picks.is_empty() {
+                    return;
+                }
+                let table = self.element_table(e);
+                gradfem_mesh::geometry::physical_gradients_into(
+                    3,
+                    table.grad(k),
+                    &x[..nn],
+                    &mut g[..nn],
+                );
+                let dqk = dq.get(p).copied().unwrap_or(0.0);
+                for (pick, d) in &picks {
+                    let g_d = motion_gradient(&g[..nn], d);
+                    let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
+                    let tr_dd: f64 = (0..3)
+                        .map(|i| (0..3).map(|m| g_d[i][m] * g_delta[m][i]).sum::<f64>())
+                        .sum();
+                    out[np + pick] -= w * lk * (tr_d * dqk + (tr * tr_d - tr_dd) * source[p]);
+                }
+            });
+            out
+        };
+        // Summed in element order: the result does not depend on the thread count.
+        for_each_element_ordered(self.n_volume, compute, |e, local| {
+            let np = offsets[e + 1] - offsets[e];
+            per_point[offsets[e]..offsets[e + 1]].copy_from_slice(&local[..np]);
+            part.add_element(self.element_nodes(e), &local[np..]);
+        });
+        (per_point, part)
+    }
+
+    /// [`external_source_second_order`](Self::external_source_second_order) by hyper-dual
+    /// numbers over the generic source residual, one pass per point and pick (the tests'
+    /// reference).
+    #[cfg(test)]
+    fn external_source_second_order_dual(
         &self,
         lambda: &[f64],
         dq: &[f64],
@@ -979,6 +1102,44 @@ mod tests {
             m.parameter_vjp(&t, &lambda, want).coords.unwrap().into_iter().flatten().collect()
         };
         close("coords", &total, &flat(&mp), &flat(&mm));
+    }
+
+    /// The external source's tangent and second-order products in closed form equal the
+    /// dual-number passes over its generic residual, per node and along a field.
+    #[test]
+    fn external_source_closed_forms_equal_the_dual_numbers() {
+        let mut m = model();
+        let n_points = *m.qp_offsets().last().unwrap();
+        let q: Vec<f64> = (0..n_points).map(|k| 40.0 + 10.0 * ((k as f64) * 0.3).sin()).collect();
+        let dq: Vec<f64> = (0..n_points).map(|k| 5.0 * ((k as f64) * 0.8).cos()).collect();
+        m.set_external_source(Some(q));
+        let (_, lambda, _) = state_and_direction(&m);
+        let d = with_coordinates(&m, ThermalDirection::zeros(&m));
+        let close = |what: &str, a: &[f64], b: &[f64]| {
+            let scale = b.iter().fold(1e-300f64, |s, v| s.max(v.abs()));
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-12 * scale, "{what}: {x} vs {y}");
+            }
+        };
+        close(
+            "jvp",
+            &m.external_source_jvp_moving(&dq, &d.coords),
+            &m.external_source_jvp_moving_dual(&dq, &d.coords),
+        );
+        let fields = vec![d.coords.clone()];
+        for request in [CoordinateRequest::Every, CoordinateRequest::Along(&fields)] {
+            let (p1, c1) = m.external_source_second_order(&lambda, &dq, &d.coords, request);
+            let (p2, c2) = m.external_source_second_order_dual(&lambda, &dq, &d.coords, request);
+            close("per point", &p1, &p2);
+            match (c1, c2) {
+                (CoordinatePart::Every(a), CoordinatePart::Every(b)) => {
+                    let flat = |v: Vec<[f64; 3]>| v.into_iter().flatten().collect::<Vec<_>>();
+                    close("X", &flat(a), &flat(b));
+                }
+                (CoordinatePart::Along(a), CoordinatePart::Along(b)) => close("along", &a, &b),
+                _ => panic!("the same kind of coordinate part"),
+            }
+        }
     }
 
     use crate::VjpRequest;
