@@ -194,13 +194,7 @@ impl ElectricalModel {
                 }
                 Weighted::Joule(_) => None,
             };
-            let moving: Vec<(usize, Vec<[f64; 3]>)> = (0..picks.len())
-                .filter(|&k| !coords.is_still(k, nodes))
-                .map(|k| {
-                    let d = (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i)));
-                    (k, d.collect())
-                })
-                .collect();
+            let moving = coords.moving_picks(nodes);
             if moving.is_empty() {
                 return picks;
             }

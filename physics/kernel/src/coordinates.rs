@@ -51,6 +51,19 @@ impl CoordinateRequest<'_> {
         }
     }
 
+    /// The picks that move one of `nodes`, each with its motion of those nodes (per node, in
+    /// their order): what a closed form differentiates along, pick by pick.
+    pub fn moving_picks(&self, nodes: &[usize]) -> Vec<(usize, Vec<[f64; 3]>)> {
+        (0..self.n_picks(nodes))
+            .filter(|&k| !self.is_still(k, nodes))
+            .map(|k| {
+                let d =
+                    (0..nodes.len()).map(|a| std::array::from_fn(|i| self.seed(k, nodes, a, i)));
+                (k, d.collect())
+            })
+            .collect()
+    }
+
     /// True when pick `k` moves none of these nodes (its derivative is zero).
     pub fn is_still(&self, k: usize, nodes: &[usize]) -> bool {
         match self {

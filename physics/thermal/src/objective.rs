@@ -667,18 +667,13 @@ fn integral_hessian_product(
         let nn = nodes.len();
         let x: Vec<[f64; 3]> = nodes.iter().map(|&n| model.coords[n]).collect();
         let motion: Vec<[f64; 3]> = nodes.iter().map(|&n| dx[n]).collect();
-        let picks: Vec<Option<Vec<[f64; 3]>>> = (0..coords.n_picks(nodes))
-            .map(|k| {
-                (!coords.is_still(k, nodes)).then(|| {
-                    (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i))).collect()
-                })
-            })
-            .collect();
+        let n_picks = coords.n_picks(nodes);
+        let picks = coords.moving_picks(nodes);
         let mut local = Local {
             s: [0.0; 2],
             v: [0.0; 2],
-            s_grad: vec![[0.0; 2]; nn + picks.len()],
-            v_grad: vec![[0.0; 2]; nn + picks.len()],
+            s_grad: vec![[0.0; 2]; nn + n_picks],
+            v_grad: vec![[0.0; 2]; nn + n_picks],
         };
         let mut g = vec![[0.0; 3]; nn];
         for q in 0..tab.n_points() {
@@ -702,9 +697,8 @@ fn integral_hessian_product(
                 local.s_grad[a][0] += w * g1 * n[a];
                 local.s_grad[a][1] += w * (g2 * dtq + tr_delta * g1) * n[a];
             }
-            for (k, d) in picks.iter().enumerate() {
-                let Some(d) = d else { continue };
-                let g_d = gradfem_kernel::motion_gradient(&g, d);
+            for (k, d) in &picks {
+                let (k, g_d) = (*k, gradfem_kernel::motion_gradient(&g, d));
                 let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
                 let tr_dd: f64 =
                     (0..3).map(|i| (0..3).map(|m| g_d[i][m] * g_delta[m][i]).sum::<f64>()).sum();

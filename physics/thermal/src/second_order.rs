@@ -325,13 +325,7 @@ impl ThermalModel {
         let x = self.element_coords(e);
         let dx = element_motion(nodes, &dir.coords);
         // The picks that move a node of this element, with their motion of its nodes.
-        let moving: Vec<(usize, Vec<[f64; 3]>)> = (0..picks.len())
-            .filter(|&k| !coords.is_still(k, nodes))
-            .map(|k| {
-                let d = (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i)));
-                (k, d.collect())
-            })
-            .collect();
+        let moving = coords.moving_picks(nodes);
         let mut g = [[0.0; 3]; crate::model::MAX_NODES];
         for q in 0..table.n_points() {
             let det = gradfem_mesh::geometry::physical_gradients_into(
@@ -643,13 +637,7 @@ impl ThermalModel {
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
                 return out;
             }
-            let picks: Vec<(usize, Vec<[f64; 3]>)> = (0..coords.n_picks(nodes))
-                .filter(|&k| !coords.is_still(k, nodes))
-                .map(|k| {
-                    let d = (0..nn).map(|a| std::array::from_fn(|i| coords.seed(k, nodes, a, i)));
-                    (k, d.collect())
-                })
-                .collect();
+            let picks = coords.moving_picks(nodes);
             let x = self.element_coords(e);
             let mut g = [[0.0; 3]; crate::model::MAX_NODES];
             self.for_source_points(e, dx, |k, n, w, tr, g_delta| {
