@@ -179,7 +179,6 @@ impl ElectricalModel {
         dir: &ElectricalDirection,
         coords: CoordinateRequest,
     ) -> CoordinatePart {
-        let with_t = t.is_some();
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
@@ -199,27 +198,10 @@ impl ElectricalModel {
                 return picks;
             }
             let o = self.qp_offsets()[e];
-            let c = self.element_conductor(e);
-            let d_alpha =
-                if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
             let dx = element_motion(nodes, &dir.coords);
-            self.for_points(e, phi, t, |q, n, g, s| {
-                let (tq, dtq) = match t {
-                    Some(t) => (
-                        (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
-                        (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
-                    ),
-                    None => (self.conductors[c].t_ref, 0.0),
-                };
-                let ps = self.point_conductivity(e, tq, with_t, [dir.sigma_elem[e], dtq, d_alpha]);
+            self.for_direction_points(e, phi, t, dir, |q, _, g, s, ps, gd| {
                 let (sigma, d_sigma) = (ps.sigma, ps.delta);
                 let gp = s.grad_phi;
-                let mut gd = [0.0; 3];
-                for a in 0..nn {
-                    for k in 0..3 {
-                        gd[k] += g[a][k] * dir.phi[nodes[a]];
-                    }
-                }
                 let g_delta = dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(g, &dx[..nn]));
                 let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
                 let gdt = |v: &[f64; 3]| -> [f64; 3] {
@@ -277,6 +259,39 @@ impl ElectricalModel {
             part.add_element(self.element_nodes(e), picks);
         });
         part
+    }
+
+    /// Loop over the points of volume element `e` with σ's derivatives along `dir` there
+    /// (see [`point_conductivity`](Self::point_conductivity)) and ∇δφ.
+    fn for_direction_points(
+        &self,
+        e: usize,
+        phi: &[f64],
+        t: Option<&[f64]>,
+        dir: &ElectricalDirection,
+        mut f: impl FnMut(usize, &[f64], &[[f64; 3]], &crate::model::PointState, &PointSigma, [f64; 3]),
+    ) {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let c = self.element_conductor(e);
+        let d_alpha = if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
+        self.for_points(e, phi, t, |q, n, g, s| {
+            let (tq, dtq) = match t {
+                Some(t) => (
+                    (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
+                    (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
+                ),
+                None => (self.conductors[c].t_ref, 0.0),
+            };
+            let ps = self.point_conductivity(e, tq, t.is_some(), [dir.sigma_elem[e], dtq, d_alpha]);
+            let mut gd = [0.0; 3];
+            for a in 0..nn {
+                for k in 0..3 {
+                    gd[k] += g[a][k] * dir.phi[nodes[a]];
+                }
+            }
+            f(q, n, g, s, &ps, gd);
+        });
     }
 
     /// σ = σ₀/m(T, α_R) at a point of element `e` with its derivatives in (σ₀, T, α_R): the
@@ -351,27 +366,10 @@ impl ElectricalModel {
                 Weighted::Joule(_) => None,
             };
             let o = self.qp_offsets()[e];
-            let c = self.element_conductor(e);
-            let d_alpha =
-                if self.conductors[c].law.alpha_r().is_some() { dir.alpha_r[c] } else { 0.0 };
             let (mut d_sigma0, mut d_alpha_r) = (0.0, 0.0);
             let dx = element_motion(nodes, &dir.coords);
-            self.for_points(e, phi, t, |q, n, g, s| {
-                let (tq, dtq) = match t {
-                    Some(t) => (
-                        (0..nn).map(|a| n[a] * t[nodes[a]]).sum(),
-                        (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum(),
-                    ),
-                    None => (self.conductors[c].t_ref, 0.0),
-                };
-                let ps = self.point_conductivity(e, tq, with_t, [dir.sigma_elem[e], dtq, d_alpha]);
+            self.for_direction_points(e, phi, t, dir, |q, n, g, s, ps, gd| {
                 let gp = s.grad_phi;
-                let mut gd = [0.0; 3];
-                for a in 0..nn {
-                    for k in 0..3 {
-                        gd[k] += g[a][k] * dir.phi[nodes[a]];
-                    }
-                }
                 // (weight, the vector paired with ∇N_b in the φ rows, the scalar the
                 // conductivity multiplies, its derivative along the direction)
                 let motion = dx.as_ref().map(|dx| motion_gradient(g, &dx[..nn]));
