@@ -624,9 +624,9 @@ impl ThermalModel {
         coords: CoordinateRequest,
     ) -> (Vec<f64>, CoordinatePart) {
         let offsets = self.qp_offsets();
-        let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
-        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
-        let Some(source) = self.external_source() else { return (per_point, part) };
+        let Some(source) = self.external_source() else {
+            return self.source_products(coords, |_| Vec::new());
+        };
         // λᵀr = −Σ_k w_k Q_k λ_k: along δ, ∂/∂Q_k gives −w_k tr G_δ λ_k, and a pick D
         // −Σ_k w_k λ_k (tr G_D δQ_k + (tr G_δ tr G_D − tr(G_D G_δ)) Q_k).
         let compute = |e: usize| {
@@ -666,8 +666,24 @@ impl ThermalModel {
             });
             out
         };
-        // Summed in element order: the result does not depend on the thread count.
+        self.source_products(coords, compute)
+    }
+
+    /// The per-point part and the coordinates' part of the external source's products from
+    /// `compute(e)`: element e's points' values, then its coordinate picks (empty: zero).
+    /// Summed in element order: the result does not depend on the thread count.
+    fn source_products(
+        &self,
+        coords: CoordinateRequest,
+        compute: impl Fn(usize) -> Vec<f64> + Sync + Send,
+    ) -> (Vec<f64>, CoordinatePart) {
+        let offsets = self.qp_offsets();
+        let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
+        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
         for_each_element_ordered(self.n_volume, compute, |e, local| {
+            if local.is_empty() {
+                return;
+            }
             let np = offsets[e + 1] - offsets[e];
             per_point[offsets[e]..offsets[e + 1]].copy_from_slice(&local[..np]);
             part.add_element(self.element_nodes(e), &local[np..]);
@@ -687,9 +703,9 @@ impl ThermalModel {
         coords: CoordinateRequest,
     ) -> (Vec<f64>, CoordinatePart) {
         let offsets = self.qp_offsets();
-        let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
-        let mut part = CoordinatePart::zeros(coords, self.n_nodes());
-        let Some(source) = self.external_source() else { return (per_point, part) };
+        let Some(source) = self.external_source() else {
+            return self.source_products(coords, |_| Vec::new());
+        };
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
@@ -718,13 +734,7 @@ impl ThermalModel {
             }
             out
         };
-        // Summed in element order: the result does not depend on the thread count.
-        for_each_element_ordered(self.n_volume, compute, |e, local| {
-            let np = offsets[e + 1] - offsets[e];
-            per_point[offsets[e]..offsets[e + 1]].copy_from_slice(&local[..np]);
-            part.add_element(self.element_nodes(e), &local[np..]);
-        });
-        (per_point, part)
+        self.source_products(coords, compute)
     }
 }
 
