@@ -482,10 +482,18 @@ impl LinearElasticModel {
             .map(|e| self.volume_second_order(e, u, lambda, dir))
             .collect();
         let mut res = self.collect_second_order(&locals);
+        if !coords.is_none() {
+            let mut part = CoordinatePart::zeros(coords, self.n_nodes());
+            let compute = |e| self.volume_coordinate_products(e, u, lambda, dir, coords);
+            gradfem_kernel::for_each_element_ordered(self.n_volume_elements(), compute, |e, p| {
+                part.add_element(self.element_nodes(e), &p)
+            });
+            res.coords = part;
+        }
         if !coords.is_none() || !dir.coords.is_empty() {
             let weighting = Weighting::Residual(lambda);
-            let rest = self.moving_second_order_with(u, weighting, dir, coords, true);
-            res.add(&rest);
+            let facets = self.moving_second_order_with(u, weighting, dir, coords, true);
+            res.add(&facets);
         }
         res
     }
@@ -587,6 +595,137 @@ impl LinearElasticModel {
             out[4 * MAX_NODES + 3] += w * (d_kappa * p.alpha + kappa * dalpha) * c;
         }
         out
+    }
+
+    /// The coordinates' part of volume element `e`'s second-order products in closed form: for
+    /// each pick D of `coords`, the mixed derivative of L along D (X alone) and the direction δ
+    /// (module docs). Along D, L changes by w (tr G_D P + Q_D) with P L's integrand and
+    /// Q_D = 2μ A_D + λ B_D − κθ C_D (A_D, B_D, C_D from ε_D(v) = −sym(∇v G_D)); along δ,
+    /// ∇u changes by ∇δu − ∇u G_δ, ∇Λ by −∇Λ G_δ, G_D by −G_D G_δ and w by w tr G_δ.
+    fn volume_coordinate_products(
+        &self,
+        e: usize,
+        u: &[f64],
+        lambda: &[f64],
+        dir: &MechanicalDirection,
+        coords: CoordinateRequest,
+    ) -> Vec<f64> {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let mut picks = vec![0.0; coords.n_picks(nodes)];
+        let le = self.gather_element(e, lambda, 3);
+        let moving = coords.moving_picks(nodes);
+        if moving.is_empty() || le.iter().all(|&v| v == 0.0) {
+            return picks;
+        }
+        let ue = self.gather_element(e, u, 3);
+        let de = self.gather_element(e, &dir.displacement, 3);
+        let r = self.element_region(e);
+        let p = self.element_params(e);
+        let (te, is_field) = self.element_temperature_values(e, p.t_ref);
+        let ld = lame_derivatives(
+            self.young_elem[e],
+            self.poisson_elem[e],
+            dir.young_elem[e],
+            dir.poisson_elem[e],
+        );
+        let (mu, lam, d_mu, d_lam) = (ld.mu, ld.lambda, ld.delta_mu, ld.delta_lambda);
+        let (kappa, d_kappa) = (2.0 * mu + 3.0 * lam, 2.0 * d_mu + 3.0 * d_lam);
+        let (d_alpha, d_tref, d_body) = (dir.alpha[r], dir.t_ref[r], dir.body_force[r]);
+        let table = self.element_table(e);
+        let x = self.element_coordinates(e);
+        let dx = element_motion(nodes, &dir.coords);
+        let sym = |h: &[[f64; 3]; 3]| -> [[f64; 3]; 3] {
+            std::array::from_fn(|i| std::array::from_fn(|j| 0.5 * (h[i][j] + h[j][i])))
+        };
+        let add = |a: &[[f64; 3]; 3], b: &[[f64; 3]; 3], s: f64| -> [[f64; 3]; 3] {
+            std::array::from_fn(|i| std::array::from_fn(|j| a[i][j] + s * b[i][j]))
+        };
+        let mut g = [[0.0; 3]; MAX_NODES];
+        for q in 0..table.n_points() {
+            let det = gradfem_mesh::geometry::physical_gradients_into(
+                3,
+                table.grad(q),
+                &x[..nn],
+                &mut g[..nn],
+            );
+            let w = table.weights[q] * det;
+            let n = table.shape(q);
+            let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
+            let dtq: f64 = if is_field {
+                (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum()
+            } else {
+                0.0
+            };
+            let theta = p.alpha * (tq - p.t_ref);
+            let d_theta = d_alpha * (tq - p.t_ref) + p.alpha * (dtq - d_tref);
+            let lq: [f64; 3] = std::array::from_fn(|i| (0..nn).map(|a| n[a] * le[3 * a + i]).sum());
+            let (hl, hu, hd) =
+                (full_grad(&g, &le, nn), full_grad(&g, &ue, nn), full_grad(&g, &de, nn));
+            let g_delta =
+                dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(&g[..nn], &dx[..nn]));
+            let tr_delta = trace(&g_delta);
+            let (el, eu, ed) = (sym(&hl), sym(&hu), sym(&hd));
+            let c = trace(&el);
+            let a_ = ddot(&eu, &el);
+            let b_ = trace(&eu) * c;
+            let body: f64 = (0..3).map(|i| p.body[i] * lq[i]).sum();
+            let integrand = 2.0 * mu * a_ + lam * b_ - kappa * theta * c - body;
+            // Along δ: ε(u) by ε(δu) + ε_δ(u), ε(Λ) by ε_δ(Λ).
+            let (eu_delta, el_delta) = (strain_motion(&hu, &g_delta), strain_motion(&hl, &g_delta));
+            let d_eu = add(&ed, &eu_delta, 1.0);
+            let d_c = trace(&el_delta);
+            let d_a = ddot(&d_eu, &el) + ddot(&eu, &el_delta);
+            let d_b = trace(&d_eu) * c + trace(&eu) * d_c;
+            let d_body: f64 = (0..3).map(|i| d_body[i] * lq[i]).sum();
+            let d_integrand = 2.0 * d_mu * a_ + 2.0 * mu * d_a + d_lam * b_ + lam * d_b
+                - d_kappa * theta * c
+                - kappa * d_theta * c
+                - kappa * theta * d_c
+                - d_body;
+            // ∇δu − ∇u G_δ, the change of ∇u along δ.
+            let d_hu = add(&hd, &times(&hu, &g_delta), -1.0);
+            for (k, d) in &moving {
+                let g_d = motion_gradient(&g[..nn], d);
+                let tr_d = trace(&g_d);
+                let (eu_d, el_d) = (strain_motion(&hu, &g_d), strain_motion(&hl, &g_d));
+                let c_d = trace(&el_d);
+                let a_d = ddot(&eu_d, &el) + ddot(&eu, &el_d);
+                let b_d = trace(&eu_d) * c + trace(&eu) * c_d;
+                let q_d = 2.0 * mu * a_d + lam * b_d - kappa * theta * c_d;
+                // Along δ: G_D by −G_D G_δ, so ε_D(u) by −sym(d∇u G_D − ∇u G_D G_δ) and
+                // ε_D(Λ) by sym(∇Λ (G_δ G_D + G_D G_δ)).
+                let gdg = times(&g_d, &g_delta);
+                let tr_gdg = trace(&gdg);
+                let d_eu_d = {
+                    let a = times(&d_hu, &g_d);
+                    let b = times(&hu, &gdg);
+                    sym(&add(&b, &a, -1.0))
+                };
+                let d_el_d = {
+                    let s = add(&times(&g_delta, &g_d), &gdg, 1.0);
+                    sym(&times(&hl, &s))
+                };
+                let d_c_d = trace(&d_el_d);
+                let d_a_d = ddot(&d_eu_d, &el)
+                    + ddot(&eu_d, &el_delta)
+                    + ddot(&d_eu, &el_d)
+                    + ddot(&eu, &d_el_d);
+                let d_b_d = trace(&d_eu_d) * c
+                    + trace(&eu_d) * d_c
+                    + trace(&d_eu) * c_d
+                    + trace(&eu) * d_c_d;
+                let d_q_d = 2.0 * d_mu * a_d + 2.0 * mu * d_a_d + d_lam * b_d + lam * d_b_d
+                    - d_kappa * theta * c_d
+                    - kappa * d_theta * c_d
+                    - kappa * theta * d_c_d;
+                picks[*k] += w
+                    * (tr_delta * (tr_d * integrand + q_d) - tr_gdg * integrand
+                        + tr_d * d_integrand
+                        + d_q_d);
+            }
+        }
+        picks
     }
 
     /// One point's products from the nodes' motion alone (module docs), added to `out` (the
@@ -978,9 +1117,8 @@ impl LinearElasticModel {
         self.moving_second_order_with(u, weighting, dir, coords, false)
     }
 
-    /// [`moving_second_order`](Self::moving_second_order); with `volume_closed`, the volume
-    /// elements take their coordinate picks alone (their other products are the closed
-    /// form's).
+    /// [`moving_second_order`](Self::moving_second_order); with `volume_closed`, the facets
+    /// alone (the volume elements' products are the closed forms').
     fn moving_second_order_with(
         &self,
         u: &[f64],
@@ -1011,9 +1149,11 @@ impl LinearElasticModel {
             let mut r = vec![HyperDual64::from(0.0); 3 * nn];
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(mv.values[j], mv.direction[j], 0.0, 0.0)).collect();
-            let closed = volume_closed && e < self.n_volume_elements();
+            if volume_closed && e < self.n_volume_elements() {
+                return (mv, Vec::new());
+            }
             for (i, o) in out.iter_mut().enumerate() {
-                if (closed && i < m_base) || !seed_pick(&mut v, i, m_base, coords, nodes) {
+                if !seed_pick(&mut v, i, m_base, coords, nodes) {
                     continue;
                 }
                 *o = match &lambda_e {
