@@ -486,7 +486,7 @@ impl LinearElasticModel {
             let mut part = CoordinatePart::zeros(coords, self.n_nodes());
             let compute = |e| self.volume_coordinate_products(e, u, lambda, dir, coords);
             gradfem_kernel::for_each_element_ordered(self.n_volume_elements(), compute, |e, p| {
-                part.add_element(self.element_nodes(e), &p)
+                part.add_element(self.element_nodes(e), p)
             });
             res.coords = part;
         }
