@@ -27,11 +27,13 @@
 //! and the volume by det J tr G; dL gains tr G times L's integrand and
 //! 2μ δ_X A + λ δ_X B − κθ δ_X C − that is, ∂dL/∂u_b gains
 //! tr G (2μ ε(Λ)∇N_b + λ C ∇N_b) + 2μ (ε_X(Λ)∇N_b − ε(Λ)Gᵀ∇N_b) + λ (C_X ∇N_b − C Gᵀ∇N_b)
-//! and every parameter's product the same way, the body force −∫ tr G Λ. The facets (whose
-//! loads then have second-order terms: tractions through the facet area, pressures through
-//! area and normal) and the products that include (∂R/∂X)ᵀλ take a hyper-dual path over the
-//! generic element residual ([`LinearElasticModel::second_order_vjp`] with `coords`: one pass
-//! per coordinate pick), returned per region and boundary condition. The
+//! and every parameter's product the same way, the body force −∫ tr G Λ. The coordinates' own
+//! part (per node or along a morph field D) is the mixed derivative along D and the direction,
+//! in closed form as well (G_D changes by −G_D G_δ). The facets (whose loads then have
+//! second-order terms: tractions through the facet area, pressures through area and normal)
+//! take a hyper-dual path over the generic element residual, one pass per element variable
+//! and coordinate pick, returned per region and boundary condition; over every element it is
+//! the reference the closed forms are tested against. The
 //! compliance fᵀu = −Σₑ uₑᵀ rₑ(0, T_ref, loads) is differentiated on the same path
 //! ([`LinearElasticModel::compliance_hessian`]).
 
