@@ -59,8 +59,8 @@ use crate::shape::MorphSpec;
 use gradfem_coupling::fields::electrical::TerminalTerm;
 
 /// An error of the API: a problem that cannot be built (located in its file, or naming the
-/// entry of a model given in code), a solve or gradient that failed, or a request the problem cannot meet
-/// (an unknown field, quantity or parameter), which says what it offers.
+/// entry of a model given in code), a solve or gradient that failed, or a request the problem
+/// cannot meet (an unknown field, quantity or parameter), which says what it offers.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error(transparent)]
