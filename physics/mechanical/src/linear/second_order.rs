@@ -1131,13 +1131,16 @@ impl LinearElasticModel {
     ) -> MechanicalSecondOrder {
         let with_x = !coords.is_none() || !dir.coords.is_empty();
         let compute = |e: usize| {
+            if volume_closed && e < self.n_volume_elements() {
+                return None;
+            }
             let mv = self.moving_variables(e, u, dir, with_x);
             let nn = mv.nn;
             let lambda_e = match weighting {
                 Weighting::Residual(l) => {
                     let le = self.gather_element(e, l, 3);
                     if le.iter().all(|&v| v == 0.0) {
-                        return (mv, Vec::new());
+                        return None;
                     }
                     Some(le)
                 }
@@ -1151,9 +1154,6 @@ impl LinearElasticModel {
             let mut r = vec![HyperDual64::from(0.0); 3 * nn];
             let mut v: Vec<HyperDual64> =
                 (0..m).map(|j| HyperDual64::new(mv.values[j], mv.direction[j], 0.0, 0.0)).collect();
-            if volume_closed && e < self.n_volume_elements() {
-                return (mv, Vec::new());
-            }
             for (i, o) in out.iter_mut().enumerate() {
                 if !seed_pick(&mut v, i, m_base, coords, nodes) {
                     continue;
@@ -1173,14 +1173,12 @@ impl LinearElasticModel {
                     }
                 };
             }
-            (mv, out)
+            Some((mv, out))
         };
         let mut res = MechanicalSecondOrder::zeros(self, coords);
         // Summed in element order: the result does not depend on the thread count.
-        gradfem_kernel::for_each_element_ordered(self.n_elements(), compute, |e, (mv, l)| {
-            if l.is_empty() {
-                return;
-            }
+        gradfem_kernel::for_each_element_ordered(self.n_elements(), compute, |e, local| {
+            let Some((mv, l)) = local else { return };
             let nn = mv.nn;
             let at = 4 * nn;
             let nodes = self.element_nodes(e);
