@@ -69,6 +69,8 @@ struct PlainState {
     message: String,
     position: Option<(u64, u64)>,
     done: bool,
+    /// A line of this stage has been printed (the log shows the stage running).
+    printed: bool,
 }
 
 impl Plain {
@@ -169,6 +171,7 @@ impl Progress {
                     if timeout.timed_out() {
                         let message = state.message.clone();
                         Plain::print(&shared.line(&state, &message));
+                        state.printed = true;
                     }
                 }
             })
@@ -194,6 +197,7 @@ impl Progress {
                 let mut state = p.state.lock().unwrap_or_else(|e| e.into_inner());
                 Plain::print(&p.line(&state, &message));
                 state.message = message;
+                state.printed = true;
             }
             None => self.bar.set_message(message),
         }
@@ -213,7 +217,8 @@ impl Progress {
     }
 
     /// Ends the stage: clears the bar; in plain mode, a closing line with the duration when
-    /// the stage took a second or more.
+    /// the stage took a second or more or printed a line (a log that shows a stage running
+    /// also shows it end).
     pub fn finish(mut self) {
         self.end();
     }
@@ -225,7 +230,7 @@ impl Progress {
             state.done = true;
             p.wake.notify_all();
             let elapsed = p.start.elapsed().as_secs_f64();
-            if elapsed >= 1.0 {
+            if elapsed >= 1.0 || state.printed {
                 let done = format!("done in {elapsed:.1} s");
                 Plain::print(&p.line(&state, &done));
             }
@@ -268,6 +273,20 @@ mod tests {
         p.set_message("x");
         p.log("y");
         p.set_position(2);
+        p.finish();
+    }
+
+    /// A stage that printed a line closes it, however short it was; a silent short one does
+    /// not.
+    #[test]
+    fn a_plain_stage_that_printed_closes_with_its_duration() {
+        let p = Progress::spinner(ProgressMode::Plain, "fitting");
+        let printed = |p: &Progress| {
+            p.plain.as_ref().unwrap().state.lock().unwrap_or_else(|e| e.into_inner()).printed
+        };
+        assert!(!printed(&p));
+        p.log("iteration 1");
+        assert!(printed(&p));
         p.finish();
     }
 
