@@ -203,7 +203,7 @@ impl ElectricalModel {
                 let (sigma, d_sigma) = (ps.sigma, ps.delta);
                 let gp = s.grad_phi;
                 let g_delta = dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(g, &dx[..nn]));
-                let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
+                let tr_delta = gradfem_kernel::trace(&g_delta);
                 let gdt = |v: &[f64; 3]| -> [f64; 3] {
                     std::array::from_fn(|j| (0..3).map(|i| g_delta[i][j] * v[i]).sum())
                 };
@@ -234,15 +234,13 @@ impl ElectricalModel {
                     let g_d = motion_gradient(g, d);
                     let m_gp = symmetric_times(&g_d, &gp);
                     let s_d = -dot(left, m_gp);
-                    let gdg: [[f64; 3]; 3] = std::array::from_fn(|i| {
-                        std::array::from_fn(|j| (0..3).map(|m| g_d[i][m] * g_delta[m][j]).sum())
-                    });
+                    let gdg = gradfem_kernel::mat_mul(&g_d, &g_delta);
                     let d_s_d = -dot(d_left, m_gp) + dot(left, symmetric_times(&gdg, &gp))
                         - dot(left, symmetric_times(&g_d, &d_gp));
                     picks[*k] += wq
                         * if volume {
-                            let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
-                            let tr_gdg = gdg[0][0] + gdg[1][1] + gdg[2][2];
+                            let tr_d = gradfem_kernel::trace(&g_d);
+                            let tr_gdg = gradfem_kernel::trace(&gdg);
                             tr_delta * (tr_d * sigma * pair + sigma * s_d) - tr_gdg * sigma * pair
                                 + tr_d * (d_sigma * pair + sigma * d_pair)
                                 + d_sigma * s_d
@@ -373,7 +371,7 @@ impl ElectricalModel {
                 // (weight, the vector paired with ∇N_b in the φ rows, the scalar the
                 // conductivity multiplies, its derivative along the direction)
                 let motion = dx.as_ref().map(|dx| motion_gradient(g, &dx[..nn]));
-                let tr = motion.map_or(0.0, |m| m[0][0] + m[1][1] + m[2][2]);
+                let tr = motion.map_or(0.0, |m| gradfem_kernel::trace(&m));
                 let (wq, row, base, dbase) = match (&lam, weights) {
                     (Some(l), _) => {
                         let mut gl = [0.0; 3];
@@ -445,7 +443,7 @@ impl ElectricalModel {
                 let moving = match &dx {
                     Some(dx) => {
                         let m = motion_gradient(g, &dx[..g.len()]);
-                        let (tr, mgp) = (m[0][0] + m[1][1] + m[2][2], symmetric_times(&m, &gp));
+                        let (tr, mgp) = (gradfem_kernel::trace(&m), symmetric_times(&m, &gp));
                         std::array::from_fn(|k| s.sigma * (tr * gp[k] - mgp[k]))
                     }
                     None => [0.0; 3],

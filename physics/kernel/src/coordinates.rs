@@ -156,6 +156,17 @@ pub fn motion_gradient(g: &[[f64; 3]], dx: &[[f64; 3]]) -> [[f64; 3]; 3] {
     m
 }
 
+/// The product A B of two 3×3 matrices (G_D G_δ: the change of one motion's gradient along
+/// another is −G_D G_δ).
+pub fn mat_mul(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
+}
+
+/// The trace of a 3×3 matrix (tr G: the relative change of det J along a motion).
+pub fn trace(a: &[[f64; 3]; 3]) -> f64 {
+    a[0][0] + a[1][1] + a[2][2]
+}
+
 /// (G + Gᵀ) v: the change of a·b for gradients a, b is −aᵀ(G + Gᵀ)b.
 pub fn symmetric_times(m: &[[f64; 3]; 3], v: &[f64; 3]) -> [f64; 3] {
     let mut out = [0.0; 3];

@@ -9,7 +9,7 @@ pub mod generic;
 
 pub use coordinates::{
     CoordinatePart, CoordinateRequest, dual_coordinates, element_motion, hyper_dual_coordinates,
-    motion_gradient, seed_pick, symmetric_times,
+    mat_mul, motion_gradient, seed_pick, symmetric_times, trace,
 };
 
 use rayon::prelude::*;

@@ -688,7 +688,7 @@ fn integral_hessian_product(
             let f = integrand.apply(num_dual::Dual2_64::new(tq, 1.0, 0.0));
             let (g0, g1, g2) = (f.re, f.v1, f.v2);
             let g_delta = gradfem_kernel::motion_gradient(&g, &motion);
-            let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
+            let tr_delta = gradfem_kernel::trace(&g_delta);
             local.s[0] += w * g0;
             local.s[1] += w * (g1 * dtq + tr_delta * g0);
             local.v[0] += w;
@@ -699,9 +699,8 @@ fn integral_hessian_product(
             }
             for (k, d) in &picks {
                 let (k, g_d) = (*k, gradfem_kernel::motion_gradient(&g, d));
-                let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
-                let tr_dd: f64 =
-                    (0..3).map(|i| (0..3).map(|m| g_d[i][m] * g_delta[m][i]).sum::<f64>()).sum();
+                let tr_d = gradfem_kernel::trace(&g_d);
+                let tr_dd = gradfem_kernel::trace(&gradfem_kernel::mat_mul(&g_d, &g_delta));
                 let mixed = tr_delta * tr_d - tr_dd;
                 local.s_grad[nn + k][0] += w * tr_d * g0;
                 local.s_grad[nn + k][1] += w * (tr_d * g1 * dtq + mixed * g0);

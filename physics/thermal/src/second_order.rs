@@ -98,6 +98,23 @@ fn used_parameters(model: &ThermalModel, e: usize) -> std::ops::Range<usize> {
     }
 }
 
+/// One quadrature point of a volume element along a direction: the shape functions and their
+/// physical gradients, w = weight · det J, T, δT and λ there with their gradients, and the
+/// gradient G_δ of the nodes' motion with its trace (None and 0 when the nodes hold still).
+struct DirectionPoint<'a> {
+    g: &'a [[f64; 3]],
+    n: &'a [f64],
+    w: f64,
+    tq: f64,
+    dtq: f64,
+    lq: f64,
+    gt: [f64; 3],
+    gl: [f64; 3],
+    gd: [f64; 3],
+    motion: Option<[[f64; 3]; 3]>,
+    tr: f64,
+}
+
 fn dot3(a: &[f64; 3], b: &[f64; 3]) -> f64 {
     a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 }
@@ -145,15 +162,40 @@ impl ThermalModel {
 
     /// Volume element `e`'s residual tangent along the direction, into `local`.
     fn volume_jvp(&self, e: usize, t: &[f64], dir: &ThermalDirection, local: &mut [f64]) {
-        let nodes = self.element_nodes(e);
-        let nn = nodes.len();
-        let table = self.element_table(e);
         let tag = self.elem_tag[e] as usize;
         let law = &self.regions[tag].law;
         let (k0, dk0, dq) = (self.k_elem[e], dir.k_elem[e], dir.source[tag]);
         let source = self.regions[tag].source;
+        self.for_direction_points(e, t, None, dir, |p| {
+            let f = law.factor(Dual64::new(p.tq, 1.0));
+            let c_t = dk0 * f.re + k0 * f.eps * p.dtq;
+            let c_d = k0 * f.re;
+            // Moving nodes: δ(w) = w tr G and δ(∇N_a·∇T) = −∇N_aᵀ(G + Gᵀ)∇T.
+            let mgt = p.motion.map_or([0.0; 3], |m| symmetric_times(&m, &p.gt));
+            for (a, ga) in p.g.iter().enumerate() {
+                let ga_t = dot3(ga, &p.gt);
+                let ga_d = dot3(ga, &p.gd);
+                let moving = p.tr * (k0 * f.re * ga_t - source * p.n[a]) - c_d * dot3(ga, &mgt);
+                local[a] += p.w * (c_t * ga_t + c_d * ga_d - dq * p.n[a] + moving);
+            }
+        });
+    }
+
+    /// `f` at every quadrature point of volume element `e` along `dir` (see
+    /// [`DirectionPoint`]); λ is zero where `lambda` is None.
+    fn for_direction_points(
+        &self,
+        e: usize,
+        t: &[f64],
+        lambda: Option<&[f64]>,
+        dir: &ThermalDirection,
+        mut f: impl FnMut(&DirectionPoint),
+    ) {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let table = self.element_table(e);
         let x = self.element_coords(e);
-        let dx = element_motion(self.element_nodes(e), &dir.coords);
+        let dx = element_motion(nodes, &dir.coords);
         let mut g = [[0.0; 3]; crate::model::MAX_NODES];
         for q in 0..table.n_points() {
             let det = gradfem_mesh::geometry::physical_gradients_into(
@@ -162,36 +204,35 @@ impl ThermalModel {
                 &x[..nn],
                 &mut g[..nn],
             );
-            let w = table.weights[q] * det;
             let n = table.shape(q);
-            let (mut tq, mut dtq) = (0.0, 0.0);
-            let (mut gt, mut gd) = ([0.0; 3], [0.0; 3]);
+            let (mut tq, mut dtq, mut lq) = (0.0, 0.0, 0.0);
+            let (mut gt, mut gl, mut gd) = ([0.0; 3], [0.0; 3], [0.0; 3]);
             for a in 0..nn {
                 let (ta, da) = (t[nodes[a]], dir.temperature[nodes[a]]);
+                let la = lambda.map_or(0.0, |l| l[nodes[a]]);
                 tq += n[a] * ta;
                 dtq += n[a] * da;
+                lq += n[a] * la;
                 for k in 0..3 {
                     gt[k] += g[a][k] * ta;
+                    gl[k] += g[a][k] * la;
                     gd[k] += g[a][k] * da;
                 }
             }
-            let f = law.factor(Dual64::new(tq, 1.0));
-            let c_t = dk0 * f.re + k0 * f.eps * dtq;
-            let c_d = k0 * f.re;
-            // Moving nodes: δ(w) = w tr G and δ(∇N_a·∇T) = −∇N_aᵀ(G + Gᵀ)∇T.
-            let (tr, mgt) = match &dx {
-                Some(dx) => {
-                    let m = motion_gradient(&g[..nn], &dx[..nn]);
-                    (m[0][0] + m[1][1] + m[2][2], symmetric_times(&m, &gt))
-                }
-                None => (0.0, [0.0; 3]),
-            };
-            for a in 0..nn {
-                let ga_t = dot3(&g[a], &gt);
-                let ga_d = dot3(&g[a], &gd);
-                let moving = tr * (k0 * f.re * ga_t - source * n[a]) - c_d * dot3(&g[a], &mgt);
-                local[a] += w * (c_t * ga_t + c_d * ga_d - dq * n[a] + moving);
-            }
+            let motion = dx.as_ref().map(|dx| motion_gradient(&g[..nn], &dx[..nn]));
+            f(&DirectionPoint {
+                g: &g[..nn],
+                n,
+                w: table.weights[q] * det,
+                tq,
+                dtq,
+                lq,
+                gt,
+                gl,
+                gd,
+                motion,
+                tr: motion.map_or(0.0, |m| gradfem_kernel::trace(&m)),
+            });
         }
     }
 
@@ -240,63 +281,27 @@ impl ThermalModel {
         dir: &ThermalDirection,
         state: &mut [f64],
     ) -> (f64, f64) {
-        let nodes = self.element_nodes(e);
-        let nn = nodes.len();
-        let table = self.element_table(e);
         let law = &self.regions[self.elem_tag[e] as usize].law;
-        let k0 = self.k_elem[e];
-        let dk0 = dir.k_elem[e];
-        let x = self.element_coords(e);
-        let dx = element_motion(self.element_nodes(e), &dir.coords);
-        let mut g = [[0.0; 3]; crate::model::MAX_NODES];
+        let (k0, dk0) = (self.k_elem[e], dir.k_elem[e]);
         let (mut d_k0, mut d_q) = (0.0, 0.0);
-        for q in 0..table.n_points() {
-            let det = gradfem_mesh::geometry::physical_gradients_into(
-                3,
-                table.grad(q),
-                &x[..nn],
-                &mut g[..nn],
-            );
-            let w = table.weights[q] * det;
-            let n = table.shape(q);
-            let (mut tq, mut dtq) = (0.0, 0.0);
-            let (mut gt, mut gl, mut gd) = ([0.0; 3], [0.0; 3], [0.0; 3]);
-            for a in 0..nn {
-                let (ta, la, da) = (t[nodes[a]], lambda[nodes[a]], dir.temperature[nodes[a]]);
-                tq += n[a] * ta;
-                dtq += n[a] * da;
-                for k in 0..3 {
-                    gt[k] += g[a][k] * ta;
-                    gl[k] += g[a][k] * la;
-                    gd[k] += g[a][k] * da;
-                }
-            }
-            let f = law.factor(num_dual::Dual2_64::new(tq, 1.0, 0.0));
+        self.for_direction_points(e, t, Some(lambda), dir, |p| {
+            let f = law.factor(num_dual::Dual2_64::new(p.tq, 1.0, 0.0));
             let (f0, f1, f2) = (f.re, f.v1, f.v2);
-            let lt = dot3(&gl, &gt);
-            let ld = dot3(&gl, &gd);
+            let lt = dot3(&p.gl, &p.gt);
+            let ld = dot3(&p.gl, &p.gd);
             // Moving nodes: tr G, (G + Gᵀ)∇λ and −∇λᵀ(G + Gᵀ)∇T.
-            let (tr, mgl) = match &dx {
-                Some(dx) => {
-                    let m = motion_gradient(&g[..nn], &dx[..nn]);
-                    (m[0][0] + m[1][1] + m[2][2], symmetric_times(&m, &gl))
-                }
-                None => (0.0, [0.0; 3]),
-            };
-            let lx = -dot3(&mgl, &gt);
-            let along_n = (dk0 * f1 + k0 * f2 * dtq) * lt + k0 * f1 * (ld + lx + tr * lt);
-            let along_grad = dk0 * f0 + k0 * f1 * dtq + tr * k0 * f0;
-            for a in 0..nn {
-                let lg = dot3(&gl, &g[a]);
-                let moving = -k0 * f0 * dot3(&mgl, &g[a]);
-                state[a] += w * (along_n * n[a] + along_grad * lg + moving);
+            let mgl = p.motion.map_or([0.0; 3], |m| symmetric_times(&m, &p.gl));
+            let (tr, lx) = (p.tr, -dot3(&mgl, &p.gt));
+            let along_n = (dk0 * f1 + k0 * f2 * p.dtq) * lt + k0 * f1 * (ld + lx + tr * lt);
+            let along_grad = dk0 * f0 + k0 * f1 * p.dtq + tr * k0 * f0;
+            for (a, ga) in p.g.iter().enumerate() {
+                let lg = dot3(&p.gl, ga);
+                let moving = -k0 * f0 * dot3(&mgl, ga);
+                state[a] += p.w * (along_n * p.n[a] + along_grad * lg + moving);
             }
-            d_k0 += w * (f1 * dtq * lt + f0 * (ld + lx + tr * lt));
-            if tr != 0.0 {
-                let lq: f64 = (0..nn).map(|a| n[a] * lambda[nodes[a]]).sum();
-                d_q -= w * tr * lq;
-            }
-        }
+            d_k0 += p.w * (f1 * p.dtq * lt + f0 * (ld + lx + tr * lt));
+            d_q -= p.w * tr * p.lq;
+        });
         (d_k0, d_q)
     }
 
@@ -315,79 +320,48 @@ impl ThermalModel {
         coords: CoordinateRequest,
         picks: &mut [f64],
     ) {
-        let nodes = self.element_nodes(e);
-        let nn = nodes.len();
-        let table = self.element_table(e);
         let tag = self.elem_tag[e] as usize;
         let law = &self.regions[tag].law;
         let (k0, dk0) = (self.k_elem[e], dir.k_elem[e]);
         let (source, d_source) = (self.regions[tag].source, dir.source[tag]);
-        let x = self.element_coords(e);
-        let dx = element_motion(nodes, &dir.coords);
-        // The picks that move a node of this element, with their motion of its nodes.
-        let moving = coords.moving_picks(nodes);
-        let mut g = [[0.0; 3]; crate::model::MAX_NODES];
-        for q in 0..table.n_points() {
-            let det = gradfem_mesh::geometry::physical_gradients_into(
-                3,
-                table.grad(q),
-                &x[..nn],
-                &mut g[..nn],
-            );
-            let w = table.weights[q] * det;
-            let n = table.shape(q);
-            let (mut tq, mut dtq, mut lq) = (0.0, 0.0, 0.0);
-            let (mut gt, mut gl, mut gd) = ([0.0; 3], [0.0; 3], [0.0; 3]);
-            for a in 0..nn {
-                let (ta, la, da) = (t[nodes[a]], lambda[nodes[a]], dir.temperature[nodes[a]]);
-                tq += n[a] * ta;
-                dtq += n[a] * da;
-                lq += n[a] * la;
-                for k in 0..3 {
-                    gt[k] += g[a][k] * ta;
-                    gl[k] += g[a][k] * la;
-                    gd[k] += g[a][k] * da;
-                }
-            }
-            let f = law.factor(Dual64::new(tq, 1.0));
+        let moving = coords.moving_picks(self.element_nodes(e));
+        self.for_direction_points(e, t, Some(lambda), dir, |p| {
+            let f = law.factor(Dual64::new(p.tq, 1.0));
             let (f0, f1) = (f.re, f.eps);
-            let g_delta =
-                dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(&g[..nn], &dx[..nn]));
-            let tr_delta = g_delta[0][0] + g_delta[1][1] + g_delta[2][2];
+            let (gl, gt, lq, w) = (p.gl, p.gt, p.lq, p.w);
+            let g_delta = p.motion.unwrap_or_default();
             let gdt = |v: &[f64; 3]| -> [f64; 3] {
                 std::array::from_fn(|j| (0..3).map(|i| g_delta[i][j] * v[i]).sum())
             };
             let (gdt_l, gdt_t) = (gdt(&gl), gdt(&gt));
             // ∇λ and ∇T along δ.
             let d_gl = gdt_l.map(|v| -v);
-            let d_gt: [f64; 3] = std::array::from_fn(|i| gd[i] - gdt_t[i]);
+            let d_gt: [f64; 3] = std::array::from_fn(|i| p.gd[i] - gdt_t[i]);
             let lt = dot3(&gl, &gt);
             let base = k0 * f0 * lt - source * lq;
             let s_delta = -dot3(&symmetric_times(&g_delta, &gl), &gt);
-            let d_base = (dk0 * f0 + k0 * f1 * dtq) * lt + k0 * f0 * (dot3(&gl, &gd) + s_delta)
+            let d_base = (dk0 * f0 + k0 * f1 * p.dtq) * lt + k0 * f0 * (dot3(&gl, &p.gd) + s_delta)
                 - d_source * lq;
-            let d_kf = dk0 * f0 + k0 * f1 * dtq;
+            let d_kf = dk0 * f0 + k0 * f1 * p.dtq;
             for (k, d) in &moving {
-                let g_d = motion_gradient(&g[..nn], d);
-                let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
+                let g_d = motion_gradient(p.g, d);
+                let tr_d = gradfem_kernel::trace(&g_d);
                 let m_gt = symmetric_times(&g_d, &gt);
                 let s_d = -dot3(&gl, &m_gt);
                 // G_D G_δ and the change of G_D + G_Dᵀ along δ.
-                let gdg: [[f64; 3]; 3] = std::array::from_fn(|i| {
-                    std::array::from_fn(|j| (0..3).map(|m| g_d[i][m] * g_delta[m][j]).sum())
-                });
-                let tr_gdg = gdg[0][0] + gdg[1][1] + gdg[2][2];
+                let gdg = gradfem_kernel::mat_mul(&g_d, &g_delta);
+                let tr_gdg = gradfem_kernel::trace(&gdg);
                 let d_m_gt = symmetric_times(&gdg, &gt).map(|v| -v);
                 let d_s_d = -dot3(&d_gl, &m_gt)
                     - dot3(&gl, &d_m_gt)
                     - dot3(&gl, &symmetric_times(&g_d, &d_gt));
                 picks[*k] += w
-                    * (tr_delta * (tr_d * base + k0 * f0 * s_d) - tr_gdg * base
+                    * (p.tr * (tr_d * base + k0 * f0 * s_d) - tr_gdg * base
                         + tr_d * d_base
                         + d_kf * s_d
                         + k0 * f0 * d_s_d);
             }
-        }
+        });
     }
 
     fn second_order_vjp_with(
@@ -584,7 +558,7 @@ impl ThermalModel {
                 &mut g[..nn],
             );
             let m = motion.as_ref().map_or([[0.0; 3]; 3], |d| motion_gradient(&g[..nn], &d[..nn]));
-            f(k, table.shape(k), table.weights[k] * det, m[0][0] + m[1][1] + m[2][2], &m);
+            f(k, table.shape(k), table.weights[k] * det, gradfem_kernel::trace(&m), &m);
         }
     }
 
@@ -657,10 +631,8 @@ impl ThermalModel {
                 let dqk = dq.get(p).copied().unwrap_or(0.0);
                 for (pick, d) in &picks {
                     let g_d = motion_gradient(&g[..nn], d);
-                    let tr_d = g_d[0][0] + g_d[1][1] + g_d[2][2];
-                    let tr_dd: f64 = (0..3)
-                        .map(|i| (0..3).map(|m| g_d[i][m] * g_delta[m][i]).sum::<f64>())
-                        .sum();
+                    let tr_d = gradfem_kernel::trace(&g_d);
+                    let tr_dd = gradfem_kernel::trace(&gradfem_kernel::mat_mul(&g_d, g_delta));
                     out[np + pick] -= w * lk * (tr_d * dqk + (tr * tr_d - tr_dd) * source[p]);
                 }
             });

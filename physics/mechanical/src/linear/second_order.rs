@@ -38,7 +38,7 @@
 //! ([`LinearElasticModel::compliance_hessian`]).
 
 use gradfem_kernel::{
-    CoordinatePart, CoordinateRequest, element_motion, motion_gradient, seed_pick,
+    CoordinatePart, CoordinateRequest, element_motion, mat_mul, motion_gradient, seed_pick, trace,
 };
 use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
@@ -183,7 +183,7 @@ impl PointMotion {
         let (c, c_x) = (trace(&el), trace(&el_x));
         PointMotion {
             motion,
-            tr: motion[0][0] + motion[1][1] + motion[2][2],
+            tr: trace(&motion),
             el,
             el_x,
             c,
@@ -258,22 +258,13 @@ fn ddot(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> f64 {
     (0..3).map(|i| (0..3).map(|j| a[i][j] * b[i][j]).sum::<f64>()).sum()
 }
 
-fn trace(a: &[[f64; 3]; 3]) -> f64 {
-    a[0][0] + a[1][1] + a[2][2]
-}
-
 /// Per volume element: the local displacement part (3·nn), temperature part (nn), then E, ν,
 /// α, T_ref and the body force's three components.
 const LOCAL: usize = 4 * MAX_NODES + 7;
 
-/// (∇v) G − the change of a displacement gradient with the nodes' motion is its negative.
-fn times(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    std::array::from_fn(|i| std::array::from_fn(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
-}
-
 /// −sym(H G): the change of ε = sym H with the nodes' motion, for H = ∇v.
 fn strain_motion(h: &[[f64; 3]; 3], g: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    let hg = times(h, g);
+    let hg = mat_mul(h, g);
     std::array::from_fn(|i| std::array::from_fn(|j| -0.5 * (hg[i][j] + hg[j][i])))
 }
 
@@ -686,7 +677,7 @@ impl LinearElasticModel {
                 - kappa * theta * d_c
                 - d_body;
             // ∇δu − ∇u G_δ, the change of ∇u along δ.
-            let d_hu = add(&hd, &times(&hu, &g_delta), -1.0);
+            let d_hu = add(&hd, &mat_mul(&hu, &g_delta), -1.0);
             for (k, d) in &moving {
                 let g_d = motion_gradient(&g[..nn], d);
                 let tr_d = trace(&g_d);
@@ -697,16 +688,16 @@ impl LinearElasticModel {
                 let q_d = 2.0 * mu * a_d + lam * b_d - kappa * theta * c_d;
                 // Along δ: G_D by −G_D G_δ, so ε_D(u) by −sym(d∇u G_D − ∇u G_D G_δ) and
                 // ε_D(Λ) by sym(∇Λ (G_δ G_D + G_D G_δ)).
-                let gdg = times(&g_d, &g_delta);
+                let gdg = mat_mul(&g_d, &g_delta);
                 let tr_gdg = trace(&gdg);
                 let d_eu_d = {
-                    let a = times(&d_hu, &g_d);
-                    let b = times(&hu, &gdg);
+                    let a = mat_mul(&d_hu, &g_d);
+                    let b = mat_mul(&hu, &gdg);
                     sym(&add(&b, &a, -1.0))
                 };
                 let d_el_d = {
-                    let s = add(&times(&g_delta, &g_d), &gdg, 1.0);
-                    sym(&times(&hl, &s))
+                    let s = add(&mat_mul(&g_delta, &g_d), &gdg, 1.0);
+                    sym(&mat_mul(&hl, &s))
                 };
                 let d_c_d = trace(&d_el_d);
                 let d_a_d = ddot(&d_eu_d, &el)
