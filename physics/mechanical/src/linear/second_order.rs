@@ -236,22 +236,14 @@ fn lame_derivatives(e: f64, nu: f64, de: f64, dnu: f64) -> LameDerivatives {
     out
 }
 
+/// ε(v) = sym ∇v of a nodal vector field `v` (three per node).
 fn sym_grad(g: &[[f64; 3]], v: &[f64], nodes: usize) -> [[f64; 3]; 3] {
-    let mut gu = [[0.0; 3]; 3];
-    for a in 0..nodes {
-        for i in 0..3 {
-            for j in 0..3 {
-                gu[i][j] += v[3 * a + i] * g[a][j];
-            }
-        }
-    }
-    let mut e = [[0.0; 3]; 3];
-    for i in 0..3 {
-        for j in 0..3 {
-            e[i][j] = 0.5 * (gu[i][j] + gu[j][i]);
-        }
-    }
-    e
+    sym(&full_grad(g, v, nodes))
+}
+
+/// The symmetric part of a 3×3 matrix.
+fn sym(h: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
+    std::array::from_fn(|i| std::array::from_fn(|j| 0.5 * (h[i][j] + h[j][i])))
 }
 
 fn ddot(a: &[[f64; 3]; 3], b: &[[f64; 3]; 3]) -> f64 {
@@ -264,8 +256,7 @@ const LOCAL: usize = 4 * MAX_NODES + 7;
 
 /// −sym(H G): the change of ε = sym H with the nodes' motion, for H = ∇v.
 fn strain_motion(h: &[[f64; 3]; 3], g: &[[f64; 3]; 3]) -> [[f64; 3]; 3] {
-    let hg = mat_mul(h, g);
-    std::array::from_fn(|i| std::array::from_fn(|j| -0.5 * (hg[i][j] + hg[j][i])))
+    sym(&mat_mul(h, g)).map(|row| row.map(|v| -v))
 }
 
 /// ∇v of a nodal vector field `v` (three per node): Hᵢⱼ = Σ_a v_a,i ∂ⱼN_a.
@@ -628,9 +619,6 @@ impl LinearElasticModel {
         let table = self.element_table(e);
         let x = self.element_coordinates(e);
         let dx = element_motion(nodes, &dir.coords);
-        let sym = |h: &[[f64; 3]; 3]| -> [[f64; 3]; 3] {
-            std::array::from_fn(|i| std::array::from_fn(|j| 0.5 * (h[i][j] + h[j][i])))
-        };
         let add = |a: &[[f64; 3]; 3], b: &[[f64; 3]; 3], s: f64| -> [[f64; 3]; 3] {
             std::array::from_fn(|i| std::array::from_fn(|j| a[i][j] + s * b[i][j]))
         };
