@@ -202,6 +202,17 @@ impl PointMotion {
     }
 }
 
+/// One quadrature point of a volume element along a direction: the shape functions, their
+/// physical gradients, w = weight · det J, and T and δT there (δT zero without a temperature
+/// field).
+struct ElasticPoint<'a> {
+    g: &'a [[f64; 3]],
+    n: &'a [f64],
+    w: f64,
+    tq: f64,
+    dtq: f64,
+}
+
 /// Lamé's μ and λ with their derivatives in (E, ν) along a direction (δE, δν).
 #[derive(Clone, Copy, Debug, Default)]
 struct LameDerivatives {
@@ -332,22 +343,18 @@ impl LinearElasticModel {
         self.element_jvp(u, dir, false, false)
     }
 
-    /// Volume element `e`'s residual tangent along `dir`, into `local` (3·nn).
-    fn volume_jvp(&self, e: usize, u: &[f64], dir: &MechanicalDirection, local: &mut [f64]) {
+    /// `f` at every quadrature point of volume element `e` along `dir` (see
+    /// [`ElasticPoint`]).
+    fn for_elastic_points(
+        &self,
+        e: usize,
+        dir: &MechanicalDirection,
+        mut f: impl FnMut(&ElasticPoint),
+    ) {
         let nodes = self.element_nodes(e);
         let nn = nodes.len();
-        let r = self.element_region(e);
         let p = self.element_params(e);
         let (te, is_field) = self.element_temperature_values(e, p.t_ref);
-        let ue = self.gather_element(e, u, 3);
-        let de = self.gather_element(e, &dir.displacement, 3);
-        let ld = lame_derivatives(
-            self.young_elem[e],
-            self.poisson_elem[e],
-            dir.young_elem[e],
-            dir.poisson_elem[e],
-        );
-        let (dalpha, dtref, db) = (dir.alpha[r], dir.t_ref[r], dir.body_force[r]);
         let table = self.element_table(e);
         let x = self.element_coordinates(e);
         let mut g = [[0.0; 3]; MAX_NODES];
@@ -358,7 +365,6 @@ impl LinearElasticModel {
                 &x[..nn],
                 &mut g[..nn],
             );
-            let w = table.weights[q] * det;
             let n = table.shape(q);
             let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
             let dtq: f64 = if is_field {
@@ -366,10 +372,31 @@ impl LinearElasticModel {
             } else {
                 0.0
             };
+            f(&ElasticPoint { g: &g[..nn], n, w: table.weights[q] * det, tq, dtq });
+        }
+    }
+
+    /// Volume element `e`'s residual tangent along `dir`, into `local` (3·nn).
+    fn volume_jvp(&self, e: usize, u: &[f64], dir: &MechanicalDirection, local: &mut [f64]) {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let r = self.element_region(e);
+        let p = self.element_params(e);
+        let ue = self.gather_element(e, u, 3);
+        let de = self.gather_element(e, &dir.displacement, 3);
+        let ld = lame_derivatives(
+            self.young_elem[e],
+            self.poisson_elem[e],
+            dir.young_elem[e],
+            dir.poisson_elem[e],
+        );
+        let (dalpha, dtref, db) = (dir.alpha[r], dir.t_ref[r], dir.body_force[r]);
+        self.for_elastic_points(e, dir, |pt| {
+            let (g, n, w, tq, dtq) = (pt.g, pt.n, pt.w, pt.tq, pt.dtq);
             let theta = p.alpha * (tq - p.t_ref);
             let d_theta = dalpha * (tq - p.t_ref) + p.alpha * (dtq - dtref);
-            let eu = sym_grad(&g, &ue, nn);
-            let ed = sym_grad(&g, &de, nn);
+            let eu = sym_grad(g, &ue, nn);
+            let ed = sym_grad(g, &de, nn);
             let iso = ld.delta_lambda * (trace(&eu) - 3.0 * theta)
                 + ld.lambda * (trace(&ed) - 3.0 * d_theta)
                 - 2.0 * ld.delta_mu * theta
@@ -387,7 +414,7 @@ impl LinearElasticModel {
                     local[3 * a + i] += w * (sg - db[i] * n[a]);
                 }
             }
-        }
+        });
     }
 
     /// (∂f/∂p) δp: the change of the consistent load vector (body forces, tractions,
@@ -500,9 +527,7 @@ impl LinearElasticModel {
         let de = self.gather_element(e, &dir.displacement, 3);
         let r = self.element_region(e);
         let p = self.element_params(e);
-        let (te, is_field) = self.element_temperature_values(e, p.t_ref);
-        let dte: Vec<f64> =
-            nodes.iter().map(|&n| if is_field { dir.temperature[n] } else { 0.0 }).collect();
+        let is_field = self.temperature().is_some();
         let (dalpha, dtref) = (dir.alpha[r], dir.t_ref[r]);
         let ld = lame_derivatives(
             self.young_elem[e],
@@ -515,41 +540,19 @@ impl LinearElasticModel {
         let kappa_s: [f64; 2] = std::array::from_fn(|k| 2.0 * ld.d_mu[k] + 3.0 * ld.d_lambda[k]);
         let d_kappa_s: [f64; 2] =
             std::array::from_fn(|k| 2.0 * ld.delta_mu_grad[k] + 3.0 * ld.delta_lambda_grad[k]);
-        let table = self.element_table(e);
-        let x = self.element_coordinates(e);
         let dx = element_motion(nodes, &dir.coords);
-        let mut g = [[0.0; 3]; MAX_NODES];
-        for q in 0..table.n_points() {
-            let det = gradfem_mesh::geometry::physical_gradients_into(
-                3,
-                table.grad(q),
-                &x[..nn],
-                &mut g[..nn],
-            );
-            let w = table.weights[q] * det;
-            let n = table.shape(q);
-            let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
-            let dtq: f64 = (0..nn).map(|a| n[a] * dte[a]).sum();
+        self.for_elastic_points(e, dir, |pt| {
+            let (g, n, w, tq, dtq) = (pt.g, pt.n, pt.w, pt.tq, pt.dtq);
             if let Some(dx) = &dx {
-                let moving = PointMotion::new(&g[..nn], &dx[..nn], &le, &ue);
+                let moving = PointMotion::new(g, &dx[..nn], &le, &ue);
                 let theta = p.alpha * (tq - p.t_ref);
                 self.moving_point_products(
-                    &moving,
-                    &g[..nn],
-                    n,
-                    w,
-                    theta,
-                    tq,
-                    &ld,
-                    &p,
-                    is_field,
-                    &le,
-                    &mut out,
+                    &moving, g, n, w, theta, tq, &ld, &p, is_field, &le, &mut out,
                 );
             }
-            let el = sym_grad(&g, &le, nn);
-            let eu = sym_grad(&g, &ue, nn);
-            let ed = sym_grad(&g, &de, nn);
+            let el = sym_grad(g, &le, nn);
+            let eu = sym_grad(g, &ue, nn);
+            let ed = sym_grad(g, &de, nn);
             let c = trace(&el);
             let a_ = ddot(&eu, &el);
             let b_ = trace(&eu) * c;
@@ -577,7 +580,7 @@ impl LinearElasticModel {
             }
             out[4 * MAX_NODES + 2] -= w * (d_kappa * (tq - p.t_ref) + kappa * (dtq - dtref)) * c;
             out[4 * MAX_NODES + 3] += w * (d_kappa * p.alpha + kappa * dalpha) * c;
-        }
+        });
         out
     }
 
@@ -606,7 +609,6 @@ impl LinearElasticModel {
         let de = self.gather_element(e, &dir.displacement, 3);
         let r = self.element_region(e);
         let p = self.element_params(e);
-        let (te, is_field) = self.element_temperature_values(e, p.t_ref);
         let ld = lame_derivatives(
             self.young_elem[e],
             self.poisson_elem[e],
@@ -616,35 +618,18 @@ impl LinearElasticModel {
         let (mu, lam, d_mu, d_lam) = (ld.mu, ld.lambda, ld.delta_mu, ld.delta_lambda);
         let (kappa, d_kappa) = (2.0 * mu + 3.0 * lam, 2.0 * d_mu + 3.0 * d_lam);
         let (d_alpha, d_tref, d_body) = (dir.alpha[r], dir.t_ref[r], dir.body_force[r]);
-        let table = self.element_table(e);
-        let x = self.element_coordinates(e);
         let dx = element_motion(nodes, &dir.coords);
         let add = |a: &[[f64; 3]; 3], b: &[[f64; 3]; 3], s: f64| -> [[f64; 3]; 3] {
             std::array::from_fn(|i| std::array::from_fn(|j| a[i][j] + s * b[i][j]))
         };
-        let mut g = [[0.0; 3]; MAX_NODES];
-        for q in 0..table.n_points() {
-            let det = gradfem_mesh::geometry::physical_gradients_into(
-                3,
-                table.grad(q),
-                &x[..nn],
-                &mut g[..nn],
-            );
-            let w = table.weights[q] * det;
-            let n = table.shape(q);
-            let tq: f64 = (0..nn).map(|a| n[a] * te[a]).sum();
-            let dtq: f64 = if is_field {
-                (0..nn).map(|a| n[a] * dir.temperature[nodes[a]]).sum()
-            } else {
-                0.0
-            };
+        self.for_elastic_points(e, dir, |pt| {
+            let (g, n, w, tq, dtq) = (pt.g, pt.n, pt.w, pt.tq, pt.dtq);
             let theta = p.alpha * (tq - p.t_ref);
             let d_theta = d_alpha * (tq - p.t_ref) + p.alpha * (dtq - d_tref);
             let lq: [f64; 3] = std::array::from_fn(|i| (0..nn).map(|a| n[a] * le[3 * a + i]).sum());
             let (hl, hu, hd) =
-                (full_grad(&g, &le, nn), full_grad(&g, &ue, nn), full_grad(&g, &de, nn));
-            let g_delta =
-                dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(&g[..nn], &dx[..nn]));
+                (full_grad(g, &le, nn), full_grad(g, &ue, nn), full_grad(g, &de, nn));
+            let g_delta = dx.as_ref().map_or([[0.0; 3]; 3], |dx| motion_gradient(g, &dx[..nn]));
             let tr_delta = trace(&g_delta);
             let (el, eu, ed) = (sym(&hl), sym(&hu), sym(&hd));
             let c = trace(&el);
@@ -667,7 +652,7 @@ impl LinearElasticModel {
             // ∇δu − ∇u G_δ, the change of ∇u along δ.
             let d_hu = add(&hd, &mat_mul(&hu, &g_delta), -1.0);
             for (k, d) in &moving {
-                let g_d = motion_gradient(&g[..nn], d);
+                let g_d = motion_gradient(g, d);
                 let tr_d = trace(&g_d);
                 let (eu_d, el_d) = (strain_motion(&hu, &g_d), strain_motion(&hl, &g_d));
                 let c_d = trace(&el_d);
@@ -705,7 +690,7 @@ impl LinearElasticModel {
                         + tr_d * d_integrand
                         + d_q_d);
             }
-        }
+        });
         picks
     }
 
