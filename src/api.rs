@@ -281,19 +281,17 @@ impl Model {
 
     fn thermal_material(&mut self, group: &str) -> &mut ThermalMaterialSpec {
         let list = &mut self.thermal().materials;
-        let at = match list.iter().position(|m| m.group.get_ref() == group) {
-            Some(i) => i,
-            None => {
-                list.push(ThermalMaterialSpec {
-                    group: unlocated(group.into()),
-                    k: None,
-                    source: 0.0,
-                    law: ConductivityLaw::Constant,
-                });
-                list.len() - 1
-            }
-        };
-        &mut list[at]
+        entry_by_group(
+            list,
+            group,
+            |e| e.group.get_ref(),
+            || ThermalMaterialSpec {
+                group: unlocated(group.into()),
+                k: None,
+                source: 0.0,
+                law: ConductivityLaw::Constant,
+            },
+        )
     }
 
     fn thermal_bc(
@@ -323,21 +321,19 @@ impl Model {
 
     fn conductor_entry(&mut self, group: &str) -> &mut ConductorFileSpec {
         let list = &mut self.electrical().conductors;
-        let at = match list.iter().position(|c| c.group.get_ref() == group) {
-            Some(i) => i,
-            None => {
-                list.push(ConductorFileSpec {
-                    group: unlocated(group.into()),
-                    sigma: None,
-                    resistivity: None,
-                    alpha_r: None,
-                    law: None,
-                    t_ref: None,
-                });
-                list.len() - 1
-            }
-        };
-        &mut list[at]
+        entry_by_group(
+            list,
+            group,
+            |e| e.group.get_ref(),
+            || ConductorFileSpec {
+                group: unlocated(group.into()),
+                sigma: None,
+                resistivity: None,
+                alpha_r: None,
+                law: None,
+                t_ref: None,
+            },
+        )
     }
 
     fn terminal(
@@ -368,21 +364,19 @@ impl Model {
 
     fn elastic_material(&mut self, group: &str) -> &mut MechanicalMaterialSpec {
         let list = &mut self.mechanical().materials;
-        let at = match list.iter().position(|m| m.group.get_ref() == group) {
-            Some(i) => i,
-            None => {
-                list.push(MechanicalMaterialSpec {
-                    group: unlocated(group.into()),
-                    young: None,
-                    poisson: None,
-                    alpha: 0.0,
-                    t_ref: None,
-                    body_force: [0.0; 3],
-                });
-                list.len() - 1
-            }
-        };
-        &mut list[at]
+        entry_by_group(
+            list,
+            group,
+            |e| e.group.get_ref(),
+            || MechanicalMaterialSpec {
+                group: unlocated(group.into()),
+                young: None,
+                poisson: None,
+                alpha: 0.0,
+                t_ref: None,
+                body_force: [0.0; 3],
+            },
+        )
     }
 
     fn mechanical_bc(
@@ -676,6 +670,23 @@ impl Model {
         };
         Simulation::from_problem_file(file)
     }
+}
+
+/// The entry of `list` on `group`, made by `make` and added at the end when there is none.
+fn entry_by_group<'a, T>(
+    list: &'a mut Vec<T>,
+    group: &str,
+    group_of: impl Fn(&T) -> &String,
+    make: impl FnOnce() -> T,
+) -> &'a mut T {
+    let at = match list.iter().position(|e| group_of(e) == group) {
+        Some(i) => i,
+        None => {
+            list.push(make());
+            list.len() - 1
+        }
+    };
+    &mut list[at]
 }
 
 /// Put `entry` in place of the entry of `list` on the same group, or at the end.
