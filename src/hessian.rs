@@ -12,6 +12,7 @@
 use serde::Serialize;
 
 use gradfem_coupling::fields::finite_strain::{PathTerm, Quantity};
+use gradfem_coupling::time::TimeRule;
 use gradfem_solvers::dense::symmetric_eigen;
 use gradfem_solvers::params::ParamVector;
 use gradfem_thermal::ObjectiveKind;
@@ -109,6 +110,9 @@ fn least_squares(
     pv: &ParamVector,
 ) -> Result<Option<LeastSquares>, RunError> {
     let n = pv.len();
+    if problem.is_transient() {
+        return transient_least_squares(problem, pv);
+    }
     let sensor_term = match problem.thermal().objective.as_slice() {
         [t] => match &t.kind {
             ObjectiveKind::Misfit { sensors } => Some((t.weight, sensors.clone())),
@@ -165,6 +169,44 @@ fn least_squares(
         "the curves' units"
     };
     Ok(Some(LeastSquares { weight: 2.0 * weight.expect("a misfit"), unit, sensitivities }))
+}
+
+/// A transient problem's objective as a least-squares misfit, when its time rule is one:
+/// J = ½ Σₖ (j(tₖ) − dₖ)² over a measured series (`[transient] objective = "misfit"`), G by
+/// one tangent-linear run per entry.
+fn transient_least_squares(
+    problem: &mut Problem,
+    pv: &ParamVector,
+) -> Result<Option<LeastSquares>, RunError> {
+    if !matches!(problem.time_rule(), Some(TimeRule::Misfit(_))) {
+        return Ok(None);
+    }
+    let n = pv.len();
+    let mut columns = Vec::with_capacity(n);
+    let mut e = vec![0.0; n];
+    for j in 0..n {
+        e[j] = 1.0;
+        let (dj, times) = problem.state_value_tangents(&e)?;
+        e[j] = 0.0;
+        let rule = problem.time_rule().expect("checked");
+        columns.push(rule.misfit_tangents(&dj, &times)?.expect("a misfit"));
+    }
+    let m = columns.first().map_or(0, Vec::len);
+    let sensitivities = (0..m).map(|k| columns.iter().map(|c| c[k]).collect()).collect();
+    // The series is in the objective terms' unit: kelvin when every term is a temperature
+    // (a point value, an average or a smooth maximum) of weight 1.
+    let kelvin = problem.thermal().objective.iter().all(|t| {
+        t.weight == 1.0
+            && matches!(
+                t.kind,
+                ObjectiveKind::Point { .. }
+                    | ObjectiveKind::Average { .. }
+                    | ObjectiveKind::Max { .. }
+                    | ObjectiveKind::Peak { .. }
+            )
+    });
+    let unit = if kelvin { "K" } else { "the series' unit" };
+    Ok(Some(LeastSquares { weight: 1.0, unit, sensitivities }))
 }
 
 /// The inverse of a symmetric positive definite matrix from its eigen-decomposition.

@@ -373,6 +373,37 @@ pub trait Dynamic {
         inputs: &[usize],
     ) -> Result<Vec<(usize, Vec<f64>)>, RunError>;
 
+    // ----- second order through the steps ---------------------------------------------------
+
+    /// Whether the field has the tangent-linear model and second-order adjoint of its steps
+    /// ([`time_tangents`](Self::time_tangents), [`time_hessian_vector`](Self::time_hessian_vector)).
+    fn covers_second_order(&self) -> bool {
+        false
+    }
+
+    /// The tangent-linear model of the last run along the parameter direction `params`: the
+    /// state tangent δuⁿ at every state (output port 0's layout) and the derivative δjₙ of the
+    /// field's own objective terms there.
+    fn time_tangents(&mut self, params: &Gradient) -> Result<TimeTangents, RunError> {
+        let _ = params;
+        Err(RunError::Setup("this field has no second-order products in time".into()))
+    }
+
+    /// H·δp of J = F(j₀ … j_N) through the last run, added into `rev`: `weights` are
+    /// wₙ = ∂F/∂jₙ, `d_weights` their derivatives along `params`, `tangents` the run's
+    /// [`time_tangents`](Self::time_tangents) along the same direction.
+    fn time_hessian_vector(
+        &mut self,
+        weights: &[f64],
+        d_weights: &[f64],
+        params: &Gradient,
+        tangents: &TimeTangents,
+        rev: &mut Reverse,
+    ) -> Result<(), RunError> {
+        let _ = (weights, d_weights, params, tangents, rev);
+        Err(RunError::Setup("this field has no second-order products in time".into()))
+    }
+
     // ----- stepping under the engine, for a field on a cycle ------------------------------
     //
     // A field stepped in time inside a strongly coupled group (the temperature of a φ ⇄ T
@@ -428,6 +459,15 @@ pub trait Dynamic {
     fn initial_vjp(&self, state_bar: &[f64], rev: &mut Reverse) {
         let _ = (state_bar, rev);
     }
+}
+
+/// The tangent-linear model of a run along a parameter direction.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimeTangents {
+    /// δuⁿ at every state n = 0 … N (output port 0's layout).
+    pub states: Vec<Vec<f64>>,
+    /// δjₙ of the field's own objective terms at every state.
+    pub objective: Vec<f64>,
 }
 
 /// How the engine steps a field that lies on a cycle: the initial state, the steps (or the

@@ -66,7 +66,7 @@ impl SecondOrderTaylor {
 }
 
 /// A flat vector (the order of [`ParamVector::all`]) as a gradient-shaped direction.
-fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunError> {
+pub(crate) fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunError> {
     let pv = ParamVector::all(reg);
     if flat.len() != pv.len() {
         return Err(RunError::Setup(format!(
@@ -99,9 +99,7 @@ impl CoupledProblem {
     /// they are not (what is not covered yet), checked without solving.
     pub fn second_order_support(&self) -> Result<(), RunError> {
         if self.is_transient() {
-            return Err(RunError::Setup(
-                "Hessian-vector products of problems stepped in time are not available yet".into(),
-            ));
+            return self.second_order_in_time_support();
         }
         for f in self.fields() {
             let Some(so) = f.second_order_ref() else {
@@ -287,6 +285,9 @@ impl CoupledProblem {
         self.second_order_support()?;
         if !self.is_solved() {
             self.solve()?;
+        }
+        if self.is_transient() {
+            return self.hessian_vector_in_time(dir);
         }
         let nf = self.fields().len();
         let mut timings = GradientTimings::default();

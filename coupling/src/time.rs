@@ -138,6 +138,64 @@ impl TimeRule {
     }
 }
 
+impl TimeRule {
+    /// δwₙ = Σₘ ∂²F/∂jₙ∂jₘ δjₘ: the derivative of the weights of
+    /// [`value_and_weights`](Self::value_and_weights) along δj (`dj`), for Hessian-vector
+    /// products. Fixed weights and interpolation are linear in j (δw = 0); the smooth maximum
+    /// has ∂²F/∂j² = ρ(diag w − w wᵀ); a misfit Σₖ cₖcₖᵀ with cₖ its interpolation weights.
+    pub fn weight_tangents(
+        &self,
+        j: &[f64],
+        dj: &[f64],
+        times: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        let mut dw = vec![0.0; j.len()];
+        match self {
+            TimeRule::Weighted(_) | TimeRule::At(_) => {}
+            TimeRule::Max { rho } => {
+                let m = j.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = j.iter().map(|v| (rho * (v - m)).exp()).collect();
+                let sum: f64 = e.iter().sum();
+                let w: Vec<f64> = e.iter().map(|v| v / sum).collect();
+                let mean: f64 = w.iter().zip(dj).map(|(a, b)| a * b).sum();
+                for ((d, wn), djn) in dw.iter_mut().zip(&w).zip(dj) {
+                    *d = rho * wn * (djn - mean);
+                }
+            }
+            TimeRule::Misfit(data) => {
+                for (k, [t, _]) in data.iter().enumerate() {
+                    let (n, a, b) =
+                        interpolation(times, *t, &format!("measured row {} (time {t} s)", k + 1))?;
+                    let dr = a * dj[n] + if b != 0.0 { b * dj[n + 1] } else { 0.0 };
+                    dw[n] += dr * a;
+                    if b != 0.0 {
+                        dw[n + 1] += dr * b;
+                    }
+                }
+            }
+        }
+        Ok(dw)
+    }
+}
+
+impl TimeRule {
+    /// For a misfit, the residuals' derivatives δrₖ = aₖ δjₙ + bₖ δjₙ₊₁ along δj (`dj`),
+    /// one per measured row (rₖ = j(tₖ) − dₖ, j interpolated between the states at `times`);
+    /// `None` for the other rules.
+    pub fn misfit_tangents(&self, dj: &[f64], times: &[f64]) -> Result<Option<Vec<f64>>, RunError> {
+        let TimeRule::Misfit(data) = self else { return Ok(None) };
+        data.iter()
+            .enumerate()
+            .map(|(k, [t, _])| {
+                let (n, a, b) =
+                    interpolation(times, *t, &format!("measured row {} (time {t} s)", k + 1))?;
+                Ok(a * dj[n] + if b != 0.0 { b * dj[n + 1] } else { 0.0 })
+            })
+            .collect::<Result<Vec<f64>, RunError>>()
+            .map(Some)
+    }
+}
+
 /// The quasi-static fields downstream of the stepped one at every state of the last run.
 #[derive(Clone, Debug, Default)]
 pub struct TimeHistory {
@@ -404,6 +462,87 @@ impl CoupledProblem {
         let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
         self.reverse_stage_list(&once, &mut bars, grad, timings)?;
         Ok(j)
+    }
+
+    /// Whether Hessian-vector products cover this problem in time: a field with second-order
+    /// products through its steps, stepped alone (no other field before, after or on a cycle
+    /// with it) and nodes that hold still; `Ok` or what is missing.
+    pub(crate) fn second_order_in_time_support(&self) -> Result<(), RunError> {
+        let layout = self.time_layout()?;
+        let field = &self.fields()[layout.dynamic];
+        if !field.dynamic().is_some_and(|d| d.covers_second_order()) {
+            return Err(setup(format!(
+                "the {} field has no second-order products through its time steps yet",
+                field.name()
+            )));
+        }
+        if self.fields().len() > 1 {
+            let others: Vec<&str> = (0..self.fields().len())
+                .filter(|&i| i != layout.dynamic)
+                .map(|i| self.fields()[i].name())
+                .collect();
+            return Err(setup(format!(
+                "Hessian-vector products in time cover a {} field stepped alone so far; this \
+                 problem couples it with {}",
+                field.name(),
+                others.join(", ")
+            )));
+        }
+        if self.shape().is_active() {
+            return Err(setup(
+                "Hessian-vector products in time with respect to node coordinates (shape \
+                 parameters) are not available yet; register material, load, boundary, heat \
+                 capacity and initial-temperature parameters",
+            ));
+        }
+        Ok(())
+    }
+
+    /// H·δp of a problem in time (the stepped field alone, checked by
+    /// [`second_order_in_time_support`](Self::second_order_in_time_support)): the field's
+    /// tangent-linear run along `dir`, the time rule's weights and their derivatives along
+    /// the objective's tangent δjₙ, and the second-order adjoint of the steps.
+    pub(crate) fn hessian_vector_in_time(&mut self, dir: &Gradient) -> Result<Gradient, RunError> {
+        let rule = self.time.clone().ok_or_else(|| setup("not a time-dependent problem"))?;
+        let layout = self.time_layout()?;
+        let d = layout.dynamic;
+        let j = self.state_values()?;
+        let (times, infos) = {
+            let dynamic = self.fields()[d].dynamic().expect("stepped");
+            let (times, _) = dynamic.trajectory().ok_or_else(|| setup("transient: solve first"))?;
+            let infos: Vec<StepInfo> = (0..times.len()).map(|n| dynamic.step_info(n)).collect();
+            (times.to_vec(), infos)
+        };
+        let (_, weights) = rule.value_and_weights(&j, &times, |n| infos[n])?;
+        let tangents = self.fields_mut()[d].dynamic_mut().expect("stepped").time_tangents(dir)?;
+        let d_weights = rule.weight_tangents(&j, &tangents.objective, &times)?;
+        let mut hv = Gradient::zeros(self.registry());
+        let (registry, shape) = self.parts();
+        let registry = registry.clone();
+        let shape = shape.clone();
+        let mut rev = Reverse { registry: &registry, shape: &shape, grad: &mut hv };
+        self.fields_mut()[d]
+            .dynamic_mut()
+            .expect("stepped")
+            .time_hessian_vector(&weights, &d_weights, dir, &tangents, &mut rev)?;
+        Ok(hv)
+    }
+
+    /// The derivatives δjₙ of the objective terms' values at every state along `dir` (flat,
+    /// the order of [`ParamVector::all`](gradfem_solvers::params::ParamVector::all)): the
+    /// stepped field's tangent-linear run, for the problems Hessian-vector products cover in
+    /// time; with the times of the states.
+    pub fn state_value_tangents(&mut self, dir: &[f64]) -> Result<(Vec<f64>, Vec<f64>), RunError> {
+        self.second_order_support()?;
+        if !self.is_solved() {
+            self.solve()?;
+        }
+        let d = crate::second_order::shaped(self.registry(), dir)?;
+        let layout = self.time_layout()?;
+        let field = self.fields_mut()[layout.dynamic].dynamic_mut().expect("stepped");
+        let tangents = field.time_tangents(&d)?;
+        let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
+        Ok((tangents.objective, times))
     }
 
     /// Add field `f`'s objective seeds into `bars` (its direct partials into `grad`).

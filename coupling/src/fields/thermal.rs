@@ -25,7 +25,7 @@ use crate::cell::CellKernels;
 use crate::error::{LinearChoice, RunError};
 use crate::field::{
     CyclePlan, Direction, Dynamic, Field, Layout, OutputVjp, Port, Reverse, SecondOrder, Seed,
-    SolveMode, StepChoice, StepInfo,
+    SolveMode, StepChoice, StepInfo, TimeTangents,
 };
 use crate::fields::thermal_transient::ThermalTransient;
 
@@ -1111,6 +1111,42 @@ impl Dynamic for ThermalField {
                 rev.grad.get_mut(*id)[0] += direct;
             }
         }
+    }
+
+    fn covers_second_order(&self) -> bool {
+        true
+    }
+
+    fn time_tangents(&mut self, params: &Gradient) -> Result<TimeTangents, RunError> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        let dir = tr.direction(&self.model, params, self.thermal_direction(params));
+        let (states, objective) = tr.tangents(&self.objective, &dir)?;
+        Ok(TimeTangents { states, objective })
+    }
+
+    fn time_hessian_vector(
+        &mut self,
+        weights: &[f64],
+        d_weights: &[f64],
+        params: &Gradient,
+        tangents: &TimeTangents,
+        rev: &mut Reverse,
+    ) -> Result<(), RunError> {
+        let want = self.vjp_request(false);
+        let tr = self.transient.as_ref().expect("a transient field");
+        let dir = tr.direction(&self.model, params, self.thermal_direction(params));
+        let hv = tr.hessian_vector(
+            &self.model,
+            &self.objective,
+            weights,
+            d_weights,
+            &dir,
+            &tangents.states,
+            want,
+            rev,
+        )?;
+        self.add_transient_gradient(&hv, rev);
+        Ok(())
     }
 
     fn time_gradient(

@@ -14,7 +14,7 @@
 
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_solvers::newton::NewtonParams;
-use gradfem_solvers::params::{ParamId, ParamRegistry, ParamSpec};
+use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry, ParamSpec};
 use gradfem_thermal::{ObjectiveTerm, ThermalModel};
 use serde::Serialize;
 
@@ -22,7 +22,8 @@ use crate::error::RunError;
 use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, StepChoice, StepInfo};
 use crate::fields::transient::{
     AdaptInfo, AdaptParams, MassKind, StepInfo as ThermalStepInfo, TimeObjective, TimeScheme,
-    Trajectory, TransientGradient, TransientProblem, TransientSpec, WeightedTerms,
+    Trajectory, TransientDirection, TransientGradient, TransientProblem, TransientSpec,
+    WeightedTerms,
 };
 
 /// How a registered transient parameter maps onto the run.
@@ -331,6 +332,15 @@ impl ThermalTransient {
         };
         let obj = SeededTerms { terms, seeds };
         let g: TransientGradient = p.gradient(&obj, self.memory, want).map_err(transient_err)?;
+        self.add_run_parameters(model, &g, rev);
+        self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
+        self.report.peak_stored_states = Some(g.stats.max_stored_states);
+        Ok(g)
+    }
+
+    /// Add the run's own parameters' share of `g` (ρc per region, the uniform initial
+    /// temperature over the free nodes) into `rev`.
+    fn add_run_parameters(&self, model: &ThermalModel, g: &TransientGradient, rev: &mut Reverse) {
         let owner = model.fixed_owner();
         for (id, b) in &self.bindings {
             let v = rev.grad.get_mut(*id);
@@ -344,9 +354,74 @@ impl ThermalTransient {
                 }
             }
         }
-        self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
-        self.report.peak_stored_states = Some(g.stats.max_stored_states);
-        Ok(g)
+    }
+
+    /// The direction of the run along `params`: `steady` (the steady model's part, fixed
+    /// temperatures at their nodes) with δρc and δT⁰ of this run's registered parameters.
+    pub fn direction(
+        &self,
+        model: &ThermalModel,
+        params: &Gradient,
+        steady: gradfem_thermal::ThermalDirection,
+    ) -> TransientDirection {
+        let mut d = TransientDirection::zeros(model);
+        d.steady = steady;
+        let owner = model.fixed_owner();
+        for (id, b) in &self.bindings {
+            let v = params.get(*id)[0];
+            match b {
+                TBinding::HeatCapacity(r) => {
+                    for &e in &model.regions[*r].elements {
+                        d.heat_capacity_elem[e] += v;
+                    }
+                }
+                TBinding::Initial => {
+                    for (n, o) in owner.iter().enumerate() {
+                        if o.is_none() {
+                            d.initial[n] += v;
+                        }
+                    }
+                }
+            }
+        }
+        d
+    }
+
+    /// The tangent-linear model of the last run along `dir`: δTⁿ at every state and δjₙ of
+    /// the `objective` terms.
+    pub fn tangents(
+        &self,
+        objective: &[ObjectiveTerm],
+        dir: &TransientDirection,
+    ) -> Result<(Vec<Vec<f64>>, Vec<f64>), RunError> {
+        let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        let tangents = p.tangent_states(traj, dir).map_err(transient_err)?;
+        let dj = p.objective_tangents(traj, objective, &tangents).map_err(transient_err)?;
+        Ok((tangents, dj))
+    }
+
+    /// H·δp of J = F(j₀ … j_N) over the last run (`weights` wₙ = ∂F/∂jₙ and their
+    /// derivatives `d_weights` along `dir`, the run's `tangents` along it): the run's own
+    /// parameters' share added into `rev`, the whole product returned (the steady kinds' share
+    /// still to be mapped).
+    #[allow(clippy::too_many_arguments)]
+    pub fn hessian_vector(
+        &self,
+        model: &ThermalModel,
+        objective: &[ObjectiveTerm],
+        weights: &[f64],
+        d_weights: &[f64],
+        dir: &TransientDirection,
+        tangents: &[Vec<f64>],
+        want: gradfem_thermal::VjpRequest,
+        rev: &mut Reverse,
+    ) -> Result<TransientGradient, RunError> {
+        let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        let hv = p
+            .hessian_vector(traj, objective, weights, d_weights, dir, tangents, want)
+            .map_err(transient_err)?;
+        self.add_run_parameters(model, &hv, rev);
+        Ok(hv)
     }
 
     /// ρc of every volume element of `model`.

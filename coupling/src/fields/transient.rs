@@ -50,6 +50,9 @@ use thiserror::Error;
 use gradfem_thermal::model::{HeatBalance, ThermalError, ThermalModel, VjpRequest};
 use gradfem_thermal::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm, evaluate};
 
+mod second_order;
+pub use second_order::TransientDirection;
+
 /// Time integrator.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum TimeScheme {
@@ -333,6 +336,60 @@ pub struct TransientGradient {
     pub coords: Option<Vec<[f64; 3]>>,
     /// Work and memory of the reverse sweep.
     pub stats: SweepStats,
+}
+
+impl TransientGradient {
+    /// All zeros for `model` (with a zero coordinate gradient when `coords`).
+    pub fn zeros(model: &ThermalModel, coords: bool) -> Self {
+        let n_vol = model.n_volume_elements();
+        let n_bc = model.boundaries.len();
+        let n_regions = model.regions.len();
+        TransientGradient {
+            value: 0.0,
+            k_elem: vec![0.0; n_vol],
+            k_region: vec![0.0; n_regions],
+            source: vec![0.0; n_regions],
+            h: vec![0.0; n_bc],
+            t_inf: vec![0.0; n_bc],
+            q_in: vec![0.0; n_bc],
+            temperature: vec![0.0; n_bc],
+            heat_capacity_elem: vec![0.0; n_vol],
+            heat_capacity: vec![0.0; n_regions],
+            initial: vec![0.0; model.n_nodes()],
+            external_source: match model.external_source() {
+                Some(q) => vec![0.0; q.len()],
+                None => Vec::new(),
+            },
+            coords: coords.then(|| vec![[0.0; 3]; model.n_nodes()]),
+            stats: SweepStats::default(),
+        }
+    }
+
+    /// Subtract a vector-Jacobian product of the steady residual, kind by kind.
+    fn subtract_parameter_vjp(&mut self, v: &gradfem_thermal::ParameterVjp) {
+        sub_into(&mut self.k_elem, &v.k_elem);
+        sub_into(&mut self.source, &v.source);
+        sub_into(&mut self.h, &v.h);
+        sub_into(&mut self.t_inf, &v.t_inf);
+        sub_into(&mut self.q_in, &v.q_in);
+        sub_into(&mut self.temperature, &v.temperature);
+        if let (Some(c), Some(vc)) = (&mut self.coords, &v.coords) {
+            for (a, b) in c.iter_mut().zip(vc) {
+                for i in 0..3 {
+                    a[i] -= b[i];
+                }
+            }
+        }
+    }
+
+    /// The per-region sums of the per-element entries (k₀ and ρc).
+    fn sum_regions(&mut self, model: &ThermalModel) {
+        for (r, region) in model.regions.iter().enumerate() {
+            self.k_region[r] = region.elements.iter().map(|&e| self.k_elem[e]).sum();
+            self.heat_capacity[r] =
+                region.elements.iter().map(|&e| self.heat_capacity_elem[e]).sum();
+        }
+    }
 }
 
 /// A transient thermal problem: the steady model, ρc per volume element, the initial
@@ -634,30 +691,9 @@ impl TransientProblem {
         }
         self.check_steps()?;
         let model = &self.model;
-        let n_nodes = model.n_nodes();
-        let n_vol = model.n_volume_elements();
-        let n_bc = model.boundaries.len();
         let stepper = RefCell::new(Stepper::new(self)?);
         let owner = model.fixed_owner();
-        let mut g = TransientGradient {
-            value: 0.0,
-            k_elem: vec![0.0; n_vol],
-            k_region: vec![0.0; model.regions.len()],
-            source: vec![0.0; model.regions.len()],
-            h: vec![0.0; n_bc],
-            t_inf: vec![0.0; n_bc],
-            q_in: vec![0.0; n_bc],
-            temperature: vec![0.0; n_bc],
-            heat_capacity_elem: vec![0.0; n_vol],
-            heat_capacity: vec![0.0; model.regions.len()],
-            initial: vec![0.0; n_nodes],
-            external_source: match model.external_source() {
-                Some(q) => vec![0.0; q.len()],
-                None => Vec::new(),
-            },
-            coords: want.coords.then(|| vec![[0.0; 3]; n_nodes]),
-            stats: SweepStats::default(),
-        };
+        let mut g = TransientGradient::zeros(model, want.coords);
         let n_u = model.n_unknowns();
         // Ū^{k+1} and the pending Ū^k (BDF2), as unknown vectors.
         let mut bar = vec![0.0; n_u];
@@ -725,10 +761,7 @@ impl TransientProblem {
         objective_term(0, &t0, &mut bar, &mut g)?;
         // BDF2 never leaves a pending Ū^{−1}; the θ-scheme never creates one.
         model.dofs.scatter(&bar, &mut g.initial);
-        for (r, region) in model.regions.iter().enumerate() {
-            g.k_region[r] = region.elements.iter().map(|&e| g.k_elem[e]).sum();
-            g.heat_capacity[r] = region.elements.iter().map(|&e| g.heat_capacity_elem[e]).sum();
-        }
+        g.sum_regions(model);
         g.stats = stats;
         tracing::debug!(value = g.value, stats = ?g.stats, "transient thermal adjoint done");
         Ok(g)
@@ -961,20 +994,7 @@ impl<'p> Stepper<'p> {
                 continue;
             }
             let lam: Vec<f64> = mu_nodal.iter().map(|m| c * m).collect();
-            let v = model.parameter_vjp(tt, &lam, want);
-            sub_into(&mut g.k_elem, &v.k_elem);
-            sub_into(&mut g.source, &v.source);
-            sub_into(&mut g.h, &v.h);
-            sub_into(&mut g.t_inf, &v.t_inf);
-            sub_into(&mut g.q_in, &v.q_in);
-            sub_into(&mut g.temperature, &v.temperature);
-            if let (Some(c), Some(vc)) = (&mut g.coords, &v.coords) {
-                for (a, b) in c.iter_mut().zip(vc) {
-                    for i in 0..3 {
-                        a[i] -= b[i];
-                    }
-                }
-            }
+            g.subtract_parameter_vjp(&model.parameter_vjp(tt, &lam, want));
         }
         // Mass term: w = (a₀T^{k+1} + a₁T^k + a₂T^{k−1})/Δt (zero at fixed nodes).
         let w: Vec<f64> = (0..model.n_nodes())

@@ -1,0 +1,400 @@
+//! Second order through the time steps: the tangent-linear model of a transient run and the
+//! Hessian-vector products of a time objective by the second-order adjoint of its steps.
+//!
+//! Along a parameter direction δp (k₀, Q, boundary values, fixed temperatures, ρc, the initial
+//! temperature, a constant external source), differentiating step k's equations F_k = 0
+//! (module docs of [`crate::fields::transient`]) gives the tangent step
+//!
+//! A_k δU^{k+1} = −[M (a₁δU^k + a₂δU^{k−1})/Δt + δM wᵏ + θ ∂R/∂p|_{k+1} δp
+//!                 + (1 − θ) (K(U^k) δU^k + ∂R/∂p|_k δp)],
+//!
+//! wᵏ = (a₀U^{k+1} + a₁U^k + a₂U^{k−1})/Δt, δM the mass at δρc; one solve with the step's
+//! matrix A_k = a₀M/Δt + θK(U^{k+1}) (the fixed temperatures' δT enter through ∂R/∂p).
+//!
+//! The objective J = F(j₀ … j_N) has the weights wₙ = ∂F/∂jₙ of the first-order adjoint and
+//! their derivatives δwₙ = Σₘ ∂²F/∂jₙ∂jₘ δjₘ. Differentiating the first-order reverse step
+//! (Aᵀμ = Ū^{k+1}, Ū^k = … − a₁Mμ/Δt − (1 − θ)K(U^k)ᵀμ, p̄ −= …) along the direction gives the
+//! second-order adjoint step on the same factorization:
+//!
+//! Aᵀ δμ = δŪ^{k+1} − θ d/dε[(∂R/∂U)ᵀμ]|_{k+1} − a₀ δM μ/Δt,
+//! δŪ^k = δŪ^k_pending − a₁(M δμ + δM μ)/Δt − (1 − θ)(K(U^k)ᵀ δμ + d/dε[(∂R/∂U)ᵀμ]|_k),
+//! (Hδp) −= θ[(∂R/∂p)ᵀ δμ + d/dε((∂R/∂p)ᵀμ)]|_{k+1} + (1 − θ)[…]|_k
+//!          + δμᵀ(∂M/∂ρc)wᵏ + μᵀ(∂M/∂ρc)δwᵏ,
+//!
+//! with the objective's seeds δŪⁿ += δwₙ ∂jₙ/∂U + wₙ (∂²jₙ/∂U²) δUⁿ. The derivatives along
+//! the direction of the vector-Jacobian products are the steady model's
+//! ([`ThermalModel::second_order_vjp`]), at the states and tangents of the two ends of each
+//! step. The states are the run's stored trajectory; the tangents are kept for the reverse
+//! pass (as many vectors as the trajectory).
+
+use gradfem_kernel::CoordinateRequest;
+use gradfem_thermal::objective::{evaluate, hessian_product};
+use gradfem_thermal::{ObjectiveTerm, ThermalDirection, ThermalModel, VjpRequest};
+
+use super::{Stepper, Trajectory, TransientError, TransientGradient, TransientProblem, sub_into};
+
+/// A parameter direction of a transient run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TransientDirection {
+    /// The steady model's part: δk₀ per element, δQ, the boundary values and the fixed
+    /// temperatures (`steady.temperature` holds δT at the fixed nodes, zero elsewhere). The
+    /// nodes hold still (`steady.coords` empty).
+    pub steady: ThermalDirection,
+    /// δρc per volume element.
+    pub heat_capacity_elem: Vec<f64>,
+    /// δT⁰ per node (the free nodes' entries count).
+    pub initial: Vec<f64>,
+    /// δQ of the external source per quadrature point (empty: zero), constant in time.
+    pub external_source: Vec<f64>,
+}
+
+impl TransientDirection {
+    /// The zero direction of `model`.
+    pub fn zeros(model: &ThermalModel) -> Self {
+        TransientDirection {
+            steady: ThermalDirection::zeros(model),
+            heat_capacity_elem: vec![0.0; model.n_volume_elements()],
+            initial: vec![0.0; model.n_nodes()],
+            external_source: Vec::new(),
+        }
+    }
+}
+
+impl TransientProblem {
+    fn check_second_order(
+        &self,
+        traj: &Trajectory,
+        dir: &TransientDirection,
+    ) -> Result<(), TransientError> {
+        self.check_steps()?;
+        if !dir.steady.coords.is_empty() {
+            return Err(TransientError::Unsupported(
+                "second-order products in time along directions that move the nodes",
+            ));
+        }
+        assert_eq!(traj.temperatures.len(), self.n_steps + 1, "a trajectory of this problem");
+        Ok(())
+    }
+
+    /// The steady direction with δT = `dt` (nodal).
+    fn steady_with(dir: &TransientDirection, dt: &[f64]) -> ThermalDirection {
+        ThermalDirection { temperature: dt.to_vec(), ..dir.steady.clone() }
+    }
+
+    /// M(ρc) v at every node (assembled from the element masses; zero at fixed nodes).
+    fn mass_times(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+        let model = &self.model;
+        let mut out = vec![0.0; model.n_nodes()];
+        let mut me = Vec::new();
+        for (e, &rc) in rho_c.iter().enumerate() {
+            if rc == 0.0 {
+                continue;
+            }
+            let nodes = model.element_nodes(e);
+            let nn = nodes.len();
+            me.clear();
+            me.resize(nn * nn, 0.0);
+            self.element_mass(e, rc, &mut me);
+            for a in 0..nn {
+                out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
+            }
+        }
+        for (n, o) in out.iter_mut().enumerate() {
+            if model.dofs.unknown_of_node[n].is_none() {
+                *o = 0.0;
+            }
+        }
+        out
+    }
+
+    /// (a₀x^{k+1} + a₁x^k + a₂x^{k−1})/Δt at every node (zero at fixed nodes) of a sequence
+    /// of nodal vectors `x` (states or their tangents).
+    fn rate(&self, k: usize, x: &[Vec<f64>]) -> Vec<f64> {
+        let [a0, a1, a2, _] = self.scheme.coefficients(k);
+        let dt = self.step_size(k);
+        let model = &self.model;
+        (0..model.n_nodes())
+            .map(|n| {
+                if model.dofs.unknown_of_node[n].is_none() {
+                    return 0.0;
+                }
+                let older = if a2 != 0.0 { a2 * x[k - 1][n] } else { 0.0 };
+                (a0 * x[k + 1][n] + a1 * x[k][n] + older) / dt
+            })
+            .collect()
+    }
+
+    /// The tangent-linear model of the run `traj` along `dir` (module docs): δTⁿ at every node
+    /// of every state n = 0 … N (fixed nodes: their δT), one solve per step with the step's matrix (factored once per step kind when the
+    /// conductivity is constant, at every step with k(T)).
+    pub fn tangent_states(
+        &self,
+        traj: &Trajectory,
+        dir: &TransientDirection,
+    ) -> Result<Vec<Vec<f64>>, TransientError> {
+        self.check_second_order(traj, dir)?;
+        let model = &self.model;
+        let mut stepper = Stepper::new(self)?;
+        let fixed = &dir.steady.temperature;
+        let mut first = dir.initial.clone();
+        for (n, v) in first.iter_mut().enumerate() {
+            if model.dofs.unknown_of_node[n].is_none() {
+                *v = fixed[n];
+            }
+        }
+        let mut states = vec![first];
+        let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
+        let source = (!dir.external_source.is_empty() && model.external_source().is_some())
+            .then(|| model.external_source_jvp(&dir.external_source));
+        for k in 0..self.n_steps {
+            let [_, a1, a2, theta] = self.scheme.coefficients(k);
+            let dt = self.step_size(k);
+            let time = self.time(k + 1);
+            gradfem_solvers::interrupt::check("transient thermal tangent", || format!("step {k}"))
+                .map_err(|source| TransientError::Solver { step: k, time, source })?;
+            let (t1, t0) = (&traj.temperatures[k + 1], &traj.temperatures[k]);
+            // θ ∂R/∂p|_{k+1} δp (the fixed temperatures' δT included) + (1 − θ) dR|_k.
+            let mut f: Vec<f64> = model
+                .residual_jvp(t1, &Self::steady_with(dir, fixed))
+                .into_iter()
+                .map(|v| theta * v)
+                .collect();
+            if theta < 1.0 {
+                let r0 = model.residual_jvp(t0, &Self::steady_with(dir, &states[k]));
+                f.iter_mut().zip(&r0).for_each(|(a, b)| *a += (1.0 - theta) * b);
+            }
+            if let Some(s) = &source {
+                f.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+            }
+            if capacity {
+                let w = self.rate(k, &traj.temperatures);
+                let dm_w = self.mass_times(&dir.heat_capacity_elem, &w);
+                f.iter_mut().zip(&dm_w).for_each(|(a, b)| *a += b);
+            }
+            let mut rhs = model.dofs.gather(&f);
+            // M (a₁δU^k + a₂δU^{k−1})/Δt.
+            let known: Vec<f64> = model
+                .dofs
+                .node_of_unknown
+                .iter()
+                .map(|&n| {
+                    let older = if a2 != 0.0 { a2 * states[k - 1][n] } else { 0.0 };
+                    (a1 * states[k][n] + older) / dt
+                })
+                .collect();
+            let mut m_known = vec![0.0; known.len()];
+            stepper.mass.mul_vec_into(&known, &mut m_known);
+            rhs.iter_mut().zip(&m_known).for_each(|(a, b)| *a = -(*a + b));
+            stepper
+                .factor(k, dt, t1)?
+                .solve_in_place(&mut rhs)
+                .map_err(|source| TransientError::Solver { step: k, time, source })?;
+            let mut next = fixed.clone();
+            model.dofs.scatter(&rhs, &mut next);
+            states.push(next);
+        }
+        Ok(states)
+    }
+
+    /// δjₙ = (∂jₙ/∂T) δTⁿ of the objective `terms` at every state of `traj` along the
+    /// tangents (the terms depend on the temperature alone).
+    pub fn objective_tangents(
+        &self,
+        traj: &Trajectory,
+        terms: &[ObjectiveTerm],
+        tangents: &[Vec<f64>],
+    ) -> Result<Vec<f64>, TransientError> {
+        if terms.is_empty() {
+            return Ok(vec![0.0; traj.temperatures.len()]);
+        }
+        traj.temperatures
+            .iter()
+            .zip(tangents)
+            .map(|(t, dt)| {
+                let e = evaluate(&self.model, terms, t, false)?;
+                Ok(e.d_temperature.iter().zip(dt).map(|(a, b)| a * b).sum())
+            })
+            .collect()
+    }
+
+    /// H·δp of J = F(j₀ … j_N), jₙ the `terms` plus ⟨sₙ, Tⁿ⟩ (`seeds`, per node; `None`: none)
+    /// at state n, by the second-order adjoint of the steps (module docs): `weights` are
+    /// wₙ = ∂F/∂jₙ, `d_weights` their derivatives δwₙ along the direction, `tangents` the
+    /// run's tangent states along `dir`. Returned in the layout of [`TransientGradient`] (its
+    /// `value` is zero); `want` selects the steady parameter kinds as for the gradient.
+    #[allow(clippy::too_many_arguments)]
+    pub fn hessian_vector(
+        &self,
+        traj: &Trajectory,
+        terms: &[ObjectiveTerm],
+        weights: &[f64],
+        d_weights: &[f64],
+        dir: &TransientDirection,
+        tangents: &[Vec<f64>],
+        want: VjpRequest,
+    ) -> Result<TransientGradient, TransientError> {
+        self.check_second_order(traj, dir)?;
+        let model = &self.model;
+        let n_states = self.n_steps + 1;
+        assert_eq!(weights.len(), n_states, "one weight per state");
+        assert_eq!(d_weights.len(), n_states, "one weight derivative per state");
+        let mut stepper = Stepper::new(self)?;
+        let mut hv = TransientGradient::zeros(model, false);
+        let owner = model.fixed_owner();
+        let n_u = model.n_unknowns();
+        let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
+        let steady = want.conductivity || want.source || want.boundary || want.temperature;
+        // The objective's first- and second-order seeds at state n into Ū and δŪ (the fixed
+        // nodes' second-order seeds go to the fixed temperatures directly).
+        let seed = |n: usize,
+                    bar: &mut [f64],
+                    d_bar: &mut [f64],
+                    hv: &mut TransientGradient|
+         -> Result<(), TransientError> {
+            let (w, dw) = (weights[n], d_weights[n]);
+            if terms.is_empty() || (w == 0.0 && dw == 0.0) {
+                return Ok(());
+            }
+            let t = &traj.temperatures[n];
+            let dj = evaluate(model, terms, t, false)?.d_temperature;
+            let mut second: Vec<f64> = dj.iter().map(|v| dw * v).collect();
+            if w != 0.0 {
+                let h = hessian_product(model, terms, t, &tangents[n])?;
+                second.iter_mut().zip(&h).for_each(|(a, b)| *a += w * b);
+            }
+            for (i, &node) in model.dofs.node_of_unknown.iter().enumerate() {
+                bar[i] += w * dj[node];
+                d_bar[i] += second[node];
+            }
+            for (node, o) in owner.iter().enumerate() {
+                if let Some(b) = o {
+                    hv.temperature[*b] += second[node];
+                }
+            }
+            Ok(())
+        };
+        // −(∂R/∂p)ᵀλ (first order at δμ) and the derivative of −(∂R/∂p)ᵀλ along the
+        // direction, with the fixed nodes' share of the latter (`s_t`) on their temperatures.
+        let subtract = |hv: &mut TransientGradient,
+                        t: &[f64],
+                        d_lambda: &[f64],
+                        s_t: &[f64],
+                        s_p: &gradfem_thermal::ParameterVjp| {
+            if steady {
+                let v = model.parameter_vjp(t, d_lambda, want);
+                hv.subtract_parameter_vjp(&v);
+            }
+            hv.subtract_parameter_vjp(s_p);
+            for (node, o) in owner.iter().enumerate() {
+                if let Some(b) = o {
+                    hv.temperature[*b] -= s_t[node];
+                }
+            }
+        };
+        let mut bar = vec![0.0; n_u];
+        let mut d_bar = vec![0.0; n_u];
+        let mut pending = vec![0.0; n_u];
+        let mut d_pending = vec![0.0; n_u];
+        let scatter = |v: &[f64]| {
+            let mut out = vec![0.0; model.n_nodes()];
+            model.dofs.scatter(v, &mut out);
+            out
+        };
+        for k in (0..self.n_steps).rev() {
+            let [a0, a1, a2, theta] = self.scheme.coefficients(k);
+            let dt = self.step_size(k);
+            let time = self.time(k + 1);
+            gradfem_solvers::interrupt::check("transient thermal second-order adjoint", || {
+                format!("step {k}")
+            })
+            .map_err(|source| TransientError::Solver { step: k, time, source })?;
+            seed(k + 1, &mut bar, &mut d_bar, &mut hv)?;
+            let (t1, t0) = (&traj.temperatures[k + 1], &traj.temperatures[k]);
+            let solver = stepper.factor(k, dt, t1)?;
+            let mut mu = bar.clone();
+            solver.solve_transpose_in_place(&mut mu).map_err(|source| TransientError::Solver {
+                step: k,
+                time,
+                source,
+            })?;
+            let mu_nodal = scatter(&mu);
+            let lambda1: Vec<f64> = mu_nodal.iter().map(|m| theta * m).collect();
+            let dir1 = Self::steady_with(dir, &tangents[k + 1]);
+            let (s1_t, s1_p, _) =
+                model.second_order_vjp(t1, &lambda1, &dir1, CoordinateRequest::None);
+            let dm_mu = if capacity {
+                model.dofs.gather(&self.mass_times(&dir.heat_capacity_elem, &mu_nodal))
+            } else {
+                vec![0.0; n_u]
+            };
+            let s1 = model.dofs.gather(&s1_t);
+            let mut d_mu: Vec<f64> =
+                (0..n_u).map(|i| d_bar[i] - s1[i] - a0 * dm_mu[i] / dt).collect();
+            let solver = stepper.factor(k, dt, t1)?;
+            solver
+                .solve_transpose_in_place(&mut d_mu)
+                .map_err(|source| TransientError::Solver { step: k, time, source })?;
+            let d_mu_nodal = scatter(&d_mu);
+            // The parameters: both ends of the step.
+            let d_lambda1: Vec<f64> = d_mu_nodal.iter().map(|m| theta * m).collect();
+            subtract(&mut hv, t1, &d_lambda1, &s1_t, &s1_p);
+            let mut s0 = vec![0.0; n_u];
+            let mut kt_d_mu = vec![0.0; n_u];
+            let mut kt_mu = vec![0.0; n_u];
+            if theta < 1.0 {
+                let c = 1.0 - theta;
+                let lambda0: Vec<f64> = mu_nodal.iter().map(|m| c * m).collect();
+                let dir0 = Self::steady_with(dir, &tangents[k]);
+                let (s0_t, s0_p, _) =
+                    model.second_order_vjp(t0, &lambda0, &dir0, CoordinateRequest::None);
+                let d_lambda0: Vec<f64> = d_mu_nodal.iter().map(|m| c * m).collect();
+                subtract(&mut hv, t0, &d_lambda0, &s0_t, &s0_p);
+                s0 = model.dofs.gather(&s0_t);
+                kt_d_mu = model.dofs.gather(&model.tangent_transpose_product(t0, &d_lambda0));
+                kt_mu = model.dofs.gather(&model.tangent_transpose_product(t0, &lambda0));
+            }
+            // The heat capacities: δμᵀ(∂M/∂ρc)w + μᵀ(∂M/∂ρc)δw per element.
+            let w = self.rate(k, &traj.temperatures);
+            let dw = self.rate(k, tangents);
+            let mut me = Vec::new();
+            for e in 0..model.n_volume_elements() {
+                let nodes = model.element_nodes(e);
+                let nn = nodes.len();
+                me.clear();
+                me.resize(nn * nn, 0.0);
+                self.element_mass(e, 1.0, &mut me);
+                let mut s = 0.0;
+                for a in 0..nn {
+                    for b in 0..nn {
+                        let m = me[a * nn + b];
+                        s += m
+                            * (d_mu_nodal[nodes[a]] * w[nodes[b]]
+                                + mu_nodal[nodes[a]] * dw[nodes[b]]);
+                    }
+                }
+                hv.heat_capacity_elem[e] -= s;
+            }
+            if !hv.external_source.is_empty() {
+                sub_into(&mut hv.external_source, &model.external_source_vjp(&d_mu_nodal));
+            }
+            // Ū^k and δŪ^k, and the pending seeds of state k − 1 (BDF2).
+            let mut m_mu = vec![0.0; n_u];
+            stepper.mass.mul_vec_into(&mu, &mut m_mu);
+            let mut m_d_mu = vec![0.0; n_u];
+            stepper.mass.mul_vec_into(&d_mu, &mut m_d_mu);
+            let next_bar: Vec<f64> =
+                (0..n_u).map(|i| pending[i] - a1 * m_mu[i] / dt - kt_mu[i]).collect();
+            let next_d_bar: Vec<f64> = (0..n_u)
+                .map(|i| d_pending[i] - a1 * (m_d_mu[i] + dm_mu[i]) / dt - kt_d_mu[i] - s0[i])
+                .collect();
+            pending = m_mu.iter().map(|m| -a2 * m / dt).collect();
+            d_pending = (0..n_u).map(|i| -a2 * (m_d_mu[i] + dm_mu[i]) / dt).collect();
+            bar = next_bar;
+            d_bar = next_d_bar;
+        }
+        seed(0, &mut bar, &mut d_bar, &mut hv)?;
+        model.dofs.scatter(&d_bar, &mut hv.initial);
+        hv.sum_regions(model);
+        Ok(hv)
+    }
+}

@@ -1,0 +1,398 @@
+//! Hessian-vector products through time steps: the tangent-linear model of a transient heat
+//! run and the second-order adjoint of its steps, through the library API. Second-order Taylor
+//! tests (remainders at rate 3) for every time integrator, linear and nonlinear conduction,
+//! consistent and lumped mass and every time rule (final state, sum, integral, value at a
+//! time, smooth maximum over time, misfit to a measured series), with every kind of thermal
+//! parameter (k per region and per element, Q, h, T∞, q_in, a fixed temperature, ρc, the
+//! initial temperature); the product against central differences of adjoint gradients, the
+//! symmetry of the dense Hessian, and the coupled problems not covered yet refused with a
+//! message.
+
+use std::collections::BTreeMap;
+
+use gradfem::api::Simulation;
+use gradfem_solvers::taylor::random_direction_scaled;
+use rstest::rstest;
+
+/// A slab cooling from 600 K: a fixed face, convection, a heat flux and a source; `scheme`
+/// the `[transient]` integrator lines, `rule` the time rule lines, `law` the conductivity's
+/// temperature dependence, `objective` the `[[objective]]` body.
+fn slab(scheme: &str, rule: &str, law: &str, objective: &str) -> String {
+    format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.02, 0.01, 0.004], divisions = [5, 2, 1], cell = "hex8" }}
+
+[[thermal.material]]
+group = "domain"
+k = 40.0
+source = 2.0e7
+{law}
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 300.0
+
+[[thermal.bc]]
+group = "zmax"
+kind = "convection"
+h = 800.0
+t_inf = 295.0
+
+[[thermal.bc]]
+group = "ymin"
+kind = "heat_flux"
+q_in = 2.0e4
+
+[transient]
+dt = 0.4
+steps = 8
+{scheme}
+heat_capacity = [{{ group = "domain", rho_c = 3.0e6 }}]
+initial_temperature = 600.0
+{rule}
+
+[[objective]]
+{objective}
+
+[parameters]
+register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h", "bc.zmax.t_inf",
+            "bc.ymin.flux", "bc.xmin.temperature", "thermal.rho_c.domain",
+            "thermal.initial_temperature"]
+
+[solver]
+rel_tol = 1e-13
+"#
+    )
+}
+
+const POLYNOMIAL: &str =
+    r#"law = { kind = "polynomial", t_ref = 300.0, coefficients = [-1.5e-3, 2.0e-6] }"#;
+const POINT: &str = "kind = \"point\"\npoint = [0.01, 0.005, 0.002]";
+const AVERAGE: &str = "kind = \"average\"\ngroup = \"domain\"";
+const INTEGRAL_SQUARE: &str = "kind = \"integral_square\"\ngroup = \"domain\"";
+const MAX6: &str = "kind = \"max\"\ngroup = \"domain\"\np = 6.0";
+
+/// The measured series of the misfit cases: (time, value) rows between the states.
+const MEASURED: &str = "time,value\n0.2,580.0\n0.6,520.0\n1.0,490.0\n1.4,470.0\n1.8,455.0\n\
+                        2.2,440.0\n2.8,430.0\n3.2,420.0\n";
+
+/// The slab's simulation, written with the measured series beside it (for `objective =
+/// "misfit"`).
+fn simulation(scheme: &str, rule: &str, law: &str, objective: &str) -> Simulation {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("measured.csv"), MEASURED).unwrap();
+    let file = dir.path().join("slab.toml");
+    let sim = Simulation::from_toml(&file, &slab(scheme, rule, law, objective)).unwrap();
+    // The series is read while the problem is set up.
+    drop(dir);
+    sim
+}
+
+#[rstest]
+#[case::bdf2_final_point("scheme = \"bdf2\"", "objective = \"final\"", "", POINT)]
+#[case::euler_sum_integral_square(
+    "scheme = \"implicit_euler\"",
+    "objective = \"sum\"",
+    "",
+    INTEGRAL_SQUARE
+)]
+#[case::crank_nicolson_nonlinear_integral(
+    "scheme = \"crank_nicolson\"",
+    "objective = \"integral\"",
+    POLYNOMIAL,
+    MAX6
+)]
+#[case::theta_nonlinear_at(
+    "scheme = \"theta\"\ntheta = 0.7",
+    "objective = \"at\"\ntime = 1.3",
+    POLYNOMIAL,
+    AVERAGE
+)]
+#[case::bdf2_nonlinear_max_over_time(
+    "scheme = \"bdf2\"",
+    "objective = \"max\"\nsharpness = 0.05",
+    POLYNOMIAL,
+    POINT
+)]
+#[case::lumped_euler_misfit(
+    "scheme = \"implicit_euler\"\nmass = \"lumped\"",
+    "objective = \"misfit\"\nmeasured = \"measured.csv\"",
+    "",
+    POINT
+)]
+#[case::crank_nicolson_nonlinear_misfit(
+    "scheme = \"crank_nicolson\"",
+    "objective = \"misfit\"\nmeasured = \"measured.csv\"",
+    POLYNOMIAL,
+    AVERAGE
+)]
+fn transient_second_order_taylor_remainders_fall_at_rate_three(
+    #[case] scheme: &str,
+    #[case] rule: &str,
+    #[case] law: &str,
+    #[case] objective: &str,
+) {
+    let mut sim = simulation(scheme, rule, law, objective);
+    let p = sim.parameter_vector();
+    let dir = random_direction_scaled(&p, 5);
+    let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
+    eprintln!("{scheme} {rule}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
+    assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
+}
+
+/// H·δp against central differences of adjoint gradients, entry by entry (k per element
+/// among them), on a nonlinear Crank–Nicolson run with the smooth maximum over time.
+#[test]
+fn transient_hessian_vector_product_matches_differences_of_gradients() {
+    let mut sim = simulation(
+        "scheme = \"crank_nicolson\"",
+        "objective = \"max\"\nsharpness = 0.05",
+        POLYNOMIAL,
+        MAX6,
+    );
+    let dir = random_direction_scaled(&sim.parameter_vector(), 13);
+    let p0 = sim.parameter_vector();
+    let sizes: Vec<(String, usize)> = sim
+        .registered()
+        .into_iter()
+        .map(|n| (n.clone(), sim.parameter(&n).unwrap().len()))
+        .collect();
+    let split = |v: &[f64]| {
+        let mut out = BTreeMap::new();
+        let mut at = 0;
+        for (name, n) in &sizes {
+            out.insert(name.clone(), v[at..at + n].to_vec());
+            at += n;
+        }
+        out
+    };
+    let hv = sim.hvp(&split(&dir)).unwrap();
+    let hv = sim.flatten(&hv);
+    let gradient_at = |sim: &mut Simulation, s: f64| {
+        let p: Vec<f64> = p0.iter().zip(&dir).map(|(a, b)| a + s * b).collect();
+        for (name, v) in split(&p) {
+            sim.set_parameter_values(&name, &v).unwrap();
+        }
+        let g = sim.gradient().unwrap();
+        sim.flatten(&g)
+    };
+    let h = 1e-4;
+    let gp = gradient_at(&mut sim, h);
+    let gm = gradient_at(&mut sim, -h);
+    let largest = hv.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+    for i in 0..hv.len() {
+        let fd = (gp[i] - gm[i]) / (2.0 * h);
+        let scale = hv[i].abs().max(fd.abs()).max(1e-300);
+        assert!(
+            (hv[i] - fd).abs() <= 1e-5 * scale + 1e-9 * largest,
+            "entry {i}: H·δp {} vs differences {fd}",
+            hv[i]
+        );
+    }
+}
+
+/// The dense Hessian of the shipped quenched plate (BDF2, 40 steps, k, ρc, h, T⁰) is
+/// symmetric: the tangent-linear steps and the second-order adjoint are each other's
+/// transposes. With a constant conductivity the temperatures are affine in T⁰, so its row
+/// vanishes on the diagonal but not across (T⁰ scales the response to k, ρc and h).
+#[test]
+fn transient_dense_hessian_is_symmetric() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sim = Simulation::from_file(root.join("examples/transient_slab.toml")).unwrap();
+    let n = sim.parameter_vector().len();
+    let h = sim.hessian().unwrap();
+    for i in 0..3 {
+        assert!(h[i * n + i] != 0.0, "H[{i}][{i}] vanished");
+        assert!(h[i * n + 3] != 0.0, "H[{i}][3] vanished");
+    }
+    assert!(h[3 * n + 3].abs() <= 1e-12 * h[3 * n].abs(), "T⁰ enters J affinely");
+    for i in 0..n {
+        for j in 0..i {
+            let (a, b) = (h[i * n + j], h[j * n + i]);
+            let local = (h[i * n + i].abs() * h[j * n + j].abs()).sqrt().max(a.abs()).max(1e-300);
+            assert!((a - b).abs() <= 1e-8 * local, "H[{i}][{j}] = {a} but H[{j}][{i}] = {b}");
+        }
+    }
+}
+
+/// A field stepped in time with other fields around it is refused with a message naming
+/// them.
+#[test]
+fn coupled_problems_in_time_are_refused_with_a_message() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sim = Simulation::from_file(root.join("examples/microactuator_step.toml")).unwrap();
+    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
+    assert!(e.contains("stepped alone") && e.contains("electrical"), "{e}");
+}
+
+/// A linear-Gaussian identification in time: with a constant conductivity the temperatures
+/// are affine in q_in, the fixed and ambient temperatures and T⁰, so the misfit's exact
+/// Hessian is GᵀG and the Laplace covariance is the closed form σ² (GᵀG)⁻¹. G comes here from
+/// differences of the point's history (exact for an affine map, to round-off), independently
+/// of both the tangent-linear run and the second-order adjoint.
+#[test]
+fn laplace_covariance_of_a_linear_gaussian_identification_in_time_is_the_closed_form() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("measured.csv"), MEASURED).unwrap();
+    let text = slab(
+        "scheme = \"crank_nicolson\"",
+        "objective = \"misfit\"\nmeasured = \"measured.csv\"",
+        "",
+        POINT,
+    )
+    .replace(
+        r#"register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h", "bc.zmax.t_inf",
+            "bc.ymin.flux", "bc.xmin.temperature", "thermal.rho_c.domain",
+            "thermal.initial_temperature"]"#,
+        r#"register = ["bc.ymin.flux", "bc.xmin.temperature", "bc.zmax.t_inf",
+            "thermal.initial_temperature"]"#,
+    );
+    let mut sim = Simulation::from_toml(dir.path().join("linear.toml"), &text).unwrap();
+    let sigma = 0.2;
+    let report = gradfem::hessian::compute(sim.problem(), Some(sigma), |_, _| {}).unwrap();
+    let posterior = report.posterior.as_ref().expect("a misfit in time has a posterior");
+    let rows: Vec<[f64; 2]> = MEASURED
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let v: Vec<f64> = l.split(',').map(|x| x.parse().unwrap()).collect();
+            [v[0], v[1]]
+        })
+        .collect();
+    // The point's value at the measured times, linear between the states (Δt = 0.4 s).
+    let history = |sim: &mut Simulation| -> Vec<f64> {
+        sim.solve().unwrap();
+        let j = sim.problem().state_values().unwrap();
+        rows.iter()
+            .map(|[t, _]| {
+                let n = ((t / 0.4).floor() as usize).min(j.len() - 2);
+                let s = t / 0.4 - n as f64;
+                (1.0 - s) * j[n] + s * j[n + 1]
+            })
+            .collect()
+    };
+    let names = sim.registered();
+    let base = history(&mut sim);
+    let n = names.len();
+    let m = rows.len();
+    let mut g = vec![vec![0.0; n]; m];
+    for (j, name) in names.iter().enumerate() {
+        let p0 = sim.parameter(name).unwrap()[0];
+        let step = 0.1 * p0.abs();
+        sim.set_parameter(name, p0 + step).unwrap();
+        let moved = history(&mut sim);
+        sim.set_parameter(name, p0).unwrap();
+        for s in 0..m {
+            g[s][j] = (moved[s] - base[s]) / step;
+        }
+    }
+    // The exact Hessian (second-order adjoint) is GᵀG (differences), entry by entry.
+    let hessian = &report.hessian;
+    for i in 0..n {
+        for j in 0..n {
+            let gtg: f64 = (0..m).map(|s| g[s][i] * g[s][j]).sum();
+            let scale = (hessian[i][i].abs() * hessian[j][j].abs()).sqrt().max(1e-300);
+            assert!(
+                (hessian[i][j] - gtg).abs() <= 1e-8 * scale,
+                "H[{i}][{j}] = {:e}, GᵀG = {gtg:e}",
+                hessian[i][j]
+            );
+        }
+    }
+    // C = σ² (GᵀG)⁻¹: C GᵀG / σ² = I (in the scaled variables' conditioning).
+    for i in 0..n {
+        for j in 0..n {
+            let product: f64 = (0..n)
+                .map(|k| {
+                    let gtg: f64 = (0..m).map(|s| g[s][k] * g[s][j]).sum();
+                    posterior.covariance[i][k] * gtg
+                })
+                .sum::<f64>()
+                / (sigma * sigma);
+            let scale = (posterior.covariance[i][i] / posterior.covariance[j][j]).sqrt();
+            let expected = if i == j { 1.0 } else { 0.0 };
+            assert!(
+                (product - expected).abs() <= 1e-6 * scale.max(1.0),
+                "(C GᵀG/σ²)[{i}][{j}] = {product}"
+            );
+        }
+    }
+    assert!(posterior.gauss_newton_difference < 1e-10, "{}", posterior.gauss_newton_difference);
+}
+
+/// `gradfem CMD FILE -o OUT --json` (CMD and its options in `args`), which must succeed, as
+/// JSON.
+fn gradfem_json(
+    args: &[&str],
+    file: &std::path::Path,
+    out_dir: &std::path::Path,
+) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gradfem"))
+        .arg("--quiet")
+        .args(args)
+        .arg(file)
+        .arg("-o")
+        .arg(out_dir)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// examples/quench_identify.toml: k and ρc of the quenched plate from its thermocouple
+/// history. Newton-CG with exact products through the 40 BDF2 steps reaches L-BFGS's fit in
+/// fewer than half its evaluations, and the Laplace posterior at the fit holds the values the
+/// synthetic data were made with (k = 45, ρc = 3.6e6) within three standard deviations, with
+/// the strong positive correlation of a history that fixes the diffusivity k/ρc best.
+#[test]
+fn newton_cg_identifies_conductivity_and_heat_capacity_from_a_temperature_history() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("examples/quench_identify.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::copy(
+        root.join("examples/data/quench_thermocouple.csv"),
+        dir.path().join("data/quench_thermocouple.csv"),
+    )
+    .unwrap();
+    let run = |method: &str| -> serde_json::Value {
+        let file = dir.path().join(format!("{method}.toml"));
+        let edited = text.replace("method = \"newton-cg\"", &format!("method = \"{method}\""));
+        std::fs::write(&file, edited).unwrap();
+        gradfem_json(&["optimize"], &file, &dir.path().join(method))
+    };
+    let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
+    let evaluations = |v: &serde_json::Value| v["evaluations"].as_u64().unwrap();
+    assert!(
+        2 * evaluations(&newton) < evaluations(&lbfgs),
+        "Newton-CG {} evaluations, L-BFGS {}",
+        evaluations(&newton),
+        evaluations(&lbfgs)
+    );
+    let value = |v: &serde_json::Value, name: &str| v["design"][name][0].as_f64().unwrap();
+    let (k, rho_c) = (value(&newton, "thermal.k.domain"), value(&newton, "thermal.rho_c.domain"));
+    assert!((k - value(&lbfgs, "thermal.k.domain")).abs() <= 1e-5 * k);
+    assert!((rho_c - value(&lbfgs, "thermal.rho_c.domain")).abs() <= 1e-5 * rho_c);
+    // The posterior at the fit.
+    let fitted = text
+        .replace("k = 30.0", &format!("k = {k:e}"))
+        .replace("rho_c = 2.5e6", &format!("rho_c = {rho_c:e}"));
+    let file = dir.path().join("fitted.toml");
+    std::fs::write(&file, fitted).unwrap();
+    let report = gradfem_json(&["hessian"], &file, &dir.path().join("posterior"));
+    let post = &report["posterior"];
+    let sd: Vec<f64> =
+        post["std_dev"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!((k - 45.0).abs() < 3.0 * sd[0], "k = {k} ± {}", sd[0]);
+    assert!((rho_c - 3.6e6).abs() < 3.0 * sd[1], "ρc = {rho_c} ± {}", sd[1]);
+    let correlation = post["correlation"][0][1].as_f64().unwrap();
+    assert!(correlation > 0.9, "correlation of k and ρc {correlation}");
+    let png = std::fs::read(dir.path().join("posterior/posterior.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+}
