@@ -19,6 +19,13 @@
 //! μ₁, α₁, κ, the per-element factor of μ₁ and the traction. Its gradient runs the load
 //! steps' adjoint (one transposed solve per step), its product three solves per step.
 //!
+//! With `--physics transient` (or `transient-linear`, without k(T)) the thermal cube heats up
+//! from 300 K, stepped in time (BDF2, 20 steps of 0.05 s, ρc = 1), with the time integral of
+//! the p-norm maximum as objective; registered also ρc and the initial temperature. Its
+//! gradient is the discrete adjoint of the steps, its product the tangent-linear run and the
+//! second-order adjoint of the steps (with k(T) every step factors its matrix once in each
+//! pass; a constant k factors once per step kind).
+//!
 //! `--shape` adds a shape parameter to thermal, electro-thermal and thermo-elastic cubes: the
 //! morph `height` (s₀ = 1) that stretches the cube along z, X_z ↦ X_z + (s − 1) X_z, registered
 //! beside the others (its products differentiate every element along the morph field).
@@ -57,7 +64,7 @@ fn main() {
             "--linear" => linear = args.next().expect("--linear takes auto or lu"),
             "--shape" => shape = true,
             other => panic!(
-                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic] [--linear auto|lu] [--shape])"
+                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic|transient|transient-linear] [--linear auto|lu] [--shape])"
             ),
         }
     }
@@ -66,8 +73,10 @@ fn main() {
         "electrothermal" => electrothermal_cube(n),
         "thermoelastic" => thermoelastic_cube(n),
         "hyperelastic" => ogden_cube(n),
+        "transient" => transient_cube(n, true),
+        "transient-linear" => transient_cube(n, false),
         other => panic!(
-            "--physics {other}: expected thermal, electrothermal, thermoelastic or hyperelastic"
+            "--physics {other}: expected thermal, electrothermal, thermoelastic, hyperelastic, transient or transient-linear"
         ),
     }
     .replace(
@@ -75,7 +84,10 @@ fn main() {
         &format!("[solver]\nrel_tol = 1e-10\nlinear = \"{linear}\"\n"),
     );
     let text = if shape {
-        assert!(physics != "hyperelastic", "--shape: finite strain has no shape products yet");
+        assert!(
+            !["hyperelastic", "transient", "transient-linear"].contains(&physics.as_str()),
+            "--shape: finite strain and time stepping have no shape products yet"
+        );
         text.replacen("register = [", "register = [\"morph.height\", ", 1) + HEIGHT_MORPH
     } else {
         text
@@ -180,6 +192,33 @@ register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h"]
 rel_tol = 1e-10
 "#
     )
+}
+
+/// The thermal cube stepped in time (module docs); `nonlinear`: with k(T).
+fn transient_cube(n: usize, nonlinear: bool) -> String {
+    let mut text = thermal_cube(n).replace(
+        "[[objective]]",
+        r#"[transient]
+dt = 0.05
+steps = 20
+scheme = "bdf2"
+heat_capacity = [{ group = "domain", rho_c = 1.0 }]
+initial_temperature = 300.0
+objective = "integral"
+
+[[objective]]"#,
+    );
+    text = text.replace(
+        r#"register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h"]"#,
+        r#"register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h", "thermal.rho_c.domain", "thermal.initial_temperature"]"#,
+    );
+    if !nonlinear {
+        text = text.replace(
+            "law = { kind = \"polynomial\", t_ref = 300.0, coefficients = [-2.0e-3] }\n",
+            "",
+        );
+    }
+    text
 }
 
 /// The cube heated by its own current, on the ρ(T) cycle (module docs).

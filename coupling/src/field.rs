@@ -468,6 +468,9 @@ pub struct TimeTangents {
     pub states: Vec<Vec<f64>>,
     /// δjₙ of the field's own objective terms at every state.
     pub objective: Vec<f64>,
+    /// ∂jₙ/∂uⁿ of the field's own objective terms at every state (empty without terms), for
+    /// the second-order adjoint that follows.
+    pub objective_gradients: Vec<Vec<f64>>,
 }
 
 /// How the engine steps a field that lies on a cycle: the initial state, the steps (or the

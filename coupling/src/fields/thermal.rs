@@ -1120,8 +1120,7 @@ impl Dynamic for ThermalField {
     fn time_tangents(&mut self, params: &Gradient) -> Result<TimeTangents, RunError> {
         let tr = self.transient.as_ref().expect("a transient field");
         let dir = tr.direction(&self.model, params, self.thermal_direction(params));
-        let (states, objective) = tr.tangents(&self.objective, &dir)?;
-        Ok(TimeTangents { states, objective })
+        tr.tangents(&self.objective, &dir)
     }
 
     fn time_hessian_vector(
@@ -1141,7 +1140,7 @@ impl Dynamic for ThermalField {
             weights,
             d_weights,
             &dir,
-            &tangents.states,
+            tangents,
             want,
             rev,
         )?;

@@ -19,7 +19,7 @@ use gradfem_thermal::{ObjectiveTerm, ThermalModel};
 use serde::Serialize;
 
 use crate::error::RunError;
-use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, StepChoice, StepInfo};
+use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, StepChoice, StepInfo, TimeTangents};
 use crate::fields::transient::{
     AdaptInfo, AdaptParams, MassKind, StepInfo as ThermalStepInfo, TimeObjective, TimeScheme,
     Trajectory, TransientDirection, TransientGradient, TransientProblem, TransientSpec,
@@ -387,17 +387,15 @@ impl ThermalTransient {
         d
     }
 
-    /// The tangent-linear model of the last run along `dir`: δTⁿ at every state and δjₙ of
-    /// the `objective` terms.
+    /// The tangent-linear model of the last run along `dir` with the derivatives of the
+    /// `objective` terms.
     pub fn tangents(
         &self,
         objective: &[ObjectiveTerm],
         dir: &TransientDirection,
-    ) -> Result<(Vec<Vec<f64>>, Vec<f64>), RunError> {
+    ) -> Result<TimeTangents, RunError> {
         let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let tangents = p.tangent_states(traj, dir).map_err(transient_err)?;
-        let dj = p.objective_tangents(traj, objective, &tangents).map_err(transient_err)?;
-        Ok((tangents, dj))
+        p.tangent_states(traj, dir, objective).map_err(transient_err)
     }
 
     /// H·δp of J = F(j₀ … j_N) over the last run (`weights` wₙ = ∂F/∂jₙ and their
@@ -412,7 +410,7 @@ impl ThermalTransient {
         weights: &[f64],
         d_weights: &[f64],
         dir: &TransientDirection,
-        tangents: &[Vec<f64>],
+        tangents: &TimeTangents,
         want: gradfem_thermal::VjpRequest,
         rev: &mut Reverse,
     ) -> Result<TransientGradient, RunError> {

@@ -771,11 +771,84 @@ impl TransientProblem {
 /// Largest number of factorizations a linear run keeps.
 const MAX_CACHED_FACTORS: usize = 4;
 
+/// The most bytes a run spends on keeping its element masses ([`ElementMasses`]).
+const ELEMENT_MASS_BUDGET: usize = 256 << 20;
+
+/// The element masses at ρc = 1 (row-major nn×nn per volume element), kept for a run when they
+/// fit in [`ELEMENT_MASS_BUDGET`]: the adjoint and the second-order products contract them at
+/// every step (the mass is linear in ρc, the lumped one too).
+struct ElementMasses {
+    offsets: Vec<usize>,
+    values: Vec<f64>,
+}
+
+impl ElementMasses {
+    /// The masses of `p`'s volume elements, or `None` when they would not fit the budget.
+    fn new(p: &TransientProblem) -> Option<Self> {
+        let model = &p.model;
+        let n_vol = model.n_volume_elements();
+        let mut offsets = Vec::with_capacity(n_vol + 1);
+        offsets.push(0);
+        for e in 0..n_vol {
+            let nn = model.element_nodes(e).len();
+            offsets.push(offsets[e] + nn * nn);
+        }
+        let total = offsets[n_vol];
+        if total.saturating_mul(std::mem::size_of::<f64>()) > ELEMENT_MASS_BUDGET {
+            return None;
+        }
+        let mut values = vec![0.0; total];
+        let mut chunks: Vec<(usize, &mut [f64])> = Vec::with_capacity(n_vol);
+        let mut rest: &mut [f64] = &mut values;
+        for e in 0..n_vol {
+            let (head, tail) = rest.split_at_mut(offsets[e + 1] - offsets[e]);
+            chunks.push((e, head));
+            rest = tail;
+        }
+        chunks.into_par_iter().for_each(|(e, me)| p.element_mass(e, 1.0, me));
+        Some(Self { offsets, values })
+    }
+
+    fn of(&self, e: usize) -> &[f64] {
+        &self.values[self.offsets[e]..self.offsets[e + 1]]
+    }
+}
+
+/// xᵀ Mₑ(ρc = 1) y on volume element e (x, y nodal), from the kept masses or computed.
+fn unit_mass_form(
+    p: &TransientProblem,
+    masses: Option<&ElementMasses>,
+    e: usize,
+    x: &[f64],
+    y: &[f64],
+) -> f64 {
+    let nodes = p.model.element_nodes(e);
+    let nn = nodes.len();
+    let computed;
+    let me = match masses {
+        Some(m) => m.of(e),
+        None => {
+            let mut v = vec![0.0; nn * nn];
+            p.element_mass(e, 1.0, &mut v);
+            computed = v;
+            &computed
+        }
+    };
+    let mut s = 0.0;
+    for a in 0..nn {
+        let row: f64 = (0..nn).map(|b| me[a * nn + b] * y[nodes[b]]).sum();
+        s += x[nodes[a]] * row;
+    }
+    s
+}
+
 /// Assembly and factorizations of one run.
 struct Stepper<'p> {
     p: &'p TransientProblem,
     pattern: AssemblyPattern,
     mass: CsrMatrix,
+    /// The element masses at ρc = 1, when kept.
+    masses: Option<ElementMasses>,
     a: CsrMatrix,
     linear: bool,
     /// Factorizations of A for (a₀, θ, Δt), linear problems: the BDF2 start and main steps,
@@ -790,16 +863,23 @@ impl<'p> Stepper<'p> {
         let model = &p.model;
         let pattern =
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
+        let masses = ElementMasses::new(p);
         let mut mass = pattern.new_matrix();
         pattern.assemble_matrix_into(&mut mass, |e, me| {
-            let rc = if e < model.n_volume_elements() { p.rho_c[e] } else { 0.0 };
-            p.element_mass(e, rc, me);
+            if e >= model.n_volume_elements() {
+                return;
+            }
+            match &masses {
+                Some(m) => me.iter_mut().zip(m.of(e)).for_each(|(a, b)| *a += p.rho_c[e] * b),
+                None => p.element_mass(e, p.rho_c[e], me),
+            }
         });
         let a = pattern.new_matrix();
         Ok(Self {
             p,
             pattern,
             mass,
+            masses,
             a,
             linear: model.is_linear(),
             cache: Vec::new(),
@@ -1004,21 +1084,10 @@ impl<'p> Stepper<'p> {
             })
             .collect();
         let n_vol = model.n_volume_elements();
+        let masses = self.masses.as_ref();
         let per_elem: Vec<f64> = (0..n_vol)
             .into_par_iter()
-            .map(|e| {
-                let nodes = model.element_nodes(e);
-                let nn = nodes.len();
-                let mut me = vec![0.0; nn * nn];
-                p.element_mass(e, 1.0, &mut me);
-                let mut s = 0.0;
-                for a in 0..nn {
-                    for b in 0..nn {
-                        s += mu_nodal[nodes[a]] * me[a * nn + b] * w[nodes[b]];
-                    }
-                }
-                s
-            })
+            .map(|e| unit_mass_form(p, masses, e, &mu_nodal, &w))
             .collect();
         sub_into(&mut g.heat_capacity_elem, &per_elem);
         if let Some(c) = &mut g.coords {

@@ -23,7 +23,7 @@ use num_dual::{DualNum, HyperDual64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{ThermalError, ThermalModel};
+use crate::model::{MAX_NODES, ThermalError, ThermalModel};
 
 /// The default sharpness of [`ObjectiveKind::Peak`] [1/K]: nodes within a few kelvin of the
 /// peak share its gradient, and the aggregate exceeds the peak by at most ln(n) K.
@@ -125,10 +125,11 @@ fn integrate(
 ) -> IntegralParts {
     let n_nodes = model.n_nodes();
     // Per element: value, volume, and per local node d/dT, d/dX (value), d/dX (volume).
+    // (No heap allocation per element: the element's nodes fit in fixed arrays.)
     struct Local {
         value: f64,
         volume: f64,
-        dt: Vec<f64>,
+        dt: [f64; MAX_NODES],
         dx: Vec<[f64; 3]>,
         dvx: Vec<[f64; 3]>,
     }
@@ -138,13 +139,18 @@ fn integrate(
             let tab = model.element_table(e);
             let nodes = model.element_nodes(e);
             let nn = nodes.len();
-            let x = model.element_coordinates(e);
+            let mut xs = [[0.0; 3]; MAX_NODES];
+            for (xa, &n) in xs.iter_mut().zip(nodes) {
+                *xa = model.coords[n];
+            }
+            let x = &xs[..nn];
             let mut value = 0.0;
             let mut volume = 0.0;
-            let mut dt = vec![0.0; nn];
-            let mut grads = vec![[0.0; 3]; nn];
+            let mut dt = [0.0; MAX_NODES];
+            let mut grads_buf = [[0.0; 3]; MAX_NODES];
+            let grads = &mut grads_buf[..nn];
             for q in 0..tab.n_points() {
-                let det = geometry::physical_gradients_into(3, tab.grad(q), &x, &mut grads);
+                let det = geometry::physical_gradients_into(3, tab.grad(q), x, grads);
                 let w = tab.weights[q] * det;
                 let n = tab.shape(q);
                 let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
@@ -161,7 +167,7 @@ fn integrate(
                 dx = vec![[0.0; 3]; nn];
                 dvx = vec![[0.0; 3]; nn];
                 for q in 0..tab.n_points() {
-                    let det = geometry::physical_gradients_into(3, tab.grad(q), &x, &mut grads);
+                    let det = geometry::physical_gradients_into(3, tab.grad(q), x, grads);
                     let w = tab.weights[q] * det;
                     let n = tab.shape(q);
                     let tq: f64 = (0..nn).map(|b| n[b] * t[nodes[b]]).sum();
@@ -217,10 +223,21 @@ fn p_norm_parts(
         model,
         els,
         t,
-        &|v| ((v / ts).powf(p), p / ts * (v / ts).powf(p - 1.0)),
+        &|v| {
+            // One power per point: (v/T_s)ᵖ⁻¹, then ᵖ by a product.
+            let r = v / ts;
+            let rp1 = power(r, p - 1.0);
+            (rp1 * r, p / ts * rp1)
+        },
         with_coords,
     );
     (ts, parts)
+}
+
+/// xᵉ, by repeated multiplication when e is a small integer (the p-norm's usual p = 8: a few
+/// products instead of a logarithm and an exponential at every quadrature point).
+fn power(x: f64, e: f64) -> f64 {
+    if e.fract() == 0.0 && e.abs() <= 64.0 { x.powi(e as i32) } else { x.powf(e) }
 }
 
 /// Value of T at a located point and the physical gradient there.
@@ -479,17 +496,21 @@ fn integrate_curvature(
     dt: &[f64],
     g2: &(dyn Fn(f64) -> f64 + Sync),
 ) -> Vec<f64> {
-    let locals: Vec<Vec<f64>> = els
+    let locals: Vec<[f64; MAX_NODES]> = els
         .par_iter()
         .map(|&e| {
             let tab = model.element_table(e);
             let nodes = model.element_nodes(e);
             let nn = nodes.len();
-            let x = model.element_coordinates(e);
-            let mut grads = vec![[0.0; 3]; nn];
-            let mut out = vec![0.0; nn];
+            let mut xs = [[0.0; 3]; MAX_NODES];
+            for (xa, &n) in xs.iter_mut().zip(nodes) {
+                *xa = model.coords[n];
+            }
+            let mut grads = [[0.0; 3]; MAX_NODES];
+            let mut out = [0.0; MAX_NODES];
             for q in 0..tab.n_points() {
-                let det = geometry::physical_gradients_into(3, tab.grad(q), &x, &mut grads);
+                let det =
+                    geometry::physical_gradients_into(3, tab.grad(q), &xs[..nn], &mut grads[..nn]);
                 let w = tab.weights[q] * det;
                 let n = tab.shape(q);
                 let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
@@ -568,7 +589,7 @@ pub fn hessian_product(
                 let (s_int, vol) = (parts.value, parts.volume);
                 let m = ts * (s_int / vol).powf(1.0 / p);
                 let curvature = integrate_curvature(model, els, t, dt, &|v| {
-                    p * (p - 1.0) / (ts * ts) * (v / ts).powf(p - 2.0)
+                    p * (p - 1.0) / (ts * ts) * power(v / ts, p - 2.0)
                 });
                 let s_dot: f64 = parts.d_value_t.iter().zip(dt).map(|(a, b)| a * b).sum();
                 for ((o, sa), ca) in out.iter_mut().zip(&parts.d_value_t).zip(&curvature) {

@@ -28,10 +28,15 @@
 //! pass (as many vectors as the trajectory).
 
 use gradfem_kernel::CoordinateRequest;
+
+use crate::field::TimeTangents;
 use gradfem_thermal::objective::{evaluate, hessian_product};
 use gradfem_thermal::{ObjectiveTerm, ThermalDirection, ThermalModel, VjpRequest};
 
-use super::{Stepper, Trajectory, TransientError, TransientGradient, TransientProblem, sub_into};
+use super::{
+    ElementMasses, Stepper, Trajectory, TransientError, TransientGradient, TransientProblem,
+    sub_into, unit_mass_form,
+};
 
 /// A parameter direction of a transient run.
 #[derive(Clone, Debug, PartialEq)]
@@ -81,8 +86,8 @@ impl TransientProblem {
         ThermalDirection { temperature: dt.to_vec(), ..dir.steady.clone() }
     }
 
-    /// M(ρc) v at every node (assembled from the element masses; zero at fixed nodes).
-    fn mass_times(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+    /// M(ρc) v at every node (from the element masses; zero at fixed nodes).
+    fn mass_times(&self, masses: Option<&ElementMasses>, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
         let model = &self.model;
         let mut out = vec![0.0; model.n_nodes()];
         let mut me = Vec::new();
@@ -92,11 +97,17 @@ impl TransientProblem {
             }
             let nodes = model.element_nodes(e);
             let nn = nodes.len();
-            me.clear();
-            me.resize(nn * nn, 0.0);
-            self.element_mass(e, rc, &mut me);
+            let m = match masses {
+                Some(m) => m.of(e),
+                None => {
+                    me.clear();
+                    me.resize(nn * nn, 0.0);
+                    self.element_mass(e, 1.0, &mut me);
+                    &me
+                }
+            };
             for a in 0..nn {
-                out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
+                out[nodes[a]] += rc * (0..nn).map(|b| m[a * nn + b] * v[nodes[b]]).sum::<f64>();
             }
         }
         for (n, o) in out.iter_mut().enumerate() {
@@ -124,14 +135,16 @@ impl TransientProblem {
             .collect()
     }
 
-    /// The tangent-linear model of the run `traj` along `dir` (module docs): δTⁿ at every node
-    /// of every state n = 0 … N (fixed nodes: their δT), one solve per step with the step's matrix (factored once per step kind when the
-    /// conductivity is constant, at every step with k(T)).
+    /// The tangent-linear model of the run `traj` along `dir` (module docs): δTⁿ at every
+    /// state, one solve per step with the step's matrix (factored once per step kind when the
+    /// conductivity is constant, at every step with k(T)), and the derivative δjₙ of the
+    /// objective `terms` (which depend on the temperature alone).
     pub fn tangent_states(
         &self,
         traj: &Trajectory,
         dir: &TransientDirection,
-    ) -> Result<Vec<Vec<f64>>, TransientError> {
+        terms: &[ObjectiveTerm],
+    ) -> Result<TimeTangents, TransientError> {
         self.check_second_order(traj, dir)?;
         let model = &self.model;
         let mut stepper = Stepper::new(self)?;
@@ -168,7 +181,7 @@ impl TransientProblem {
             }
             if capacity {
                 let w = self.rate(k, &traj.temperatures);
-                let dm_w = self.mass_times(&dir.heat_capacity_elem, &w);
+                let dm_w = self.mass_times(stepper.masses.as_ref(), &dir.heat_capacity_elem, &w);
                 f.iter_mut().zip(&dm_w).for_each(|(a, b)| *a += b);
             }
             let mut rhs = model.dofs.gather(&f);
@@ -193,34 +206,26 @@ impl TransientProblem {
             model.dofs.scatter(&rhs, &mut next);
             states.push(next);
         }
-        Ok(states)
-    }
-
-    /// δjₙ = (∂jₙ/∂T) δTⁿ of the objective `terms` at every state of `traj` along the
-    /// tangents (the terms depend on the temperature alone).
-    pub fn objective_tangents(
-        &self,
-        traj: &Trajectory,
-        terms: &[ObjectiveTerm],
-        tangents: &[Vec<f64>],
-    ) -> Result<Vec<f64>, TransientError> {
-        if terms.is_empty() {
-            return Ok(vec![0.0; traj.temperatures.len()]);
+        // (The engine's tangents of a run: states in the thermal field's nodal layout.)
+        let mut out = TimeTangents {
+            objective: vec![0.0; states.len()],
+            states,
+            objective_gradients: Vec::new(),
+        };
+        if !terms.is_empty() {
+            for (n, t) in traj.temperatures.iter().enumerate() {
+                let g = evaluate(model, terms, t, false)?.d_temperature;
+                out.objective[n] = g.iter().zip(&out.states[n]).map(|(a, b)| a * b).sum();
+                out.objective_gradients.push(g);
+            }
         }
-        traj.temperatures
-            .iter()
-            .zip(tangents)
-            .map(|(t, dt)| {
-                let e = evaluate(&self.model, terms, t, false)?;
-                Ok(e.d_temperature.iter().zip(dt).map(|(a, b)| a * b).sum())
-            })
-            .collect()
+        Ok(out)
     }
 
     /// H·δp of J = F(j₀ … j_N), jₙ the `terms` plus ⟨sₙ, Tⁿ⟩ (`seeds`, per node; `None`: none)
     /// at state n, by the second-order adjoint of the steps (module docs): `weights` are
     /// wₙ = ∂F/∂jₙ, `d_weights` their derivatives δwₙ along the direction, `tangents` the
-    /// run's tangent states along `dir`. Returned in the layout of [`TransientGradient`] (its
+    /// run's [`tangent_states`](Self::tangent_states) along `dir`. Returned in the layout of [`TransientGradient`] (its
     /// `value` is zero); `want` selects the steady parameter kinds as for the gradient.
     #[allow(clippy::too_many_arguments)]
     pub fn hessian_vector(
@@ -230,7 +235,7 @@ impl TransientProblem {
         weights: &[f64],
         d_weights: &[f64],
         dir: &TransientDirection,
-        tangents: &[Vec<f64>],
+        tangents: &TimeTangents,
         want: VjpRequest,
     ) -> Result<TransientGradient, TransientError> {
         self.check_second_order(traj, dir)?;
@@ -256,10 +261,10 @@ impl TransientProblem {
                 return Ok(());
             }
             let t = &traj.temperatures[n];
-            let dj = evaluate(model, terms, t, false)?.d_temperature;
+            let dj = &tangents.objective_gradients[n];
             let mut second: Vec<f64> = dj.iter().map(|v| dw * v).collect();
             if w != 0.0 {
-                let h = hessian_product(model, terms, t, &tangents[n])?;
+                let h = hessian_product(model, terms, t, &tangents.states[n])?;
                 second.iter_mut().zip(&h).for_each(|(a, b)| *a += w * b);
             }
             for (i, &node) in model.dofs.node_of_unknown.iter().enumerate() {
@@ -319,11 +324,15 @@ impl TransientProblem {
             })?;
             let mu_nodal = scatter(&mu);
             let lambda1: Vec<f64> = mu_nodal.iter().map(|m| theta * m).collect();
-            let dir1 = Self::steady_with(dir, &tangents[k + 1]);
+            let dir1 = Self::steady_with(dir, &tangents.states[k + 1]);
             let (s1_t, s1_p, _) =
                 model.second_order_vjp(t1, &lambda1, &dir1, CoordinateRequest::None);
             let dm_mu = if capacity {
-                model.dofs.gather(&self.mass_times(&dir.heat_capacity_elem, &mu_nodal))
+                model.dofs.gather(&self.mass_times(
+                    stepper.masses.as_ref(),
+                    &dir.heat_capacity_elem,
+                    &mu_nodal,
+                ))
             } else {
                 vec![0.0; n_u]
             };
@@ -344,7 +353,7 @@ impl TransientProblem {
             if theta < 1.0 {
                 let c = 1.0 - theta;
                 let lambda0: Vec<f64> = mu_nodal.iter().map(|m| c * m).collect();
-                let dir0 = Self::steady_with(dir, &tangents[k]);
+                let dir0 = Self::steady_with(dir, &tangents.states[k]);
                 let (s0_t, s0_p, _) =
                     model.second_order_vjp(t0, &lambda0, &dir0, CoordinateRequest::None);
                 let d_lambda0: Vec<f64> = d_mu_nodal.iter().map(|m| c * m).collect();
@@ -355,24 +364,11 @@ impl TransientProblem {
             }
             // The heat capacities: δμᵀ(∂M/∂ρc)w + μᵀ(∂M/∂ρc)δw per element.
             let w = self.rate(k, &traj.temperatures);
-            let dw = self.rate(k, tangents);
-            let mut me = Vec::new();
-            for e in 0..model.n_volume_elements() {
-                let nodes = model.element_nodes(e);
-                let nn = nodes.len();
-                me.clear();
-                me.resize(nn * nn, 0.0);
-                self.element_mass(e, 1.0, &mut me);
-                let mut s = 0.0;
-                for a in 0..nn {
-                    for b in 0..nn {
-                        let m = me[a * nn + b];
-                        s += m
-                            * (d_mu_nodal[nodes[a]] * w[nodes[b]]
-                                + mu_nodal[nodes[a]] * dw[nodes[b]]);
-                    }
-                }
-                hv.heat_capacity_elem[e] -= s;
+            let dw = self.rate(k, &tangents.states);
+            let masses = stepper.masses.as_ref();
+            for (e, hv_e) in hv.heat_capacity_elem.iter_mut().enumerate() {
+                *hv_e -= unit_mass_form(self, masses, e, &d_mu_nodal, &w)
+                    + unit_mass_form(self, masses, e, &mu_nodal, &dw);
             }
             if !hv.external_source.is_empty() {
                 sub_into(&mut hv.external_source, &model.external_source_vjp(&d_mu_nodal));
