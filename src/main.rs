@@ -108,17 +108,18 @@ enum Command {
         /// Also test the Hessian: the second-order Taylor test along the same direction, whose
         /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
         /// Hessian-vector products; steady thermal, electro-thermal, thermo-elastic and
-        /// finite-strain problems so far).
+        /// finite-strain problems, and transient heat conduction stepped alone, so far).
         #[arg(long)]
         second_order: bool,
     },
     /// The exact Hessian of the objective over the registered parameters (one Hessian-vector
     /// product by the second-order adjoint per entry), its eigen-directions and, for a
-    /// least-squares misfit (temperature sensors, or finite-strain force and displacement
-    /// curves), the Laplace posterior (covariance, standard deviations, correlations) beside
-    /// the Gauss–Newton approximation; writes hessian.json and, for a misfit, posterior.png
-    /// (marginals and pairwise ellipses); with `--direction`, one product instead. Steady
-    /// thermal, electro-thermal, linear thermo-elastic and finite-strain problems so far.
+    /// least-squares misfit (temperature sensors, finite-strain force and displacement curves,
+    /// or a transient run's measured series), the Laplace posterior (covariance, standard
+    /// deviations, correlations) beside the Gauss–Newton approximation; writes hessian.json
+    /// and, for a misfit, posterior.png (marginals and pairwise ellipses); with `--direction`,
+    /// one product instead. Steady thermal, electro-thermal, linear thermo-elastic and
+    /// finite-strain problems, and transient heat conduction stepped alone, so far.
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,

@@ -539,7 +539,7 @@ impl ThermalField {
     fn check_second_order(&self) -> Result<&[f64], RunError> {
         if self.transient.is_some() {
             return Err(RunError::Setup(
-                "thermal: Hessian-vector products of transient problems are not available yet"
+                "thermal: the steady second-order products do not apply to a field stepped in time (its products run through the steps)"
                     .into(),
             ));
         }

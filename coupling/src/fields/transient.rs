@@ -32,6 +32,9 @@
 //! [`TransientProblem::adapt_steps`] (step doubling); the gradient is that of the run with the
 //! step sizes held fixed, and a linear problem refactors only when Δt changes.
 //!
+//! Hessian-vector products through the steps (the tangent-linear model and the second-order
+//! adjoint) are in [`second_order`].
+//!
 //! This module lives in the facade because it assembles and solves (field crates know nothing of
 //! solvers); the mass-matrix element kernel is the thermal model's
 //! (`ThermalModel::element_mass_into`).
@@ -50,7 +53,7 @@ use thiserror::Error;
 use gradfem_thermal::model::{HeatBalance, ThermalError, ThermalModel, VjpRequest};
 use gradfem_thermal::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm, evaluate};
 
-mod second_order;
+pub mod second_order;
 pub use second_order::TransientDirection;
 
 /// Time integrator.
