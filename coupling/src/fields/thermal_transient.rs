@@ -325,13 +325,14 @@ impl ThermalTransient {
         want: gradfem_thermal::VjpRequest,
         rev: &mut Reverse,
     ) -> Result<TransientGradient, RunError> {
-        let (p, _) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
         let terms = WeightedTerms {
             terms: objective.to_vec(),
             weights: crate::fields::transient::StepWeights::Custom(weights.to_vec()),
         };
         let obj = SeededTerms { terms, seeds };
-        let g: TransientGradient = p.gradient(&obj, self.memory, want).map_err(transient_err)?;
+        let g: TransientGradient =
+            p.gradient_of_run(traj, &obj, self.memory, want).map_err(transient_err)?;
         self.add_run_parameters(model, &g, rev);
         self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
         self.report.peak_stored_states = Some(g.stats.max_stored_states);

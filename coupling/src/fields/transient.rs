@@ -522,6 +522,17 @@ impl TransientProblem {
         Ok(())
     }
 
+    /// State n of a run: U^n and, for BDF2 after its first step, U^{n−1} (what
+    /// [`Stepper::step`] returns).
+    fn stored_state(&self, traj: &Trajectory, n: usize) -> TimeState {
+        let gather = |t: &[f64]| self.model.dofs.gather(t);
+        TimeState {
+            u: gather(&traj.temperatures[n]),
+            u_prev: (matches!(self.scheme, TimeScheme::Bdf2) && n >= 1)
+                .then(|| gather(&traj.temperatures[n - 1])),
+        }
+    }
+
     fn initial_state(&self) -> TimeState {
         TimeState { u: self.model.dofs.gather(&self.initial), u_prev: None }
     }
@@ -687,6 +698,31 @@ impl TransientProblem {
         memory: Checkpointing,
         want: VjpRequest,
     ) -> Result<TransientGradient, TransientError> {
+        self.gradient_with(obj, memory, want, None)
+    }
+
+    /// [`gradient`](Self::gradient) of a run whose states are at hand (`traj`, this
+    /// problem's): with [`Checkpointing::StoreAll`] the reverse sweep takes them instead of
+    /// stepping forward again (the same states bit for bit); binomial checkpointing still
+    /// recomputes from its snapshots.
+    pub fn gradient_of_run(
+        &self,
+        traj: &Trajectory,
+        obj: &impl TimeObjective,
+        memory: Checkpointing,
+        want: VjpRequest,
+    ) -> Result<TransientGradient, TransientError> {
+        assert_eq!(traj.temperatures.len(), self.n_steps + 1, "a trajectory of this problem");
+        self.gradient_with(obj, memory, want, Some(traj))
+    }
+
+    fn gradient_with(
+        &self,
+        obj: &impl TimeObjective,
+        memory: Checkpointing,
+        want: VjpRequest,
+        traj: Option<&Trajectory>,
+    ) -> Result<TransientGradient, TransientError> {
         if want.coords && self.mass == MassKind::Lumped {
             return Err(TransientError::Unsupported(
                 "coordinate gradients with a lumped mass matrix (use the consistent mass)",
@@ -732,7 +768,10 @@ impl TransientProblem {
             self.n_steps,
             &self.initial_state(),
             memory,
-            |k, x| stepper.borrow_mut().step(k, x),
+            |k, x| match (traj, memory) {
+                (Some(traj), Checkpointing::StoreAll) => Ok(self.stored_state(traj, k + 1)),
+                _ => stepper.borrow_mut().step(k, x),
+            },
             |k, xk, xk1| {
                 let time = self.time(k + 1);
                 gradfem_solvers::interrupt::check("transient thermal adjoint", || {

@@ -123,13 +123,31 @@ fn integrate(
     g: &(dyn Fn(f64) -> (f64, f64) + Sync),
     with_coords: bool,
 ) -> IntegralParts {
+    integrate_with(model, els, t, g, with_coords, None).0
+}
+
+/// The second derivative g″ of an integrand with the direction δT it is applied along: the
+/// curvature ∫ g″(T) δT N_a per node.
+type Curvature<'a> = (&'a [f64], &'a (dyn Fn(f64) -> f64 + Sync));
+
+/// [`integrate`], and with `curvature` = (δT, g″) also ∫ g″(T) δT N_a per node (empty without),
+/// in the same pass over the elements.
+fn integrate_with(
+    model: &ThermalModel,
+    els: &[usize],
+    t: &[f64],
+    g: &(dyn Fn(f64) -> (f64, f64) + Sync),
+    with_coords: bool,
+    curvature: Option<Curvature>,
+) -> (IntegralParts, Vec<f64>) {
     let n_nodes = model.n_nodes();
-    // Per element: value, volume, and per local node d/dT, d/dX (value), d/dX (volume).
-    // (No heap allocation per element: the element's nodes fit in fixed arrays.)
+    // Per element: value, volume, and per local node d/dT, d/dX (value), d/dX (volume) and
+    // the curvature. (No heap allocation per element: its nodes fit in fixed arrays.)
     struct Local {
         value: f64,
         volume: f64,
         dt: [f64; MAX_NODES],
+        curvature: [f64; MAX_NODES],
         dx: Vec<[f64; 3]>,
         dvx: Vec<[f64; 3]>,
     }
@@ -147,10 +165,16 @@ fn integrate(
             let mut value = 0.0;
             let mut volume = 0.0;
             let mut dt = [0.0; MAX_NODES];
+            let mut curv = [0.0; MAX_NODES];
             let mut grads_buf = [[0.0; 3]; MAX_NODES];
             let grads = &mut grads_buf[..nn];
+            // An affine cell (Tet4) has the same det J at every point.
+            let affine = model.element_cell_type(e) == gradfem_mesh::CellType::Tet4;
+            let mut det = 0.0;
             for q in 0..tab.n_points() {
-                let det = geometry::physical_gradients_into(3, tab.grad(q), x, grads);
+                if q == 0 || !affine {
+                    det = geometry::physical_gradients_into(3, tab.grad(q), x, grads);
+                }
                 let w = tab.weights[q] * det;
                 let n = tab.shape(q);
                 let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
@@ -159,6 +183,13 @@ fn integrate(
                 volume += w;
                 for a in 0..nn {
                     dt[a] += w * dg * n[a];
+                }
+                if let Some((dir, g2)) = curvature {
+                    let dq: f64 = (0..nn).map(|a| n[a] * dir[nodes[a]]).sum();
+                    let c = w * g2(tq) * dq;
+                    for a in 0..nn {
+                        curv[a] += c * n[a];
+                    }
                 }
             }
             let (mut dx, mut dvx) = (Vec::new(), Vec::new());
@@ -180,7 +211,7 @@ fn integrate(
                     }
                 }
             }
-            Local { value, volume, dt, dx, dvx }
+            Local { value, volume, dt, curvature: curv, dx, dvx }
         })
         .collect();
     let mut parts = IntegralParts {
@@ -190,11 +221,15 @@ fn integrate(
         d_value_x: with_coords.then(|| vec![[0.0; 3]; n_nodes]),
         d_volume_x: with_coords.then(|| vec![[0.0; 3]; n_nodes]),
     };
+    let mut total_curvature = if curvature.is_some() { vec![0.0; n_nodes] } else { Vec::new() };
     for (l, &e) in locals.iter().zip(els) {
         parts.value += l.value;
         parts.volume += l.volume;
         for (a, &n) in model.element_nodes(e).iter().enumerate() {
             parts.d_value_t[n] += l.dt[a];
+            if let Some(c) = total_curvature.get_mut(n) {
+                *c += l.curvature[a];
+            }
             if let (Some(dx), Some(dvx)) = (parts.d_value_x.as_mut(), parts.d_volume_x.as_mut()) {
                 for i in 0..3 {
                     dx[n][i] += l.dx[a][i];
@@ -203,7 +238,7 @@ fn integrate(
             }
         }
     }
-    parts
+    (parts, total_curvature)
 }
 
 /// The p-norm's integral S = ∫ (T/T_s)ᵖ with its derivatives, in units of the largest |T|
@@ -217,21 +252,21 @@ fn p_norm_parts(
     p: f64,
     with_coords: bool,
 ) -> (f64, IntegralParts) {
+    let ts = p_norm_scale(t);
+    (ts, integrate(model, els, t, &|v| p_norm_integrand(v, ts, p), with_coords))
+}
+
+/// T_s of the p-norm: the largest |T| (1 when there is none).
+fn p_norm_scale(t: &[f64]) -> f64 {
     let ts = t.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-    let ts = if ts > 0.0 && ts.is_finite() { ts } else { 1.0 };
-    let parts = integrate(
-        model,
-        els,
-        t,
-        &|v| {
-            // One power per point: (v/T_s)ᵖ⁻¹, then ᵖ by a product.
-            let r = v / ts;
-            let rp1 = power(r, p - 1.0);
-            (rp1 * r, p / ts * rp1)
-        },
-        with_coords,
-    );
-    (ts, parts)
+    if ts > 0.0 && ts.is_finite() { ts } else { 1.0 }
+}
+
+/// (T/T_s)ᵖ and its derivative by T, with one power per point: (T/T_s)ᵖ⁻¹, then ᵖ by a product.
+fn p_norm_integrand(v: f64, ts: f64, p: f64) -> (f64, f64) {
+    let r = v / ts;
+    let rp1 = power(r, p - 1.0);
+    (rp1 * r, p / ts * rp1)
 }
 
 /// xᵉ, by repeated multiplication when e is a small integer (the p-norm's usual p = 8: a few
@@ -496,40 +531,7 @@ fn integrate_curvature(
     dt: &[f64],
     g2: &(dyn Fn(f64) -> f64 + Sync),
 ) -> Vec<f64> {
-    let locals: Vec<[f64; MAX_NODES]> = els
-        .par_iter()
-        .map(|&e| {
-            let tab = model.element_table(e);
-            let nodes = model.element_nodes(e);
-            let nn = nodes.len();
-            let mut xs = [[0.0; 3]; MAX_NODES];
-            for (xa, &n) in xs.iter_mut().zip(nodes) {
-                *xa = model.coords[n];
-            }
-            let mut grads = [[0.0; 3]; MAX_NODES];
-            let mut out = [0.0; MAX_NODES];
-            for q in 0..tab.n_points() {
-                let det =
-                    geometry::physical_gradients_into(3, tab.grad(q), &xs[..nn], &mut grads[..nn]);
-                let w = tab.weights[q] * det;
-                let n = tab.shape(q);
-                let tq: f64 = (0..nn).map(|a| n[a] * t[nodes[a]]).sum();
-                let dq: f64 = (0..nn).map(|a| n[a] * dt[nodes[a]]).sum();
-                let c = w * g2(tq) * dq;
-                for a in 0..nn {
-                    out[a] += c * n[a];
-                }
-            }
-            out
-        })
-        .collect();
-    let mut total = vec![0.0; model.n_nodes()];
-    for (l, &e) in locals.iter().zip(els) {
-        for (a, &n) in model.element_nodes(e).iter().enumerate() {
-            total[n] += l[a];
-        }
-    }
-    total
+    integrate_with(model, els, t, &|_| (0.0, 0.0), false, Some((dt, g2))).1
 }
 
 /// The objective's Hessian with respect to the nodal temperatures applied to `dt`:
@@ -585,12 +587,18 @@ pub fn hessian_product(
                 // ∂²M δ = M/p [ (S·δ/S)(1/p − 1) S_a/S + (∂S_a δ)/S ], S·δ = Σ S_a δ_a.
                 let p = *p;
                 let els = model.group_elements(group)?;
-                let (ts, parts) = p_norm_parts(model, els, t, p, false);
+                // S, its gradient and its curvature in one pass, in units of T_s.
+                let ts = p_norm_scale(t);
+                let (parts, curvature) = integrate_with(
+                    model,
+                    els,
+                    t,
+                    &|v| p_norm_integrand(v, ts, p),
+                    false,
+                    Some((dt, &|v| p * (p - 1.0) / (ts * ts) * power(v / ts, p - 2.0))),
+                );
                 let (s_int, vol) = (parts.value, parts.volume);
                 let m = ts * (s_int / vol).powf(1.0 / p);
-                let curvature = integrate_curvature(model, els, t, dt, &|v| {
-                    p * (p - 1.0) / (ts * ts) * power(v / ts, p - 2.0)
-                });
                 let s_dot: f64 = parts.d_value_t.iter().zip(dt).map(|(a, b)| a * b).sum();
                 for ((o, sa), ca) in out.iter_mut().zip(&parts.d_value_t).zip(&curvature) {
                     *o += w * m / p * ((s_dot / s_int) * (1.0 / p - 1.0) * sa / s_int + ca / s_int);

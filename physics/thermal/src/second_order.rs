@@ -24,7 +24,7 @@ use gradfem_kernel::{
 };
 use num_dual::{Dual64, HyperDual64};
 
-use crate::model::{BcKind, ParameterVjp, ThermalModel};
+use crate::model::{BcKind, MAX_NODES, ParameterVjp, ThermalModel};
 
 /// A direction in the thermal model's temperatures and parameters, in the layout of
 /// [`ParameterVjp`].
@@ -197,13 +197,18 @@ impl ThermalModel {
         let x = self.element_coords(e);
         let dx = element_motion(nodes, &dir.coords);
         let mut g = [[0.0; 3]; crate::model::MAX_NODES];
+        // An affine cell (Tet4) has the same gradients and det J at every point.
+        let affine = self.element_cell_type(e) == gradfem_mesh::CellType::Tet4;
+        let mut det = 0.0;
         for q in 0..table.n_points() {
-            let det = gradfem_mesh::geometry::physical_gradients_into(
-                3,
-                table.grad(q),
-                &x[..nn],
-                &mut g[..nn],
-            );
+            if q == 0 || !affine {
+                det = gradfem_mesh::geometry::physical_gradients_into(
+                    3,
+                    table.grad(q),
+                    &x[..nn],
+                    &mut g[..nn],
+                );
+            }
             let n = table.shape(q);
             let (mut tq, mut dtq, mut lq) = (0.0, 0.0, 0.0);
             let (mut gt, mut gl, mut gd) = ([0.0; 3], [0.0; 3], [0.0; 3]);
@@ -377,7 +382,7 @@ impl ThermalModel {
         /// One element's products: per node (temperature), per kernel parameter, per
         /// coordinate pick (empty unless wanted).
         struct Local {
-            state: Vec<f64>,
+            state: [f64; MAX_NODES],
             params: [f64; 5],
             coords: Vec<f64>,
         }
@@ -387,7 +392,7 @@ impl ThermalModel {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
             let mut local = Local {
-                state: vec![0.0; nn],
+                state: [0.0; MAX_NODES],
                 params: [0.0; 5],
                 coords: vec![0.0; coords.n_picks(nodes)],
             };
@@ -396,7 +401,8 @@ impl ThermalModel {
             }
             let closed = closed_form && e < self.n_volume;
             if closed {
-                let (d_k0, d_q) = self.volume_second_order(e, t, lambda, dir, &mut local.state);
+                let (d_k0, d_q) =
+                    self.volume_second_order(e, t, lambda, dir, &mut local.state[..nn]);
                 local.params[0] = d_k0;
                 local.params[1] = d_q;
                 if !local.coords.is_empty() {
@@ -432,7 +438,7 @@ impl ThermalModel {
                 (0..nn).map(|b| r[b].eps1eps2 * lambda[nodes[b]]).sum()
             };
             if !closed {
-                for (a, s) in local.state.iter_mut().enumerate() {
+                for (a, s) in local.state[..nn].iter_mut().enumerate() {
                     *s = second(a);
                 }
                 for i in used {

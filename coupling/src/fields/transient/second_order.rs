@@ -81,9 +81,11 @@ impl TransientProblem {
         Ok(())
     }
 
-    /// The steady direction with δT = `dt` (nodal).
-    fn steady_with(dir: &TransientDirection, dt: &[f64]) -> ThermalDirection {
-        ThermalDirection { temperature: dt.to_vec(), ..dir.steady.clone() }
+    /// `d` (a copy of the direction's steady part) with δT = `dt` (nodal): the parameter
+    /// vectors are copied once per run, the temperatures at every use.
+    fn with_temperature<'d>(d: &'d mut ThermalDirection, dt: &[f64]) -> &'d ThermalDirection {
+        d.temperature.copy_from_slice(dt);
+        d
     }
 
     /// M(ρc) v at every node (from the element masses; zero at fixed nodes).
@@ -148,6 +150,7 @@ impl TransientProblem {
         self.check_second_order(traj, dir)?;
         let model = &self.model;
         let mut stepper = Stepper::new(self)?;
+        let mut d = dir.steady.clone();
         let fixed = &dir.steady.temperature;
         let mut first = dir.initial.clone();
         for (n, v) in first.iter_mut().enumerate() {
@@ -168,12 +171,12 @@ impl TransientProblem {
             let (t1, t0) = (&traj.temperatures[k + 1], &traj.temperatures[k]);
             // θ ∂R/∂p|_{k+1} δp (the fixed temperatures' δT included) + (1 − θ) dR|_k.
             let mut f: Vec<f64> = model
-                .residual_jvp(t1, &Self::steady_with(dir, fixed))
+                .residual_jvp(t1, Self::with_temperature(&mut d, fixed))
                 .into_iter()
                 .map(|v| theta * v)
                 .collect();
             if theta < 1.0 {
-                let r0 = model.residual_jvp(t0, &Self::steady_with(dir, &states[k]));
+                let r0 = model.residual_jvp(t0, Self::with_temperature(&mut d, &states[k]));
                 f.iter_mut().zip(&r0).for_each(|(a, b)| *a += (1.0 - theta) * b);
             }
             if let Some(s) = &source {
@@ -244,6 +247,7 @@ impl TransientProblem {
         assert_eq!(weights.len(), n_states, "one weight per state");
         assert_eq!(d_weights.len(), n_states, "one weight derivative per state");
         let mut stepper = Stepper::new(self)?;
+        let mut d = dir.steady.clone();
         let mut hv = TransientGradient::zeros(model, false);
         let owner = model.fixed_owner();
         let n_u = model.n_unknowns();
@@ -324,9 +328,9 @@ impl TransientProblem {
             })?;
             let mu_nodal = scatter(&mu);
             let lambda1: Vec<f64> = mu_nodal.iter().map(|m| theta * m).collect();
-            let dir1 = Self::steady_with(dir, &tangents.states[k + 1]);
+            let dir1 = Self::with_temperature(&mut d, &tangents.states[k + 1]);
             let (s1_t, s1_p, _) =
-                model.second_order_vjp(t1, &lambda1, &dir1, CoordinateRequest::None);
+                model.second_order_vjp(t1, &lambda1, dir1, CoordinateRequest::None);
             let dm_mu = if capacity {
                 model.dofs.gather(&self.mass_times(
                     stepper.masses.as_ref(),
@@ -353,9 +357,9 @@ impl TransientProblem {
             if theta < 1.0 {
                 let c = 1.0 - theta;
                 let lambda0: Vec<f64> = mu_nodal.iter().map(|m| c * m).collect();
-                let dir0 = Self::steady_with(dir, &tangents.states[k]);
+                let dir0 = Self::with_temperature(&mut d, &tangents.states[k]);
                 let (s0_t, s0_p, _) =
-                    model.second_order_vjp(t0, &lambda0, &dir0, CoordinateRequest::None);
+                    model.second_order_vjp(t0, &lambda0, dir0, CoordinateRequest::None);
                 let d_lambda0: Vec<f64> = d_mu_nodal.iter().map(|m| c * m).collect();
                 subtract(&mut hv, t0, &d_lambda0, &s0_t, &s0_p);
                 s0 = model.dofs.gather(&s0_t);
