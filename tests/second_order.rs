@@ -673,10 +673,10 @@ fn uncovered_problems_are_refused_with_a_message() {
     let mut sim = shaped_slab("tet4", "", "kind = \"point\"\npoint = [0.01, 0.005, 0.002]");
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
     assert!(e.contains("point and sensor") && e.contains("node coordinates"), "{e}");
-    // A field stepped in time is covered alone, not yet with fields around it.
+    // A problem in time is covered, but not with shape parameters.
     let mut sim = Simulation::from_file(root.join("examples/microactuator_step.toml")).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("stepped alone"), "{e}");
+    assert!(e.contains("node coordinates") && e.contains("in time"), "{e}");
 }
 
 /// On the ρ(T) cycle solved staggered, the linearized block Gauss–Seidel tangents and the

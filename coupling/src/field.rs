@@ -381,26 +381,37 @@ pub trait Dynamic {
         false
     }
 
-    /// The tangent-linear model of the last run along the parameter direction `params`: the
-    /// state tangent δuⁿ at every state (output port 0's layout) and the derivative δjₙ of the
+    /// The tangent-linear model of the last run along the parameter direction `params` with
+    /// the input tangents `inputs` (per port, held in time; an empty vector: zero): the state
+    /// tangent δuⁿ at every state (output port 0's layout) and the derivative δjₙ of the
     /// field's own objective terms there.
-    fn time_tangents(&mut self, params: &Gradient) -> Result<TimeTangents, RunError> {
-        let _ = params;
+    fn time_tangents(
+        &mut self,
+        params: &Gradient,
+        inputs: &[Vec<f64>],
+    ) -> Result<TimeTangents, RunError> {
+        let _ = (params, inputs);
         Err(RunError::Setup("this field has no second-order products in time".into()))
     }
 
-    /// H·δp of J = F(j₀ … j_N) through the last run, added into `rev`: `weights` are
-    /// wₙ = ∂F/∂jₙ, `d_weights` their derivatives along `params`, `tangents` the run's
-    /// [`time_tangents`](Self::time_tangents) along the same direction.
+    /// H·δp of J = F(j₀ … j_N) + Σₙ ⟨sₙ, uⁿ⟩ through the last run, added into `rev`:
+    /// `weights` are wₙ = ∂F/∂jₙ, `d_weights` their derivatives along `params`, `seeds` the
+    /// weighted seeds sₙ fields downstream put on state n and `d_seeds` their derivatives,
+    /// `tangents` the run's [`time_tangents`](Self::time_tangents) along the same direction.
+    /// Returns the first-order seeds of the input ports in `inputs` and their derivatives.
+    #[allow(clippy::too_many_arguments)]
     fn time_hessian_vector(
         &mut self,
         weights: &[f64],
         d_weights: &[f64],
+        seeds: &[Option<Vec<f64>>],
+        d_seeds: &[Option<Vec<f64>>],
         params: &Gradient,
         tangents: &TimeTangents,
         rev: &mut Reverse,
-    ) -> Result<(), RunError> {
-        let _ = (weights, d_weights, params, tangents, rev);
+        inputs: &[usize],
+    ) -> Result<TimeInputSeeds, RunError> {
+        let _ = (weights, d_weights, seeds, d_seeds, params, tangents, rev, inputs);
         Err(RunError::Setup("this field has no second-order products in time".into()))
     }
 
@@ -459,6 +470,16 @@ pub trait Dynamic {
     fn initial_vjp(&self, state_bar: &[f64], rev: &mut Reverse) {
         let _ = (state_bar, rev);
     }
+}
+
+/// The seeds a run's second-order adjoint hands its input ports: the first-order x̄ and its
+/// derivative δx̄ along the direction, by port.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TimeInputSeeds {
+    /// x̄ per port.
+    pub first: Vec<(usize, Vec<f64>)>,
+    /// δx̄ per port.
+    pub second: Vec<(usize, Vec<f64>)>,
 }
 
 /// The tangent-linear model of a run along a parameter direction.

@@ -23,7 +23,7 @@ mod time_cycle;
 pub use error::{LinearChoice, RunError};
 pub use field::{
     CycleAdapt, CyclePlan, CycleStep, Dynamic, Field, Layout, OutputVjp, Port, Reverse,
-    SecondOrder, Seed, SolveMode, StepChoice, StepInfo, TimeTangents,
+    SecondOrder, Seed, SolveMode, StepChoice, StepInfo, TimeInputSeeds, TimeTangents,
 };
 pub use problem::{
     CoupledProblem, CycleParams, CycleReport, CycleScheme, GradientTimings, Transfer,

@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use crate::error::RunError;
 use crate::field::{Direction, Reverse, Seed};
 use crate::problem::{
-    CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_into,
+    Bars, CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_into,
 };
 
 /// The second-order Taylor test of a Hessian-vector product along a direction δp:
@@ -88,13 +88,13 @@ pub(crate) fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunE
 
 /// The tangents of a parameter direction through the graph: every field's state, its inputs
 /// and its derived outputs that feed a transfer.
-struct Tangents {
+pub(crate) struct Tangents {
     /// δX per node (empty: the direction does not move the nodes).
-    coordinates: Vec<[f64; 3]>,
-    state: Vec<Vec<f64>>,
-    inputs: Vec<Vec<Vec<f64>>>,
+    pub(crate) coordinates: Vec<[f64; 3]>,
+    pub(crate) state: Vec<Vec<f64>>,
+    pub(crate) inputs: Vec<Vec<Vec<f64>>>,
     /// By (field, output port).
-    outputs: HashMap<(usize, usize), Vec<f64>>,
+    pub(crate) outputs: HashMap<(usize, usize), Vec<f64>>,
 }
 
 impl CoupledProblem {
@@ -135,7 +135,7 @@ impl CoupledProblem {
 
     /// Set the input tangents of field `i` from its transfers whose sources are done (by
     /// `from_state`: transfers from states, or from derived outputs).
-    fn feed_tangents(&self, tan: &mut Tangents, i: usize, from_state: bool) {
+    pub(crate) fn feed_tangents(&self, tan: &mut Tangents, i: usize, from_state: bool) {
         for t in self.transfers() {
             if t.to == i && (t.from_port == 0) == from_state {
                 let x = self.source_tangent(tan, t);
@@ -175,23 +175,41 @@ impl CoupledProblem {
     /// field, one coupled solve per monolithic cycle (with its converged Jacobian's solver),
     /// the linearized iteration per staggered one.
     fn tangents(&mut self, dir: &Gradient) -> Result<Tangents, RunError> {
+        let mut tan = self.new_tangents(dir);
+        let stages: Vec<Vec<usize>> = self.schedule().into_iter().map(|s| s.fields).collect();
+        self.tangents_over(&stages, &mut tan, dir)?;
+        Ok(tan)
+    }
+
+    /// Empty tangents (the nodes' δX of `dir` set).
+    pub(crate) fn new_tangents(&self, dir: &Gradient) -> Tangents {
         let nf = self.fields().len();
-        let mut tan = Tangents {
+        Tangents {
             coordinates: self.shape().tangent(dir),
             state: vec![Vec::new(); nf],
             inputs: self.fields().iter().map(|f| vec![Vec::new(); f.inputs().len()]).collect(),
             outputs: HashMap::new(),
-        };
-        for stage in self.schedule() {
-            let members = stage.fields.clone();
-            if !stage.is_coupled() {
+        }
+    }
+
+    /// [`tangents`](Self::tangents) of the stages `stages` (in order), the tangents of the
+    /// fields before them already in `tan`.
+    pub(crate) fn tangents_over(
+        &mut self,
+        stages: &[Vec<usize>],
+        tan: &mut Tangents,
+        dir: &Gradient,
+    ) -> Result<(), RunError> {
+        for members in stages {
+            let members = members.clone();
+            if members.len() == 1 {
                 let i = members[0];
-                self.feed_tangents(&mut tan, i, true);
-                self.feed_tangents(&mut tan, i, false);
+                self.feed_tangents(tan, i, true);
+                self.feed_tangents(tan, i, false);
                 let inputs = tan.inputs[i].clone();
                 let so = self.fields_mut()[i].second_order().expect("checked");
                 tan.state[i] = so.tangent(dir, &tan.coordinates, &inputs)?;
-                self.output_tangents(&mut tan, i, dir)?;
+                self.output_tangents(tan, i, dir)?;
                 continue;
             }
             // A cycle: J δU = −dR/dε at the prescribed tangents, then δu = δu⁰ + P δU.
@@ -199,9 +217,9 @@ impl CoupledProblem {
                 tan.state[i] =
                     self.fields()[i].second_order_ref().expect("checked").prescribed_tangent(dir);
             }
-            self.feed_cycle_tangents(&mut tan, &members, dir)?;
+            self.feed_cycle_tangents(tan, &members, dir)?;
             if self.cycle.scheme == CycleScheme::Staggered {
-                self.staggered_tangents(&mut tan, &members, dir)?;
+                self.staggered_tangents(tan, &members, dir)?;
                 continue;
             }
             let mut rhs = Vec::new();
@@ -219,9 +237,9 @@ impl CoupledProblem {
             for (&i, du) in members.iter().zip(du) {
                 add_into(&mut tan.state[i], &du);
             }
-            self.feed_cycle_tangents(&mut tan, &members, dir)?;
+            self.feed_cycle_tangents(tan, &members, dir)?;
         }
-        Ok(tan)
+        Ok(())
     }
 
     /// The tangents of a cycle solved staggered: the block Gauss–Seidel iteration of the
@@ -310,56 +328,80 @@ impl CoupledProblem {
         let tan = self.tangents(dir)?;
         // 3. The seeds' derivatives along the direction.
         let mut hv = Gradient::zeros(self.registry());
+        let all: Vec<usize> = (0..nf).collect();
+        let mut seeds = self.second_order_seeds(&all, &record, &tan, dir, 1.0, &mut hv)?;
+        // 4. The second-order adjoint: the same reverse pass on those seeds.
+        self.reverse_stages(&mut seeds, &mut hv, &mut timings)?;
+        self.reverse_record = Some(record);
+        Ok(hv)
+    }
+
+    /// The seeds of the second-order adjoint from the fields `fields` along the direction
+    /// `dir` (their tangents in `tan`), with the first-order adjoints of `record`: each
+    /// field's objective Hessian (scaled by `objective_weight`) and the derivative of its
+    /// residual's vector-Jacobian products at its λ, and the derivative of the output VJPs
+    /// of the transfers from those fields at their recorded seeds ȳ; the parameter parts go
+    /// into `hv`.
+    pub(crate) fn second_order_seeds(
+        &self,
+        fields: &[usize],
+        record: &ReverseRecord,
+        tan: &Tangents,
+        dir: &Gradient,
+        objective_weight: f64,
+        hv: &mut Gradient,
+    ) -> Result<Bars, RunError> {
         let mut seeds = self.zero_bars();
-        {
-            let (registry, shape) = self.parts();
-            for i in 0..nf {
-                let so = self.fields()[i].second_order_ref().expect("checked");
-                let d = Direction {
-                    params: dir,
-                    state: &tan.state[i],
-                    inputs: &tan.inputs[i],
-                    coordinates: &tan.coordinates,
-                };
-                let mut rev = Reverse { registry, shape, grad: &mut hv };
+        let (registry, shape) = self.parts();
+        let direction = |i: usize| Direction {
+            params: dir,
+            state: &tan.state[i],
+            inputs: &tan.inputs[i],
+            coordinates: &tan.coordinates,
+        };
+        for &i in fields {
+            let so = self.fields()[i].second_order_ref().expect("checked");
+            let d = direction(i);
+            if objective_weight != 0.0 {
+                let mut own = Gradient::zeros(registry);
+                let mut rev = Reverse { registry, shape, grad: &mut own };
                 let Seed { state, unknowns, inputs } = so.objective_hessian(&d, &mut rev)?;
-                add_into(&mut seeds.state[i], &state);
+                hv.add_scaled(objective_weight, &own);
+                let scaled = |v: Vec<f64>| -> Vec<f64> {
+                    v.into_iter().map(|x| objective_weight * x).collect()
+                };
+                add_into(&mut seeds.state[i], &scaled(state));
                 if !unknowns.is_empty() {
-                    seeds.unknowns[i] = unknowns;
+                    seeds.unknowns[i] = scaled(unknowns);
                 }
                 for (p, x) in inputs {
-                    add_into(&mut seeds.inputs[i][p], &x);
-                }
-                if let Some(lambda) = &record.lambda[i] {
-                    let ov = so.second_order_vjp(lambda, &d, &mut rev)?;
-                    add_into(&mut seeds.state[i], &ov.state);
-                    for (p, x) in ov.inputs {
-                        add_into(&mut seeds.inputs[i][p], &x);
-                    }
+                    add_into(&mut seeds.inputs[i][p], &scaled(x));
                 }
             }
-            for (k, t) in self.transfers().iter().enumerate() {
-                let Some(y_bar) = &record.y_bar[k] else { continue };
-                let i = t.from;
-                let so = self.fields()[i].second_order_ref().expect("checked");
-                let d = Direction {
-                    params: dir,
-                    state: &tan.state[i],
-                    inputs: &tan.inputs[i],
-                    coordinates: &tan.coordinates,
-                };
-                let mut rev = Reverse { registry, shape, grad: &mut hv };
-                let ov = so.output_second_order_vjp(t.from_port, y_bar, &d, &mut rev)?;
+            if let Some(lambda) = &record.lambda[i] {
+                let mut rev = Reverse { registry, shape, grad: &mut *hv };
+                let ov = so.second_order_vjp(lambda, &d, &mut rev)?;
                 add_into(&mut seeds.state[i], &ov.state);
                 for (p, x) in ov.inputs {
                     add_into(&mut seeds.inputs[i][p], &x);
                 }
             }
         }
-        // 4. The second-order adjoint: the same reverse pass on those seeds.
-        self.reverse_stages(&mut seeds, &mut hv, &mut timings)?;
-        self.reverse_record = Some(record);
-        Ok(hv)
+        for (k, t) in self.transfers().iter().enumerate() {
+            let Some(y_bar) = &record.y_bar[k] else { continue };
+            if !fields.contains(&t.from) {
+                continue;
+            }
+            let i = t.from;
+            let so = self.fields()[i].second_order_ref().expect("checked");
+            let mut rev = Reverse { registry, shape, grad: &mut *hv };
+            let ov = so.output_second_order_vjp(t.from_port, y_bar, &direction(i), &mut rev)?;
+            add_into(&mut seeds.state[i], &ov.state);
+            for (p, x) in ov.inputs {
+                add_into(&mut seeds.inputs[i][p], &x);
+            }
+        }
+        Ok(seeds)
     }
 
     /// The directional derivative of every field's state (nodal, by field in the order of

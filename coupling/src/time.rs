@@ -221,6 +221,18 @@ pub(crate) struct TimeLayout {
     pub(crate) after: Vec<Vec<usize>>,
 }
 
+/// The tangent-linear run of a problem in time along a direction.
+struct RunTangents {
+    /// The tangents of the stages solved once (and the last state's downstream ones).
+    tan: crate::second_order::Tangents,
+    /// The stepped field's.
+    steps: crate::field::TimeTangents,
+    /// Per state, the state and input tangents of each downstream field (in stage order).
+    downstream: Vec<Vec<(Vec<f64>, Vec<Vec<f64>>)>>,
+    /// δjₙ per state (all terms, or the stepped field's own; see `run_tangents`).
+    values: Vec<f64>,
+}
+
 impl CoupledProblem {
     /// The stepped field and the stages around it.
     fn time_layout(&self) -> Result<TimeLayout, RunError> {
@@ -465,8 +477,9 @@ impl CoupledProblem {
     }
 
     /// Whether Hessian-vector products cover this problem in time: a field with second-order
-    /// products through its steps, stepped alone (no other field before, after or on a cycle
-    /// with it) and nodes that hold still; `Ok` or what is missing.
+    /// products through its steps, not on a cycle and feeding the fields downstream by its
+    /// state; every other field with steady second-order products; nodes that hold still.
+    /// `Ok` or what is missing.
     pub(crate) fn second_order_in_time_support(&self) -> Result<(), RunError> {
         let layout = self.time_layout()?;
         let field = &self.fields()[layout.dynamic];
@@ -476,17 +489,28 @@ impl CoupledProblem {
                 field.name()
             )));
         }
-        if self.fields().len() > 1 {
-            let others: Vec<&str> = (0..self.fields().len())
-                .filter(|&i| i != layout.dynamic)
-                .map(|i| self.fields()[i].name())
-                .collect();
+        if layout.stage.len() > 1 {
             return Err(setup(format!(
-                "Hessian-vector products in time cover a {} field stepped alone so far; this \
-                 problem couples it with {}",
-                field.name(),
-                others.join(", ")
+                "Hessian-vector products in time are not available yet for a {} field stepped on \
+                 a cycle",
+                field.name()
             )));
+        }
+        let d = layout.dynamic;
+        if self.transfers().iter().any(|t| t.from == d && t.from_port != 0) {
+            return Err(setup(format!(
+                "Hessian-vector products in time: the {} field feeds a derived output of its \
+                 states to another field, which they do not cover yet",
+                field.name()
+            )));
+        }
+        for (i, f) in self.fields().iter().enumerate() {
+            if i != d && f.second_order_ref().is_none() {
+                return Err(setup(format!(
+                    "the {} field has no second-order products yet",
+                    f.name()
+                )));
+            }
         }
         if self.shape().is_active() {
             return Err(setup(
@@ -498,14 +522,109 @@ impl CoupledProblem {
         Ok(())
     }
 
-    /// H·δp of a problem in time (the stepped field alone, checked by
-    /// [`second_order_in_time_support`](Self::second_order_in_time_support)): the field's
-    /// tangent-linear run along `dir`, the time rule's weights and their derivatives along
-    /// the objective's tangent δjₙ, and the second-order adjoint of the steps.
+    /// δj of field `f`'s objective terms along the tangents `tan` and the parameter direction
+    /// `dir`: its seeds on its state and inputs dotted with their tangents, plus its direct
+    /// partials dotted with `dir`.
+    fn objective_jvp(
+        &self,
+        f: usize,
+        tan: &crate::second_order::Tangents,
+        dir: &Gradient,
+    ) -> Result<f64, RunError> {
+        let mut bars = self.zero_bars();
+        let mut g = Gradient::zeros(self.registry());
+        self.seed_field(f, &mut bars, &mut g)?;
+        if !bars.unknowns[f].is_empty() {
+            return Err(setup(format!(
+                "Hessian-vector products in time: a smooth maximum or a misfit over time needs \
+                 the derivative of every objective term's value, and the {} field's terms on \
+                 its unknowns (terminal currents) do not give it yet",
+                self.fields()[f].name()
+            )));
+        }
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let mut v = dot(&bars.state[f], &tan.state[f]);
+        for (p, x) in bars.inputs[f].iter().enumerate() {
+            if let Some(dx) = tan.inputs[f].get(p) {
+                v += dot(x, dx);
+            }
+        }
+        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
+        v += dot(&g.flatten(&pv), &dir.flatten(&pv));
+        Ok(v)
+    }
+
+    /// The tangent-linear run along `dir` (module docs of [`crate::second_order`]): the
+    /// stages solved once, the stepped field's steps with their input tangents, and the
+    /// fields downstream at every state (solved there); with `values`, the derivative δjₙ of
+    /// every objective term's value at every state (else the stepped field's own only).
+    fn run_tangents(
+        &mut self,
+        layout: &TimeLayout,
+        dir: &Gradient,
+        values: bool,
+    ) -> Result<RunTangents, RunError> {
+        let d = layout.dynamic;
+        let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
+        let still: Vec<usize> = once.iter().flatten().copied().collect();
+        let downstream: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
+        let mut tan = self.new_tangents(dir);
+        self.tangents_over(&once, &mut tan, dir)?;
+        self.feed_tangents(&mut tan, d, true);
+        self.feed_tangents(&mut tan, d, false);
+        let inputs = tan.inputs[d].clone();
+        let steps =
+            self.fields_mut()[d].dynamic_mut().expect("stepped").time_tangents(dir, &inputs)?;
+        let mut dj = steps.objective.clone();
+        let mut d_still = 0.0;
+        if values {
+            for &f in &still {
+                d_still += self.objective_jvp(f, &tan, dir)?;
+            }
+        }
+        let mut per_state = Vec::new();
+        if !downstream.is_empty() {
+            for (n, djn) in dj.iter_mut().enumerate() {
+                gradfem_solvers::interrupt::check("tangent-linear run", || format!("state {n}"))?;
+                self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
+                self.solve_stages(&layout.downstream)?;
+                tan.state[d] = steps.states[n].clone();
+                self.tangents_over(&layout.downstream, &mut tan, dir)?;
+                if values {
+                    for &f in &downstream {
+                        *djn += self.objective_jvp(f, &tan, dir)?;
+                    }
+                }
+                per_state.push(
+                    downstream
+                        .iter()
+                        .map(|&f| (tan.state[f].clone(), tan.inputs[f].clone()))
+                        .collect(),
+                );
+            }
+            let last = dj.len() - 1;
+            self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(last)?;
+            self.solve_stages(&layout.downstream)?;
+        }
+        dj.iter_mut().for_each(|v| *v += d_still);
+        Ok(RunTangents { tan, steps, downstream: per_state, values: dj })
+    }
+
+    /// H·δp of a problem in time (covered as [`second_order_in_time_support`] says): the
+    /// tangents of the stages solved once, the stepped field's tangent-linear run, the
+    /// tangents of the fields downstream at every state and the time rule's weight
+    /// derivatives δwₙ; then, backward, the downstream fields' first- and second-order
+    /// adjoints at every state (their seeds on the stepped field's states weighted by wₙ and
+    /// δwₙ), the second-order adjoint of the steps, and that of the stages solved once, seeded
+    /// by what the steps hand their inputs.
+    ///
+    /// [`second_order_in_time_support`]: Self::second_order_in_time_support
     pub(crate) fn hessian_vector_in_time(&mut self, dir: &Gradient) -> Result<Gradient, RunError> {
         let rule = self.time.clone().ok_or_else(|| setup("not a time-dependent problem"))?;
         let layout = self.time_layout()?;
         let d = layout.dynamic;
+        let nf = self.fields().len();
+        let mut timings = GradientTimings::default();
         let j = self.state_values()?;
         let (times, infos) = {
             let dynamic = self.fields()[d].dynamic().expect("stepped");
@@ -513,18 +632,127 @@ impl CoupledProblem {
             let infos: Vec<StepInfo> = (0..times.len()).map(|n| dynamic.step_info(n)).collect();
             (times.to_vec(), infos)
         };
+        let n_states = times.len();
         let (_, weights) = rule.value_and_weights(&j, &times, |n| infos[n])?;
-        let tangents = self.fields_mut()[d].dynamic_mut().expect("stepped").time_tangents(dir)?;
-        let d_weights = rule.weight_tangents(&j, &tangents.objective, &times)?;
+        let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
+        let still: Vec<usize> = once.iter().flatten().copied().collect();
+        let downstream: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
+        // 1. Tangents: the stages solved once, the steps, the downstream fields at every state.
+        // δjₙ only matters where the weights depend on j (a smooth maximum, a misfit).
+        let nonlinear_rule = matches!(rule, TimeRule::Max { .. } | TimeRule::Misfit(_));
+        let RunTangents { mut tan, steps, downstream: down_tangents, values: dj } =
+            self.run_tangents(&layout, dir, nonlinear_rule)?;
+        let d_weights = rule.weight_tangents(&j, &dj, &times)?;
+        // 2. Backward: the downstream fields at every weighted state.
         let mut hv = Gradient::zeros(self.registry());
-        let (registry, shape) = self.parts();
-        let registry = registry.clone();
-        let shape = shape.clone();
-        let mut rev = Reverse { registry: &registry, shape: &shape, grad: &mut hv };
-        self.fields_mut()[d]
-            .dynamic_mut()
-            .expect("stepped")
-            .time_hessian_vector(&weights, &d_weights, dir, &tangents, &mut rev)?;
+        let mut first = self.zero_bars();
+        let mut second = self.zero_bars();
+        let mut seeds: Vec<Option<Vec<f64>>> = vec![None; n_states];
+        let mut d_seeds: Vec<Option<Vec<f64>>> = vec![None; n_states];
+        if !downstream.is_empty() {
+            for n in 0..n_states {
+                let (w, dw) = (weights[n], d_weights[n]);
+                if w == 0.0 && dw == 0.0 {
+                    continue;
+                }
+                gradfem_solvers::interrupt::check("second-order adjoint", || format!("state {n}"))?;
+                self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
+                self.solve_stages(&layout.downstream)?;
+                tan.state[d] = steps.states[n].clone();
+                for (k, &f) in downstream.iter().enumerate() {
+                    tan.state[f] = down_tangents[n][k].0.clone();
+                    tan.inputs[f] = down_tangents[n][k].1.clone();
+                }
+                // First order at state n (unweighted), keeping the adjoints.
+                let mut g1 = Gradient::zeros(self.registry());
+                let mut local = self.zero_bars();
+                local.record = Some(crate::problem::ReverseRecord::new(nf, self.transfers().len()));
+                for &f in &downstream {
+                    self.seed_field(f, &mut local, &mut g1)?;
+                }
+                self.reverse_stage_list(&layout.downstream, &mut local, &mut g1, &mut timings)?;
+                let record = local.record.take().expect("kept");
+                // Second order at state n (unweighted).
+                let mut g2 = Gradient::zeros(self.registry());
+                let mut local2 =
+                    self.second_order_seeds(&downstream, &record, &tan, dir, 1.0, &mut g2)?;
+                self.reverse_stage_list(&layout.downstream, &mut local2, &mut g2, &mut timings)?;
+                hv.add_scaled(dw, &g1);
+                hv.add_scaled(w, &g2);
+                let s1 = std::mem::take(&mut local.state[d]);
+                let s2 = std::mem::take(&mut local2.state[d]);
+                seeds[n] = Some(s1.iter().map(|v| w * v).collect());
+                d_seeds[n] = Some(s1.iter().zip(&s2).map(|(a, b)| dw * a + w * b).collect());
+                // What reaches the stages solved once.
+                for &f in &still {
+                    add_scaled_into(&mut first.state[f], w, &local.state[f]);
+                    add_scaled_into(&mut second.state[f], dw, &local.state[f]);
+                    add_scaled_into(&mut second.state[f], w, &local2.state[f]);
+                    for p in 0..first.inputs[f].len() {
+                        add_scaled_into(&mut first.inputs[f][p], w, &local.inputs[f][p]);
+                        add_scaled_into(&mut second.inputs[f][p], dw, &local.inputs[f][p]);
+                        add_scaled_into(&mut second.inputs[f][p], w, &local2.inputs[f][p]);
+                    }
+                }
+            }
+            self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n_states - 1)?;
+            self.solve_stages(&layout.downstream)?;
+        }
+        // 3. The steps' second-order adjoint; their inputs' seeds go upstream.
+        let incoming: Vec<(usize, usize)> = self
+            .transfers()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.to == d)
+            .map(|(k, t)| (k, t.to_port))
+            .collect();
+        let ports: Vec<usize> = incoming.iter().map(|&(_, p)| p).collect();
+        let x_seeds = {
+            let (registry, shape) = self.parts();
+            let registry = registry.clone();
+            let shape = shape.clone();
+            let mut rev = Reverse { registry: &registry, shape: &shape, grad: &mut hv };
+            self.fields_mut()[d].dynamic_mut().expect("stepped").time_hessian_vector(
+                &weights, &d_weights, &seeds, &d_seeds, dir, &steps, &mut rev, &ports,
+            )?
+        };
+        if still.is_empty() {
+            return Ok(hv);
+        }
+        // 4. The stages solved once: their own terms count at every state (weight Σₙ wₙ).
+        let still_weight: f64 = weights.iter().sum();
+        let d_still_weight: f64 = d_weights.iter().sum();
+        let mut record_bars = first;
+        record_bars.record = Some(crate::problem::ReverseRecord::new(nf, self.transfers().len()));
+        let mut g_first = Gradient::zeros(self.registry());
+        let mut own = self.zero_bars();
+        let mut g_own = Gradient::zeros(self.registry());
+        for &f in &still {
+            self.seed_field(f, &mut own, &mut g_own)?;
+        }
+        crate::time::merge_scaled_bars(&mut record_bars, &own, still_weight);
+        crate::time::merge_scaled_bars(&mut second, &own, d_still_weight);
+        hv.add_scaled(d_still_weight, &g_own);
+        for (k, port) in incoming {
+            // (By reference: the record finds a transfer's seed slot by its address.)
+            let t = &self.transfers()[k];
+            let (registry, shape) = self.parts();
+            if let Some((_, x)) = x_seeds.first.iter().find(|(p, _)| *p == port) {
+                let mut rev = Reverse { registry, shape, grad: &mut g_first };
+                self.to_source(t, x, &mut record_bars, Some(&mut rev))?;
+            }
+            if let Some((_, x)) = x_seeds.second.iter().find(|(p, _)| *p == port) {
+                let mut rev = Reverse { registry, shape, grad: &mut hv };
+                self.to_source(t, x, &mut second, Some(&mut rev))?;
+            }
+        }
+        // First order (for the adjoints), then second order.
+        self.reverse_stage_list(&once, &mut record_bars, &mut g_first, &mut timings)?;
+        let record = record_bars.record.take().expect("kept");
+        let mut seeds2 =
+            self.second_order_seeds(&still, &record, &tan, dir, still_weight, &mut hv)?;
+        merge_bars(&mut seeds2, &second);
+        self.reverse_stage_list(&once, &mut seeds2, &mut hv, &mut timings)?;
         Ok(hv)
     }
 
@@ -539,10 +767,10 @@ impl CoupledProblem {
         }
         let d = crate::second_order::shaped(self.registry(), dir)?;
         let layout = self.time_layout()?;
-        let field = self.fields_mut()[layout.dynamic].dynamic_mut().expect("stepped");
-        let tangents = field.time_tangents(&d)?;
+        let run = self.run_tangents(&layout, &d, true)?;
+        let field = self.fields()[layout.dynamic].dynamic().expect("stepped");
         let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
-        Ok((tangents.objective, times))
+        Ok((run.values, times))
     }
 
     /// Add field `f`'s objective seeds into `bars` (its direct partials into `grad`).
@@ -575,6 +803,29 @@ pub(crate) fn scale_bars(bars: &mut Bars, w: f64) {
         .chain(bars.inputs.iter_mut().flatten())
     {
         v.iter_mut().for_each(|x| *x *= w);
+    }
+}
+
+/// a += s·b, entry by entry (b empty: nothing).
+fn add_scaled_into(a: &mut [f64], s: f64, b: &[f64]) {
+    if s != 0.0 {
+        a.iter_mut().zip(b).for_each(|(x, y)| *x += s * y);
+    }
+}
+
+/// a += s·b, seed by seed.
+pub(crate) fn merge_scaled_bars(a: &mut Bars, b: &Bars, s: f64) {
+    for f in 0..a.state.len() {
+        add_scaled_into(&mut a.state[f], s, &b.state[f]);
+        if !b.unknowns[f].is_empty() {
+            if a.unknowns[f].is_empty() {
+                a.unknowns[f] = vec![0.0; b.unknowns[f].len()];
+            }
+            add_scaled_into(&mut a.unknowns[f], s, &b.unknowns[f]);
+        }
+        for (x, y) in a.inputs[f].iter_mut().zip(&b.inputs[f]) {
+            add_scaled_into(x, s, y);
+        }
     }
 }
 

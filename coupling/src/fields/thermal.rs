@@ -25,9 +25,10 @@ use crate::cell::CellKernels;
 use crate::error::{LinearChoice, RunError};
 use crate::field::{
     CyclePlan, Direction, Dynamic, Field, Layout, OutputVjp, Port, Reverse, SecondOrder, Seed,
-    SolveMode, StepChoice, StepInfo, TimeTangents,
+    SolveMode, StepChoice, StepInfo, TimeInputSeeds, TimeTangents,
 };
 use crate::fields::thermal_transient::ThermalTransient;
+use crate::fields::transient::StateSeeds;
 
 /// How one registered parameter maps onto the model.
 #[derive(Clone, Debug, PartialEq)]
@@ -1117,9 +1118,14 @@ impl Dynamic for ThermalField {
         true
     }
 
-    fn time_tangents(&mut self, params: &Gradient) -> Result<TimeTangents, RunError> {
+    fn time_tangents(
+        &mut self,
+        params: &Gradient,
+        inputs: &[Vec<f64>],
+    ) -> Result<TimeTangents, RunError> {
         let tr = self.transient.as_ref().expect("a transient field");
-        let dir = tr.direction(&self.model, params, self.thermal_direction(params));
+        let mut dir = tr.direction(&self.model, params, self.thermal_direction(params));
+        dir.external_source = input_or_empty(inputs, 0).to_vec();
         tr.tangents(&self.objective, &dir)
     }
 
@@ -1127,25 +1133,35 @@ impl Dynamic for ThermalField {
         &mut self,
         weights: &[f64],
         d_weights: &[f64],
+        seeds: &[Option<Vec<f64>>],
+        d_seeds: &[Option<Vec<f64>>],
         params: &Gradient,
         tangents: &TimeTangents,
         rev: &mut Reverse,
-    ) -> Result<(), RunError> {
+        inputs: &[usize],
+    ) -> Result<TimeInputSeeds, RunError> {
         let want = self.vjp_request(false);
         let tr = self.transient.as_ref().expect("a transient field");
         let dir = tr.direction(&self.model, params, self.thermal_direction(params));
-        let hv = tr.hessian_vector(
+        let other = StateSeeds { first: seeds.to_vec(), second: d_seeds.to_vec() };
+        let (hv, source_bar) = tr.hessian_vector(
             &self.model,
             &self.objective,
             weights,
             d_weights,
+            &other,
             &dir,
             tangents,
             want,
             rev,
         )?;
         self.add_transient_gradient(&hv, rev);
-        Ok(())
+        let mut out = TimeInputSeeds::default();
+        if inputs.contains(&0) && !source_bar.is_empty() {
+            out.first.push((0, source_bar));
+            out.second.push((0, hv.external_source));
+        }
+        Ok(out)
     }
 
     fn time_gradient(

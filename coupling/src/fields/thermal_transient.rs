@@ -21,8 +21,8 @@ use serde::Serialize;
 use crate::error::RunError;
 use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, StepChoice, StepInfo, TimeTangents};
 use crate::fields::transient::{
-    AdaptInfo, AdaptParams, MassKind, StepInfo as ThermalStepInfo, TimeObjective, TimeScheme,
-    Trajectory, TransientDirection, TransientGradient, TransientProblem, TransientSpec,
+    AdaptInfo, AdaptParams, MassKind, StateSeeds, StepInfo as ThermalStepInfo, TimeObjective,
+    TimeScheme, Trajectory, TransientDirection, TransientGradient, TransientProblem, TransientSpec,
     WeightedTerms,
 };
 
@@ -399,10 +399,11 @@ impl ThermalTransient {
         p.tangent_states(traj, dir, objective).map_err(transient_err)
     }
 
-    /// H·δp of J = F(j₀ … j_N) over the last run (`weights` wₙ = ∂F/∂jₙ and their
-    /// derivatives `d_weights` along `dir`, the run's `tangents` along it): the run's own
-    /// parameters' share added into `rev`, the whole product returned (the steady kinds' share
-    /// still to be mapped).
+    /// H·δp of J = F(j₀ … j_N) + (the fields downstream) over the last run (`weights`
+    /// wₙ = ∂F/∂jₙ and their derivatives `d_weights` along `dir`, the downstream fields' seeds
+    /// `other`, the run's `tangents` along `dir`): the run's own parameters' share added into
+    /// `rev`, the whole product returned (the steady kinds' share still to be mapped) with
+    /// the first-order seed of the external source.
     #[allow(clippy::too_many_arguments)]
     pub fn hessian_vector(
         &self,
@@ -410,17 +411,18 @@ impl ThermalTransient {
         objective: &[ObjectiveTerm],
         weights: &[f64],
         d_weights: &[f64],
+        other: &StateSeeds,
         dir: &TransientDirection,
         tangents: &TimeTangents,
         want: gradfem_thermal::VjpRequest,
         rev: &mut Reverse,
-    ) -> Result<TransientGradient, RunError> {
+    ) -> Result<(TransientGradient, Vec<f64>), RunError> {
         let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let hv = p
-            .hessian_vector(traj, objective, weights, d_weights, dir, tangents, want)
+        let (hv, source_bar) = p
+            .hessian_vector(traj, objective, weights, d_weights, other, dir, tangents, want)
             .map_err(transient_err)?;
         self.add_run_parameters(model, &hv, rev);
-        Ok(hv)
+        Ok((hv, source_bar))
     }
 
     /// ρc of every volume element of `model`.

@@ -54,7 +54,7 @@ use gradfem_thermal::model::{HeatBalance, ThermalError, ThermalModel, VjpRequest
 use gradfem_thermal::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm, evaluate};
 
 pub mod second_order;
-pub use second_order::TransientDirection;
+pub use second_order::{StateSeeds, TransientDirection};
 
 /// Time integrator.
 #[derive(Clone, Copy, Debug, PartialEq)]

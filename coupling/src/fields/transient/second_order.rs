@@ -65,6 +65,16 @@ impl TransientDirection {
     }
 }
 
+/// The seeds fields downstream put on the states of a run (per node; `None` or a missing
+/// entry: none): the first-order ones, weighted, and their derivatives along the direction.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StateSeeds {
+    /// sₙ per state.
+    pub first: Vec<Option<Vec<f64>>>,
+    /// δsₙ per state.
+    pub second: Vec<Option<Vec<f64>>>,
+}
+
 impl TransientProblem {
     fn check_second_order(
         &self,
@@ -225,11 +235,14 @@ impl TransientProblem {
         Ok(out)
     }
 
-    /// H·δp of J = F(j₀ … j_N), jₙ the `terms` plus ⟨sₙ, Tⁿ⟩ (`seeds`, per node; `None`: none)
+    /// H·δp of J = F(j₀ … j_N) + (what fields downstream make of the states), jₙ the `terms`
     /// at state n, by the second-order adjoint of the steps (module docs): `weights` are
-    /// wₙ = ∂F/∂jₙ, `d_weights` their derivatives δwₙ along the direction, `tangents` the
-    /// run's [`tangent_states`](Self::tangent_states) along `dir`. Returned in the layout of [`TransientGradient`] (its
-    /// `value` is zero); `want` selects the steady parameter kinds as for the gradient.
+    /// wₙ = ∂F/∂jₙ, `d_weights` their derivatives δwₙ along the direction, `other` the seeds
+    /// the fields downstream put on each state and their derivatives, `tangents` the run's
+    /// [`tangent_states`](Self::tangent_states) along `dir`. Returns the product in the layout
+    /// of [`TransientGradient`] (its `value` zero; `external_source` the second-order seed of
+    /// the external source) and the first-order seed of the external source (per point; empty
+    /// without one); `want` selects the steady parameter kinds as for the gradient.
     #[allow(clippy::too_many_arguments)]
     pub fn hessian_vector(
         &self,
@@ -237,10 +250,11 @@ impl TransientProblem {
         terms: &[ObjectiveTerm],
         weights: &[f64],
         d_weights: &[f64],
+        other: &StateSeeds,
         dir: &TransientDirection,
         tangents: &TimeTangents,
         want: VjpRequest,
-    ) -> Result<TransientGradient, TransientError> {
+    ) -> Result<(TransientGradient, Vec<f64>), TransientError> {
         self.check_second_order(traj, dir)?;
         let model = &self.model;
         let n_states = self.n_steps + 1;
@@ -261,18 +275,36 @@ impl TransientProblem {
                     hv: &mut TransientGradient|
          -> Result<(), TransientError> {
             let (w, dw) = (weights[n], d_weights[n]);
-            if terms.is_empty() || (w == 0.0 && dw == 0.0) {
+            let (outer, d_outer) = (
+                other.first.get(n).and_then(Option::as_ref),
+                other.second.get(n).and_then(Option::as_ref),
+            );
+            let own = !terms.is_empty() && (w != 0.0 || dw != 0.0);
+            if !own && outer.is_none() && d_outer.is_none() {
                 return Ok(());
             }
-            let t = &traj.temperatures[n];
-            let dj = &tangents.objective_gradients[n];
-            let mut second: Vec<f64> = dj.iter().map(|v| dw * v).collect();
-            if w != 0.0 {
-                let h = hessian_product(model, terms, t, &tangents.states[n])?;
-                second.iter_mut().zip(&h).for_each(|(a, b)| *a += w * b);
+            let mut first = vec![0.0; model.n_nodes()];
+            let mut second = vec![0.0; model.n_nodes()];
+            if own {
+                let t = &traj.temperatures[n];
+                let dj = &tangents.objective_gradients[n];
+                for ((f, s), g) in first.iter_mut().zip(&mut second).zip(dj) {
+                    *f = w * g;
+                    *s = dw * g;
+                }
+                if w != 0.0 {
+                    let h = hessian_product(model, terms, t, &tangents.states[n])?;
+                    second.iter_mut().zip(&h).for_each(|(a, b)| *a += w * b);
+                }
+            }
+            if let Some(o) = outer {
+                first.iter_mut().zip(o).for_each(|(a, b)| *a += b);
+            }
+            if let Some(o) = d_outer {
+                second.iter_mut().zip(o).for_each(|(a, b)| *a += b);
             }
             for (i, &node) in model.dofs.node_of_unknown.iter().enumerate() {
-                bar[i] += w * dj[node];
+                bar[i] += first[node];
                 d_bar[i] += second[node];
             }
             for (node, o) in owner.iter().enumerate() {
@@ -302,6 +334,7 @@ impl TransientProblem {
         };
         let mut bar = vec![0.0; n_u];
         let mut d_bar = vec![0.0; n_u];
+        let mut source_bar = vec![0.0; hv.external_source.len()];
         let mut pending = vec![0.0; n_u];
         let mut d_pending = vec![0.0; n_u];
         let scatter = |v: &[f64]| {
@@ -376,6 +409,7 @@ impl TransientProblem {
             }
             if !hv.external_source.is_empty() {
                 sub_into(&mut hv.external_source, &model.external_source_vjp(&d_mu_nodal));
+                sub_into(&mut source_bar, &model.external_source_vjp(&mu_nodal));
             }
             // Ū^k and δŪ^k, and the pending seeds of state k − 1 (BDF2).
             let mut m_mu = vec![0.0; n_u];
@@ -395,6 +429,6 @@ impl TransientProblem {
         seed(0, &mut bar, &mut d_bar, &mut hv)?;
         model.dofs.scatter(&d_bar, &mut hv.initial);
         hv.sum_regions(model);
-        Ok(hv)
+        Ok((hv, source_bar))
     }
 }
