@@ -24,7 +24,10 @@
 //! the p-norm maximum as objective; registered also ρc and the initial temperature. Its
 //! gradient is the discrete adjoint of the steps, its product the tangent-linear run and the
 //! second-order adjoint of the steps (with k(T) every step factors its matrix once in each
-//! pass; a constant k factors once per step kind).
+//! pass; a constant k factors once per step kind). `--physics transient-chain` steps the
+//! thermo-elastic cube's chain I → Q → T(t) → u(t) in the same way (σ without α_R, so the
+//! electrical field is solved once; objective the time integral of the mean deflection;
+//! registered the voltage, k, h, E per element, ν, α and ρc).
 //!
 //! `--shape` adds a shape parameter to thermal, electro-thermal and thermo-elastic cubes: the
 //! morph `height` (s₀ = 1) that stretches the cube along z, X_z ↦ X_z + (s − 1) X_z, registered
@@ -64,7 +67,7 @@ fn main() {
             "--linear" => linear = args.next().expect("--linear takes auto or lu"),
             "--shape" => shape = true,
             other => panic!(
-                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic|transient|transient-linear] [--linear auto|lu] [--shape])"
+                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic|transient|transient-linear|transient-chain] [--linear auto|lu] [--shape])"
             ),
         }
     }
@@ -75,8 +78,9 @@ fn main() {
         "hyperelastic" => ogden_cube(n),
         "transient" => transient_cube(n, true),
         "transient-linear" => transient_cube(n, false),
+        "transient-chain" => transient_chain_cube(n),
         other => panic!(
-            "--physics {other}: expected thermal, electrothermal, thermoelastic, hyperelastic, transient or transient-linear"
+            "--physics {other}: expected thermal, electrothermal, thermoelastic, hyperelastic, transient, transient-linear or transient-chain"
         ),
     }
     .replace(
@@ -85,7 +89,7 @@ fn main() {
     );
     let text = if shape {
         assert!(
-            !["hyperelastic", "transient", "transient-linear"].contains(&physics.as_str()),
+            !physics.starts_with("transient") && physics != "hyperelastic",
             "--shape: finite strain and time stepping have no shape products yet"
         );
         text.replacen("register = [", "register = [\"morph.height\", ", 1) + HEIGHT_MORPH
@@ -219,6 +223,26 @@ objective = "integral"
         );
     }
     text
+}
+
+/// The thermo-elastic cube stepped in time, without ρ(T) (module docs).
+fn transient_chain_cube(n: usize) -> String {
+    thermoelastic_cube(n)
+        .replace("alpha_r = 1.25e-3\n", "")
+        .replace("\"electrical.alpha_r.domain\", ", "")
+        .replace("\"mechanical.alpha.domain\"]", "\"mechanical.alpha.domain\", \"thermal.rho_c.domain\"]")
+        .replace(
+            "[[objective]]",
+            r#"[transient]
+dt = 0.05
+steps = 10
+scheme = "bdf2"
+heat_capacity = [{ group = "domain", rho_c = 1.0e3 }]
+initial_temperature = 300.0
+objective = "integral"
+
+[[objective]]"#,
+        )
 }
 
 /// The cube heated by its own current, on the ρ(T) cycle (module docs).

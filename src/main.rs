@@ -108,7 +108,8 @@ enum Command {
         /// Also test the Hessian: the second-order Taylor test along the same direction, whose
         /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
         /// Hessian-vector products; steady thermal, electro-thermal, thermo-elastic and
-        /// finite-strain problems, and transient heat conduction stepped alone, so far).
+        /// finite-strain problems, and problems in time whose stepped field is not on a cycle,
+        /// so far).
         #[arg(long)]
         second_order: bool,
     },
@@ -119,7 +120,8 @@ enum Command {
     /// deviations, correlations) beside the Gauss–Newton approximation; writes hessian.json
     /// and, for a misfit, posterior.png (marginals and pairwise ellipses); with `--direction`,
     /// one product instead. Steady thermal, electro-thermal, linear thermo-elastic and
-    /// finite-strain problems, and transient heat conduction stepped alone, so far.
+    /// finite-strain problems, and problems in time whose stepped field is not on a cycle,
+    /// so far.
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,

@@ -16,11 +16,12 @@
 //! Jacobian's solver) or staggered (the linearized block Gauss–Seidel iteration). Shape
 //! parameters (node coordinates, morphs) move the nodes along δX = [`crate::shape::Shape::tangent`], for
 //! problems whose fields all cover them ([`crate::field::SecondOrder::covers_shape`]: the
-//! thermal, electrical and linear mechanical fields so far). A field stepped in time alone
-//! (transient heat conduction) has the tangent-linear model and second-order adjoint of its
-//! steps ([`crate::field::Dynamic::time_tangents`], `crate::time`); time stepping with other
-//! fields around it, and shape parameters on other fields or in time, are refused with a
-//! message naming what is missing.
+//! thermal, electrical and linear mechanical fields so far). In time (`crate::time`), the
+//! stepped field has the tangent-linear model and second-order adjoint of its steps
+//! ([`crate::field::Dynamic::time_tangents`]), the stages solved once and the fields
+//! downstream of it (at every state) their steady products; a stepped field on a cycle, and
+//! shape parameters on other fields or in time, are refused with a message naming what is
+//! missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;

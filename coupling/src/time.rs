@@ -221,14 +221,17 @@ pub(crate) struct TimeLayout {
     pub(crate) after: Vec<Vec<usize>>,
 }
 
+/// A field's state tangent and its input tangents (per port).
+type FieldTangents = (Vec<f64>, Vec<Vec<f64>>);
+
 /// The tangent-linear run of a problem in time along a direction.
 struct RunTangents {
     /// The tangents of the stages solved once (and the last state's downstream ones).
     tan: crate::second_order::Tangents,
     /// The stepped field's.
     steps: crate::field::TimeTangents,
-    /// Per state, the state and input tangents of each downstream field (in stage order).
-    downstream: Vec<Vec<(Vec<f64>, Vec<Vec<f64>>)>>,
+    /// Per state, the tangents of each downstream field (in stage order).
+    downstream: Vec<Vec<FieldTangents>>,
     /// δjₙ per state (all terms, or the stepped field's own; see `run_tangents`).
     values: Vec<f64>,
 }

@@ -57,6 +57,13 @@ def test_finite_strain_hvp_matches_differences_of_gradients(root):
     )
 
 
+def test_transient_hvp_matches_differences_of_gradients(root):
+    """Through the quenched plate's 40 BDF2 steps (k, ρc, h and the initial temperature)."""
+    assert_hvp_matches_differences_of_gradients(
+        gradfem.Problem.from_toml(root / "examples" / "transient_slab.toml")
+    )
+
+
 def test_uncovered_problems_raise_a_clear_error(root):
     p = gradfem.Problem.from_toml(root / "examples" / "microactuator_step.toml")
     with pytest.raises(gradfem.Error, match="node coordinates"):
