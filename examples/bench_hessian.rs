@@ -200,18 +200,8 @@ rel_tol = 1e-10
 
 /// The thermal cube stepped in time (module docs); `nonlinear`: with k(T).
 fn transient_cube(n: usize, nonlinear: bool) -> String {
-    let mut text = thermal_cube(n).replace(
-        "[[objective]]",
-        r#"[transient]
-dt = 0.05
-steps = 20
-scheme = "bdf2"
-heat_capacity = [{ group = "domain", rho_c = 1.0 }]
-initial_temperature = 300.0
-objective = "integral"
-
-[[objective]]"#,
-    );
+    let mut text =
+        thermal_cube(n).replace("[[objective]]", &(transient_table(20, 1.0) + "[[objective]]"));
     text = text.replace(
         r#"register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h"]"#,
         r#"register = ["thermal.k_elem.domain", "thermal.q.domain", "bc.zmax.h", "thermal.rho_c.domain", "thermal.initial_temperature"]"#,
@@ -230,19 +220,21 @@ fn transient_chain_cube(n: usize) -> String {
     thermoelastic_cube(n)
         .replace("alpha_r = 1.25e-3\n", "")
         .replace("\"electrical.alpha_r.domain\", ", "")
-        .replace("\"mechanical.alpha.domain\"]", "\"mechanical.alpha.domain\", \"thermal.rho_c.domain\"]")
         .replace(
-            "[[objective]]",
-            r#"[transient]
-dt = 0.05
-steps = 10
-scheme = "bdf2"
-heat_capacity = [{ group = "domain", rho_c = 1.0e3 }]
-initial_temperature = 300.0
-objective = "integral"
-
-[[objective]]"#,
+            "\"mechanical.alpha.domain\"]",
+            "\"mechanical.alpha.domain\", \"thermal.rho_c.domain\"]",
         )
+        .replace("[[objective]]", &(transient_table(10, 1.0e3) + "[[objective]]"))
+}
+
+/// The `[transient]` table of the cubes in time: BDF2 steps of 0.05 s from 300 K, the time
+/// integral of the objective.
+fn transient_table(steps: usize, rho_c: f64) -> String {
+    format!(
+        "[transient]\ndt = 0.05\nsteps = {steps}\nscheme = \"bdf2\"\n\
+         heat_capacity = [{{ group = \"domain\", rho_c = {rho_c:e} }}]\n\
+         initial_temperature = 300.0\nobjective = \"integral\"\n\n"
+    )
 }
 
 /// The cube heated by its own current, on the ρ(T) cycle (module docs).

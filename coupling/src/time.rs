@@ -426,13 +426,7 @@ impl CoupledProblem {
             self.solve_stages(&layout.downstream)?;
         }
         // The stepped field's time adjoint; its inputs' seeds go upstream.
-        let incoming: Vec<(usize, usize)> = self
-            .transfers()
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.to == d)
-            .map(|(k, t)| (k, t.to_port))
-            .collect();
+        let incoming = self.incoming(d);
         let ports: Vec<usize> = incoming.iter().map(|&(_, p)| p).collect();
         let x_bars = {
             let (registry, shape) = self.parts();
@@ -702,13 +696,7 @@ impl CoupledProblem {
             self.solve_stages(&layout.downstream)?;
         }
         // 3. The steps' second-order adjoint; their inputs' seeds go upstream.
-        let incoming: Vec<(usize, usize)> = self
-            .transfers()
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.to == d)
-            .map(|(k, t)| (k, t.to_port))
-            .collect();
+        let incoming = self.incoming(d);
         let ports: Vec<usize> = incoming.iter().map(|&(_, p)| p).collect();
         let x_seeds = {
             let (registry, shape) = self.parts();
@@ -774,6 +762,16 @@ impl CoupledProblem {
         let field = self.fields()[layout.dynamic].dynamic().expect("stepped");
         let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
         Ok((run.values, times))
+    }
+
+    /// The transfers into field `d`: (transfer index, the port it feeds).
+    fn incoming(&self, d: usize) -> Vec<(usize, usize)> {
+        self.transfers()
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.to == d)
+            .map(|(k, t)| (k, t.to_port))
+            .collect()
     }
 
     /// Add field `f`'s objective seeds into `bars` (its direct partials into `grad`).
