@@ -193,18 +193,22 @@ fn transient_least_squares(
     }
     let m = columns.first().map_or(0, Vec::len);
     let sensitivities = (0..m).map(|k| columns.iter().map(|c| c[k]).collect()).collect();
-    // The series is in the objective terms' unit: kelvin when every term is a temperature
-    // (a point value, an average or a smooth maximum) of weight 1.
-    let kelvin = problem.thermal().objective.iter().all(|t| {
-        t.weight == 1.0
-            && matches!(
-                t.kind,
-                ObjectiveKind::Point { .. }
-                    | ObjectiveKind::Average { .. }
-                    | ObjectiveKind::Max { .. }
-                    | ObjectiveKind::Peak { .. }
-            )
-    });
+    // The series is in the objective terms' unit: kelvin when the thermal field is alone and
+    // every term is a temperature (a point value, an average or a smooth maximum) of weight 1.
+    let thermal_alone = problem.field_names().len() == 1;
+    let terms = &problem.thermal().objective;
+    let kelvin = thermal_alone
+        && !terms.is_empty()
+        && terms.iter().all(|t| {
+            t.weight == 1.0
+                && matches!(
+                    t.kind,
+                    ObjectiveKind::Point { .. }
+                        | ObjectiveKind::Average { .. }
+                        | ObjectiveKind::Max { .. }
+                        | ObjectiveKind::Peak { .. }
+                )
+        });
     let unit = if kelvin { "K" } else { "the series' unit" };
     Ok(Some(LeastSquares { weight: 1.0, unit, sensitivities }))
 }
