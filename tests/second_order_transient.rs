@@ -6,8 +6,9 @@
 //! parameter (k per region and per element, Q, h, T∞, q_in, a fixed temperature, ρc, the
 //! initial temperature); the product against central differences of adjoint gradients, the
 //! symmetry of the dense Hessian; the whole chain I → Q → T(t) → u(t) (the electrical field
-//! solved once, the mechanical field at every state) under every time rule; the Laplace
-//! posterior of a misfit in time; and what is not covered yet refused with a message.
+//! solved once, the mechanical field at every state) under every time rule, and finite strain
+//! following a temperature in time; the Laplace posterior of a misfit in time; and what is not
+//! covered yet refused with a message.
 
 use std::collections::BTreeMap;
 
@@ -530,4 +531,81 @@ fn newton_cg_identifies_conductivity_and_heat_capacity_from_a_temperature_histor
     assert!(correlation > 0.9, "correlation of k and ρc {correlation}");
     let png = std::fs::read(dir.path().join("posterior/posterior.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG"));
+}
+
+/// Finite strain in time: the heated silicone strip of tests/transient_finite_strain.rs (the
+/// thermal field stepped, an Ogden strip held stretched by 20 % following at every state
+/// through its load steps), J a rule over the history of the pulling force.
+#[rstest]
+#[case::integral("objective = \"integral\"")]
+#[case::smooth_max("objective = \"max\"\nsharpness = 1.0")]
+fn finite_strain_in_time_passes_the_second_order_taylor_test(#[case] rule: &str) {
+    let text = format!(
+        r#"
+[mesh]
+box = {{ lengths = [0.06, 0.01, 0.004], divisions = [6, 2, 1], cell = "hex8" }}
+
+[[thermal.material]]
+group = "domain"
+k = 0.25
+source = 4e4
+
+[[thermal.bc]]
+group = "xmin"
+kind = "temperature"
+value = 293.15
+
+[[thermal.bc]]
+group = "xmax"
+kind = "convection"
+h = 25.0
+t_inf = 293.15
+
+[[hyperelastic.material]]
+group = "domain"
+law = "ogden"
+mu = [0.3e6, 0.01e6]
+alpha = [2.0, -2.0]
+kappa = 5e7
+thermal_expansion = 3e-4
+t_ref = 293.15
+
+[[hyperelastic.bc]]
+group = "xmin"
+kind = "fixed"
+
+[[hyperelastic.bc]]
+group = "xmax"
+kind = "displacement"
+value = [0.012, 0.0, 0.0]
+components = ["x"]
+
+[hyperelastic]
+steps = 2
+tip = "xmax"
+
+[[objective]]
+kind = "reaction"
+group = "xmax"
+direction = [1.0, 0.0, 0.0]
+
+[transient]
+dt = 200.0
+steps = 5
+heat_capacity = [{{ group = "domain", rho_c = 1.5e6 }}]
+initial_temperature = 293.15
+{rule}
+
+[parameters]
+register = ["thermal.k.domain", "thermal.q.domain", "bc.xmax.h", "thermal.rho_c.domain",
+            "hyperelastic.alpha.domain", "hyperelastic.mu1.domain"]
+"#
+    );
+    let mut sim = Simulation::from_toml("strip.toml", &text).unwrap();
+    let dir = random_direction_scaled(&sim.parameter_vector(), 5);
+    let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
+    eprintln!("{rule}: remainders {:?} rates {:?}", t.remainders, t.rates);
+    assert!(t.second.abs() > 0.0, "δpᵀHδp vanished: nothing was tested");
+    let rate = t.min_rate().expect("remainders above round-off");
+    assert!(rate >= 2.9, "second-order rate {rate:.3} (remainders {:?})", t.remainders);
 }
