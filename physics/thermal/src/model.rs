@@ -1648,7 +1648,7 @@ fn tet4_det(x: &[[f64; 3]; MAX_NODES]) -> f64 {
 
 /// Barycentric gradients g_a (constant on the cell) and the volume of an affine tetrahedron.
 #[inline]
-fn tet4_gradients(x: &[[f64; 3]]) -> ([[f64; 3]; 4], f64) {
+pub(crate) fn tet4_gradients(x: &[[f64; 3]]) -> ([[f64; 3]; 4], f64) {
     let sub = |a: [f64; 3], b: [f64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
     let cross = |a: [f64; 3], b: [f64; 3]| {
         [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]

@@ -115,6 +115,26 @@ struct DirectionPoint<'a> {
     tr: f64,
 }
 
+/// An affine Tet4: its nodes, barycentric gradients g_a and volume.
+struct StillTet4<'a> {
+    nodes: &'a [usize],
+    g: [[f64; 3]; 4],
+    volume: f64,
+}
+
+impl StillTet4<'_> {
+    /// ∇v of the nodal field `v` (constant on the cell).
+    fn gradient(&self, v: &[f64]) -> [f64; 3] {
+        let mut out = [0.0; 3];
+        for (ga, &n) in self.g.iter().zip(self.nodes) {
+            for k in 0..3 {
+                out[k] += ga[k] * v[n];
+            }
+        }
+        out
+    }
+}
+
 fn dot3(a: &[f64; 3], b: &[f64; 3]) -> f64 {
     a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 }
@@ -165,6 +185,14 @@ impl ThermalModel {
         let tag = self.elem_tag[e] as usize;
         let law = &self.regions[tag].law;
         let (k0, dk0, dq) = (self.k_elem[e], dir.k_elem[e], dir.source[tag]);
+        if let Some(tet) = self.still_constant_tet4(e, dir) {
+            // dR_a = V (δk₀ g_a·∇T + k₀ g_a·∇δT) − δQ V/4.
+            let (gt, gd) = (tet.gradient(t), tet.gradient(&dir.temperature));
+            for (a, ga) in tet.g.iter().enumerate() {
+                local[a] += tet.volume * (dk0 * dot3(ga, &gt) + k0 * dot3(ga, &gd) - 0.25 * dq);
+            }
+            return;
+        }
         let source = self.regions[tag].source;
         self.for_direction_points(e, t, None, dir, |p| {
             let f = law.factor(Dual64::new(p.tq, 1.0));
@@ -179,6 +207,23 @@ impl ThermalModel {
                 local[a] += p.w * (c_t * ga_t + c_d * ga_d - dq * p.n[a] + moving);
             }
         });
+    }
+
+    /// Volume element `e` as an affine Tet4 with a constant conductivity along a direction
+    /// that holds the nodes still (the closed forms' written-out path, like the first-order
+    /// products'); `None` otherwise.
+    fn still_constant_tet4(&self, e: usize, dir: &ThermalDirection) -> Option<StillTet4<'_>> {
+        let law = &self.regions[self.elem_tag[e] as usize].law;
+        if !(dir.coords.is_empty()
+            && self.element_cell_type(e) == gradfem_mesh::CellType::Tet4
+            && law.is_constant())
+        {
+            return None;
+        }
+        let nodes = self.element_nodes(e);
+        let x = [0, 1, 2, 3].map(|a| self.coords[nodes[a]]);
+        let (g, volume) = crate::model::tet4_gradients(&x);
+        Some(StillTet4 { nodes, g, volume })
     }
 
     /// `f` at every quadrature point of volume element `e` along `dir` (see
@@ -288,6 +333,14 @@ impl ThermalModel {
     ) -> (f64, f64) {
         let law = &self.regions[self.elem_tag[e] as usize].law;
         let (k0, dk0) = (self.k_elem[e], dir.k_elem[e]);
+        if let Some(tet) = self.still_constant_tet4(e, dir) {
+            // A constant k: state_a = V δk₀ ∇λ·g_a, ∂(dL)/∂k₀ = V ∇λ·∇δT, ∂(dL)/∂Q = 0.
+            let (gl, gd) = (tet.gradient(lambda), tet.gradient(&dir.temperature));
+            for (a, ga) in tet.g.iter().enumerate() {
+                state[a] += tet.volume * dk0 * dot3(&gl, ga);
+            }
+            return (tet.volume * dot3(&gl, &gd), 0.0);
+        }
         let (mut d_k0, mut d_q) = (0.0, 0.0);
         self.for_direction_points(e, t, Some(lambda), dir, |p| {
             let f = law.factor(num_dual::Dual2_64::new(p.tq, 1.0, 0.0));
@@ -1121,19 +1174,25 @@ mod tests {
     use crate::VjpRequest;
 
     /// The closed form of the volume elements equals the dual-number path, for tet4, tet10 and
-    /// hex8 cells with a nonlinear law.
+    /// hex8 cells with a nonlinear law, and for tet4 with a constant one (the written-out
+    /// affine path).
     #[rstest::rstest]
-    #[case(CellType::Tet4)]
-    #[case(CellType::Tet10)]
-    #[case(CellType::Hex8)]
-    fn closed_form_equals_the_dual_numbers(#[case] cell: CellType) {
+    #[case(CellType::Tet4, false)]
+    #[case(CellType::Tet4, true)]
+    #[case(CellType::Tet10, false)]
+    #[case(CellType::Hex8, false)]
+    fn closed_form_equals_the_dual_numbers(#[case] cell: CellType, #[case] constant: bool) {
         let mesh = box_mesh(&BoxSpec {
             origin: [0.0; 3],
             lengths: [1.0, 0.6, 0.4],
             divisions: [2, 2, 1],
             cell_type: cell,
         });
-        let law = ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![2e-3, 1e-5] };
+        let law = if constant {
+            ConductivityLaw::Constant
+        } else {
+            ConductivityLaw::Polynomial { t_ref: 300.0, coefficients: vec![2e-3, 1e-5] }
+        };
         let m = ThermalModel::new(
             &mesh,
             &[RegionSpec { group: "domain".into(), k0: 3.0, source: 50.0, law }],
@@ -1148,6 +1207,7 @@ mod tests {
                 assert!((x - y).abs() <= 1e-12 * scale, "{what}: {x} vs {y}");
             }
         };
+        close("residual jvp", &m.residual_jvp(&t, &d), &m.residual_jvp_dual(&t, &d));
         let (s1, p1, _) = m.second_order_vjp(&t, &lambda, &d, CoordinateRequest::None);
         let (s2, p2, _) = m.second_order_vjp_dual(&t, &lambda, &d, CoordinateRequest::None);
         close("state", &s1, &s2);
