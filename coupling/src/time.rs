@@ -520,13 +520,14 @@ impl CoupledProblem {
     }
 
     /// δj of field `f`'s objective terms along the tangents `tan` and the parameter direction
-    /// `dir`: its seeds on its state and inputs dotted with their tangents, plus its direct
-    /// partials dotted with `dir`.
+    /// (`dir_flat`, the order of `ParamVector::all`, `pv`): its seeds on its state and inputs
+    /// dotted with their tangents, plus its direct partials dotted with the direction.
     fn objective_jvp(
         &self,
         f: usize,
         tan: &crate::second_order::Tangents,
-        dir: &Gradient,
+        pv: &gradfem_solvers::params::ParamVector,
+        dir_flat: &[f64],
     ) -> Result<f64, RunError> {
         let mut bars = self.zero_bars();
         let mut g = Gradient::zeros(self.registry());
@@ -546,15 +547,15 @@ impl CoupledProblem {
                 v += dot(x, dx);
             }
         }
-        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
-        v += dot(&g.flatten(&pv), &dir.flatten(&pv));
+        v += dot(&g.flatten(pv), dir_flat);
         Ok(v)
     }
 
     /// The tangent-linear run along `dir` (module docs of [`crate::second_order`]): the
     /// stages solved once, the stepped field's steps with their input tangents, and the
     /// fields downstream at every state (solved there); with `values`, the derivative δjₙ of
-    /// every objective term's value at every state (else the stepped field's own only).
+    /// every objective term's value at every state (else the stepped field's own only). The
+    /// downstream fields are left solved at the state visited last.
     fn run_tangents(
         &mut self,
         layout: &TimeLayout,
@@ -574,9 +575,11 @@ impl CoupledProblem {
             self.fields_mut()[d].dynamic_mut().expect("stepped").time_tangents(dir, &inputs)?;
         let mut dj = steps.objective.clone();
         let mut d_still = 0.0;
+        let pv = gradfem_solvers::params::ParamVector::all(self.registry());
+        let dir_flat = if values { dir.flatten(&pv) } else { Vec::new() };
         if values {
             for &f in &still {
-                d_still += self.objective_jvp(f, &tan, dir)?;
+                d_still += self.objective_jvp(f, &tan, &pv, &dir_flat)?;
             }
         }
         let mut per_state = Vec::new();
@@ -589,7 +592,7 @@ impl CoupledProblem {
                 self.tangents_over(&layout.downstream, &mut tan, dir)?;
                 if values {
                     for &f in &downstream {
-                        *djn += self.objective_jvp(f, &tan, dir)?;
+                        *djn += self.objective_jvp(f, &tan, &pv, &dir_flat)?;
                     }
                 }
                 per_state.push(
@@ -599,9 +602,6 @@ impl CoupledProblem {
                         .collect(),
                 );
             }
-            let last = dj.len() - 1;
-            self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(last)?;
-            self.solve_stages(&layout.downstream)?;
         }
         dj.iter_mut().for_each(|v| *v += d_still);
         Ok(RunTangents { tan, steps, downstream: per_state, values: dj })
@@ -759,8 +759,13 @@ impl CoupledProblem {
         let d = crate::second_order::shaped(self.registry(), dir)?;
         let layout = self.time_layout()?;
         let run = self.run_tangents(&layout, &d, true)?;
-        let field = self.fields()[layout.dynamic].dynamic().expect("stepped");
+        let field = self.fields_mut()[layout.dynamic].dynamic_mut().expect("stepped");
         let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
+        if !layout.downstream.is_empty() {
+            // Leave the last state shown, the downstream fields solved there.
+            field.show_state(times.len() - 1)?;
+            self.solve_stages(&layout.downstream)?;
+        }
         Ok((run.values, times))
     }
 

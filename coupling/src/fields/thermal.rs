@@ -1143,13 +1143,13 @@ impl Dynamic for ThermalField {
         let want = self.vjp_request(false);
         let tr = self.transient.as_ref().expect("a transient field");
         let dir = tr.direction(&self.model, params, self.thermal_direction(params));
-        let other = StateSeeds { first: seeds.to_vec(), second: d_seeds.to_vec() };
+        let other = StateSeeds { first: seeds, second: d_seeds };
         let (hv, source_bar) = tr.hessian_vector(
             &self.model,
             &self.objective,
             weights,
             d_weights,
-            &other,
+            other,
             &dir,
             tangents,
             want,

@@ -411,7 +411,7 @@ impl ThermalTransient {
         objective: &[ObjectiveTerm],
         weights: &[f64],
         d_weights: &[f64],
-        other: &StateSeeds,
+        other: StateSeeds,
         dir: &TransientDirection,
         tangents: &TimeTangents,
         want: gradfem_thermal::VjpRequest,

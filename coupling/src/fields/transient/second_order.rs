@@ -67,12 +67,12 @@ impl TransientDirection {
 
 /// The seeds fields downstream put on the states of a run (per node; `None` or a missing
 /// entry: none): the first-order ones, weighted, and their derivatives along the direction.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct StateSeeds {
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StateSeeds<'a> {
     /// sₙ per state.
-    pub first: Vec<Option<Vec<f64>>>,
+    pub first: &'a [Option<Vec<f64>>],
     /// δsₙ per state.
-    pub second: Vec<Option<Vec<f64>>>,
+    pub second: &'a [Option<Vec<f64>>],
 }
 
 impl TransientProblem {
@@ -250,7 +250,7 @@ impl TransientProblem {
         terms: &[ObjectiveTerm],
         weights: &[f64],
         d_weights: &[f64],
-        other: &StateSeeds,
+        other: StateSeeds,
         dir: &TransientDirection,
         tangents: &TimeTangents,
         want: VjpRequest,
