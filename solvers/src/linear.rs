@@ -49,6 +49,12 @@ use faer::{Conj, MatMut, Par, Side};
 pub trait LinearSolver: Send {
     /// Factor (or set up a preconditioner for) `a`. `a` keeps the same pattern across calls.
     fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError>;
+    /// [`Self::factor`] of a matrix the caller has no further use for: a solver that keeps A
+    /// (AMG-CG multiplies by it) keeps this one instead of a copy. The default factors a
+    /// borrow and drops `a`.
+    fn factor_owned(&mut self, a: CsrMatrix) -> Result<(), SolverError> {
+        self.factor(&a)
+    }
     /// Overwrite `b` with A⁻¹ b.
     fn solve_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError>;
     /// Overwrite `b` with A⁻ᵀ b.

@@ -254,7 +254,16 @@ pub fn newton(
             debug_assert!(tangent_at_u);
             check_tangent(problem, &k, iteration)?;
             let t = Instant::now();
-            solver.factor(&k)?;
+            if linear {
+                // A linear problem's tangent is never assembled or read again: the solver may
+                // keep it instead of a copy (AMG-CG's finest level).
+                solver.factor_owned(std::mem::replace(
+                    &mut k,
+                    CsrMatrix::zeros(0, 0, vec![0], Vec::new()),
+                ))?;
+            } else {
+                solver.factor(&k)?;
+            }
             info.time_factor_s += t.elapsed().as_secs_f64();
         }
         for (d, ri) in du.iter_mut().zip(&r) {

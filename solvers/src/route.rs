@@ -41,6 +41,7 @@
 //! [`SELF_ADJOINT_TOL`]) returns c x without solving.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::amg::{AmgCgSolver, AmgParams, NearNullspace};
 use crate::cg::CgParams;
@@ -213,7 +214,7 @@ pub struct SpdSolver {
     route: Route,
     amg: AmgParams,
     cg: CgParams,
-    near_nullspace: Option<NearNullspace>,
+    near_nullspace: Option<Arc<NearNullspace>>,
     model: CostModel,
     inner: Inner,
     decision: Option<RouteDecision>,
@@ -258,8 +259,8 @@ impl SpdSolver {
 
     /// The near-nullspace of the AMG route (the rigid-body modes of elasticity); the cost model
     /// then takes the "vector" constants.
-    pub fn with_near_nullspace(mut self, nns: NearNullspace) -> Self {
-        self.near_nullspace = Some(nns);
+    pub fn with_near_nullspace(mut self, nns: impl Into<Arc<NearNullspace>>) -> Self {
+        self.near_nullspace = Some(nns.into());
         self
     }
 
@@ -479,8 +480,10 @@ pub fn level_separator(a: &CsrMatrix) -> usize {
     best
 }
 
-impl LinearSolver for SpdSolver {
-    fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
+impl SpdSolver {
+    /// What `factor` does before the chosen solver factors `a`: forget the last forward
+    /// solve and the solves' cost, and decide the route again for a new pattern.
+    fn before_factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
         self.forward = None;
         self.cg_spent = 0.0;
         self.solves = 0;
@@ -489,7 +492,19 @@ impl LinearSolver for SpdSolver {
             self.decided_for = None;
             self.decide(a)?;
         }
+        Ok(())
+    }
+}
+
+impl LinearSolver for SpdSolver {
+    fn factor(&mut self, a: &CsrMatrix) -> Result<(), SolverError> {
+        self.before_factor(a)?;
         self.solver().factor(a)
+    }
+
+    fn factor_owned(&mut self, a: CsrMatrix) -> Result<(), SolverError> {
+        self.before_factor(&a)?;
+        self.solver().factor_owned(a)
     }
 
     fn solve_in_place(&mut self, b: &mut [f64]) -> Result<(), SolverError> {

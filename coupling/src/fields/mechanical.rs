@@ -29,7 +29,6 @@ use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::error::SolverError;
 use gradfem_solvers::linear::LinearSolver;
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
-use gradfem_solvers::sparse::CsrMatrix;
 use serde::Serialize;
 
 use crate::error::{LinearChoice, RunError};
@@ -114,8 +113,9 @@ impl ImportedTemperature {
 /// The mechanical field, ready to solve and differentiate.
 pub struct MechanicalField {
     pub model: LinearElasticModel,
+    /// The stiffness pattern; each factorization assembles a fresh matrix on it and hands
+    /// it to the solver (AMG-CG keeps it as its finest level; no second copy stays here).
     pattern: AssemblyPattern,
-    matrix: CsrMatrix,
     solver: Box<dyn LinearSolver>,
     /// The objective terms on the displacement.
     pub objective: Vec<MechObjectiveTerm>,
@@ -159,7 +159,6 @@ impl MechanicalField {
         }
         let pattern =
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
-        let matrix = pattern.new_matrix();
         let unknowns = model.unknown_components();
         let modes =
             gradfem_solvers::amg::NearNullspace::rigid_body_modes(&model.coords, &unknowns).ok();
@@ -171,7 +170,6 @@ impl MechanicalField {
         Ok(MechanicalField {
             model,
             pattern,
-            matrix,
             solver: crate::error::spd_solver("mechanical", LinearChoice::Auto, 1e-10, modes),
             objective,
             bindings: Vec::new(),
@@ -504,20 +502,25 @@ impl MechanicalField {
         let u0 = self.model.nodal_displacement(&vec![0.0; n]);
         let mut rhs = vec![0.0; n];
         let model = &self.model;
-        if self.stale {
-            self.pattern.assemble_into(&mut self.matrix, &mut rhs, |e, ke, fe| {
+        let matrix = if self.stale {
+            let mut matrix = self.pattern.new_matrix();
+            self.pattern.assemble_into(&mut matrix, &mut rhs, |e, ke, fe| {
                 model.element_residual_tangent(e, &u0, Some(ke), fe)
             });
+            Some(matrix)
         } else {
             self.pattern.assemble_vector_into(&mut rhs, |e, fe| {
                 model.element_residual_tangent(e, &u0, None, fe)
             });
-        }
+            None
+        };
         let assembly_s = ta.elapsed().as_secs_f64();
         let tf = Instant::now();
-        let refactored = self.stale;
-        if self.stale && n > 0 {
-            self.solver.factor(&self.matrix).map_err(|e| match e {
+        let refactored = matrix.is_some();
+        if let Some(matrix) = matrix
+            && n > 0
+        {
+            self.solver.factor_owned(matrix).map_err(|e| match e {
                 // With E > 0 and −1 < ν < 0.5 (checked when the problem is read) the stiffness
                 // is positive definite unless the supports leave a rigid motion free.
                 SolverError::NotPositiveDefinite { detail, .. } => setup(format!(
