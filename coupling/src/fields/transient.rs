@@ -896,6 +896,11 @@ struct Stepper<'p> {
     /// Factorizations of A for (a₀, θ, Δt), linear problems: the BDF2 start and main steps,
     /// and the step sizes tried last by the adaptive control.
     cache: Vec<([f64; 3], Box<dyn LinearSolver>)>,
+    /// The LU of the last nonlinear factorization, with the step coefficients (a₀, θ, Δt) and
+    /// the temperature it was made at: refactored in place for a new state (its symbolic
+    /// analysis kept: the pattern never changes), returned as it is for the same one (the
+    /// first- and second-order adjoints of one step).
+    nonlinear: Option<([f64; 3], Vec<f64>, LuSolver)>,
     newton_iterations: usize,
     factorizations: usize,
 }
@@ -925,6 +930,7 @@ impl<'p> Stepper<'p> {
             a,
             linear: model.is_linear(),
             cache: Vec::new(),
+            nonlinear: None,
             newton_iterations: 0,
             factorizations: 0,
         })
@@ -953,7 +959,7 @@ impl<'p> Stepper<'p> {
     }
 
     /// A factorization of A = a₀M/Δt + θK(t) for step k with step size `dt` (cached when
-    /// linear).
+    /// linear; the last one kept when not).
     fn factor(
         &mut self,
         k: usize,
@@ -963,16 +969,34 @@ impl<'p> Stepper<'p> {
         let [a0, _, _, theta] = self.p.scheme.coefficients(k);
         let key = [a0, theta, dt];
         let time = self.p.time(k) + dt;
-        let found = if self.linear { self.cache.iter().position(|(c, _)| *c == key) } else { None };
+        if !self.linear {
+            let same = self.nonlinear.as_ref().is_some_and(|(c, at, _)| *c == key && at == t);
+            if !same {
+                self.residual(t, Some(key));
+                let (_, at, solver) = self
+                    .nonlinear
+                    .get_or_insert_with(|| (key, Vec::new(), LuSolver::new("thermal-transient")));
+                // Forget the state first: a failed factorization is not the one of `t`.
+                at.clear();
+                solver.factor(&self.a).map_err(|source| TransientError::Solver {
+                    step: k,
+                    time,
+                    source,
+                })?;
+                self.factorizations += 1;
+                let kept = self.nonlinear.as_mut().expect("inserted above");
+                kept.0 = key;
+                kept.1.extend_from_slice(t);
+            }
+            return Ok(&mut self.nonlinear.as_mut().expect("factored above").2);
+        }
+        let found = self.cache.iter().position(|(c, _)| *c == key);
         let idx = match found {
             Some(i) => i,
             None => {
                 self.residual(t, Some(key));
-                let mut solver: Box<dyn LinearSolver> = if self.linear {
-                    Box::new(CholeskySolver::new("thermal-transient"))
-                } else {
-                    Box::new(LuSolver::new("thermal-transient"))
-                };
+                let mut solver: Box<dyn LinearSolver> =
+                    Box::new(CholeskySolver::new("thermal-transient"));
                 solver.factor(&self.a).map_err(|source| TransientError::Solver {
                     step: k,
                     time,
@@ -1291,6 +1315,37 @@ mod tests {
         assert_eq!(traj.factorizations, 2);
         assert_eq!(traj.newton_iterations, 4);
         assert_eq!(traj.temperatures.len(), 5);
+    }
+
+    #[test]
+    fn a_nonlinear_run_analyses_its_pattern_once_and_factors_a_state_once() {
+        let mut p = problem(CellType::Tet4, TimeScheme::Bdf2, MassKind::Consistent);
+        p.model.regions[0].law =
+            ConductivityLaw::Polynomial { t_ref: 1.0, coefficients: vec![0.3] };
+        assert!(!p.model.is_linear());
+        let traj = p.simulate().unwrap();
+        // One factorization per Newton iteration, on one symbolic analysis.
+        assert_eq!(traj.factorizations, traj.newton_iterations);
+        let mut stepper = Stepper::new(&p).unwrap();
+        let (t1, t2) = (&traj.temperatures[1], &traj.temperatures[2]);
+        let dt = p.step_size(1);
+        let mut solve = |stepper: &mut Stepper, t: &[f64]| {
+            let mut x = vec![1.0; p.model.n_unknowns()];
+            stepper.factor(1, dt, t).unwrap().solve_transpose_in_place(&mut x).unwrap();
+            x
+        };
+        let first = solve(&mut stepper, t1);
+        // The same state again (the second-order adjoint's second solve): no new factorization.
+        assert_eq!(solve(&mut stepper, t1), first);
+        assert_eq!(stepper.factorizations, 1);
+        // Another state: refactored, the analysis kept.
+        let other = solve(&mut stepper, t2);
+        assert_ne!(other, first);
+        assert_eq!(stepper.factorizations, 2);
+        assert_eq!(stepper.nonlinear.as_ref().unwrap().2.symbolic_count(), 1);
+        // Back to the first state: its factorization again, not the second one's.
+        assert_eq!(solve(&mut stepper, t1), first);
+        assert_eq!(stepper.factorizations, 3);
     }
 
     #[test]
