@@ -1329,7 +1329,7 @@ mod tests {
         let mut stepper = Stepper::new(&p).unwrap();
         let (t1, t2) = (&traj.temperatures[1], &traj.temperatures[2]);
         let dt = p.step_size(1);
-        let mut solve = |stepper: &mut Stepper, t: &[f64]| {
+        let solve = |stepper: &mut Stepper, t: &[f64]| {
             let mut x = vec![1.0; p.model.n_unknowns()];
             stepper.factor(1, dt, t).unwrap().solve_transpose_in_place(&mut x).unwrap();
             x
