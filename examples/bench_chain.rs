@@ -133,7 +133,7 @@ register = [
     )
 }
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let mut file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/microactuator.toml");
     let mut boxed = None;
     let mut et_box = None;
@@ -141,21 +141,34 @@ fn main() {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--file" => file = PathBuf::from(args.next().expect("--file takes a path")),
+            "--file" => {
+                file = PathBuf::from(
+                    args.next().ok_or_else(|| anyhow::anyhow!("--file takes a path"))?,
+                )
+            }
             "--box" => {
-                boxed =
-                    Some(args.next().and_then(|v| v.parse::<usize>().ok()).expect("--box takes N"))
+                boxed = Some(
+                    args.next()
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .filter(|&v| v > 0)
+                        .ok_or_else(|| anyhow::anyhow!("--box takes a positive N"))?,
+                )
             }
             "--et-box" => {
                 et_box = Some(
-                    args.next().and_then(|v| v.parse::<usize>().ok()).expect("--et-box takes N"),
+                    args.next()
+                        .and_then(|v| v.parse::<usize>().ok())
+                        .filter(|&v| v > 0)
+                        .ok_or_else(|| anyhow::anyhow!("--et-box takes a positive N"))?,
                 )
             }
             "--alpha-r" => {
-                alpha_r =
-                    args.next().and_then(|v| v.parse::<f64>().ok()).expect("--alpha-r takes A")
+                alpha_r = args
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .ok_or_else(|| anyhow::anyhow!("--alpha-r takes a number"))?
             }
-            other => panic!(
+            other => anyhow::bail!(
                 "unknown argument '{other}' (expected --file F, --box N or --et-box N [--alpha-r A])"
             ),
         }
@@ -168,14 +181,14 @@ fn main() {
         }
         (None, None) => ProblemFile::read(&file),
     }
-    .unwrap_or_else(|e| panic!("{e}"));
-    let mut problem = app::build_problem(&pf).unwrap_or_else(|e| panic!("{e}"));
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut problem = app::build_problem(&pf).map_err(|e| anyhow::anyhow!("{e}"))?;
     let setup_s = t_setup.elapsed().as_secs_f64();
     let t_fwd = Instant::now();
-    problem.solve().unwrap_or_else(|e| panic!("{e}"));
+    problem.solve().map_err(|e| anyhow::anyhow!("{e}"))?;
     let forward_s = t_fwd.elapsed().as_secs_f64();
     let t_grad = Instant::now();
-    let (j, grad, timings) = problem.gradient().unwrap_or_else(|e| panic!("{e}"));
+    let (j, grad, timings) = problem.gradient().map_err(|e| anyhow::anyhow!("{e}"))?;
     let gradient_s = t_grad.elapsed().as_secs_f64();
     let th = problem.thermal();
     let mech = problem.mechanical();
@@ -202,4 +215,5 @@ fn main() {
         "gradient_norm_inf": grad.norm_inf(),
     });
     println!("{out}");
+    Ok(())
 }

@@ -46,7 +46,7 @@ use std::time::Instant;
 
 use gradfem::api::Simulation;
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let mut n = 20usize;
     let mut repeat = 3usize;
     let mut physics = String::from("thermal");
@@ -56,17 +56,28 @@ fn main() {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--n" => {
-                n = args.next().and_then(|v| v.parse().ok()).expect("--n takes a positive integer")
+                n = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--n takes a positive integer"))?
             }
             "--repeat" => {
-                repeat = args.next().and_then(|v| v.parse().ok()).expect("--repeat takes a count")
+                repeat = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&v| v > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--repeat takes a positive count"))?
             }
             "--physics" => {
-                physics = args.next().expect("--physics takes thermal or electrothermal")
+                physics =
+                    args.next().ok_or_else(|| anyhow::anyhow!("--physics takes a physics name"))?
             }
-            "--linear" => linear = args.next().expect("--linear takes auto or lu"),
+            "--linear" => {
+                linear = args.next().ok_or_else(|| anyhow::anyhow!("--linear takes auto or lu"))?
+            }
             "--shape" => shape = true,
-            other => panic!(
+            other => anyhow::bail!(
                 "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic|transient|transient-linear|transient-chain] [--linear auto|lu] [--shape])"
             ),
         }
@@ -79,7 +90,7 @@ fn main() {
         "transient" => transient_cube(n, true),
         "transient-linear" => transient_cube(n, false),
         "transient-chain" => transient_chain_cube(n),
-        other => panic!(
+        other => anyhow::bail!(
             "--physics {other}: expected thermal, electrothermal, thermoelastic, hyperelastic, transient, transient-linear or transient-chain"
         ),
     }
@@ -88,7 +99,7 @@ fn main() {
         &format!("[solver]\nrel_tol = 1e-10\nlinear = \"{linear}\"\n"),
     );
     let text = if shape {
-        assert!(
+        anyhow::ensure!(
             !physics.starts_with("transient") && physics != "hyperelastic",
             "--shape: finite strain and time stepping have no shape products yet"
         );
@@ -96,14 +107,14 @@ fn main() {
     } else {
         text
     };
-    let mut sim = Simulation::from_toml("bench_hessian.toml", &text).expect("valid problem");
+    let mut sim = Simulation::from_toml("bench_hessian.toml", &text)?;
     let t = Instant::now();
-    sim.solve().expect("forward solve");
+    sim.solve()?;
     let forward_s = t.elapsed().as_secs_f64();
     let names = sim.registered();
     let mut direction = BTreeMap::new();
     for (k, name) in names.iter().enumerate() {
-        let values = sim.parameter(name).expect("registered");
+        let values = sim.parameter(name)?;
         let d: Vec<f64> = values
             .iter()
             .enumerate()
@@ -114,11 +125,11 @@ fn main() {
     let (mut gradient_s, mut hvp_s) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..repeat {
         let t = Instant::now();
-        let g = sim.gradient().expect("gradient");
+        let g = sim.gradient()?;
         gradient_s = gradient_s.min(t.elapsed().as_secs_f64());
         std::hint::black_box(g);
         let t = Instant::now();
-        let h = sim.hvp(&direction).expect("Hessian-vector product");
+        let h = sim.hvp(&direction)?;
         hvp_s = hvp_s.min(t.elapsed().as_secs_f64());
         std::hint::black_box(h);
     }
@@ -148,6 +159,7 @@ fn main() {
             "linear_solver": solver,
         })
     );
+    Ok(())
 }
 
 /// The morph of `--shape`: the cube's height.
