@@ -156,6 +156,7 @@ fn main() -> anyhow::Result<()> {
                 "n": n,
                 "cell": format!("{cell:?}"),
                 "unknowns": field.model.n_unknowns(),
+                "entries": field.pattern().nnz(),
                 "elements": field.model.n_volume_elements(),
                 "mesh_s": mesh_s,
                 "setup_s": setup_s,

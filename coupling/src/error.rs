@@ -2,7 +2,7 @@
 //! linear solver ([`LinearChoice`]). The engine, every field and the problem-file layer use
 //! them; this module depends on none of them.
 
-use gradfem_solvers::amg::{AmgParams, NearNullspace};
+use gradfem_solvers::amg::{AmgParams, CoarseSpace, NearNullspace};
 use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::error::SolverError;
 use gradfem_solvers::gmres::BlockGmresSolver;
@@ -79,12 +79,14 @@ pub fn nonsymmetric_solver(field: &str, choice: LinearChoice) -> Box<dyn LinearS
 /// The solver of a field's symmetric positive definite system for `choice`: LU when asked for,
 /// else [`SpdSolver`] routing by cost (`Auto`) or forced to Cholesky or AMG-CG, with CG to
 /// `cg_rel_tol` and, for vector fields, the near-nullspace `modes` (nodes of several unknowns;
-/// `None`: scalar aggregation).
+/// `None`: scalar aggregation) and the AMG's first coarse level `coarse` (p-multigrid for
+/// quadratic cells; `None`: aggregation from the finest level).
 pub fn spd_solver(
     field: &str,
     choice: LinearChoice,
     cg_rel_tol: f64,
     modes: Option<NearNullspace>,
+    coarse: Option<CoarseSpace>,
 ) -> Box<dyn LinearSolver> {
     let route = match choice {
         LinearChoice::Lu => return Box::new(LuSolver::new(field)),
@@ -93,9 +95,12 @@ pub fn spd_solver(
         LinearChoice::AmgCg => Route::AmgCg,
     };
     let cg = CgParams { rel_tol: cg_rel_tol, ..Default::default() };
-    let solver = SpdSolver::new(field, route, AmgParams::default(), cg);
-    Box::new(match modes {
-        Some(m) => solver.with_near_nullspace(m),
-        None => solver,
-    })
+    let mut solver = SpdSolver::new(field, route, AmgParams::default(), cg);
+    if let Some(m) = modes {
+        solver = solver.with_near_nullspace(m);
+    }
+    if let Some(c) = coarse {
+        solver = solver.with_coarse_space(c);
+    }
+    Box::new(solver)
 }

@@ -343,6 +343,51 @@ impl NearNullspace {
     }
 }
 
+/// A first coarse level the caller knows: the interpolation P₀ from a coarser discretization
+/// of the same field onto its unknowns, and that space's near-nullspace. For quadratic cells,
+/// the field on the vertices interpolated to the mid-edge (face, centre) nodes: p-multigrid,
+/// whose coarse operator P₀ᵀAP₀ is the linear cells' and is then coarsened by aggregation.
+#[derive(Clone, Debug)]
+pub struct CoarseSpace {
+    p: Csr32,
+    near_nullspace: NearNullspace,
+}
+
+impl CoarseSpace {
+    /// P₀ (rows: the fine unknowns, columns: the coarse ones) and the coarse near-nullspace.
+    ///
+    /// Errors (`InvalidParameter`): the near-nullspace has another number of unknowns than
+    /// P₀ has columns, P₀ has no fewer columns than rows, or a non-finite entry.
+    pub fn new(p: &CsrMatrix, near_nullspace: NearNullspace) -> Result<Self, SolverError> {
+        let bad = |value: String, reason| {
+            Err(SolverError::InvalidParameter { name: "CoarseSpace", value, reason })
+        };
+        if near_nullspace.n_unknowns() != p.n_cols {
+            return bad(
+                format!("{} columns, near-nullspace of {}", p.n_cols, near_nullspace.n_unknowns()),
+                "the near-nullspace must live on the coarse unknowns",
+            );
+        }
+        if p.n_cols >= p.n_rows {
+            return bad(format!("{}×{}", p.n_rows, p.n_cols), "must have fewer columns than rows");
+        }
+        if p.values.iter().any(|v| !v.is_finite()) {
+            return bad("a non-finite entry".into(), "entries must be finite");
+        }
+        Ok(CoarseSpace { p: Csr32::from_csr(p, false), near_nullspace })
+    }
+
+    /// Fine unknowns (rows of P₀).
+    pub fn n_fine(&self) -> usize {
+        self.p.n_rows
+    }
+
+    /// Coarse unknowns (columns of P₀).
+    pub fn n_coarse(&self) -> usize {
+        self.p.n_cols
+    }
+}
+
 /// A sparse matrix with 32-bit column indices (the AMG's own storage: a third less memory
 /// traffic per product than `CsrMatrix`).
 #[derive(Clone, Debug, Default)]
@@ -1401,6 +1446,8 @@ pub struct AmgHierarchy {
     coarse: CoarseSolver,
     work: Mutex<Vec<Work>>,
     near_nullspace: Option<Arc<NearNullspace>>,
+    /// The given first coarse level ([`AmgHierarchy::with_coarse_space`]).
+    coarse_space: Option<Arc<CoarseSpace>>,
 }
 
 impl AmgHierarchy {
@@ -1413,20 +1460,32 @@ impl AmgHierarchy {
     /// size is not a multiple of `block_size`.
     pub fn new(a: &CsrMatrix, params: &AmgParams) -> Result<Self, SolverError> {
         params.validate()?;
-        Self::from_kept(Csr32::from_csr(a, true), params, None)
+        Self::from_kept(Csr32::from_csr(a, true), params, None, None)
     }
 
-    /// [`Self::new`] or, with `nns`, [`Self::with_near_nullspace`] on the finest level's own
-    /// matrix (A without its numerically zero entries), which the hierarchy keeps.
+    /// [`Self::new`], [`Self::with_near_nullspace`] (`nns`) or [`Self::with_coarse_space`]
+    /// (`coarse`, which then carries the near-nullspace) on the finest level's own matrix (A
+    /// without its numerically zero entries), which the hierarchy keeps.
     fn from_kept(
         a: Csr32,
         params: &AmgParams,
         nns: Option<Arc<NearNullspace>>,
+        coarse: Option<Arc<CoarseSpace>>,
     ) -> Result<Self, SolverError> {
         params.validate()?;
         assert_eq!(a.n_rows, a.n_cols, "AMG needs a square matrix, got {}×{}", a.n_rows, a.n_cols);
+        if let Some(c) = &coarse
+            && c.n_fine() != a.n_rows
+        {
+            return Err(SolverError::InvalidParameter {
+                name: "CoarseSpace",
+                value: format!("{} fine unknowns", c.n_fine()),
+                reason: "must have as many fine unknowns as the matrix has rows",
+            });
+        }
         match &nns {
-            Some(b) => b.check_size(a.n_rows)?,
+            Some(b) if coarse.is_none() => b.check_size(a.n_rows)?,
+            Some(_) => {}
             None => assert_eq!(
                 a.n_rows % params.block_size,
                 0,
@@ -1435,7 +1494,7 @@ impl AmgHierarchy {
                 params.block_size
             ),
         }
-        Self::build(a, params, None, nns)
+        Self::build(a, params, None, nns, coarse)
     }
 
     /// Builds the hierarchy for the SPD matrix `a` with the near-nullspace `nns` (the rigid-body
@@ -1452,7 +1511,23 @@ impl AmgHierarchy {
         nns: Arc<NearNullspace>,
     ) -> Result<Self, SolverError> {
         params.validate()?;
-        Self::from_kept(Csr32::from_csr(a, true), params, Some(nns))
+        Self::from_kept(Csr32::from_csr(a, true), params, Some(nns), None)
+    }
+
+    /// Builds the hierarchy for the SPD matrix `a` whose first coarse level is `coarse`
+    /// (p-multigrid: A₁ = P₀ᵀAP₀ on the coarser discretization's unknowns), coarsened from
+    /// there by aggregation with the coarse space's near-nullspace as
+    /// [`Self::with_near_nullspace`] does.
+    ///
+    /// Errors as [`Self::new`], and `InvalidParameter` when P₀ has another number of rows than
+    /// `a`. Panics if `a` is not square.
+    pub fn with_coarse_space(
+        a: &CsrMatrix,
+        params: &AmgParams,
+        coarse: Arc<CoarseSpace>,
+    ) -> Result<Self, SolverError> {
+        params.validate()?;
+        Self::from_kept(Csr32::from_csr(a, true), params, None, Some(coarse))
     }
 
     /// Number of levels, the finest and the coarsest included.
@@ -1488,7 +1563,8 @@ impl AmgHierarchy {
         );
         let aggs: Vec<Aggregates> = self.transfers.drain(..).map(|t| t.aggregates).collect();
         let nns = self.near_nullspace.take();
-        *self = Self::build(a, &self.params, Some(aggs), nns)?;
+        let coarse = self.coarse_space.take();
+        *self = Self::build(a, &self.params, Some(aggs), nns, coarse)?;
         Ok(())
     }
 
@@ -1534,16 +1610,23 @@ impl AmgHierarchy {
         params: &AmgParams,
         reuse: Option<Vec<Aggregates>>,
         nns: Option<Arc<NearNullspace>>,
+        coarse_space: Option<Arc<CoarseSpace>>,
     ) -> Result<Self, SolverError> {
         let block = params.block_size;
         let mut levels: Vec<Level> = Vec::new();
         let mut transfers: Vec<Transfer> = Vec::new();
         let mut a = a0;
         let mut reuse = reuse.map(|v| v.into_iter());
-        // With a near-nullspace: the node layout and the vectors of the current level.
-        let mut fitted: Option<(Layout, Vec<f64>)> =
-            nns.as_ref().map(|b| (Layout::from_ptr(b.node_ptr.clone()), b.values.clone()));
-        let k = nns.as_ref().map_or(0, |b| b.dim);
+        // With a near-nullspace: the node layout and the vectors of the current level (with a
+        // given coarse space, its near-nullspace from the level after it).
+        let mut fitted: Option<(Layout, Vec<f64>)> = match &coarse_space {
+            Some(_) => None,
+            None => nns.as_ref().map(|b| (Layout::from_ptr(b.node_ptr.clone()), b.values.clone())),
+        };
+        let k = match &coarse_space {
+            Some(c) => c.near_nullspace.dim,
+            None => nns.as_ref().map_or(0, |b| b.dim),
+        };
         let uniform = Layout::Uniform(block);
         loop {
             let lvl = levels.len();
@@ -1560,6 +1643,24 @@ impl AmgHierarchy {
             let rho = spectral_radius(&a, &inv_diag);
             let n = a.n_rows;
             let last = n <= params.coarse_size || lvl + 1 >= params.max_levels;
+            if let Some(c) = coarse_space.as_ref().filter(|_| lvl == 0 && !last) {
+                // The given first level: no aggregates (a placeholder keeps the reused list
+                // aligned), no smoothing of P₀.
+                if let Some(it) = reuse.as_mut() {
+                    it.next();
+                }
+                let p = c.p.clone();
+                let r = p.transpose();
+                let ac = galerkin_product(&r, &a, &p);
+                tracing::debug!(n, nnz = a.nnz(), coarse = ac.n_rows, "AMG: given coarse space");
+                levels.push(Level { a, inv_diag, lambda_max: 1.1 * rho });
+                let none = Aggregates { of_node: Vec::new(), count: 0 };
+                transfers.push(Transfer { aggregates: none, p, r });
+                let b = &c.near_nullspace;
+                fitted = Some((Layout::from_ptr(b.node_ptr.clone()), b.values.clone()));
+                a = ac;
+                continue;
+            }
             let aggs = if last {
                 None
             } else {
@@ -1653,6 +1754,7 @@ impl AmgHierarchy {
             coarse,
             work: Mutex::new(work),
             near_nullspace: nns,
+            coarse_space,
         })
     }
 
@@ -1921,6 +2023,8 @@ pub struct AmgCgSolver {
     operator: Option<Csr32>,
     /// The near-nullspace of new hierarchies (`None`: the constant per component).
     near_nullspace: Option<Arc<NearNullspace>>,
+    /// The first coarse level of new hierarchies (`None`: aggregation from the finest).
+    coarse_space: Option<Arc<CoarseSpace>>,
 }
 
 /// The default relative tolerance of [`AmgCgSolver`]'s adjoint (transpose) solves.
@@ -1959,6 +2063,7 @@ impl AmgCgSolver {
             record_next: false,
             adjoint_rel_tol: DEFAULT_ADJOINT_REL_TOL,
             near_nullspace: None,
+            coarse_space: None,
         }
     }
 
@@ -1966,6 +2071,13 @@ impl AmgCgSolver {
     /// [`AmgHierarchy::with_near_nullspace`]); `factor` refuses a matrix of another size.
     pub fn with_near_nullspace(mut self, nns: impl Into<Arc<NearNullspace>>) -> Self {
         self.near_nullspace = Some(nns.into());
+        self
+    }
+
+    /// Start every hierarchy with the given coarse level (p-multigrid,
+    /// [`AmgHierarchy::with_coarse_space`]); `factor` refuses a matrix of another size.
+    pub fn with_coarse_space(mut self, coarse: impl Into<Arc<CoarseSpace>>) -> Self {
+        self.coarse_space = Some(coarse.into());
         self
     }
 
@@ -2148,7 +2260,8 @@ impl AmgCgSolver {
         } else {
             self.hierarchy = None;
             self.pattern = None;
-            let h = AmgHierarchy::from_kept(kept, &self.amg, self.near_nullspace.clone())
+            let nns = self.near_nullspace.clone();
+            let h = AmgHierarchy::from_kept(kept, &self.amg, nns, self.coarse_space.clone())
                 .map_err(|e| self.rename(e))?;
             self.hierarchy = Some(h);
             self.pattern = Some(key);
@@ -2318,6 +2431,30 @@ mod tests {
         let (borrowed, owned) = (solve(false), solve(true));
         assert_eq!(borrowed, owned);
         assert_eq!(owned.1, m);
+    }
+
+    #[test]
+    fn coarse_spaces_of_the_wrong_shape_are_refused() {
+        // P₀ of 4 fine and 2 coarse unknowns (two coarse nodes of one unknown each)
+        let p = CsrMatrix {
+            n_rows: 4,
+            n_cols: 2,
+            row_ptr: vec![0, 1, 2, 3, 4],
+            col_idx: vec![0, 1, 0, 1],
+            values: vec![1.0, 1.0, 0.5, 0.5],
+        };
+        let one = |n: usize| NearNullspace::new(1, (0..=n).collect(), vec![1.0; n]).unwrap();
+        assert!(CoarseSpace::new(&p, one(3)).is_err());
+        let mut bad = p.clone();
+        bad.values[2] = f64::NAN;
+        assert!(CoarseSpace::new(&bad, one(2)).is_err());
+        let square = CsrMatrix { n_rows: 2, row_ptr: vec![0, 1, 2], ..p.clone() };
+        assert!(CoarseSpace::new(&square, one(2)).is_err());
+        // A matrix of another size than P₀'s rows.
+        let c = Arc::new(CoarseSpace::new(&p, one(2)).unwrap());
+        let a = laplace_2d(3);
+        let e = AmgHierarchy::with_coarse_space(&a, &AmgParams::default(), c).unwrap_err();
+        assert!(matches!(e, SolverError::InvalidParameter { name: "CoarseSpace", .. }), "{e:?}");
     }
 
     #[test]

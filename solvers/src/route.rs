@@ -43,7 +43,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::amg::{AmgCgSolver, AmgParams, NearNullspace};
+use crate::amg::{AmgCgSolver, AmgParams, CoarseSpace, NearNullspace};
 use crate::cg::CgParams;
 use crate::error::SolverError;
 use crate::linear::{CholeskyOrdering, CholeskySolver, LinearSolver};
@@ -94,6 +94,16 @@ pub struct CostModel {
     pub amg_iteration_scalar: f64,
     /// Seconds of one CG iteration per entry of A with a near-nullspace (5.5–7.2·10⁻⁹).
     pub amg_iteration_vector: f64,
+    /// AMG set-up seconds per entry of A when the hierarchy starts from a given coarse space
+    /// (p-multigrid of quadratic elasticity: the aggregation runs on the vertices' operator,
+    /// which has a tenth of A's entries). Measured 2.0–2.5·10⁻⁸ on Tet10 cubes of 1.4–7·10⁴
+    /// unknowns beside 9.0·10⁻⁸ for `amg_setup_vector`'s Tet4 systems on the same quiet machine
+    /// (2026-12-07), and scaled by the ratio of `amg_setup_vector` to that figure so the two
+    /// stay comparable (the calibration's machine was loaded).
+    pub amg_setup_coarse_space: f64,
+    /// Seconds of one CG iteration per entry of A with a given coarse space (measured
+    /// 1.2–2.0·10⁻⁹ beside Tet4's 2.5–2.9·10⁻⁹, scaled as `amg_setup_coarse_space`).
+    pub amg_iteration_coarse_space: f64,
     /// Predicted CG iterations of a forward solve to 1e-10 and an adjoint to 1e-7, scalar
     /// (3D P1 Poisson: 12 + 8).
     pub iterations_scalar: f64,
@@ -114,6 +124,8 @@ impl Default for CostModel {
             amg_setup_vector: 1.65e-7,
             amg_iteration_scalar: 4.5e-9,
             amg_iteration_vector: 6.0e-9,
+            amg_setup_coarse_space: 4.2e-8,
+            amg_iteration_coarse_space: 3.5e-9,
             iterations_scalar: 20.0,
             iterations_vector: 40.0,
         }
@@ -140,21 +152,36 @@ impl CostModel {
     }
 
     /// Predicted seconds of `iterations` CG iterations on a matrix of `nnz` entries.
-    pub fn cg_seconds(&self, nnz: usize, iterations: f64, vector: bool) -> f64 {
-        let per = if vector { self.amg_iteration_vector } else { self.amg_iteration_scalar };
+    pub fn cg_seconds(&self, nnz: usize, iterations: f64, start: AmgStart) -> f64 {
+        let per = match start {
+            AmgStart::Scalar => self.amg_iteration_scalar,
+            AmgStart::NearNullspace => self.amg_iteration_vector,
+            AmgStart::CoarseSpace => self.amg_iteration_coarse_space,
+        };
         nnz as f64 * iterations * per
     }
 
     /// Predicted seconds of the AMG-CG route for a matrix of `nnz` entries: set-up, forward
     /// and adjoint CG.
-    pub fn amg_seconds(&self, nnz: usize, vector: bool) -> f64 {
-        let (setup, iterations) = if vector {
-            (self.amg_setup_vector, self.iterations_vector)
-        } else {
-            (self.amg_setup_scalar, self.iterations_scalar)
+    pub fn amg_seconds(&self, nnz: usize, start: AmgStart) -> f64 {
+        let (setup, iterations) = match start {
+            AmgStart::Scalar => (self.amg_setup_scalar, self.iterations_scalar),
+            AmgStart::NearNullspace => (self.amg_setup_vector, self.iterations_vector),
+            AmgStart::CoarseSpace => (self.amg_setup_coarse_space, self.iterations_vector),
         };
-        nnz as f64 * setup + self.cg_seconds(nnz, iterations, vector)
+        nnz as f64 * setup + self.cg_seconds(nnz, iterations, start)
     }
+}
+
+/// What the AMG route's hierarchy starts from, for its predicted cost ([`CostModel`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AmgStart {
+    /// Scalar aggregation (the constant per component).
+    Scalar,
+    /// Aggregation of nodes with a near-nullspace (elasticity's rigid-body modes).
+    NearNullspace,
+    /// A given first coarse level, then aggregation with its near-nullspace (p-multigrid).
+    CoarseSpace,
 }
 
 /// The Cholesky route is ruled out without an analysis when `SEPARATOR_FLOPS` · s³
@@ -215,6 +242,7 @@ pub struct SpdSolver {
     amg: AmgParams,
     cg: CgParams,
     near_nullspace: Option<Arc<NearNullspace>>,
+    coarse_space: Option<Arc<CoarseSpace>>,
     model: CostModel,
     inner: Inner,
     decision: Option<RouteDecision>,
@@ -243,6 +271,7 @@ impl SpdSolver {
             amg,
             cg,
             near_nullspace: None,
+            coarse_space: None,
             model: CostModel::default(),
             inner: Inner::Undecided,
             decision: None,
@@ -261,6 +290,13 @@ impl SpdSolver {
     /// then takes the "vector" constants.
     pub fn with_near_nullspace(mut self, nns: impl Into<Arc<NearNullspace>>) -> Self {
         self.near_nullspace = Some(nns.into());
+        self
+    }
+
+    /// The first coarse level of the AMG route's hierarchies (p-multigrid for quadratic
+    /// cells, [`crate::amg::AmgHierarchy::with_coarse_space`]).
+    pub fn with_coarse_space(mut self, coarse: impl Into<Arc<CoarseSpace>>) -> Self {
+        self.coarse_space = Some(coarse.into());
         self
     }
 
@@ -298,12 +334,24 @@ impl SpdSolver {
         (a.n_rows, a.nnz(), h)
     }
 
-    fn new_amg(&self) -> AmgCgSolver {
-        let s = AmgCgSolver::new(&self.field, self.amg.clone(), self.cg.clone());
-        match &self.near_nullspace {
-            Some(nns) => s.with_near_nullspace(nns.clone()),
-            None => s,
+    /// What the AMG route's hierarchies start from.
+    fn amg_start(&self) -> AmgStart {
+        match (&self.coarse_space, &self.near_nullspace) {
+            (Some(_), _) => AmgStart::CoarseSpace,
+            (None, Some(_)) => AmgStart::NearNullspace,
+            (None, None) => AmgStart::Scalar,
         }
+    }
+
+    fn new_amg(&self) -> AmgCgSolver {
+        let mut s = AmgCgSolver::new(&self.field, self.amg.clone(), self.cg.clone());
+        if let Some(nns) = &self.near_nullspace {
+            s = s.with_near_nullspace(nns.clone());
+        }
+        if let Some(c) = &self.coarse_space {
+            s = s.with_coarse_space(c.clone());
+        }
+        s
     }
 
     /// Decide the route for `a` (module docs); a Cholesky route keeps its analysis.
@@ -329,7 +377,7 @@ impl SpdSolver {
             }
             Route::AmgCg => self.inner = Inner::Amg(Box::new(self.new_amg())),
             Route::Auto => {
-                let amg = m.amg_seconds(nnz, vector);
+                let amg = m.amg_seconds(nnz, self.amg_start());
                 let s = level_separator(a) as f64;
                 let dense = SEPARATOR_FLOPS * s * s * s / m.factor_rate;
                 let amd = m.analysis_seconds(nnz, false, vector);
@@ -409,7 +457,7 @@ impl SpdSolver {
         let Inner::Amg(amg) = &self.inner else { return Ok(()) };
         let iterations = amg.last_iterations().unwrap_or(0) as f64;
         self.solves += 1;
-        self.cg_spent += self.model.cg_seconds(self.nnz, iterations, self.near_nullspace.is_some());
+        self.cg_spent += self.model.cg_seconds(self.nnz, iterations, self.amg_start());
         if self.route != Route::Auto || self.cg_spent <= self.factor_price {
             return Ok(());
         }

@@ -120,7 +120,7 @@ impl ElectricalField {
             LinearChoice::Auto if current => LinearChoice::Cholesky,
             other => other,
         };
-        self.solver = crate::error::spd_solver("electrical", choice, cg_rel_tol, None);
+        self.solver = crate::error::spd_solver("electrical", choice, cg_rel_tol, None, None);
     }
 
     /// Solve the field's linear systems with `solver` (a device solver, or any other) until the

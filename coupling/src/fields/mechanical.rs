@@ -110,6 +110,28 @@ impl ImportedTemperature {
     }
 }
 
+/// The AMG's near-nullspace (the rigid-body modes of the free displacement components) and,
+/// on a mesh of quadratic cells, its first coarse level: the displacement on the vertices
+/// ([`LinearElasticModel::vertex_interpolation`]) with the vertices' rigid-body modes.
+fn amg_spaces(
+    model: &LinearElasticModel,
+) -> (Option<gradfem_solvers::amg::NearNullspace>, Option<gradfem_solvers::amg::CoarseSpace>) {
+    use gradfem_solvers::amg::{CoarseSpace, NearNullspace};
+    let modes = NearNullspace::rigid_body_modes(&model.coords, &model.unknown_components()).ok();
+    let coarse = model.vertex_interpolation().and_then(|v| {
+        let p = gradfem_solvers::sparse::CsrMatrix {
+            n_rows: v.row_ptr.len() - 1,
+            n_cols: v.vertex_unknowns.len(),
+            row_ptr: v.row_ptr,
+            col_idx: v.col_idx,
+            values: v.values,
+        };
+        let nns = NearNullspace::rigid_body_modes(&model.coords, &v.vertex_unknowns).ok()?;
+        CoarseSpace::new(&p, nns).ok()
+    });
+    (modes, coarse)
+}
+
 /// The mechanical field, ready to solve and differentiate.
 pub struct MechanicalField {
     pub model: LinearElasticModel,
@@ -159,9 +181,7 @@ impl MechanicalField {
         }
         let pattern =
             AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
-        let unknowns = model.unknown_components();
-        let modes =
-            gradfem_solvers::amg::NearNullspace::rigid_body_modes(&model.coords, &unknowns).ok();
+        let (modes, coarse) = amg_spaces(&model);
         let tip_group = mesh
             .groups
             .iter()
@@ -170,7 +190,13 @@ impl MechanicalField {
         Ok(MechanicalField {
             model,
             pattern,
-            solver: crate::error::spd_solver("mechanical", LinearChoice::Auto, 1e-10, modes),
+            solver: crate::error::spd_solver(
+                "mechanical",
+                LinearChoice::Auto,
+                1e-10,
+                modes,
+                coarse,
+            ),
             objective,
             bindings: Vec::new(),
             u: None,
@@ -190,8 +216,8 @@ impl MechanicalField {
     /// the compliance's adjoint from the forward solution. LU is accepted (the stiffness is
     /// symmetric, so Cholesky does the same job cheaper).
     pub fn set_linear(&mut self, choice: LinearChoice, cg_rel_tol: f64) {
-        self.solver =
-            crate::error::spd_solver("mechanical", choice, cg_rel_tol, self.rigid_body_modes());
+        let (modes, coarse) = amg_spaces(&self.model);
+        self.solver = crate::error::spd_solver("mechanical", choice, cg_rel_tol, modes, coarse);
         self.stale = true;
     }
 

@@ -174,7 +174,7 @@ impl ThermalField {
         if !self.model.is_symmetric() {
             return crate::error::nonsymmetric_solver("thermal", self.linear_choice);
         }
-        crate::error::spd_solver("thermal", self.linear_choice, self.cg_rel_tol, None)
+        crate::error::spd_solver("thermal", self.linear_choice, self.cg_rel_tol, None, None)
     }
 
     /// The linear solver's name.

@@ -461,6 +461,20 @@ fn dot3(a: [f64; 3], b: [f64; 3]) -> f64 {
     a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 }
 
+/// P₀ of [`LinearElasticModel::vertex_interpolation`] in CSR arrays: a row per unknown, a
+/// column per free component of a vertex node.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VertexInterpolation {
+    /// `row_ptr[u]..row_ptr[u + 1]` are the entries of unknown u's row.
+    pub row_ptr: Vec<usize>,
+    /// The vertex unknowns (columns) of each entry, sorted within a row.
+    pub col_idx: Vec<u32>,
+    /// The weights.
+    pub values: Vec<f64>,
+    /// (node, component) of each column, ordered by node, then component.
+    pub vertex_unknowns: Vec<(usize, usize)>,
+}
+
 /// σ = λ tr(ε_m) I + 2μ ε_m with ε_m = sym(∇u) − θ I (θ = α ΔT), as a full 3×3 matrix.
 #[inline]
 fn stress_of(grad_u: &[[f64; 3]; 3], theta: f64, lambda: f64, mu: f64) -> [[f64; 3]; 3] {
@@ -908,6 +922,85 @@ impl LinearElasticModel {
     /// components of a node consecutive): what a near-nullspace of rigid-body modes needs.
     pub fn unknown_components(&self) -> Vec<(usize, usize)> {
         self.dofs.node_of_unknown.iter().map(|&d| (d / 3, d % 3)).collect()
+    }
+
+    /// The displacement on the vertices of quadratic cells, interpolated to their other
+    /// nodes: the first coarse level of a p-multigrid ([`VertexInterpolation`]), or `None` when the mesh has no quadratic volume cell or a node is a vertex of
+    /// one cell and a mid-edge (face, centre) node of another. A non-vertex node takes the
+    /// vertex cell's shape functions at its reference point as weights (½ and ½ at a mid-edge,
+    /// ¼ at a face centre, ⅛ at a hexahedron's centre); constrained vertex components have no
+    /// column, so the rows of nodes next to them interpolate the zero they are held at.
+    pub fn vertex_interpolation(&self) -> Option<VertexInterpolation> {
+        const UNSEEN: u8 = 0;
+        const VERTEX: u8 = 1;
+        const INTERIOR: u8 = 2;
+        let n_nodes = self.n_nodes();
+        let mut kind = vec![UNSEEN; n_nodes];
+        let mut parents: Vec<Vec<(usize, f64)>> = vec![Vec::new(); n_nodes];
+        let mut quadratic = false;
+        for e in 0..self.n_volume {
+            let ct = self.element_cell_type(e);
+            let lin = ct.linear();
+            let nv = lin.n_nodes();
+            let nodes = self.element_nodes(e);
+            quadratic |= nodes.len() > nv;
+            let reference = gradfem_mesh::reference::reference_nodes(ct);
+            let mut weights = vec![0.0; nv];
+            for (a, &n) in nodes.iter().enumerate() {
+                let want = if a < nv { VERTEX } else { INTERIOR };
+                if kind[n] != UNSEEN && kind[n] != want {
+                    return None;
+                }
+                if kind[n] == UNSEEN && want == INTERIOR {
+                    gradfem_mesh::reference::shape_functions_into(lin, reference[a], &mut weights);
+                    parents[n] = weights
+                        .iter()
+                        .zip(nodes)
+                        .filter(|(w, _)| w.abs() > 1e-12)
+                        .map(|(&w, &v)| (v, w))
+                        .collect();
+                }
+                kind[n] = want;
+            }
+        }
+        if !quadratic {
+            return None;
+        }
+        let mut coarse_of = vec![u32::MAX; 3 * n_nodes];
+        let mut unknowns = Vec::new();
+        for n in (0..n_nodes).filter(|&n| kind[n] == VERTEX) {
+            for c in 0..3 {
+                if self.dofs.unknown_of_node[3 * n + c].is_some() {
+                    coarse_of[3 * n + c] = unknowns.len() as u32;
+                    unknowns.push((n, c));
+                }
+            }
+        }
+        let mut row_ptr = Vec::with_capacity(self.dofs.node_of_unknown.len() + 1);
+        row_ptr.push(0);
+        let (mut col_idx, mut values) = (Vec::new(), Vec::new());
+        let mut row: Vec<(u32, f64)> = Vec::new();
+        for &d in &self.dofs.node_of_unknown {
+            let (n, c) = (d / 3, d % 3);
+            row.clear();
+            if kind[n] == VERTEX {
+                row.push((coarse_of[d], 1.0));
+            } else {
+                for &(v, w) in &parents[n] {
+                    let col = coarse_of[3 * v + c];
+                    if col != u32::MAX {
+                        row.push((col, w));
+                    }
+                }
+                row.sort_unstable_by_key(|e| e.0);
+            }
+            for &(col, w) in &row {
+                col_idx.push(col);
+                values.push(w);
+            }
+            row_ptr.push(col_idx.len());
+        }
+        Some(VertexInterpolation { row_ptr, col_idx, values, vertex_unknowns: unknowns })
     }
 
     /// Full displacement vector (`3·n_nodes`) from the unknowns and the prescribed values
@@ -1743,6 +1836,56 @@ mod tests {
         assert!((von_mises(&[5.0, 0.0, 0.0, 0.0, 0.0, 0.0]) - 5.0).abs() < 1e-14);
         assert!(von_mises(&[-3.0, -3.0, -3.0, 0.0, 0.0, 0.0]).abs() < 1e-14);
         assert!((von_mises(&[0.0, 0.0, 0.0, 0.0, 0.0, 2.0]) - 2.0 * 3f64.sqrt()).abs() < 1e-14);
+    }
+
+    /// P₀ reproduces a displacement that is linear in x from its vertex values on quadratic
+    /// cells (trilinear on hexahedra: the vertices' own space), keeps the vertices' values, and
+    /// leaves linear cells without a coarse space.
+    #[rstest::rstest]
+    fn vertex_interpolation_reproduces_the_vertex_field(
+        #[values(CellType::Tet10, CellType::Hex20, CellType::Hex27, CellType::Tet4)] ct: CellType,
+    ) {
+        use gradfem_mesh::generate::{BoxSpec, box_mesh};
+        let mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0, 0.5, 0.25],
+            divisions: [3, 2, 2],
+            cell_type: ct,
+        });
+        let region = RegionSpec {
+            group: "domain".into(),
+            young: 1.0,
+            poisson: 0.3,
+            alpha: 0.0,
+            t_ref: 0.0,
+            body_force: [0.0; 3],
+        };
+        let bcs = [BcSpec { group: "xmin".into(), kind: BcKind::Fixed }];
+        let m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        let Some(v) = m.vertex_interpolation() else {
+            assert_eq!(ct, CellType::Tet4);
+            return;
+        };
+        assert_ne!(ct, CellType::Tet4);
+        // A field in the span of the vertex cells' shape functions, zero on the clamped face
+        // x = 0: x·(1 + c)·(1 + y) on hexahedra (bilinear), x·(1 + c) on tetrahedra.
+        let bilinear = ct != CellType::Tet10;
+        let field = |n: usize, c: usize| {
+            let [x, y, _] = m.coords[n];
+            x * (1.0 + c as f64) * if bilinear { 1.0 + y } else { 1.0 }
+        };
+        let coarse: Vec<f64> = v.vertex_unknowns.iter().map(|&(n, c)| field(n, c)).collect();
+        let n_fine = m.n_unknowns();
+        assert_eq!(v.row_ptr.len(), n_fine + 1);
+        assert!(v.vertex_unknowns.len() < n_fine / 2, "{} of {n_fine}", v.vertex_unknowns.len());
+        for (u, &d) in m.dofs.node_of_unknown.iter().enumerate() {
+            let (n, c) = (d / 3, d % 3);
+            let value: f64 = (v.row_ptr[u]..v.row_ptr[u + 1])
+                .map(|k| v.values[k] * coarse[v.col_idx[k] as usize])
+                .sum();
+            let expect = field(n, c);
+            assert!((value - expect).abs() < 1e-12, "node {n}, component {c}: {value} vs {expect}");
+        }
     }
 
     #[test]
