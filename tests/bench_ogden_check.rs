@@ -22,7 +22,11 @@ const LOADS: [f64; 3] = [1.0 / 3.0, 2.0 / 3.0, 1.0];
 /// The unit cube of n³ Kuhn-split cubes, Ogden (μ, α) = (1, 3), κ = 10 with U = ½(J − 1)²,
 /// clamped at x = 0, dead traction (0.5, 0, 0) on x = 1.
 fn cube(n: usize) -> FiniteStrainProblem {
-    let mesh = box_mesh(&BoxSpec::unit_cube(n, CellType::Tet4));
+    cube_of(n, CellType::Tet4)
+}
+
+fn cube_of(n: usize, cell: CellType) -> FiniteStrainProblem {
+    let mesh = box_mesh(&BoxSpec::unit_cube(n, cell));
     let region = FiniteRegionSpec {
         group: "domain".into(),
         law: HyperelasticLaw::Ogden(Ogden::new(&[(1.0, 3.0)], 10.0)),
@@ -127,11 +131,14 @@ fn squared_displacement_weights_every_step_it_names() {
 
 /// n = 3 is solved on the coarsest level alone; n = 8 (1 944 unknowns) runs a multilevel
 /// hierarchy with the rigid-body modes, whose later Newton tangents in an increment reuse the
-/// hierarchy of the first (CG with a slightly stale V-cycle).
+/// hierarchy of the first (CG with a slightly stale V-cycle); Tet10 at n = 5 (3 630 unknowns)
+/// starts from the vertices (p-multigrid), then aggregates.
 #[rstest::rstest]
-#[case::coarse_only(3)]
-#[case::multilevel(8)]
-fn amg_cg_gives_the_direct_solution_and_gradient(#[case] n: usize) {
+#[case::coarse_only(3, CellType::Tet4)]
+#[case::multilevel(8, CellType::Tet4)]
+#[case::quadratic(5, CellType::Tet10)]
+fn amg_cg_gives_the_direct_solution_and_gradient(#[case] n: usize, #[case] cell: CellType) {
+    let cube = |n| cube_of(n, cell);
     let objective = last_step_norm();
     let direct = {
         let mut p = cube(n);

@@ -103,14 +103,14 @@
 //! that solve's tolerance.
 
 use std::cell::{Cell, RefCell};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use gradfem_mechanical::finite::{FiniteStrainError, FiniteStrainModel, FiniteVjpRequest};
 use gradfem_mechanical::hyperelastic::StrainEnergy;
 use gradfem_mechanical::linear::BcKind;
 use gradfem_mesh::{geometry, reference};
-use gradfem_solvers::amg::{AmgCgSolver, AmgParams, NearNullspace};
+use gradfem_solvers::amg::{AmgCgSolver, AmgParams, CoarseSpace, NearNullspace};
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::cg::CgParams;
 use gradfem_solvers::checkpoint::{Checkpointing, SweepStats, reverse_sweep};
@@ -736,6 +736,8 @@ struct Workspace {
     amg: Option<AmgCgSolver>,
     /// The rigid-body modes of the reference configuration, the AMG's near-nullspace.
     modes: Option<NearNullspace>,
+    /// For quadratic cells, the AMG's first coarse level: the vertices (p-multigrid).
+    coarse: Option<Arc<CoarseSpace>>,
     /// ln(relative residual) per CG iteration of the first AMG-CG Newton solve of the current
     /// increment, while later tangents of the increment reuse that solve's hierarchy
     /// (`None`: the next Newton solve sets up a fresh one).
@@ -801,7 +803,7 @@ impl Workspace {
         self.held_for = None;
         let n = self.k.n_rows;
         if let Some(cg) = self.amg_settings(choice) {
-            let modes = &self.modes;
+            let (modes, coarse) = (&self.modes, &self.coarse);
             let amg = self.amg.get_or_insert_with(|| {
                 // Three unknowns per node when the count allows (aggregation on nodes); the
                 // rigid-body modes aggregate by nodes themselves.
@@ -811,8 +813,12 @@ impl Workspace {
                     AmgParams { block_size, ..AmgParams::default() },
                     cg.clone(),
                 );
-                match modes {
+                let solver = match modes {
                     Some(m) => solver.with_near_nullspace(m.clone()),
+                    None => solver,
+                };
+                match coarse {
+                    Some(c) => solver.with_coarse_space(c.clone()),
                     None => solver,
                 }
             });
@@ -997,6 +1003,11 @@ impl FiniteStrainProblem {
                     model.dofs().node_of_unknown.iter().map(|&d| (d / 3, d % 3)).collect();
                 NearNullspace::rigid_body_modes(&model.coords, &unknowns).ok()
             },
+            coarse: crate::fields::mechanical::vertex_coarse_space(
+                &model.coords,
+                model.vertex_interpolation(),
+            )
+            .map(Arc::new),
             amg_active: false,
             held_for: None,
             adjoint_preconditioned: false,

@@ -116,20 +116,31 @@ impl ImportedTemperature {
 fn amg_spaces(
     model: &LinearElasticModel,
 ) -> (Option<gradfem_solvers::amg::NearNullspace>, Option<gradfem_solvers::amg::CoarseSpace>) {
+    let modes = gradfem_solvers::amg::NearNullspace::rigid_body_modes(
+        &model.coords,
+        &model.unknown_components(),
+    )
+    .ok();
+    (modes, vertex_coarse_space(&model.coords, model.vertex_interpolation()))
+}
+
+/// The AMG's first coarse level for quadratic cells: P₀ of `vertices` with the rigid-body
+/// modes of the vertex unknowns at `coords` (`None` without quadratic cells).
+pub(crate) fn vertex_coarse_space(
+    coords: &[[f64; 3]],
+    vertices: Option<gradfem_mechanical::linear::VertexInterpolation>,
+) -> Option<gradfem_solvers::amg::CoarseSpace> {
     use gradfem_solvers::amg::{CoarseSpace, NearNullspace};
-    let modes = NearNullspace::rigid_body_modes(&model.coords, &model.unknown_components()).ok();
-    let coarse = model.vertex_interpolation().and_then(|v| {
-        let p = gradfem_solvers::sparse::CsrMatrix {
-            n_rows: v.row_ptr.len() - 1,
-            n_cols: v.vertex_unknowns.len(),
-            row_ptr: v.row_ptr,
-            col_idx: v.col_idx,
-            values: v.values,
-        };
-        let nns = NearNullspace::rigid_body_modes(&model.coords, &v.vertex_unknowns).ok()?;
-        CoarseSpace::new(&p, nns).ok()
-    });
-    (modes, coarse)
+    let v = vertices?;
+    let p = gradfem_solvers::sparse::CsrMatrix {
+        n_rows: v.row_ptr.len() - 1,
+        n_cols: v.vertex_unknowns.len(),
+        row_ptr: v.row_ptr,
+        col_idx: v.col_idx,
+        values: v.values,
+    };
+    let nns = NearNullspace::rigid_body_modes(coords, &v.vertex_unknowns).ok()?;
+    CoarseSpace::new(&p, nns).ok()
 }
 
 /// The mechanical field, ready to solve and differentiate.

@@ -963,6 +963,12 @@ impl FiniteStrainModel {
         &self.topology.dofs
     }
 
+    /// The displacement on the vertices of quadratic cells interpolated to their other nodes
+    /// (p-multigrid's first coarse level; [`LinearElasticModel::vertex_interpolation`]).
+    pub fn vertex_interpolation(&self) -> Option<crate::linear::VertexInterpolation> {
+        self.topology.vertex_interpolation()
+    }
+
     /// The boundary conditions, in the order given (nodes and facet elements of each).
     pub fn boundaries(&self) -> &[Boundary] {
         &self.topology.boundaries
