@@ -12,8 +12,8 @@
 use gradfem::mechanical::MechanicalField;
 use gradfem::run::LinearChoice;
 use gradfem_coupling::CoupledProblem;
+use gradfem_mechanical::linear::elastic3d_specs;
 use gradfem_mechanical::linear::objective::{ObjectiveKind, ObjectiveTerm};
-use gradfem_mechanical::{BcKind, BcSpec, RegionSpec};
 use gradfem_mesh::CellType;
 use gradfem_mesh::generate::{BoxSpec, box_mesh};
 use rstest::rstest;
@@ -22,18 +22,7 @@ use rstest::rstest;
 /// E_e = `scale` per element.
 fn cube(n: usize, cell: CellType, choice: LinearChoice) -> CoupledProblem {
     let mesh = box_mesh(&BoxSpec::unit_cube(n, cell));
-    let region = RegionSpec {
-        group: "domain".into(),
-        young: 1.0,
-        poisson: 0.3,
-        alpha: 0.0,
-        t_ref: 0.0,
-        body_force: [0.0; 3],
-    };
-    let bcs = [
-        BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
-        BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.0, 0.0, -1.0] } },
-    ];
+    let (region, bcs) = elastic3d_specs();
     let objective = vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::Compliance }];
     let mut field = MechanicalField::new(&mesh, &[region], &bcs, objective).unwrap();
     field.set_linear(choice, 1e-10);

@@ -969,6 +969,7 @@ impl<'p> Stepper<'p> {
         let [a0, _, _, theta] = self.p.scheme.coefficients(k);
         let key = [a0, theta, dt];
         let time = self.p.time(k) + dt;
+        let failed = |source| TransientError::Solver { step: k, time, source };
         if !self.linear {
             let same = self.nonlinear.as_ref().is_some_and(|(c, at, _)| *c == key && at == t);
             if !same {
@@ -978,11 +979,7 @@ impl<'p> Stepper<'p> {
                     .get_or_insert_with(|| (key, Vec::new(), LuSolver::new("thermal-transient")));
                 // Forget the state first: a failed factorization is not the one of `t`.
                 at.clear();
-                solver.factor(&self.a).map_err(|source| TransientError::Solver {
-                    step: k,
-                    time,
-                    source,
-                })?;
+                solver.factor(&self.a).map_err(failed)?;
                 self.factorizations += 1;
                 let kept = self.nonlinear.as_mut().expect("inserted above");
                 kept.0 = key;
@@ -997,11 +994,7 @@ impl<'p> Stepper<'p> {
                 self.residual(t, Some(key));
                 let mut solver: Box<dyn LinearSolver> =
                     Box::new(CholeskySolver::new("thermal-transient"));
-                solver.factor(&self.a).map_err(|source| TransientError::Solver {
-                    step: k,
-                    time,
-                    source,
-                })?;
+                solver.factor(&self.a).map_err(failed)?;
                 self.factorizations += 1;
                 if self.cache.len() >= MAX_CACHED_FACTORS {
                     self.cache.remove(0);

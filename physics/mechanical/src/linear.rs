@@ -1852,15 +1852,7 @@ mod tests {
             divisions: [3, 2, 2],
             cell_type: ct,
         });
-        let region = RegionSpec {
-            group: "domain".into(),
-            young: 1.0,
-            poisson: 0.3,
-            alpha: 0.0,
-            t_ref: 0.0,
-            body_force: [0.0; 3],
-        };
-        let bcs = [BcSpec { group: "xmin".into(), kind: BcKind::Fixed }];
+        let (region, bcs) = elastic3d_specs();
         let m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
         let Some(v) = m.vertex_interpolation() else {
             assert_eq!(ct, CellType::Tet4);
