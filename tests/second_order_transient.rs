@@ -16,6 +16,10 @@ use gradfem::api::Simulation;
 use gradfem_solvers::taylor::random_direction_scaled;
 use rstest::rstest;
 
+#[path = "support/heated_strip.rs"]
+mod heated_strip;
+use heated_strip::{ALL, strip, transient};
+
 /// A slab cooling from 600 K: a fixed face, convection, a heat flux and a source; `scheme`
 /// the `[transient]` integrator lines, `rule` the time rule lines, `law` the conductivity's
 /// temperature dependence, `objective` the `[[objective]]` body.
@@ -537,70 +541,13 @@ fn newton_cg_identifies_conductivity_and_heat_capacity_from_a_temperature_histor
 /// thermal field stepped, an Ogden strip held stretched by 20 % following at every state
 /// through its load steps), J a rule over the history of the pulling force.
 #[rstest]
-#[case::integral("objective = \"integral\"")]
-#[case::smooth_max("objective = \"max\"\nsharpness = 1.0")]
-fn finite_strain_in_time_passes_the_second_order_taylor_test(#[case] rule: &str) {
-    let text = format!(
-        r#"
-[mesh]
-box = {{ lengths = [0.06, 0.01, 0.004], divisions = [6, 2, 1], cell = "hex8" }}
-
-[[thermal.material]]
-group = "domain"
-k = 0.25
-source = 4e4
-
-[[thermal.bc]]
-group = "xmin"
-kind = "temperature"
-value = 293.15
-
-[[thermal.bc]]
-group = "xmax"
-kind = "convection"
-h = 25.0
-t_inf = 293.15
-
-[[hyperelastic.material]]
-group = "domain"
-law = "ogden"
-mu = [0.3e6, 0.01e6]
-alpha = [2.0, -2.0]
-kappa = 5e7
-thermal_expansion = 3e-4
-t_ref = 293.15
-
-[[hyperelastic.bc]]
-group = "xmin"
-kind = "fixed"
-
-[[hyperelastic.bc]]
-group = "xmax"
-kind = "displacement"
-value = [0.012, 0.0, 0.0]
-components = ["x"]
-
-[hyperelastic]
-steps = 2
-tip = "xmax"
-
-[[objective]]
-kind = "reaction"
-group = "xmax"
-direction = [1.0, 0.0, 0.0]
-
-[transient]
-dt = 200.0
-steps = 5
-heat_capacity = [{{ group = "domain", rho_c = 1.5e6 }}]
-initial_temperature = 293.15
-{rule}
-
-[parameters]
-register = ["thermal.k.domain", "thermal.q.domain", "bc.xmax.h", "thermal.rho_c.domain",
-            "hyperelastic.alpha.domain", "hyperelastic.mu1.domain"]
-"#
-    );
+#[case::integral("integral", "")]
+#[case::smooth_max("max", "sharpness = 1.0")]
+fn finite_strain_in_time_passes_the_second_order_taylor_test(
+    #[case] rule: &str,
+    #[case] extra: &str,
+) {
+    let text = strip(&format!("{}\n{extra}", transient(200.0, 5, rule)), ALL);
     let mut sim = Simulation::from_toml("strip.toml", &text).unwrap();
     let dir = random_direction_scaled(&sim.parameter_vector(), 5);
     let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
