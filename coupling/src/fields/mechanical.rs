@@ -116,12 +116,16 @@ impl ImportedTemperature {
 fn amg_spaces(
     model: &LinearElasticModel,
 ) -> (Option<gradfem_solvers::amg::NearNullspace>, Option<gradfem_solvers::amg::CoarseSpace>) {
-    let modes = gradfem_solvers::amg::NearNullspace::rigid_body_modes(
+    (rigid_body_modes(model), vertex_coarse_space(&model.coords, model.vertex_interpolation()))
+}
+
+/// The rigid-body modes of `model`'s free displacement components.
+fn rigid_body_modes(model: &LinearElasticModel) -> Option<gradfem_solvers::amg::NearNullspace> {
+    gradfem_solvers::amg::NearNullspace::rigid_body_modes(
         &model.coords,
         &model.unknown_components(),
     )
-    .ok();
-    (modes, vertex_coarse_space(&model.coords, model.vertex_interpolation()))
+    .ok()
 }
 
 /// The AMG's first coarse level for quadratic cells: P₀ of `vertices` with the rigid-body
@@ -241,8 +245,7 @@ impl MechanicalField {
 
     /// The rigid-body modes of the free displacement components (the AMG's near-nullspace).
     pub fn rigid_body_modes(&self) -> Option<gradfem_solvers::amg::NearNullspace> {
-        let unknowns = self.model.unknown_components();
-        gradfem_solvers::amg::NearNullspace::rigid_body_modes(&self.model.coords, &unknowns).ok()
+        rigid_body_modes(&self.model)
     }
 
     /// Take the temperature from `imported` instead of the thermal field.
