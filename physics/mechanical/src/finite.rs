@@ -78,14 +78,15 @@ use std::sync::Mutex;
 use gradfem_kernel::{NodalDofMap, generic};
 use gradfem_mesh::quadrature::ElementTable;
 use gradfem_mesh::{CellType, Mesh, geometry};
-use num_dual::{Dual64, DualNum, HyperDual64};
+use num_dual::{Dual, Dual64, DualNum, HyperDual64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::hyperelastic::{
     HyperelasticError, Mat3, MooneyRivlin, NeoHookean, Ogden, SaintVenantKirchhoff, Spectrum,
-    SpectrumSeed, StrainEnergy, det, first_piola, right_cauchy_green, stress_and_tangent,
+    SpectrumSeed, StrainEnergy, Volumetric, cofactor, det, first_piola, right_cauchy_green,
+    stress_and_tangent,
 };
 use crate::linear::{BcKind, BcSpec, Boundary, LinearElasticModel, MechanicalError, RegionSpec};
 
@@ -147,6 +148,36 @@ impl HyperelasticLaw {
             HyperelasticLaw::NeoHookean(_) => vec![true, false],
             HyperelasticLaw::MooneyRivlin(_) => vec![true, true, false],
             HyperelasticLaw::SaintVenantKirchhoff(_) => vec![true, false],
+        }
+    }
+
+    /// The gradient of the law's isochoric–volumetric form `ψ = h(Ī₁, Ī₂, J; p)` with respect
+    /// to `(Ī₁, Ī₂, J, p…)` at a point carrying dual parts (see
+    /// [`Ogden::isochoric_form_gradient`]); `None` for Saint Venant–Kirchhoff, which has no
+    /// such form. Neo-Hookean and Mooney–Rivlin are closed forms:
+    /// `h = μ/2 (Ī₁ − 3) + κU(J)` and `h = C₁₀(Ī₁ − 3) + C₀₁(Ī₂ − 3) + κU(J)`.
+    pub fn isochoric_form_gradient<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        ib1: D,
+        ib2: D,
+        J: D,
+        p: &[D],
+    ) -> Option<Vec<D>> {
+        let volumetric = |v: Volumetric, kappa: D| {
+            let u = v.eval(Dual::new(J, D::one()));
+            (kappa * u.eps, u.re)
+        };
+        match self {
+            HyperelasticLaw::Ogden(m) => Some(m.isochoric_form_gradient(ib1, ib2, J, p)),
+            HyperelasticLaw::NeoHookean(m) => {
+                let (dj, u) = volumetric(m.volumetric, p[1]);
+                Some(vec![p[0] * 0.5, D::zero(), dj, (ib1 - 3.0) * 0.5, u])
+            }
+            HyperelasticLaw::MooneyRivlin(m) => {
+                let (dj, u) = volumetric(m.volumetric, p[2]);
+                Some(vec![p[0], p[1], dj, ib1 - 3.0, ib2 - 3.0, u])
+            }
+            HyperelasticLaw::SaintVenantKirchhoff(_) => None,
         }
     }
 
@@ -277,15 +308,12 @@ fn invariants_and_gradients(F: &Mat3<f64>) -> ([f64; 3], [Mat3<f64>; 3]) {
     let i1 = C[0][0] + C[1][1] + C[2][2];
     let trc2: f64 = C.iter().flatten().map(|c| c * c).sum();
     let i2 = 0.5 * (i1 * i1 - trc2);
-    let mut g = [[[0.0; 3]; 3]; 3];
+    let mut g = [[[0.0; 3]; 3], [[0.0; 3]; 3], cofactor(F)];
     for i in 0..3 {
         for j in 0..3 {
             let fc: f64 = (0..3).map(|k| F[i][k] * C[k][j]).sum();
             g[0][i][j] = 2.0 * F[i][j];
             g[1][i][j] = 2.0 * i1 * F[i][j] - 2.0 * fc;
-            // cof F_ij = F_(i+1)(j+1) F_(i+2)(j+2) − F_(i+1)(j+2) F_(i+2)(j+1), indices mod 3.
-            let (i1_, i2_, j1, j2) = ((i + 1) % 3, (i + 2) % 3, (j + 1) % 3, (j + 2) % 3);
-            g[2][i][j] = F[i1_][j1] * F[i2_][j2] - F[i1_][j2] * F[i2_][j1];
         }
     }
     ([i1, i2, det(F)], g)

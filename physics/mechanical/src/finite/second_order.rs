@@ -13,27 +13,35 @@
 //! temperature's tangents):
 //!
 //! - [`FiniteStrainModel::residual_jvp`], the tangent-linear right-hand side
-//!   `dR = K δu + ∂R/∂q δq`: per point `dP_iJ = D²φ[E_iJ, δx]`, 9 [`HyperDual64`] passes; body
-//!   forces, tractions and pressures enter linearly (the facet residual at the load
-//!   direction);
+//!   `dR = K δu + ∂R/∂q δq`: per point `dP_iJ = D²φ[E_iJ, δx]`; body forces, tractions and
+//!   pressures enter linearly (the facet residual at the load direction);
 //! - [`FiniteStrainModel::second_order_vjp`], `d/dε ∇_{(u,q)} (μᵀR_full)` with μ held: the
-//!   gradient of `D²φ[Gμ, δx]` with respect to every input, one [`HyperHyperDual64`] pass per
-//!   input (ε₁ along Gμ, ε₂ along δx, ε₃ the input), mapped to the nodes by
-//!   `∂F/∂u_b = e_i ⊗ ∇N_b` and `∂T_q/∂T_b = N_b`. Loads have no second derivatives
-//!   (dead loads, linear in their values) and are left out.
+//!   gradient of `D²φ[Gμ, δx]` with respect to every input, mapped to the nodes by
+//!   `∂F/∂u_b = e_i ⊗ ∇N_b` and `∂T_q/∂T_b = N_b`. Loads have no second derivatives (dead
+//!   loads, linear in their values) and are left out.
+//!
+//! How the point derivatives are taken: the Ogden family (Ogden, neo-Hookean, Mooney–Rivlin)
+//! has `φ = h(z)`, `z = (Ī₁, Ī₂, Ĵ = det F/θ³, m)` (the isochoric invariants do not see θ).
+//! The chain rule to third order then needs only the gradient of `h` along the two
+//! directions, one dual evaluation whose spectrum of C̄ is analysed three times
+//! ([`HyperelasticLaw::isochoric_form_gradient`]), and the Jacobian of `z`, in closed form
+//! and evaluated once in dual arithmetic for every input. Saint Venant–Kirchhoff takes dual
+//! passes of φ: 9 [`HyperDual64`] for `dP`, one [`HyperHyperDual64`] per input (ε₁ along
+//! Gμ, ε₂ along δx, ε₃ the input) for the second-order product; the tests hold both ways
+//! equal.
 //!
 //! Node coordinates are not a direction here. Both products are tested against central
 //! differences of the first-order products they differentiate.
 
 #![allow(non_snake_case)] // F, P: the names of continuum mechanics.
 
-use num_dual::{DualNum, HyperDual64, HyperHyperDual64};
+use num_dual::{Dual64, DualNum, HyperDual64, HyperHyperDual64};
 
 use super::{
     FiniteParameterVjp, FiniteStrainError, FiniteStrainModel, FiniteVjpRequest, HyperelasticLaw,
     MAX_NODES, dot3, facet_residual_generic, field_gradient,
 };
-use crate::hyperelastic::{Mat3, StrainEnergy, det};
+use crate::hyperelastic::{Mat3, StrainEnergy, cofactor, det, right_cauchy_green};
 use gradfem_mesh::geometry;
 
 /// A direction in the finite-strain model's variables.
@@ -130,8 +138,102 @@ impl PointInputs<'_> {
         }
     }
 
+    /// `z(x) = (Ī₁, Ī₂, Ĵ, m)`, the arguments of the law's isochoric–volumetric form
+    /// `φ(x) = h(z(x))` ([`HyperelasticLaw::isochoric_form_gradient`]): the isochoric
+    /// invariants of `F` (the same for `F/θ`), `Ĵ = det F / θ³` and the law's parameters
+    /// `m_k = sₑ p_k` or `p_k`; with the Jacobian `∂z_c/∂x_k` (row-major, a row of `x.len()`
+    /// per argument), by hand:
+    /// `∂Ī₁/∂F = J^{-2/3} 2F − ⅔ Ī₁/J cof F`,
+    /// `∂Ī₂/∂F = J^{-4/3} (2I₁F − 2FC) − ⁴⁄₃ Ī₂/J cof F`, `∂Ĵ/∂F = θ⁻³ cof F`,
+    /// `∂Ĵ/∂θ = −3Ĵ/θ`. In a dual type whose parts follow directions of `x`, each entry carries
+    /// its derivatives along them: one evaluation serves every input `k`.
+    #[allow(clippy::type_complexity)]
+    fn form_arguments<D: DualNum<Primitive = f64> + Copy>(&self, x: &[D]) -> (Vec<D>, Vec<D>) {
+        let np = self.n_params();
+        let n = x.len();
+        let mut F = [[x[0]; 3]; 3];
+        for (ij, v) in x[..9].iter().enumerate() {
+            F[ij / 3][ij % 3] = *v;
+        }
+        let J = det(&F);
+        let c = right_cauchy_green(&F);
+        let i1 = c[0][0] + c[1][1] + c[2][2];
+        // I₂ as the sum of the principal minors (as `Spectrum::new` forms it).
+        let i2 = c[0][0] * c[1][1] - c[0][1] * c[0][1] + c[0][0] * c[2][2] - c[0][2] * c[0][2]
+            + c[1][1] * c[2][2]
+            - c[1][2] * c[1][2];
+        let jm23 = J.powf(-2.0 / 3.0);
+        let (ib1, ib2) = (i1 * jm23, i2 * jm23 * jm23);
+        let cof = cofactor(&F);
+        let j_inv = J.recip();
+        let mut jac = vec![D::zero(); n * (3 + np)];
+        for i in 0..3 {
+            for j in 0..3 {
+                let fc: D = (0..3).map(|k| F[i][k] * c[k][j]).sum();
+                let k = 3 * i + j;
+                jac[k] = F[i][j] * jm23 * 2.0 - ib1 * j_inv * cof[i][j] * (2.0 / 3.0);
+                jac[n + k] =
+                    (F[i][j] * i1 - fc) * jm23 * jm23 * 2.0 - ib2 * j_inv * cof[i][j] * (4.0 / 3.0);
+                jac[2 * n + k] = cof[i][j];
+            }
+        }
+        let volume = if self.thermal {
+            let (alpha, t_ref, tq) = (x[10 + np], x[11 + np], x[12 + np]);
+            let theta = (tq - t_ref) * alpha * self.load + 1.0;
+            let theta_inv = theta.recip();
+            let scale = theta_inv * theta_inv * theta_inv;
+            let volume = J * scale;
+            jac[2 * n..2 * n + 9].iter_mut().for_each(|v| *v *= scale);
+            // ∂Ĵ/∂θ ∂θ/∂(α, T_ref, T_q).
+            let d_theta = volume * theta_inv * (-3.0);
+            jac[2 * n + 10 + np] = d_theta * (tq - t_ref) * self.load;
+            jac[2 * n + 11 + np] = -d_theta * alpha * self.load;
+            jac[2 * n + 12 + np] = d_theta * alpha * self.load;
+            volume
+        } else {
+            J
+        };
+        let s = x[9 + np];
+        let mut z = Vec::with_capacity(3 + np);
+        z.extend([ib1, ib2, volume]);
+        for (k, (p, scaled)) in x[9..9 + np].iter().zip(self.scaled).enumerate() {
+            if *scaled {
+                z.push(*p * s);
+                jac[(3 + k) * n + 9 + k] = s;
+                jac[(3 + k) * n + 9 + np] = *p;
+            } else {
+                z.push(*p);
+                jac[(3 + k) * n + 9 + k] = D::one();
+            }
+        }
+        (z, jac)
+    }
+
     /// `dP_iJ = D²φ[E_iJ, dx]`, the derivative of the first Piola–Kirchhoff stress along `dx`.
+    /// Through the law's isochoric–volumetric form when it has one: with `z(x)` and its
+    /// Jacobian along `dx` (ε), `D²φ[e_k, dx] = Σ_c ∂_c h · (∂z_c/∂x_k)' + (∇²h Dz[dx])_c ∂z_c/∂x_k`,
+    /// the gradient of `h` along `dx` once per point. Else
+    /// [`PointInputs::stress_derivative_by_passes`].
     fn stress_derivative(&self, dx: &[f64]) -> Mat3<f64> {
+        let xd: Vec<Dual64> = self.x.iter().zip(dx).map(|(&v, &d)| Dual64::new(v, d)).collect();
+        let (z, jac) = self.form_arguments(&xd);
+        let np = self.n_params();
+        let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
+            return self.stress_derivative_by_passes(dx);
+        };
+        let mut dP = [[0.0; 3]; 3];
+        for k in 0..9 {
+            dP[k / 3][k % 3] = jac
+                .chunks(xd.len())
+                .zip(&grad)
+                .map(|(row, g)| g.re * row[k].eps + g.eps * row[k].re)
+                .sum();
+        }
+        dP
+    }
+
+    /// [`PointInputs::stress_derivative`] by 9 [`HyperDual64`] passes of φ (any law).
+    fn stress_derivative_by_passes(&self, dx: &[f64]) -> Mat3<f64> {
         let mut dP = [[0.0; 3]; 3];
         let mut xd: Vec<HyperDual64> =
             self.x.iter().zip(dx).map(|(&v, &d)| HyperDual64::new(v, 0.0, d, 0.0)).collect();
@@ -143,11 +245,9 @@ impl PointInputs<'_> {
         dP
     }
 
-    /// `∂/∂x_k D²φ[a, dx]` for the inputs `k` in `which` (`a` along F only); the others are
-    /// left zero.
-    fn third_derivative(&self, a: &Mat3<f64>, dx: &[f64], which: &[usize]) -> Vec<f64> {
-        let mut xd: Vec<HyperHyperDual64> = self
-            .x
+    /// The inputs seeded with `a` (along F) in ε₁ and `dx` in ε₂.
+    fn seeded_twice(&self, a: &Mat3<f64>, dx: &[f64]) -> Vec<HyperHyperDual64> {
+        self.x
             .iter()
             .zip(dx)
             .enumerate()
@@ -155,7 +255,51 @@ impl PointInputs<'_> {
                 let e1 = if k < 9 { a[k / 3][k % 3] } else { 0.0 };
                 HyperHyperDual64::new(v, e1, d, 0.0, 0.0, 0.0, 0.0, 0.0)
             })
+            .collect()
+    }
+
+    /// `∂/∂x_k D²φ[a, dx]` for the inputs `k` in `which` (`a` along F only); the others are
+    /// left zero. Through the law's isochoric–volumetric form `h` when it has one: with the
+    /// jets of `z(x)` along `a` (ε₁), `dx` (ε₂) and `e_k` (ε₃),
+    /// `D³φ = Σ_c ∂_c h d₁₂₃ + (∇²h d₁)_c d₂₃ + (∇²h d₂)_c d₁₃ + (∇²h d₁₂ + ∇³h[d₁, d₂])_c d₃`
+    /// (Faà di Bruno). The four vectors are one hyper-dual gradient of `h` (the spectrum is
+    /// analysed 3 times per point instead of once per input), and the jets along `e_k` are the
+    /// hyper-dual Jacobian of `z` (one evaluation for every `k`). Else
+    /// [`PointInputs::third_derivative_by_passes`].
+    fn third_derivative(&self, a: &Mat3<f64>, dx: &[f64], which: &[usize]) -> Vec<f64> {
+        let xd: Vec<HyperDual64> = self
+            .x
+            .iter()
+            .zip(dx)
+            .enumerate()
+            .map(|(k, (&v, &d))| {
+                let e1 = if k < 9 { a[k / 3][k % 3] } else { 0.0 };
+                HyperDual64::new(v, e1, d, 0.0)
+            })
             .collect();
+        let (z, jac) = self.form_arguments(&xd);
+        let np = self.n_params();
+        let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
+            return self.third_derivative_by_passes(a, dx, which);
+        };
+        let mut out = vec![0.0; self.x.len()];
+        for &k in which {
+            out[k] = jac
+                .chunks(xd.len())
+                .zip(&grad)
+                .map(|(row, g)| {
+                    let d = row[k];
+                    g.re * d.eps1eps2 + g.eps1 * d.eps2 + g.eps2 * d.eps1 + g.eps1eps2 * d.re
+                })
+                .sum();
+        }
+        out
+    }
+
+    /// [`PointInputs::third_derivative`] by one [`HyperHyperDual64`] pass of φ per input (any
+    /// law).
+    fn third_derivative_by_passes(&self, a: &Mat3<f64>, dx: &[f64], which: &[usize]) -> Vec<f64> {
+        let mut xd = self.seeded_twice(a, dx);
         let mut out = vec![0.0; self.x.len()];
         for &k in which {
             xd[k].eps3 = 1.0;
@@ -484,6 +628,67 @@ mod tests {
         let scale = b.iter().fold(0.0_f64, |m, v| m.max(v.abs())).max(1e-300);
         for (i, (x, y)) in a.iter().zip(b).enumerate() {
             assert!((x - y).abs() <= tol * scale, "entry {i}: {x} vs {y} (scale {scale})");
+        }
+    }
+
+    /// The invariant-form products equal one dual pass per input of φ, for every law with
+    /// such a form, with and without the thermal stretch, on each branch of the spectrum:
+    /// three close stretches, a close pair (uniaxial), three distinct.
+    #[rstest::rstest]
+    fn invariant_form_products_equal_the_passes_of_the_energy(
+        #[values(0, 1, 2, 3)] law: usize,
+        #[values(false, true)] thermal: bool,
+        #[values(0, 1, 2)] branch: usize,
+    ) {
+        use crate::hyperelastic::{MooneyRivlin, NeoHookean};
+        let law = match law {
+            0 => HyperelasticLaw::Ogden(
+                Ogden::new(&[(0.6, 1.7), (0.05, -1.2)], 20.0)
+                    .with_volumetric(Volumetric::LogSquared),
+            ),
+            1 => HyperelasticLaw::Ogden(Ogden::new(&[(1.0, 3.0)], 10.0)),
+            2 => HyperelasticLaw::NeoHookean(NeoHookean {
+                mu: 0.8,
+                kappa: 12.0,
+                volumetric: Volumetric::SimoTaylor,
+            }),
+            _ => HyperelasticLaw::MooneyRivlin(MooneyRivlin {
+                c10: 0.3,
+                c01: 0.07,
+                kappa: 9.0,
+                volumetric: Volumetric::Quadratic,
+            }),
+        };
+        let F: Mat3<f64> = match branch {
+            0 => [[1.0 + 1e-3, 2e-4, 0.0], [-1e-4, 1.0, 3e-4], [0.0, 1e-4, 1.0 - 5e-4]],
+            1 => [[1.3, 0.0, 0.0], [0.0, 0.9, 0.0], [0.0, 0.0, 0.9]],
+            _ => [[1.2, 0.3, -0.1], [0.05, 0.85, 0.2], [-0.1, 0.15, 1.1]],
+        };
+        let scaled = law.scaled_parameters();
+        let params = law.parameters();
+        let np = params.len();
+        let mut x: Vec<f64> = F.iter().flatten().copied().collect();
+        x.extend(&params);
+        x.extend([1.15, 2e-3, 300.0, 340.0]);
+        let inputs = PointInputs { law: &law, scaled: &scaled, load: 0.7, thermal, x };
+        let wave = |i: usize, salt: f64| ((i as f64 + 1.0) * (0.37 + salt)).sin();
+        let dx: Vec<f64> = (0..13 + np).map(|i| 0.1 * wave(i, 0.0)).collect();
+        let mut dx = dx;
+        dx[11 + np] *= 30.0; // T_ref and T_q move by kelvins
+        dx[12 + np] *= 40.0;
+        let a: Mat3<f64> = [0, 1, 2].map(|i| [0, 1, 2].map(|j| wave(3 * i + j, 0.21)));
+        let which: Vec<usize> = (0..13 + np).collect();
+        let fast = inputs.third_derivative(&a, &dx, &which);
+        let passes = inputs.third_derivative_by_passes(&a, &dx, &which);
+        let scale = passes.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+        for (k, (f, p)) in fast.iter().zip(&passes).enumerate() {
+            assert!((f - p).abs() <= 1e-10 * scale, "input {k}: {f} vs {p} (scale {scale})");
+        }
+        let fast = inputs.stress_derivative(&dx);
+        let passes = inputs.stress_derivative_by_passes(&dx);
+        let scale = passes.iter().flatten().fold(0.0_f64, |m, v| m.max(v.abs()));
+        for (f, p) in fast.iter().flatten().zip(passes.iter().flatten()) {
+            assert!((f - p).abs() <= 1e-11 * scale, "dP: {f} vs {p} (scale {scale})");
         }
     }
 
