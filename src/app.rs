@@ -1354,8 +1354,9 @@ pub fn check_device(file: &ProblemFile) -> Result<(), AppError> {
 
 /// With `[solver] device = "cuda"`, solve the linear systems of every field that has a device
 /// path by AMG-preconditioned CG on the GPU ([`gradfem_gpu::DeviceCgSolver`] to
-/// `[solver] cg_rel_tol`; the hierarchy, with the rigid-body modes for the mechanical field,
-/// built on the CPU and copied at each factorization): the electrical field, a thermal field
+/// `[solver] cg_rel_tol`; the hierarchy built on the CPU and copied at each factorization,
+/// for the mechanical field from its rigid-body modes and, on quadratic cells, from the
+/// displacement on the vertices): the electrical field, a thermal field
 /// with constant conductivities and the linear mechanical field. Assembly stays on the CPU;
 /// see [`solve_fields_with`] for what stays on the CPU entirely.
 pub fn place_on_device(file: &ProblemFile, engine: &mut CoupledProblem) -> Result<(), AppError> {
@@ -1365,15 +1366,20 @@ pub fn place_on_device(file: &ProblemFile, engine: &mut CoupledProblem) -> Resul
     }
     let params =
         gradfem_gpu::CgParams { rel_tol: file.spec.solver.cg_rel_tol, max_iterations: 200_000 };
-    solve_fields_with(engine, |field, modes| {
-        Box::new(gradfem_gpu::DeviceCgSolver::new(field, device, params).with_amg(modes))
+    solve_fields_with(engine, |field, modes, coarse| {
+        Box::new(
+            gradfem_gpu::DeviceCgSolver::new(field, device, params)
+                .with_amg(modes)
+                .with_coarse_space(coarse),
+        )
     });
     Ok(())
 }
 
 /// Give every field whose systems are symmetric positive definite the linear solver
-/// `make(field name, near-nullspace)` (the rigid-body modes for the mechanical field, `None`
-/// for scalar fields): the electrical field, a thermal field with constant conductivities and
+/// `make(field name, near-nullspace, coarse space)` (the mechanical field's
+/// [`MechanicalField::amg_spaces`]: its rigid-body modes and, on quadratic cells, the vertices'
+/// coarse level; `None` for scalar fields): the electrical field, a thermal field with constant conductivities and
 /// the linear mechanical field. What keeps its own solvers is named once in the log: a thermal
 /// field with k(T) (a nonsymmetric Newton tangent), transient steps, the finite-strain field
 /// and a monolithic coupled cycle (LU on the whole block system).
@@ -1382,15 +1388,16 @@ pub fn solve_fields_with(
     make: impl Fn(
         &str,
         Option<gradfem_solvers::amg::NearNullspace>,
+        Option<gradfem_solvers::amg::CoarseSpace>,
     ) -> Box<dyn gradfem_solvers::linear::LinearSolver>,
 ) {
     let mut kept = Vec::new();
     if let Some(f) = engine.find_mut::<ElectricalField>() {
-        f.set_solver(make("electrical", None));
+        f.set_solver(make("electrical", None, None));
     }
     if let Some(f) = engine.find_mut::<ThermalField>() {
         if f.is_symmetric() {
-            f.set_solver(make("thermal", None));
+            f.set_solver(make("thermal", None, None));
         } else {
             kept.push("the thermal field (a temperature-dependent conductivity)");
         }
@@ -1399,8 +1406,8 @@ pub fn solve_fields_with(
         }
     }
     if let Some(f) = engine.find_mut::<MechanicalField>() {
-        let modes = f.rigid_body_modes();
-        f.set_solver(make("mechanical", modes));
+        let (modes, coarse) = f.amg_spaces();
+        f.set_solver(make("mechanical", modes, coarse));
     }
     if engine.find::<HyperelasticField>().is_some() {
         kept.push("the finite-strain field");

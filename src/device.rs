@@ -38,7 +38,8 @@ pub struct DeviceGradient {
 /// to the Young's modulus of every volume element, by the device pipeline on `device`
 /// ([`Device::Cuda`]: the GPU; [`Device::Cpu`]: the pipeline's CPU twin, one thread), at the
 /// field's current E and ν, CG preconditioned by `preconditioner` (Jacobi, or AMG with the
-/// rigid-body modes, its hierarchy built on the host once per call). The field's own solution
+/// rigid-body modes and, on quadratic cells, from the vertices' displacement; its hierarchy
+/// built on the host once per call). The field's own solution
 /// is left as it was.
 ///
 /// A compliance objective under homogeneous constraints and without thermal strain runs
@@ -58,7 +59,9 @@ pub fn elastic_gradient(
 ) -> Result<DeviceGradient, RunError> {
     let err = |e: GpuError| RunError::Setup(format!("mechanical on the {device} device: {e}"));
     let model = &field.model;
-    let system = DeviceSystem::elastic(model, field.pattern()).map_err(err)?;
+    let system = DeviceSystem::elastic(model, field.pattern())
+        .map_err(err)?
+        .with_coarse_space(field.vertex_coarse_space());
     let compliance_only =
         field.objective.iter().all(|t| matches!(t.kind, ObjectiveKind::Compliance));
     let self_adjoint = system.compliance_is_self_adjoint().is_ok();

@@ -411,7 +411,8 @@ impl<B: Backend> Pipeline<B> {
     /// Build the AMG hierarchy of the current matrix (after [`assemble`](Self::assemble) or
     /// [`set_matrix`](Self::set_matrix)) on the host with `params` — the matrix comes back
     /// once, its hierarchy goes over once — and precondition the following solves by it. An
-    /// elastic system gets its rigid-body modes as the near-nullspace.
+    /// elastic system gets its rigid-body modes as the near-nullspace, or starts from its
+    /// coarse space ([`DeviceSystem::with_coarse_space`]) when it has one.
     pub fn build_amg(&mut self, params: &AmgParams) -> Result<(), GpuError> {
         let values = self.backend.download(&self.values)?;
         let s = self.backend.system();
@@ -426,11 +427,14 @@ impl<B: Backend> Pipeline<B> {
         let setup = |e: gradfem_solvers::SolverError| {
             GpuError::Input(format!("the AMG set-up on the host: {e}"))
         };
-        let h = match s.near_nullspace() {
-            Some(nns) => AmgHierarchy::with_near_nullspace(&a, params, std::sync::Arc::new(nns))
-                .map_err(setup)?,
-            None => AmgHierarchy::new(&a, params).map_err(setup)?,
-        };
+        let h = match (&s.coarse_space, s.near_nullspace()) {
+            (Some(c), _) => AmgHierarchy::with_coarse_space(&a, params, c.clone()),
+            (None, Some(nns)) => {
+                AmgHierarchy::with_near_nullspace(&a, params, std::sync::Arc::new(nns))
+            }
+            (None, None) => AmgHierarchy::new(&a, params),
+        }
+        .map_err(setup)?;
         self.use_amg(&h.export())
     }
 

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use gradfem_solvers::SolverError;
-use gradfem_solvers::amg::{AmgHierarchy, AmgParams, NearNullspace};
+use gradfem_solvers::amg::{AmgHierarchy, AmgParams, CoarseSpace, NearNullspace};
 use gradfem_solvers::linear::{LinearSolver, PatternKey, check_finite_matrix, check_finite_vector};
 use gradfem_solvers::sparse::CsrMatrix;
 
@@ -37,8 +37,19 @@ pub struct DeviceCgSolver {
     last: Option<CgInfo>,
     backend: String,
     setups: usize,
-    /// With AMG: the near-nullspace and the host hierarchy (refreshed for new values).
-    amg: Option<(Option<Arc<NearNullspace>>, Option<AmgHierarchy>)>,
+    /// With AMG: how its hierarchy starts and the host hierarchy (refreshed for new values).
+    amg: Option<HostAmg>,
+}
+
+/// The host side of [`DeviceCgSolver`]'s AMG: what its hierarchy starts from and the last one
+/// built.
+struct HostAmg {
+    /// The rigid-body modes for elasticity (`None`: the constant per component).
+    near_nullspace: Option<Arc<NearNullspace>>,
+    /// The first coarse level of quadratic cells (p-multigrid; `None`: aggregation from the
+    /// finest level).
+    coarse_space: Option<Arc<CoarseSpace>>,
+    hierarchy: Option<AmgHierarchy>,
 }
 
 impl DeviceCgSolver {
@@ -62,7 +73,25 @@ impl DeviceCgSolver {
     /// aggregates) and copied to the device; `near_nullspace` for elasticity (the rigid-body
     /// modes), `None` for scalar fields.
     pub fn with_amg(mut self, near_nullspace: Option<NearNullspace>) -> Self {
-        self.amg = Some((near_nullspace.map(Arc::new), None));
+        self.amg = Some(HostAmg {
+            near_nullspace: near_nullspace.map(Arc::new),
+            coarse_space: None,
+            hierarchy: None,
+        });
+        self
+    }
+
+    /// AMG ([`with_amg`](Self::with_amg)) whose hierarchy starts from `coarse` (p-multigrid
+    /// for quadratic cells: the displacement on the vertices, with its own near-nullspace;
+    /// [`AmgHierarchy::with_coarse_space`]); `None` changes nothing. Switches AMG on.
+    pub fn with_coarse_space(mut self, coarse: Option<CoarseSpace>) -> Self {
+        let Some(coarse) = coarse else { return self };
+        let amg = self.amg.get_or_insert(HostAmg {
+            near_nullspace: None,
+            coarse_space: None,
+            hierarchy: None,
+        });
+        amg.coarse_space = Some(Arc::new(coarse));
         self
     }
 
@@ -152,22 +181,23 @@ impl DeviceCgSolver {
             #[cfg(feature = "cuda")]
             Solver::Cuda(p) => p.set_matrix(&a.values)?,
         }
-        let Some((nns, hierarchy)) = self.amg.as_mut() else { return Ok(()) };
+        let Some(amg) = self.amg.as_mut() else { return Ok(()) };
         let setup = |e: SolverError| GpuError::Input(format!("the AMG set-up on the host: {e}"));
-        match hierarchy.as_mut() {
+        match amg.hierarchy.as_mut() {
             Some(h) if same => h.refresh_values(a).map_err(setup)?,
             _ => {
                 let params = AmgParams::default();
-                *hierarchy = Some(
-                    match nns {
-                        Some(n) => AmgHierarchy::with_near_nullspace(a, &params, n.clone()),
-                        None => AmgHierarchy::new(a, &params),
+                amg.hierarchy = Some(
+                    match (&amg.coarse_space, &amg.near_nullspace) {
+                        (Some(c), _) => AmgHierarchy::with_coarse_space(a, &params, c.clone()),
+                        (None, Some(n)) => AmgHierarchy::with_near_nullspace(a, &params, n.clone()),
+                        (None, None) => AmgHierarchy::new(a, &params),
                     }
                     .map_err(setup)?,
                 );
             }
         }
-        let export = hierarchy.as_ref().expect("built above").export();
+        let export = amg.hierarchy.as_ref().expect("built above").export();
         match self.solver.as_mut().expect("set above") {
             Solver::Twin(p) => p.use_amg(&export),
             #[cfg(feature = "cuda")]

@@ -6,7 +6,7 @@
 use gradfem_mechanical::LinearElasticModel;
 use gradfem_mesh::CellType;
 use gradfem_mesh::quadrature::ElementTable;
-use gradfem_solvers::amg::NearNullspace;
+use gradfem_solvers::amg::{CoarseSpace, NearNullspace};
 use gradfem_solvers::assembly::AssemblyPattern;
 use gradfem_solvers::sparse::CsrMatrix;
 use gradfem_thermal::ThermalModel;
@@ -114,6 +114,10 @@ pub struct DeviceSystem {
     pub rhs_gather_ptr: Vec<u32>,
     /// See [`rhs_gather_ptr`](Self::rhs_gather_ptr).
     pub rhs_gather_idx: Vec<u32>,
+    /// The AMG's first coarse level for quadratic elastic cells (the displacement on the
+    /// vertices, p-multigrid; [`with_coarse_space`](Self::with_coarse_space)); `None`:
+    /// aggregation from the finest level.
+    pub coarse_space: Option<std::sync::Arc<CoarseSpace>>,
 }
 
 fn too_large(what: &str, n: usize) -> GpuError {
@@ -418,6 +422,7 @@ impl DeviceSystem {
             matrix_gather_idx,
             rhs_gather_ptr,
             rhs_gather_idx,
+            coarse_space: None,
         })
     }
 
@@ -463,6 +468,7 @@ impl DeviceSystem {
             matrix_gather_idx: Vec::new(),
             rhs_gather_ptr: Vec::new(),
             rhs_gather_idx: Vec::new(),
+            coarse_space: None,
         })
     }
 
@@ -484,6 +490,16 @@ impl DeviceSystem {
     /// Number of stored matrix entries.
     pub fn nnz(&self) -> usize {
         self.col_idx.len()
+    }
+
+    /// Start the AMG's hierarchy from `coarse` (p-multigrid for quadratic cells: the
+    /// interpolation of the vertex displacement, `MechanicalField::amg_spaces` in the coupling
+    /// crate); `None` changes nothing.
+    pub fn with_coarse_space(mut self, coarse: Option<CoarseSpace>) -> Self {
+        if let Some(c) = coarse {
+            self.coarse_space = Some(std::sync::Arc::new(c));
+        }
+        self
     }
 
     /// The near-nullspace of the AMG: the rigid-body modes of an elastic system's free

@@ -243,9 +243,20 @@ impl MechanicalField {
         self.stale = true;
     }
 
-    /// The rigid-body modes of the free displacement components (the AMG's near-nullspace).
-    pub fn rigid_body_modes(&self) -> Option<gradfem_solvers::amg::NearNullspace> {
-        rigid_body_modes(&self.model)
+    /// What an AMG of this field's systems starts from: the rigid-body modes of the free
+    /// displacement components (its near-nullspace) and, on quadratic cells, the first coarse
+    /// level (the displacement on the vertices, p-multigrid).
+    pub fn amg_spaces(
+        &self,
+    ) -> (Option<gradfem_solvers::amg::NearNullspace>, Option<gradfem_solvers::amg::CoarseSpace>)
+    {
+        amg_spaces(&self.model)
+    }
+
+    /// The AMG's first coarse level on quadratic cells (the displacement on the vertices with
+    /// their rigid-body modes); `None` on linear cells.
+    pub fn vertex_coarse_space(&self) -> Option<gradfem_solvers::amg::CoarseSpace> {
+        vertex_coarse_space(&self.model.coords, self.model.vertex_interpolation())
     }
 
     /// Take the temperature from `imported` instead of the thermal field.
