@@ -64,68 +64,66 @@ pub enum Route {
 
 /// Measured costs of the two routes on the project machine (2 cores, 24 GiB): the rates and
 /// per-entry costs of `cargo run --release -p gradfem-solvers --example route_calibration`
-/// (heat3d N = 16–40, elastic3d N = 8–24, 2026-12-05; see BENCHMARKS.md), rounded. "Vector"
-/// means nodes of several unknowns with a near-nullspace (elasticity), "scalar" one unknown
-/// per node.
+/// (heat3d N = 10–32, elastic3d N = 10–26, re-run on a quiet machine on 2026-12-07; see
+/// BENCHMARKS.md), rounded. "Vector" means nodes of several unknowns with a near-nullspace
+/// (elasticity), "scalar" one unknown per node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CostModel {
     /// Multiply-adds per second of the sequential numeric Cholesky factorization (measured
-    /// 1.2–1.8·10¹⁰ from 2·10⁸ multiply-adds on; smaller factorizations run slower, which the
+    /// 2.1–3.4·10¹⁰ from 10⁸ multiply-adds on; smaller factorizations run slower, which the
     /// model ignores: there the analysis and the solves decide).
     pub factor_rate: f64,
     /// Multiply-adds per second of a pair of triangular solves (2 nnz(L) per solve; measured
-    /// 1.4–1.6·10⁹ past the caches).
+    /// 2.1–2.2·10⁹ past the caches, up to 6.5·10⁹ inside them).
     pub solve_rate: f64,
-    /// AMD analysis seconds per entry of A (scalar: 0.8–1.4·10⁻⁷).
+    /// AMD analysis seconds per entry of A (scalar: 5.7–8.4·10⁻⁸).
     pub amd_scalar: f64,
-    /// AMD analysis seconds per entry of A, nodes of several unknowns (4.7–6.4·10⁻⁸).
+    /// AMD analysis seconds per entry of A, nodes of several unknowns (2.7–5.5·10⁻⁸).
     pub amd_vector: f64,
     /// Nested-dissection analysis (METIS on the node graph, then faer's symbolic factorization)
-    /// seconds per entry of A, scalar (5.0–5.4·10⁻⁷).
+    /// seconds per entry of A, scalar (2.9–4.8·10⁻⁷).
     pub nd_scalar: f64,
-    /// The same, nodes of three unknowns (7.0–8.3·10⁻⁸).
+    /// The same, nodes of three unknowns (3.6–7.4·10⁻⁸).
     pub nd_vector: f64,
-    /// AMG set-up seconds per entry of A, scalar (5.9–8.3·10⁻⁸).
+    /// AMG set-up seconds per entry of A, scalar (3.9–7.7·10⁻⁸).
     pub amg_setup_scalar: f64,
     /// AMG set-up seconds per entry of A, aggregation of nodes with a near-nullspace
-    /// (1.6–1.9·10⁻⁷).
+    /// (7.8–9.9·10⁻⁸).
     pub amg_setup_vector: f64,
-    /// Seconds of one CG iteration (V-cycle included) per entry of A, scalar (4.3–7.2·10⁻⁹).
+    /// Seconds of one CG iteration (V-cycle included) per entry of A, scalar (2.6–5.5·10⁻⁹).
     pub amg_iteration_scalar: f64,
-    /// Seconds of one CG iteration per entry of A with a near-nullspace (5.5–7.2·10⁻⁹).
+    /// Seconds of one CG iteration per entry of A with a near-nullspace (1.9–2.5·10⁻⁹).
     pub amg_iteration_vector: f64,
     /// AMG set-up seconds per entry of A when the hierarchy starts from a given coarse space
     /// (p-multigrid of quadratic elasticity: the aggregation runs on the vertices' operator,
     /// which has a tenth of A's entries). Measured 2.0–2.5·10⁻⁸ on Tet10 cubes of 1.4–7·10⁴
-    /// unknowns beside 9.0·10⁻⁸ for `amg_setup_vector`'s Tet4 systems on the same quiet machine
-    /// (2026-12-07), and scaled by the ratio of `amg_setup_vector` to that figure so the two
-    /// stay comparable (the calibration's machine was loaded).
+    /// unknowns (2026-12-07, the same quiet machine).
     pub amg_setup_coarse_space: f64,
     /// Seconds of one CG iteration per entry of A with a given coarse space (measured
-    /// 1.2–2.0·10⁻⁹ beside Tet4's 2.5–2.9·10⁻⁹, scaled as `amg_setup_coarse_space`).
+    /// 1.2–2.0·10⁻⁹).
     pub amg_iteration_coarse_space: f64,
     /// Predicted CG iterations of a forward solve to 1e-10 and an adjoint to 1e-7, scalar
-    /// (3D P1 Poisson: 12 + 8).
+    /// (3D P1 Poisson: 11–12 + 7–8).
     pub iterations_scalar: f64,
-    /// The same with the rigid-body modes (3D P1 elasticity: 19–23 + 13–17).
+    /// The same with the rigid-body modes (3D P1 elasticity: 18–26 + 13–19).
     pub iterations_vector: f64,
 }
 
 impl Default for CostModel {
     fn default() -> Self {
         CostModel {
-            factor_rate: 1.7e10,
-            solve_rate: 1.5e9,
-            amd_scalar: 1.1e-7,
-            amd_vector: 6.0e-8,
-            nd_scalar: 5.2e-7,
-            nd_vector: 8.0e-8,
-            amg_setup_scalar: 6.5e-8,
-            amg_setup_vector: 1.65e-7,
-            amg_iteration_scalar: 4.5e-9,
-            amg_iteration_vector: 6.0e-9,
-            amg_setup_coarse_space: 4.2e-8,
-            amg_iteration_coarse_space: 3.5e-9,
+            factor_rate: 2.8e10,
+            solve_rate: 2.2e9,
+            amd_scalar: 7.0e-8,
+            amd_vector: 4.5e-8,
+            nd_scalar: 4.0e-7,
+            nd_vector: 6.0e-8,
+            amg_setup_scalar: 5.5e-8,
+            amg_setup_vector: 9.0e-8,
+            amg_iteration_scalar: 4.0e-9,
+            amg_iteration_vector: 2.3e-9,
+            amg_setup_coarse_space: 2.3e-8,
+            amg_iteration_coarse_space: 1.6e-9,
             iterations_scalar: 20.0,
             iterations_vector: 40.0,
         }
