@@ -42,5 +42,6 @@ pub use quadrature::{
 pub use quality::{CellIssue, IssueKind, QualityReport, QualityThresholds, signed_jacobians};
 pub use reference::{
     reference_measure, reference_nodes, shape_functions_into, shape_gradients_into,
+    shape_hessians_into,
 };
 pub use select::add_plane_group;

@@ -98,6 +98,66 @@ impl Scalar for D3 {
     }
 }
 
+/// Second-order forward-mode jet in 3 variables: value, gradient and (symmetric) Hessian.
+#[derive(Clone, Copy, Debug)]
+struct J2 {
+    v: f64,
+    d: [f64; 3],
+    h: [[f64; 3]; 3],
+}
+
+impl Add for J2 {
+    type Output = J2;
+    #[inline]
+    fn add(self, o: J2) -> J2 {
+        J2 {
+            v: self.v + o.v,
+            d: std::array::from_fn(|k| self.d[k] + o.d[k]),
+            h: std::array::from_fn(|k| std::array::from_fn(|l| self.h[k][l] + o.h[k][l])),
+        }
+    }
+}
+
+impl Sub for J2 {
+    type Output = J2;
+    #[inline]
+    fn sub(self, o: J2) -> J2 {
+        J2 {
+            v: self.v - o.v,
+            d: std::array::from_fn(|k| self.d[k] - o.d[k]),
+            h: std::array::from_fn(|k| std::array::from_fn(|l| self.h[k][l] - o.h[k][l])),
+        }
+    }
+}
+
+impl Mul for J2 {
+    type Output = J2;
+    /// (fg)'' = f''g + f'g'ᵀ + g'f'ᵀ + fg''.
+    #[inline]
+    #[allow(clippy::suspicious_arithmetic_impl)] // the product rule adds
+    fn mul(self, o: J2) -> J2 {
+        J2 {
+            v: self.v * o.v,
+            d: std::array::from_fn(|k| self.d[k] * o.v + self.v * o.d[k]),
+            h: std::array::from_fn(|k| {
+                std::array::from_fn(|l| {
+                    // The cross terms summed first: the result is exactly symmetric.
+                    self.h[k][l] * o.v
+                        + (self.d[k] * o.d[l] + o.d[k] * self.d[l])
+                        + self.v * o.h[k][l]
+                })
+            }),
+        }
+    }
+}
+
+impl Scalar for J2 {
+    #[inline]
+    fn c(v: f64) -> Self {
+        J2 { v, d: [0.0; 3], h: [[0.0; 3]; 3] }
+    }
+}
+
 /// Linear 1D Lagrange polynomial of the node at r = ±1.
 #[inline]
 fn l1<T: Scalar>(r: f64, t: T) -> T {
@@ -317,6 +377,34 @@ pub fn shape_gradients_into(ct: CellType, xi: [f64; 3], dn: &mut [[f64; 3]]) {
     }
 }
 
+/// The reference Hessians ∂²N_a/∂ξ_k∂ξ_l of the shape functions of `ct` at `xi`, written into
+/// `ddn` (`ddn[a][k][l]`, length `ct.n_nodes()`); entries with `k` or `l >= ct.dim()` are 0.
+/// Zero for the affine cells (`Tri3`, `Tet4`); constant for the quadratic simplices. The same
+/// formulas as [`shape_functions_into`], on a second-order jet.
+pub fn shape_hessians_into(ct: CellType, xi: [f64; 3], ddn: &mut [[[f64; 3]; 3]]) {
+    assert_eq!(
+        ddn.len(),
+        ct.n_nodes(),
+        "shape Hessian buffer for a {ct} must have {} entries, got {}",
+        ct.n_nodes(),
+        ddn.len()
+    );
+    let d = ct.dim();
+    let mut x = [J2::c(0.0); 3];
+    for k in 0..3 {
+        x[k].v = xi[k];
+        if k < d {
+            x[k].d[k] = 1.0;
+        }
+    }
+    let mut buf = [J2::c(0.0); 27];
+    let buf = &mut buf[..ct.n_nodes()];
+    eval(ct, x, buf);
+    for (out, v) in ddn.iter_mut().zip(buf.iter()) {
+        *out = v.h;
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::needless_range_loop)] // index loops mirror the formulas
 mod tests {
@@ -467,6 +555,55 @@ mod tests {
                         dn[a][k]
                     );
                 }
+            }
+        }
+    }
+
+    #[rstest]
+    fn hessians_match_central_differences_of_the_gradients(
+        #[values(
+            CellType::Line3,
+            CellType::Tri3,
+            CellType::Tri6,
+            CellType::Quad4,
+            CellType::Quad8,
+            CellType::Tet4,
+            CellType::Tet10,
+            CellType::Hex8,
+            CellType::Hex20,
+            CellType::Hex27,
+            CellType::Prism6
+        )]
+        ct: CellType,
+    ) {
+        let nn = ct.n_nodes();
+        let (mut gp, mut gm) = (vec![[0.0; 3]; nn], vec![[0.0; 3]; nn]);
+        let mut ddn = vec![[[0.0; 3]; 3]; nn];
+        let h = 1e-6;
+        for p in inside_points(ct, 10) {
+            shape_hessians_into(ct, p, &mut ddn);
+            for l in 0..3 {
+                let (mut xp, mut xm) = (p, p);
+                if l < ct.dim() {
+                    xp[l] += h;
+                    xm[l] -= h;
+                }
+                shape_gradients_into(ct, xp, &mut gp);
+                shape_gradients_into(ct, xm, &mut gm);
+                for a in 0..nn {
+                    for k in 0..3 {
+                        let fd = if l < ct.dim() { (gp[a][k] - gm[a][k]) / (2.0 * h) } else { 0.0 };
+                        assert!(
+                            (fd - ddn[a][k][l]).abs() < 1e-7,
+                            "{ct} node {a} ({k}, {l}) at {p:?}: fd {fd} vs {}",
+                            ddn[a][k][l]
+                        );
+                        assert_eq!(ddn[a][k][l], ddn[a][l][k], "{ct}: symmetric");
+                    }
+                }
+            }
+            if ct.order() == 1 && matches!(ct, CellType::Tri3 | CellType::Tet4) {
+                assert!(ddn.iter().flatten().flatten().all(|v| *v == 0.0), "{ct} is affine");
             }
         }
     }

@@ -932,8 +932,8 @@ impl MechanicalField {
 impl MechanicalField {
     /// [`SecondOrder::objective_hessian`] with shape parameters: the mean displacement over a
     /// group (its area or volume moves with the nodes) and the compliance (its loads move)
-    /// by hyper-dual numbers; cotangents are free of X; point values and the von Mises
-    /// p-norm are refused.
+    /// by hyper-dual numbers; cotangents are free of X; a point displacement follows its
+    /// located point as the nodes move (closed form); the von Mises p-norm is refused.
     fn objective_hessian_moving(
         &self,
         u: &[f64],
@@ -960,11 +960,25 @@ impl MechanicalField {
                     state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
                     rev.add_coordinate_part(&hx, w);
                 }
-                MechObjectiveKind::PointDisplacement { .. }
-                | MechObjectiveKind::VonMisesPNorm { .. } => {
+                MechObjectiveKind::PointDisplacement { point, direction } => {
+                    let (hu, hx) =
+                        gradfem_mechanical::linear::objective::point_displacement_hessian(
+                            &self.model,
+                            *point,
+                            *direction,
+                            u,
+                            &d.displacement,
+                            &d.coords,
+                            rev.coordinate_request(),
+                        )
+                        .map_err(mech)?;
+                    state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
+                    rev.add_coordinate_part(&hx, w);
+                }
+                MechObjectiveKind::VonMisesPNorm { .. } => {
                     return Err(mech(gradfem_mechanical::MechanicalError::NotAvailable(
-                        "second derivatives of point-displacement and von Mises objectives with \
-                         respect to node coordinates (shape parameters)"
+                        "second derivatives of von Mises objectives with respect to node \
+                         coordinates (shape parameters)"
                             .into(),
                     )));
                 }

@@ -26,6 +26,20 @@ impl CoordinateRequest<'_> {
         matches!(self, CoordinateRequest::None)
     }
 
+    /// An element's per-node coordinate derivatives `local` (∂/∂X of its nodes, in their
+    /// order) as the picks [`CoordinatePart::add_element`] takes.
+    pub fn picks_of(&self, nodes: &[usize], local: &[[f64; 3]]) -> Vec<f64> {
+        (0..self.n_picks(nodes))
+            .map(|k| {
+                local
+                    .iter()
+                    .enumerate()
+                    .map(|(a, v)| (0..3).map(|i| self.seed(k, nodes, a, i) * v[i]).sum::<f64>())
+                    .sum()
+            })
+            .collect()
+    }
+
     /// How many hyper-dual passes (ε₂ picks) an element with these nodes takes.
     pub fn n_picks(&self, nodes: &[usize]) -> usize {
         match self {

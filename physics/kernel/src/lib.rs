@@ -6,11 +6,13 @@
 
 pub mod coordinates;
 pub mod generic;
+pub mod point;
 
 pub use coordinates::{
     CoordinatePart, CoordinateRequest, dual_coordinates, element_motion, hyper_dual_coordinates,
     mat_mul, motion_gradient, seed_pick, symmetric_times, trace,
 };
+pub use point::{PointSample, point_sample_along};
 
 use rayon::prelude::*;
 

@@ -16,9 +16,12 @@
 //!
 //! A weighted sum of these is the objective of a problem.
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, generic, hyper_dual_coordinates};
+use gradfem_kernel::{
+    CoordinatePart, CoordinateRequest, PointSample, generic, hyper_dual_coordinates,
+    point_sample_along,
+};
 use gradfem_mesh::geometry;
-use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
+use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into, shape_hessians_into};
 use num_dual::{DualNum, HyperDual64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -312,6 +315,62 @@ fn add_point_derivative(
                 d_x[n][k] -= factor * loc.shape[a] * grad[k];
             }
         }
+    }
+}
+
+/// The temperature at the located point `loc` with its first derivatives' parts along
+/// (δT, δX) ([`point_sample_along`]: the point holds still, so its reference coordinates move
+/// with the nodes; `dx` empty: they hold still). Errors: a singular Jacobian at the point.
+fn point_sample(
+    model: &ThermalModel,
+    loc: &PointLocation,
+    t: &[f64],
+    dt: &[f64],
+    dx: &[[f64; 3]],
+) -> Result<PointSample, ThermalError> {
+    let e = loc.element;
+    let nodes = model.element_nodes(e);
+    let ct = model.element_cell_type(e);
+    let nn = nodes.len();
+    let x = model.element_coordinates(e);
+    let mut dn = vec![[0.0; 3]; nn];
+    shape_gradients_into(ct, loc.xi, &mut dn);
+    let mut hn = vec![[[0.0; 3]; 3]; nn];
+    shape_hessians_into(ct, loc.xi, &mut hn);
+    let values: Vec<f64> = nodes.iter().map(|&n| t[n]).collect();
+    let d_values: Vec<f64> = nodes.iter().map(|&n| dt[n]).collect();
+    let d_coords: Vec<[f64; 3]> =
+        nodes.iter().map(|&n| if dx.is_empty() { [0.0; 3] } else { dx[n] }).collect();
+    point_sample_along(&loc.shape, &dn, &hn, &x, &values, &d_values, &d_coords).ok_or_else(|| {
+        ThermalError::InvertedCell {
+            cell_tag: model.element_cell_tag(e),
+            cell_type: ct,
+            det_j: 0.0,
+            centroid: std::array::from_fn(|i| x.iter().map(|p| p[i]).sum::<f64>() / nn as f64),
+        }
+    })
+}
+
+/// Add `factor` (∂V)' + `factor_value` ∂V of the point sample `p` at `loc` to the temperature
+/// part `out_t` and the coordinate part `out_x` of a Hessian product.
+#[allow(clippy::too_many_arguments)]
+fn add_point_second_order(
+    model: &ThermalModel,
+    loc: &PointLocation,
+    p: &PointSample,
+    coords: CoordinateRequest,
+    factor: f64,
+    factor_value: f64,
+    out_t: &mut [f64],
+    out_x: &mut CoordinatePart,
+) {
+    let nodes = model.element_nodes(loc.element);
+    for (&n, v) in nodes.iter().zip(p.value_part(&loc.shape, factor, factor_value)) {
+        out_t[n] += v;
+    }
+    if !coords.is_none() {
+        let local = p.coordinate_part(&loc.shape, factor, factor_value);
+        out_x.add_element(nodes, &coords.picks_of(nodes, &local));
     }
 }
 
@@ -823,8 +882,8 @@ fn integral_hessian_product(
 /// second-order adjoint with respect to node coordinates. `dx` is δX per node (empty: the
 /// nodes hold still); the coordinate part is formed as `coords` requests. Nodal terms (peak, nodal sums,
 /// cotangents) do not depend on X; integral terms (averages, p-norms, integrals of T²)
-/// differentiate their Jacobians by dual numbers; point values and sensor misfits are refused
-/// (their inverse isoparametric map is not differentiated twice yet).
+/// differentiate their Jacobians by dual numbers; point values and sensor misfits follow the
+/// located point's reference coordinates as the nodes move ([`point_sample_along`]).
 pub fn hessian_product_with_coords(
     model: &ThermalModel,
     terms: &[ObjectiveTerm],
@@ -847,12 +906,30 @@ pub fn hessian_product_with_coords(
             ))
         };
         let (ht, hx) = match &term.kind {
-            ObjectiveKind::Point { .. } | ObjectiveKind::Misfit { .. } => {
-                return Err(ThermalError::NotAvailable(
-                    "second derivatives of point and sensor objectives with respect to node \
-                     coordinates (shape parameters)"
-                        .into(),
-                ));
+            ObjectiveKind::Point { point } => {
+                let loc = locate(model, *point)?;
+                let p = point_sample(model, &loc, t, dt, dx)?;
+                add_point_second_order(model, &loc, &p, coords, w, 0.0, &mut out_t, &mut out_x);
+                continue;
+            }
+            ObjectiveKind::Misfit { sensors } => {
+                for s in sensors {
+                    let loc = locate(model, [s[0], s[1], s[2]])?;
+                    let p = point_sample(model, &loc, t, dt, dx)?;
+                    // ½ r², r = V − d: (∂J)' = δr ∂V + r (∂V)'.
+                    let (r, dr) = (p.value - s[3], p.d_value);
+                    add_point_second_order(
+                        model,
+                        &loc,
+                        &p,
+                        coords,
+                        w * r,
+                        w * dr,
+                        &mut out_t,
+                        &mut out_x,
+                    );
+                }
+                continue;
             }
             ObjectiveKind::NodalSumSquares
             | ObjectiveKind::Linear { .. }
@@ -1080,18 +1157,28 @@ mod tests {
     /// With the nodes moving too, the derivative of (∂J/∂T, ∂J/∂X) along (δT, δX) against
     /// central differences of the first-order derivatives, for every term that depends on the
     /// coordinates; with δX = 0 its temperature part equals the closed form.
+    /// Point values and sensor misfits follow their located point's reference coordinates
+    /// (constant shape-function Hessians on Tet10, varying ones on Hex8 and Hex20).
     #[rstest::rstest]
     #[case(CellType::Tet4)]
+    #[case(CellType::Tet10)]
     #[case(CellType::Hex8)]
+    #[case(CellType::Hex20)]
     fn coordinate_hessian_products_match_differences_of_the_gradient(#[case] cell: CellType) {
         let mut m = model();
         if cell != CellType::Tet4 {
-            let mesh = box_mesh(&BoxSpec {
+            let mut mesh = box_mesh(&BoxSpec {
                 origin: [0.0; 3],
                 lengths: [1.0, 0.7, 0.5],
                 divisions: [3, 2, 2],
                 cell_type: cell,
             });
+            // Curved cells: x(ξ) is not affine, so the shape functions' reference Hessians
+            // move the Jacobian at a point as well as the temperature's gradient.
+            for p in &mut mesh.coords {
+                let [x, y, z] = *p;
+                *p = [x + 0.04 * (2.0 * y).sin(), y + 0.03 * (3.0 * z + x).cos(), z + 0.02 * x * y];
+            }
             m = ThermalModel::new(&mesh, &m_regions(), &m_bcs()).unwrap();
         }
         let t = hot_spot(&m);
@@ -1108,6 +1195,10 @@ mod tests {
             ObjectiveKind::Max { group: "domain".into(), p: 8.0 },
             ObjectiveKind::IntegralSquare { group: "domain".into() },
             ObjectiveKind::Peak { group: "domain".into(), rho: 0.2 },
+            ObjectiveKind::Point { point: [0.41, 0.33, 0.17] },
+            ObjectiveKind::Misfit {
+                sensors: vec![[0.41, 0.33, 0.17, 330.0], [0.77, 0.52, 0.38, 305.0]],
+            },
         ];
         for kind in kinds {
             let terms = vec![ObjectiveTerm { weight: 1.7, kind: kind.clone() }];
@@ -1156,14 +1247,6 @@ mod tests {
                 assert!((a - b).abs() <= 1e-10 * scale, "{kind:?}: {a} vs {b}");
             }
         }
-        let point = vec![ObjectiveTerm {
-            weight: 1.0,
-            kind: ObjectiveKind::Point { point: [0.4, 0.3, 0.2] },
-        }];
-        let e = hessian_product_with_coords(&m, &point, &t, &dt, &dx, CoordinateRequest::Every)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("node coordinates"), "{e}");
     }
 
     /// (∂²J/∂T²)δT of every kind of term against central differences of ∂J/∂T.

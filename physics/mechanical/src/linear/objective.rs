@@ -15,9 +15,11 @@
 //!   s = dev σ = 2μ dev ε(u) (the isotropic thermal strain has no deviator, so M does not
 //!   depend on T explicitly), ∂σ_vm/∂u_ai = (3μ/σ_vm) (s ∇N_a)_i and ∂σ_vm/∂μ = σ_vm/μ.
 
-use gradfem_kernel::{CoordinatePart, CoordinateRequest, hyper_dual_coordinates};
+use gradfem_kernel::{
+    CoordinatePart, CoordinateRequest, hyper_dual_coordinates, point_sample_along,
+};
 use gradfem_mesh::geometry;
-use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into};
+use gradfem_mesh::reference::{shape_functions_into, shape_gradients_into, shape_hessians_into};
 use num_dual::{Dual64, HyperDual64};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -514,6 +516,57 @@ pub fn evaluate(
 }
 
 /// The derivative along a direction (δu, δX) of the gradient of the average displacement
+/// The point displacement d·u(x_p)'s derivatives along (δu, δX): ∂/∂u three per node (first)
+/// and ∂/∂X per node (second) of its directional derivative, for the second-order adjoint with
+/// shape parameters. The point holds still while the nodes move, so its reference coordinates
+/// follow them ([`gradfem_kernel::point_sample_along`] on the nodal field d·u_a); `dx` empty:
+/// the nodes hold still. Errors: the point outside the model, a singular Jacobian at it.
+pub fn point_displacement_hessian(
+    model: &LinearElasticModel,
+    point: [f64; 3],
+    direction: [f64; 3],
+    u: &[f64],
+    du: &[f64],
+    dx: &[[f64; 3]],
+    coords: CoordinateRequest,
+) -> Result<(Vec<f64>, CoordinatePart), MechanicalError> {
+    let loc = locate(model, point)?;
+    let e = loc.element;
+    let nodes = model.element_nodes(e);
+    let ct = model.element_cell_type(e);
+    let nn = nodes.len();
+    let x = model.element_coordinates(e);
+    let mut dn = vec![[0.0; 3]; nn];
+    shape_gradients_into(ct, loc.xi, &mut dn);
+    let mut hn = vec![[[0.0; 3]; 3]; nn];
+    shape_hessians_into(ct, loc.xi, &mut hn);
+    let along = |v: &[f64], n: usize| (0..3).map(|i| direction[i] * v[3 * n + i]).sum::<f64>();
+    let values: Vec<f64> = nodes.iter().map(|&n| along(u, n)).collect();
+    let d_values: Vec<f64> = nodes.iter().map(|&n| along(du, n)).collect();
+    let d_coords: Vec<[f64; 3]> =
+        nodes.iter().map(|&n| if dx.is_empty() { [0.0; 3] } else { dx[n] }).collect();
+    let p = point_sample_along(&loc.shape, &dn, &hn, &x, &values, &d_values, &d_coords)
+        .ok_or_else(|| MechanicalError::InvertedCell {
+            cell_tag: model.element_cell_tag(e),
+            cell_type: ct,
+            det_j: 0.0,
+            centroid: std::array::from_fn(|i| x.iter().map(|q| q[i]).sum::<f64>() / nn as f64),
+        })?;
+    // d·u(x_p) is linear in u: its own curvature is the motion of ξ alone.
+    let mut hu = vec![0.0; u.len()];
+    for (&n, v) in nodes.iter().zip(p.value_part(&loc.shape, 1.0, 0.0)) {
+        for i in 0..3 {
+            hu[3 * n + i] += v * direction[i];
+        }
+    }
+    let mut hx = CoordinatePart::zeros(coords, model.n_nodes());
+    if !coords.is_none() {
+        let local = p.coordinate_part(&loc.shape, 1.0, 0.0);
+        hx.add_element(nodes, &coords.picks_of(nodes, &local));
+    }
+    Ok((hu, hx))
+}
+
 /// d · ū over `group` (a surface or a volume group): ∂/∂u three per node (first) and ∂/∂X per
 /// node (second), for the second-order adjoint with shape parameters. With S = ∫ d·u and
 /// A = ∫ 1 over the group, J = S/A; per cell, hyper-dual numbers carry the direction in ε₁
@@ -634,6 +687,82 @@ mod tests {
     use super::*;
     use crate::linear::{BcKind, BcSpec};
     use gradfem_mesh::CellType;
+
+    /// The point displacement's Hessian product along (δu, δX) against central differences
+    /// of its first-order derivatives, on straight and curved cells (curved: the shape
+    /// functions' reference Hessians move the Jacobian at the point).
+    #[rstest::rstest]
+    #[case(CellType::Tet4, false)]
+    #[case(CellType::Hex8, true)]
+    #[case(CellType::Tet10, true)]
+    #[case(CellType::Hex20, true)]
+    fn point_displacement_hessian_matches_differences(
+        #[case] cell: CellType,
+        #[case] curved: bool,
+    ) {
+        let fixed = BcSpec { group: "xmin".into(), kind: BcKind::Fixed };
+        let (mut m, u) = crate::linear::second_order::tests::block(cell, &[fixed], false);
+        if curved {
+            for p in &mut m.coords {
+                let [x, y, z] = *p;
+                *p = [
+                    x + 2e-5 * (4e3 * y).sin(),
+                    y + 1e-5 * (9e3 * z + 2e3 * x).cos(),
+                    z + 30.0 * x * y,
+                ];
+            }
+        }
+        let n = m.n_nodes();
+        let du: Vec<f64> = (0..3 * n).map(|i| 1e-7 * ((i as f64) * 0.37).sin()).collect();
+        let dx: Vec<[f64; 3]> = (0..n)
+            .map(|i| {
+                let f = i as f64;
+                [2e-5 * (0.7 * f).sin(), 1e-5 * (1.3 * f).cos(), 5e-6 * (0.4 * f).sin()]
+            })
+            .collect();
+        let (point, direction) = ([6.1e-4, 1.13e-4, 4.7e-5], [0.3, -1.0, 0.5]);
+        let (hu, hx) = point_displacement_hessian(
+            &m,
+            point,
+            direction,
+            &u,
+            &du,
+            &dx,
+            CoordinateRequest::Every,
+        )
+        .unwrap();
+        let hx = hx.every().unwrap().to_vec();
+        let term = [ObjectiveTerm {
+            weight: 1.0,
+            kind: ObjectiveKind::PointDisplacement { point, direction },
+        }];
+        let h = 1e-6;
+        let at = |s: f64| {
+            let mut mm = m.clone();
+            for (x, d) in mm.coords.iter_mut().zip(&dx) {
+                (0..3).for_each(|k| x[k] += s * d[k]);
+            }
+            let uu: Vec<f64> = u.iter().zip(&du).map(|(a, b)| a + s * b).collect();
+            evaluate(&mm, &term, &uu, true).unwrap()
+        };
+        let (ep, em) = (at(h), at(-h));
+        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
+            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let scale = fd.iter().chain(got).fold(1e-300f64, |a, v| a.max(v.abs()));
+            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+                assert!((g - f).abs() <= 1e-6 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
+            }
+        };
+        check("u", &hu, &ep.d_displacement, &em.d_displacement);
+        let flat = |v: &[[f64; 3]]| -> Vec<f64> { v.iter().flatten().copied().collect() };
+        check(
+            "X",
+            &flat(&hx),
+            &flat(ep.d_coords.as_ref().unwrap()),
+            &flat(em.d_coords.as_ref().unwrap()),
+        );
+        assert!(hu.iter().any(|v| *v != 0.0) && hx.iter().flatten().any(|v| *v != 0.0));
+    }
 
     /// The average displacement's Hessian product along (δu, δX), on a surface and a volume
     /// group, against central differences of its first-order derivatives.
