@@ -518,13 +518,20 @@ const PROBE: &str = "[[objective]]\nkind = \"displacement\"\npoint = [0.0731, 0.
 /// The actuator bar with shape parameters (every node coordinate and the width morph) beside
 /// electrical, thermal and mechanical ones: the second-order Taylor remainders fall at rate 3
 /// for the tip's mean displacement (a surface group whose area moves), the compliance (loads
-/// on moving facets) and a displacement probe, one way and on the ρ(T) cycle, in every
-/// direction and along the shape parameters alone.
+/// on moving facets), the von Mises p-norm and a displacement probe, one way and on the ρ(T)
+/// cycle, in every direction and along the shape parameters alone.
 #[rstest]
 #[case::one_way_tip_and_compliance("tet4", None, &format!("{TIP}{COMPLIANCE}"),
     "\"load.xmin.voltage\", \"mechanical.young.domain\", \"mechanical.alpha.domain\", \"bc.xmax.traction\", \"mechanical.body_force.domain\"", 0.05)]
 #[case::cycle_tip("hex8", Some(1.25e-3), &format!("{TIP}{MAX_T}"),
     "\"electrical.alpha_r.domain\", \"thermal.k.domain\", \"mechanical.poisson.domain\", \"mechanical.t_ref.domain\"", 0.05)]
+#[case::one_way_von_mises(
+    "hex8",
+    None,
+    VON_MISES,
+    "\"load.xmin.voltage\", \"mechanical.young.domain\", \"mechanical.poisson.domain\", \"thermal.k.domain\"",
+    0.05
+)]
 #[case::one_way_probe(
     "tet10",
     None,
@@ -683,11 +690,6 @@ fn uncovered_problems_are_refused_with_a_message() {
     let width = BTreeMap::from([("morph.hot_arm_width".to_string(), vec![1e-7])]);
     let hv = sim.hvp(&width).unwrap();
     assert!(hv.scalar("morph.hot_arm_width").unwrap() != 0.0);
-    // A von Mises objective with shape parameters is not.
-    let text = actuator_bar_text("tet4", None, VON_MISES, "\"morph.width\"") + WIDTH_MORPH;
-    let mut sim = Simulation::from_toml("von_mises.toml", &text).unwrap();
-    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("von Mises") && e.contains("node coordinates"), "{e}");
     // A problem in time is covered, but not with shape parameters.
     let mut sim = Simulation::from_file(root.join("examples/microactuator_step.toml")).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();

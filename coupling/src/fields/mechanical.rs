@@ -932,8 +932,8 @@ impl MechanicalField {
 impl MechanicalField {
     /// [`SecondOrder::objective_hessian`] with shape parameters: the mean displacement over a
     /// group (its area or volume moves with the nodes) and the compliance (its loads move)
-    /// by hyper-dual numbers; cotangents are free of X; a point displacement follows its
-    /// located point as the nodes move (closed form); the von Mises p-norm is refused.
+    /// by hyper-dual numbers, and so is the von Mises p-norm; cotangents are free of X; a
+    /// point displacement follows its located point as the nodes move (closed form).
     fn objective_hessian_moving(
         &self,
         u: &[f64],
@@ -975,12 +975,18 @@ impl MechanicalField {
                     state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
                     rev.add_coordinate_part(&hx, w);
                 }
-                MechObjectiveKind::VonMisesPNorm { .. } => {
-                    return Err(mech(gradfem_mechanical::MechanicalError::NotAvailable(
-                        "second derivatives of von Mises objectives with respect to node \
-                         coordinates (shape parameters)"
-                            .into(),
-                    )));
+                MechObjectiveKind::VonMisesPNorm { group, p } => {
+                    let els = self.model.group_elements(group).map_err(mech)?;
+                    let (hu, he, hn, hx) = self.model.von_mises_pnorm_hessian_moving(
+                        els,
+                        *p,
+                        u,
+                        d,
+                        rev.coordinate_request(),
+                    );
+                    state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
+                    self.add_material(rev.grad, &he, &hn, w);
+                    rev.add_coordinate_part(&hx, w);
                 }
             }
         }

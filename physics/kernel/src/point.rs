@@ -58,7 +58,7 @@ pub fn point_sample_along(
             }
         }
     }
-    let inv = inverse(&jac)?;
+    let (inv, _) = crate::generic::inverse(&jac)?;
     // ∇s = 𝐉⁻ᵀ ∇_ξs, δξ = −𝐉⁻¹ m.
     let grad: [f64; 3] = std::array::from_fn(|i| (0..3).map(|k| inv[k][i] * grad_ref[k]).sum());
     let d_xi: [f64; 3] = std::array::from_fn(|k| -(0..3).map(|i| inv[k][i] * m[i]).sum::<f64>());
@@ -101,37 +101,5 @@ impl PointSample {
                 })
             })
             .collect()
-    }
-}
-
-/// The inverse of a 3×3 matrix by its adjugate; `None` when it is singular.
-fn inverse(j: &[[f64; 3]; 3]) -> Option<[[f64; 3]; 3]> {
-    let cof = |r: usize, c: usize| {
-        let (r1, r2, c1, c2) = ((r + 1) % 3, (r + 2) % 3, (c + 1) % 3, (c + 2) % 3);
-        j[r1][c1] * j[r2][c2] - j[r1][c2] * j[r2][c1]
-    };
-    let det = j[0][0] * cof(0, 0) + j[0][1] * cof(0, 1) + j[0][2] * cof(0, 2);
-    if det == 0.0 || !det.is_finite() {
-        return None;
-    }
-    // (J⁻¹)_kr = cof(r, k) / det.
-    Some(std::array::from_fn(|k| std::array::from_fn(|r| cof(r, k) / det)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_inverse_inverts() {
-        let j = [[1.2, 0.3, -0.1], [0.05, 0.85, 0.2], [-0.1, 0.15, 1.1]];
-        let inv = inverse(&j).unwrap();
-        for i in 0..3 {
-            for k in 0..3 {
-                let v: f64 = (0..3).map(|l| j[i][l] * inv[l][k]).sum();
-                assert!((v - if i == k { 1.0 } else { 0.0 }).abs() < 1e-14, "({i}, {k}): {v}");
-            }
-        }
-        assert!(inverse(&[[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.0, 1.0, 1.0]]).is_none());
     }
 }
