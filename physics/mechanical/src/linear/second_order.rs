@@ -968,9 +968,9 @@ impl LinearElasticModel {
     /// also the derivative of ∂J/∂X (as `coords` requests). Per element, S_e = Σ_q w σ_vm^p and
     /// V_e = Σ_q w are evaluated in hyper-dual numbers (ε₁ along (δu, δE, δν, δX), ε₂ one pick
     /// of u_e, E_e, ν_e or the coordinates at a time) through the generic Jacobian; then
-    /// J = F(S, V) = (S/V)^{1/p} and d/dε ∂J/∂z = F_S S_zε + F_V V_zε
-    /// + (F_SS δS + F_SV δV) S_z + (F_SV δS + F_VV δV) V_z. Points with σ_vm = 0 contribute
-    /// nothing, as in the closed form.
+    /// J = F(S, V) = (S/V)^{1/p} and
+    /// d/dε ∂J/∂z = F_S S_zε + F_V V_zε + (F_SS δS + F_SV δV) S_z + (F_SV δS + F_VV δV) V_z.
+    /// Points with σ_vm = 0 contribute nothing, as in the closed form.
     #[allow(clippy::type_complexity)]
     pub fn von_mises_pnorm_hessian_moving(
         &self,
