@@ -158,6 +158,39 @@ impl Scalar for J2 {
     }
 }
 
+/// A forward-mode jet that can stand for the reference coordinate ξ_k itself.
+trait Variable: Scalar {
+    /// ξ_k = `v` with its unit first derivative along k.
+    fn variable(v: f64, k: usize) -> Self;
+}
+
+impl Variable for D3 {
+    fn variable(v: f64, k: usize) -> Self {
+        let mut x = D3::c(v);
+        x.d[k] = 1.0;
+        x
+    }
+}
+
+impl Variable for J2 {
+    fn variable(v: f64, k: usize) -> Self {
+        let mut x = J2::c(v);
+        x.d[k] = 1.0;
+        x
+    }
+}
+
+/// The shape functions of `ct` at `xi` on jets whose variables are ξ's components within the
+/// cell's dimension (the others are constants): their derivatives in ξ ride along. The first
+/// `ct.n_nodes()` entries are the cell's (a stack buffer: no allocation per call).
+fn eval_on_variables<T: Variable>(ct: CellType, xi: [f64; 3]) -> [T; 27] {
+    let x: [T; 3] =
+        std::array::from_fn(|k| if k < ct.dim() { T::variable(xi[k], k) } else { T::c(xi[k]) });
+    let mut buf = [T::c(0.0); 27];
+    eval(ct, x, &mut buf[..ct.n_nodes()]);
+    buf
+}
+
 /// Linear 1D Lagrange polynomial of the node at r = ±1.
 #[inline]
 fn l1<T: Scalar>(r: f64, t: T) -> T {
@@ -361,17 +394,7 @@ pub fn shape_gradients_into(ct: CellType, xi: [f64; 3], dn: &mut [[f64; 3]]) {
         ct.n_nodes(),
         dn.len()
     );
-    let d = ct.dim();
-    let mut x = [D3::c(0.0); 3];
-    for k in 0..3 {
-        x[k].v = xi[k];
-        if k < d {
-            x[k].d[k] = 1.0;
-        }
-    }
-    let mut buf = [D3::c(0.0); 27];
-    let buf = &mut buf[..ct.n_nodes()];
-    eval(ct, x, buf);
+    let buf = eval_on_variables::<D3>(ct, xi);
     for (out, v) in dn.iter_mut().zip(buf.iter()) {
         *out = v.d;
     }
@@ -389,17 +412,7 @@ pub fn shape_hessians_into(ct: CellType, xi: [f64; 3], ddn: &mut [[[f64; 3]; 3]]
         ct.n_nodes(),
         ddn.len()
     );
-    let d = ct.dim();
-    let mut x = [J2::c(0.0); 3];
-    for k in 0..3 {
-        x[k].v = xi[k];
-        if k < d {
-            x[k].d[k] = 1.0;
-        }
-    }
-    let mut buf = [J2::c(0.0); 27];
-    let buf = &mut buf[..ct.n_nodes()];
-    eval(ct, x, buf);
+    let buf = eval_on_variables::<J2>(ct, xi);
     for (out, v) in ddn.iter_mut().zip(buf.iter()) {
         *out = v.h;
     }

@@ -688,6 +688,47 @@ mod tests {
     use crate::linear::{BcKind, BcSpec};
     use gradfem_mesh::CellType;
 
+    /// A Hessian product (`hu`, `hx`) of `term` along (δu = `du`, δX = `dx`) against central
+    /// differences of its first-order derivatives, to `tol` of the largest entry.
+    #[allow(clippy::too_many_arguments)]
+    fn assert_matches_differences(
+        label: &str,
+        m: &LinearElasticModel,
+        u: &[f64],
+        du: &[f64],
+        dx: &[[f64; 3]],
+        term: &[ObjectiveTerm],
+        (hu, hx): (&[f64], &[[f64; 3]]),
+        tol: f64,
+    ) {
+        let h = 1e-6;
+        let at = |s: f64| {
+            let mut mm = m.clone();
+            for (x, d) in mm.coords.iter_mut().zip(dx) {
+                (0..3).for_each(|k| x[k] += s * d[k]);
+            }
+            let uu: Vec<f64> = u.iter().zip(du).map(|(a, b)| a + s * b).collect();
+            evaluate(&mm, term, &uu, true).unwrap()
+        };
+        let (ep, em) = (at(h), at(-h));
+        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
+            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+            let scale = fd.iter().chain(got).fold(1e-300f64, |a, v| a.max(v.abs()));
+            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+                assert!((g - f).abs() <= tol * scale, "{label} {what}[{i}]: {g} vs {f}");
+            }
+        };
+        check("u", hu, &ep.d_displacement, &em.d_displacement);
+        let flat = |v: &[[f64; 3]]| -> Vec<f64> { v.iter().flatten().copied().collect() };
+        check(
+            "X",
+            &flat(hx),
+            &flat(ep.d_coords.as_ref().unwrap()),
+            &flat(em.d_coords.as_ref().unwrap()),
+        );
+        assert!(hx.iter().flatten().any(|v| *v != 0.0), "{label}: no coordinate part");
+    }
+
     /// The point displacement's Hessian product along (δu, δX) against central differences
     /// of its first-order derivatives, on straight and curved cells (curved: the shape
     /// functions' reference Hessians move the Jacobian at the point).
@@ -736,32 +777,9 @@ mod tests {
             weight: 1.0,
             kind: ObjectiveKind::PointDisplacement { point, direction },
         }];
-        let h = 1e-6;
-        let at = |s: f64| {
-            let mut mm = m.clone();
-            for (x, d) in mm.coords.iter_mut().zip(&dx) {
-                (0..3).for_each(|k| x[k] += s * d[k]);
-            }
-            let uu: Vec<f64> = u.iter().zip(&du).map(|(a, b)| a + s * b).collect();
-            evaluate(&mm, &term, &uu, true).unwrap()
-        };
-        let (ep, em) = (at(h), at(-h));
-        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
-            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
-            let scale = fd.iter().chain(got).fold(1e-300f64, |a, v| a.max(v.abs()));
-            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
-                assert!((g - f).abs() <= 1e-6 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
-            }
-        };
-        check("u", &hu, &ep.d_displacement, &em.d_displacement);
-        let flat = |v: &[[f64; 3]]| -> Vec<f64> { v.iter().flatten().copied().collect() };
-        check(
-            "X",
-            &flat(&hx),
-            &flat(ep.d_coords.as_ref().unwrap()),
-            &flat(em.d_coords.as_ref().unwrap()),
-        );
-        assert!(hu.iter().any(|v| *v != 0.0) && hx.iter().flatten().any(|v| *v != 0.0));
+        let label = format!("{cell:?}");
+        assert_matches_differences(&label, &m, &u, &du, &dx, &term, (&hu, &hx), 1e-6);
+        assert!(hu.iter().any(|v| *v != 0.0));
     }
 
     /// The average displacement's Hessian product along (δu, δX), on a surface and a volume
@@ -800,31 +818,7 @@ mod tests {
             weight: 1.0,
             kind: ObjectiveKind::AverageDisplacement { group: group.into(), direction },
         }];
-        let h = 1e-6;
-        let at = |s: f64| {
-            let mut mm = m.clone();
-            for (x, d) in mm.coords.iter_mut().zip(&dx) {
-                (0..3).for_each(|k| x[k] += s * d[k]);
-            }
-            let uu: Vec<f64> = u.iter().zip(&du).map(|(a, b)| a + s * b).collect();
-            evaluate(&mm, &term, &uu, true).unwrap()
-        };
-        let (ep, em) = (at(h), at(-h));
-        let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
-            let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
-            let scale = fd.iter().chain(got).fold(1e-300f64, |a, v| a.max(v.abs()));
-            for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
-                assert!((g - f).abs() <= 1e-5 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
-            }
-        };
-        check("u", &hu, &ep.d_displacement, &em.d_displacement);
-        let flat = |v: &[[f64; 3]]| -> Vec<f64> { v.iter().flatten().copied().collect() };
-        check(
-            "X",
-            &flat(&hx),
-            &flat(ep.d_coords.as_ref().unwrap()),
-            &flat(em.d_coords.as_ref().unwrap()),
-        );
-        assert!(hx.iter().flatten().any(|v| *v != 0.0));
+        let label = format!("{cell:?} {group}");
+        assert_matches_differences(&label, &m, &u, &du, &dx, &term, (&hu, &hx), 1e-5);
     }
 }

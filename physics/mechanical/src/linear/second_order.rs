@@ -1520,42 +1520,62 @@ pub(crate) mod tests {
     }
 
     /// The von Mises p-norm's Hessian product against central differences of its gradient.
+    /// The von Mises p-norm term of `model(…)`'s tests.
+    fn von_mises_term(p: f64) -> [crate::linear::objective::ObjectiveTerm; 1] {
+        use crate::linear::objective::{ObjectiveKind, ObjectiveTerm};
+        [ObjectiveTerm {
+            weight: 1.0,
+            kind: ObjectiveKind::VonMisesPNorm { group: "domain".into(), p },
+        }]
+    }
+
+    /// The von Mises p-norm's first-order derivatives with the model moved by `s` along `d`
+    /// (E, ν, u, and the nodes by `d.coords` when it is not empty), for central differences.
+    fn von_mises_gradient_at(
+        m: &LinearElasticModel,
+        u: &[f64],
+        d: &MechanicalDirection,
+        p: f64,
+        s: f64,
+    ) -> crate::linear::objective::ObjectiveEval {
+        let mut mm = m.clone();
+        for (e, v) in mm.young_elem.iter_mut().enumerate() {
+            *v += s * d.young_elem[e];
+        }
+        for (e, v) in mm.poisson_elem.iter_mut().enumerate() {
+            *v += s * d.poisson_elem[e];
+        }
+        for (x, c) in mm.coords.iter_mut().zip(&d.coords) {
+            (0..3).for_each(|k| x[k] += s * c[k]);
+        }
+        let uu: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + s * b).collect();
+        let with_coords = !d.coords.is_empty();
+        crate::linear::objective::evaluate(&mm, &von_mises_term(p), &uu, with_coords).unwrap()
+    }
+
+    /// `got` against the central difference of `plus` and `minus` (step `h`), to 1e-5 of the
+    /// largest difference.
+    fn assert_central(what: &str, got: &[f64], plus: &[f64], minus: &[f64], h: f64) {
+        let fd: Vec<f64> = plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
+        let scale = fd.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
+        for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
+            assert!((g - f).abs() <= 1e-5 * scale, "{what}[{i}]: {g} vs {f}");
+        }
+    }
+
     #[test]
     fn von_mises_hessian_matches_differences_of_the_gradient() {
-        use crate::linear::objective::{ObjectiveKind, ObjectiveTerm, evaluate};
         for (cell, p) in [(CellType::Tet4, 4.0), (CellType::Hex8, 2.5)] {
             let (m, u) = model(cell, true);
             let d = direction(&m);
             let els = m.group_elements("domain").unwrap().to_vec();
             let (du, de, dn) = m.von_mises_pnorm_hessian(&els, p, &u, &d);
-            let term = [ObjectiveTerm {
-                weight: 1.0,
-                kind: ObjectiveKind::VonMisesPNorm { group: "domain".into(), p },
-            }];
             let h = 1e-5;
-            let at = |s: f64| {
-                let mut mm = m.clone();
-                for (e, v) in mm.young_elem.iter_mut().enumerate() {
-                    *v += s * d.young_elem[e];
-                }
-                for (e, v) in mm.poisson_elem.iter_mut().enumerate() {
-                    *v += s * d.poisson_elem[e];
-                }
-                let uu: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + s * b).collect();
-                evaluate(&mm, &term, &uu, false).unwrap()
-            };
-            let (ep, em) = (at(h), at(-h));
-            let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
-                let fd: Vec<f64> =
-                    plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
-                let scale = fd.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
-                for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
-                    assert!((g - f).abs() <= 1e-5 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
-                }
-            };
-            check("u", &du, &ep.d_displacement, &em.d_displacement);
-            check("E", &de, &ep.d_young_elem, &em.d_young_elem);
-            check("nu", &dn, &ep.d_poisson_elem, &em.d_poisson_elem);
+            let (ep, em) =
+                (von_mises_gradient_at(&m, &u, &d, p, h), von_mises_gradient_at(&m, &u, &d, p, -h));
+            assert_central(&format!("{cell:?} u"), &du, &ep.d_displacement, &em.d_displacement, h);
+            assert_central(&format!("{cell:?} E"), &de, &ep.d_young_elem, &em.d_young_elem, h);
+            assert_central(&format!("{cell:?} nu"), &dn, &ep.d_poisson_elem, &em.d_poisson_elem, h);
         }
     }
 
@@ -1564,7 +1584,6 @@ pub(crate) mod tests {
     /// equals the closed form.
     #[test]
     fn von_mises_hessian_with_moving_nodes_matches_differences_of_the_gradient() {
-        use crate::linear::objective::{ObjectiveKind, ObjectiveTerm, evaluate};
         for (cell, p) in [(CellType::Tet4, 4.0), (CellType::Hex8, 2.5), (CellType::Tet10, 6.0)] {
             let (m, u) = model(cell, true);
             let mut d = direction(&m);
@@ -1577,11 +1596,8 @@ pub(crate) mod tests {
                     assert!((x - y).abs() <= 1e-10 * scale, "{cell:?}: {x} vs {y} (still)");
                 }
             }
-            d.coords = m
-                .coords
-                .iter()
-                .enumerate()
-                .map(|(i, _)| {
+            d.coords = (0..m.n_nodes())
+                .map(|i| {
                     let f = i as f64;
                     [2e-5 * (0.7 * f).sin(), 1e-5 * (1.3 * f).cos(), 5e-6 * (0.4 * f).sin()]
                 })
@@ -1589,41 +1605,22 @@ pub(crate) mod tests {
             let (du, de, dn, dx) =
                 m.von_mises_pnorm_hessian_moving(&els, p, &u, &d, CoordinateRequest::Every);
             let dx: Vec<f64> = dx.every().unwrap().iter().flatten().copied().collect();
-            let term = [ObjectiveTerm {
-                weight: 1.0,
-                kind: ObjectiveKind::VonMisesPNorm { group: "domain".into(), p },
-            }];
             let h = 1e-5;
-            let at = |s: f64| {
-                let mut mm = m.clone();
-                for (e, v) in mm.young_elem.iter_mut().enumerate() {
-                    *v += s * d.young_elem[e];
-                }
-                for (e, v) in mm.poisson_elem.iter_mut().enumerate() {
-                    *v += s * d.poisson_elem[e];
-                }
-                for (x, c) in mm.coords.iter_mut().zip(&d.coords) {
-                    (0..3).for_each(|k| x[k] += s * c[k]);
-                }
-                let uu: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + s * b).collect();
-                evaluate(&mm, &term, &uu, true).unwrap()
-            };
-            let (ep, em) = (at(h), at(-h));
-            let check = |what: &str, got: &[f64], plus: &[f64], minus: &[f64]| {
-                let fd: Vec<f64> =
-                    plus.iter().zip(minus).map(|(a, b)| (a - b) / (2.0 * h)).collect();
-                let scale = fd.iter().fold(1e-300f64, |a, v| a.max(v.abs()));
-                for (i, (g, f)) in got.iter().zip(&fd).enumerate() {
-                    assert!((g - f).abs() <= 1e-5 * scale, "{cell:?} {what}[{i}]: {g} vs {f}");
-                }
-            };
-            check("u", &du, &ep.d_displacement, &em.d_displacement);
-            check("E", &de, &ep.d_young_elem, &em.d_young_elem);
-            check("nu", &dn, &ep.d_poisson_elem, &em.d_poisson_elem);
+            let (ep, em) =
+                (von_mises_gradient_at(&m, &u, &d, p, h), von_mises_gradient_at(&m, &u, &d, p, -h));
+            assert_central(&format!("{cell:?} u"), &du, &ep.d_displacement, &em.d_displacement, h);
+            assert_central(&format!("{cell:?} E"), &de, &ep.d_young_elem, &em.d_young_elem, h);
+            assert_central(&format!("{cell:?} nu"), &dn, &ep.d_poisson_elem, &em.d_poisson_elem, h);
             let flat = |v: &Option<Vec<[f64; 3]>>| -> Vec<f64> {
                 v.as_ref().unwrap().iter().flatten().copied().collect()
             };
-            check("X", &dx, &flat(&ep.d_coords), &flat(&em.d_coords));
+            assert_central(
+                &format!("{cell:?} X"),
+                &dx,
+                &flat(&ep.d_coords),
+                &flat(&em.d_coords),
+                h,
+            );
         }
     }
 
