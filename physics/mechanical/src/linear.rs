@@ -1201,6 +1201,32 @@ impl LinearElasticModel {
         }
     }
 
+    /// λₑᵀ ∂rₑ/∂T of volume element `e` per local node, written into `out` (zeroed by the
+    /// caller; facet elements leave it): −∫ (3λ + 2μ) α (∇·λ) N_b dΩ with ∇·λ = Σ_a ∇N_a · λ_a,
+    /// the contraction of [`Self::element_temperature_tangent`] without forming it.
+    fn element_temperature_vjp(&self, e: usize, lambda: &[f64], out: &mut [f64]) {
+        if e >= self.n_volume {
+            return;
+        }
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let p = self.element_params(e);
+        let x = self.element_coords(e);
+        let c = -(3.0 * p.lambda + 2.0 * p.mu) * p.alpha;
+        let mut g = [[0.0; 3]; MAX_NODES];
+        for q in 0..blk.table.n_points() {
+            let det =
+                geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+            let div: f64 =
+                (0..nn).map(|a| dot3(g[a], [0, 1, 2].map(|i| lambda[3 * nodes[a] + i]))).sum();
+            let w = blk.table.weights[q] * det * c * div;
+            for (o, s) in out.iter_mut().zip(blk.table.shape(q)) {
+                *o += w * s;
+            }
+        }
+    }
+
     /// ∂rₑ/∂T of volume element `e` (row-major 3nn × nn, zeroed by the caller):
     /// ∂r_ai/∂T_b = −∫ (3λ + 2μ) α (∇N_a)_i N_b dΩ. Facet elements have none (left zero).
     pub fn element_temperature_tangent(&self, e: usize, out: &mut [f64]) {
@@ -1374,19 +1400,7 @@ impl LinearElasticModel {
     /// constrained dofs).
     pub fn temperature_vjp(&self, lambda: &[f64]) -> Vec<f64> {
         let mut out = vec![0.0; self.n_nodes()];
-        self.scatter(&mut out, 1, |e, local| {
-            if e >= self.n_volume {
-                return;
-            }
-            let nodes = self.element_nodes(e);
-            let nn = nodes.len();
-            let mut kt = [0.0; MAX_DOFS * MAX_NODES];
-            self.element_temperature_tangent(e, &mut kt[..3 * nn * nn]);
-            for b in 0..nn {
-                local[b] =
-                    (0..3 * nn).map(|r| kt[r * nn + b] * lambda[3 * nodes[r / 3] + r % 3]).sum();
-            }
-        });
+        self.scatter(&mut out, 1, |e, local| self.element_temperature_vjp(e, lambda, local));
         out
     }
 

@@ -172,6 +172,34 @@ fn residual_and_tangents_match_the_generic_form(
     }
 }
 
+/// λᵀ ∂R/∂T in closed form (the divergence of λ per point) equals the contraction of the
+/// element temperature tangents.
+#[rstest]
+fn temperature_vjp_is_the_contraction_of_the_temperature_tangent(
+    #[values(CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20, CellType::Prism6)]
+    ct: CellType,
+) {
+    let m = model(ct);
+    let lambda = adjoint(&m);
+    let got = m.temperature_vjp(&lambda);
+    let mut want = vec![0.0; m.n_nodes()];
+    for e in 0..m.n_volume_elements() {
+        let nodes = m.element_nodes(e).to_vec();
+        let nn = nodes.len();
+        let mut kt = vec![0.0; 3 * nn * nn];
+        m.element_temperature_tangent(e, &mut kt);
+        for b in 0..nn {
+            want[nodes[b]] +=
+                (0..3 * nn).map(|r| kt[r * nn + b] * lambda[3 * nodes[r / 3] + r % 3]).sum::<f64>();
+        }
+    }
+    let scale = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    assert!(scale > 0.0, "{ct}: a vanishing reference proves nothing");
+    for (n, (x, y)) in got.iter().zip(&want).enumerate() {
+        assert!((x - y).abs() <= 1e-12 * scale, "{ct} node {n}: {x} vs {y}");
+    }
+}
+
 #[rstest]
 fn closed_form_shape_derivative_matches_dual_numbers(
     #[values(
