@@ -1377,21 +1377,18 @@ impl LinearElasticModel {
         f
     }
 
-    /// (∂R/∂u)ᵀ λ over every dof (constrained columns included), from the element tangents.
-    pub fn tangent_transpose_product(&self, u: &[f64], lambda: &[f64]) -> Vec<f64> {
+    /// (∂R/∂u)ᵀ λ over every dof (constrained columns included). The element stiffness is
+    /// symmetric and the residual affine in u, so each element's part is its residual at
+    /// u = λ without thermal strain or loads (`Kₑλₑ`, matrix-free); `u` does not enter.
+    pub fn tangent_transpose_product(&self, _u: &[f64], lambda: &[f64]) -> Vec<f64> {
         let mut out = vec![0.0; 3 * self.n_nodes()];
         self.scatter(&mut out, 3, |e, local| {
             if e >= self.n_volume {
                 return;
             }
-            let nodes = self.element_nodes(e);
-            let nd = 3 * nodes.len();
-            let mut ke = [0.0; MAX_DOFS * MAX_DOFS];
-            let mut fe = [0.0; MAX_DOFS];
-            self.element_residual_tangent(e, u, Some(&mut ke[..nd * nd]), &mut fe[..nd]);
-            for b in 0..nd {
-                local[b] = (0..nd).map(|a| ke[a * nd + b] * lambda[3 * nodes[a / 3] + a % 3]).sum();
-            }
+            let mut p = self.element_params(e);
+            (p.alpha, p.body) = (0.0, [0.0; 3]);
+            self.kernel(e, Some(lambda), &p, ThermalLoad::Uniform(0.0), None, local);
         });
         out
     }

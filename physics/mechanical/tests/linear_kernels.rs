@@ -172,6 +172,34 @@ fn residual_and_tangents_match_the_generic_form(
     }
 }
 
+/// (∂R/∂u)ᵀλ matrix-free (each element's residual at u = λ without loads) equals the
+/// contraction of the element stiffness matrices.
+#[rstest]
+fn tangent_transpose_product_is_the_contraction_of_the_stiffness(
+    #[values(CellType::Tet4, CellType::Tet10, CellType::Hex8, CellType::Hex20, CellType::Prism6)]
+    ct: CellType,
+) {
+    let m = model(ct);
+    let (u, lambda) = (displacement(&m), adjoint(&m));
+    let got = m.tangent_transpose_product(&u, &lambda);
+    let mut want = vec![0.0; 3 * m.n_nodes()];
+    for e in 0..m.n_volume_elements() {
+        let nodes = m.element_nodes(e).to_vec();
+        let nd = 3 * nodes.len();
+        let (mut ke, mut fe) = (vec![0.0; nd * nd], vec![0.0; nd]);
+        m.element_residual_tangent(e, &u, Some(&mut ke), &mut fe);
+        for b in 0..nd {
+            want[3 * nodes[b / 3] + b % 3] +=
+                (0..nd).map(|a| ke[a * nd + b] * lambda[3 * nodes[a / 3] + a % 3]).sum::<f64>();
+        }
+    }
+    let scale = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
+    assert!(scale > 0.0, "{ct}: a vanishing reference proves nothing");
+    for (d, (x, y)) in got.iter().zip(&want).enumerate() {
+        assert!((x - y).abs() <= 1e-12 * scale, "{ct} dof {d}: {x} vs {y}");
+    }
+}
+
 /// λᵀ ∂R/∂T in closed form (the divergence of λ per point) equals the contraction of the
 /// element temperature tangents.
 #[rstest]
