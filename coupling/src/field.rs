@@ -297,6 +297,15 @@ pub trait Field: Any + Send {
         let _ = start;
     }
 
+    /// The engine will solve this field about `per_factorization` times with each of its
+    /// system matrices (a quasi-static field downstream of a stepped one: once per state, then
+    /// its adjoint once per state): a solver that picks its method by predicted cost predicts
+    /// for that count ([`gradfem_solvers::linear::LinearSolver::expect_solves`]). Default:
+    /// nothing to tell.
+    fn expect_solves(&mut self, per_factorization: usize) {
+        let _ = per_factorization;
+    }
+
     /// The field's time stepping, when it has a capacity term and is stepped in time.
     fn dynamic(&self) -> Option<&dyn Dynamic> {
         None

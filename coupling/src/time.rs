@@ -315,6 +315,11 @@ impl CoupledProblem {
             self.fields()[d].dynamic().expect("stepped").trajectory().map_or(0, |t| t.1.len());
         let fields: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
         let mut history = TimeHistory { fields: fields.clone(), ..Default::default() };
+        // Their matrices stay while the states change their loads: a solve per state forward
+        // and an adjoint per state backward on one factorization.
+        for &f in &fields {
+            self.fields_mut()[f].expect_solves(2 * n_states);
+        }
         if !fields.is_empty() {
             for n in 0..n_states {
                 gradfem_solvers::interrupt::check("time stepping", || format!("state {n}"))?;

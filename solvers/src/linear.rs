@@ -71,6 +71,13 @@ pub trait LinearSolver: Send {
     fn self_adjoint_solves(&self) -> usize {
         0
     }
+    /// How many solves the caller expects per factorization from now on (default: a forward
+    /// and an adjoint, 2; a field solved at every state of a time run with one matrix: many).
+    /// A solver that chooses its method by predicted cost ([`crate::route::SpdSolver`])
+    /// predicts for this count; others ignore it.
+    fn expect_solves(&mut self, per_factorization: usize) {
+        let _ = per_factorization;
+    }
 }
 
 /// ‖A x − b‖₂, the residual norm of a linear solve.

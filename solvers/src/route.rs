@@ -143,10 +143,10 @@ impl CostModel {
         per * nnz as f64
     }
 
-    /// Predicted seconds of a numeric factorization of `flops` multiply-adds and two solves
-    /// with a factor of `nnz_l` entries (the analysis apart).
-    pub fn cholesky_seconds(&self, flops: f64, nnz_l: usize) -> f64 {
-        flops / self.factor_rate + 2.0 * 2.0 * nnz_l as f64 / self.solve_rate
+    /// Predicted seconds of a numeric factorization of `flops` multiply-adds and `solves`
+    /// solves with a factor of `nnz_l` entries (the analysis apart).
+    pub fn cholesky_seconds(&self, flops: f64, nnz_l: usize, solves: f64) -> f64 {
+        flops / self.factor_rate + solves * 2.0 * nnz_l as f64 / self.solve_rate
     }
 
     /// Predicted seconds of `iterations` CG iterations on a matrix of `nnz` entries.
@@ -159,15 +159,16 @@ impl CostModel {
         nnz as f64 * iterations * per
     }
 
-    /// Predicted seconds of the AMG-CG route for a matrix of `nnz` entries: set-up, forward
-    /// and adjoint CG.
-    pub fn amg_seconds(&self, nnz: usize, start: AmgStart) -> f64 {
+    /// Predicted seconds of the AMG-CG route for a matrix of `nnz` entries: set-up and
+    /// `solves` CG solves, half of them forward (to 1e-10) and half adjoint (to 1e-7, from
+    /// recycled directions): the calibrated iterations are those of one pair.
+    pub fn amg_seconds(&self, nnz: usize, start: AmgStart, solves: f64) -> f64 {
         let (setup, iterations) = match start {
             AmgStart::Scalar => (self.amg_setup_scalar, self.iterations_scalar),
             AmgStart::NearNullspace => (self.amg_setup_vector, self.iterations_vector),
             AmgStart::CoarseSpace => (self.amg_setup_coarse_space, self.iterations_vector),
         };
-        nnz as f64 * setup + self.cg_seconds(nnz, iterations, start)
+        nnz as f64 * setup + self.cg_seconds(nnz, iterations * solves / 2.0, start)
     }
 }
 
@@ -253,6 +254,9 @@ pub struct SpdSolver {
     solves: usize,
     nnz: usize,
     self_adjoint: bool,
+    /// Solves expected per factorization (a forward and an adjoint: 2), what the route's
+    /// costs are predicted for ([`LinearSolver::expect_solves`]).
+    expected_solves: usize,
     /// The last forward right-hand side and its solution, since the last factorization.
     forward: Option<(Vec<f64>, Vec<f64>)>,
     /// Transposed solves answered from the forward solution.
@@ -279,6 +283,7 @@ impl SpdSolver {
             solves: 0,
             nnz: 0,
             self_adjoint: true,
+            expected_solves: 2,
             forward: None,
             shortcuts: 0,
         }
@@ -375,7 +380,8 @@ impl SpdSolver {
             }
             Route::AmgCg => self.inner = Inner::Amg(Box::new(self.new_amg())),
             Route::Auto => {
-                let amg = m.amg_seconds(nnz, self.amg_start());
+                let solves = self.expected_solves as f64;
+                let amg = m.amg_seconds(nnz, self.amg_start(), solves);
                 let s = level_separator(a) as f64;
                 let dense = SEPARATOR_FLOPS * s * s * s / m.factor_rate;
                 let amd = m.analysis_seconds(nnz, false, vector);
@@ -392,7 +398,7 @@ impl SpdSolver {
                     let mut c = CholeskySolver::new(&self.field);
                     let (flops, nnz_l) = c.analyse(a, CholeskyOrdering::Amd)?;
                     let mut best = (
-                        amd + m.cholesky_seconds(flops, nnz_l),
+                        amd + m.cholesky_seconds(flops, nnz_l, solves),
                         flops,
                         nnz_l,
                         CholeskyOrdering::Amd,
@@ -403,7 +409,7 @@ impl SpdSolver {
                             .with_ordering(CholeskyOrdering::NestedDissection);
                         match n.analyse(a, CholeskyOrdering::NestedDissection) {
                             Ok((f, l)) => {
-                                let t = amd + nd + m.cholesky_seconds(f, l);
+                                let t = amd + nd + m.cholesky_seconds(f, l, solves);
                                 if t < best.0 {
                                     best = (t, f, l, CholeskyOrdering::NestedDissection);
                                     c = n;
@@ -595,6 +601,17 @@ impl LinearSolver for SpdSolver {
 
     fn self_adjoint_solves(&self) -> usize {
         self.shortcuts
+    }
+
+    fn expect_solves(&mut self, per_factorization: usize) {
+        let n = per_factorization.max(1);
+        if n != self.expected_solves {
+            self.expected_solves = n;
+            if self.route == Route::Auto {
+                // Decide again at the next factorization, for the new count.
+                self.decided_for = None;
+            }
+        }
     }
 }
 

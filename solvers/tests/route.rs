@@ -90,6 +90,27 @@ fn forced_routes_are_kept(#[case] route: Route, #[case] name: &str) {
     }
 }
 
+/// A caller that will solve many times per factorization (a field downstream of a time run)
+/// says so, and the route is decided again for that count at the next factorization: one
+/// matrix solved 20 times factors once (Cholesky) where a forward and an adjoint take AMG-CG.
+#[test]
+fn many_expected_solves_per_factorization_take_cholesky() {
+    let (a, b, modes) = elastic(18);
+    let mut s = solver(Route::Auto, modes);
+    s.factor(&a).unwrap();
+    assert_eq!(s.decision().unwrap().route, Route::AmgCg, "{:?}", s.decision());
+    s.expect_solves(20);
+    // The current factorization keeps serving until the next one.
+    assert_eq!(s.name(), "amg-cg");
+    s.factor(&a).unwrap();
+    let d = s.decision().unwrap().clone();
+    assert_eq!(d.route, Route::Cholesky, "{d:?}");
+    assert!(d.cholesky_seconds.unwrap() < d.amg_seconds.unwrap(), "{d:?}");
+    let mut x = b.clone();
+    s.solve_in_place(&mut x).unwrap();
+    assert!(relative_residual(&a, &x, &b) <= 1e-10);
+}
+
 #[test]
 fn a_cost_model_with_a_fast_factorization_takes_cholesky() {
     let (a, _, _) = heat(20);

@@ -624,6 +624,10 @@ impl Field for ElectricalField {
         "electrical"
     }
 
+    fn expect_solves(&mut self, per_factorization: usize) {
+        self.solver.expect_solves(per_factorization);
+    }
+
     fn outputs(&self) -> Vec<Port> {
         vec![
             Port::nodal("potential", 1),

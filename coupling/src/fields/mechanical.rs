@@ -1122,6 +1122,10 @@ impl Field for MechanicalField {
         "mechanical"
     }
 
+    fn expect_solves(&mut self, per_factorization: usize) {
+        self.solver.expect_solves(per_factorization);
+    }
+
     fn outputs(&self) -> Vec<Port> {
         vec![Port::nodal("displacement", 3)]
     }

@@ -680,6 +680,10 @@ impl Field for ThermalField {
         "thermal"
     }
 
+    fn expect_solves(&mut self, per_factorization: usize) {
+        self.solver.expect_solves(per_factorization);
+    }
+
     fn outputs(&self) -> Vec<Port> {
         vec![Port::nodal("temperature", 1)]
     }
