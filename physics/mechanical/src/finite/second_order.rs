@@ -147,7 +147,6 @@ impl PointInputs<'_> {
     /// `∂Ī₂/∂F = J^{-4/3} (2I₁F − 2FC) − ⁴⁄₃ Ī₂/J cof F`, `∂Ĵ/∂F = θ⁻³ cof F`,
     /// `∂Ĵ/∂θ = −3Ĵ/θ`. In a dual type whose parts follow directions of `x`, each entry carries
     /// its derivatives along them: one evaluation serves every input `k`.
-    #[allow(clippy::type_complexity)]
     fn form_arguments<D: DualNum<Primitive = f64> + Copy>(&self, x: &[D]) -> (Vec<D>, Vec<D>) {
         let np = self.n_params();
         let n = x.len();
