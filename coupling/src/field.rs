@@ -264,6 +264,14 @@ pub trait Field: Any + Send {
         None
     }
 
+    /// The tangent of the field's unknowns along a tangent `state` of its state, what a seed
+    /// on the unknowns ([`Seed::unknowns`]) is dotted with for the derivative of an objective
+    /// term's value; `None` when the field gives none (its terms seed its state only).
+    fn unknowns_tangent(&self, state: &[f64]) -> Option<Vec<f64>> {
+        let _ = state;
+        None
+    }
+
     /// The unknowns of the current state or start (a monolithic cycle's Newton starts there).
     fn cell_unknowns(&self) -> Vec<f64> {
         Vec::new()

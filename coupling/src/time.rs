@@ -537,16 +537,20 @@ impl CoupledProblem {
         let mut bars = self.zero_bars();
         let mut g = Gradient::zeros(self.registry());
         self.seed_field(f, &mut bars, &mut g)?;
-        if !bars.unknowns[f].is_empty() {
-            return Err(setup(format!(
-                "Hessian-vector products in time: a smooth maximum or a misfit over time needs \
-                 the derivative of every objective term's value, and the {} field's terms on \
-                 its unknowns (terminal currents) do not give it yet",
-                self.fields()[f].name()
-            )));
-        }
         let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
         let mut v = dot(&bars.state[f], &tan.state[f]);
+        if !bars.unknowns[f].is_empty() {
+            // Terms on the unknowns (terminal currents): their tangent from the state's.
+            let du = self.fields()[f].unknowns_tangent(&tan.state[f]).ok_or_else(|| {
+                setup(format!(
+                    "Hessian-vector products in time: a smooth maximum or a misfit over time \
+                     needs the derivative of every objective term's value, and the {} field's \
+                     terms on its unknowns do not give it",
+                    self.fields()[f].name()
+                ))
+            })?;
+            v += dot(&bars.unknowns[f], &du);
+        }
         for (p, x) in bars.inputs[f].iter().enumerate() {
             if let Some(dx) = tan.inputs[f].get(p) {
                 v += dot(x, dx);

@@ -915,6 +915,12 @@ impl Field for ElectricalField {
         Some(Box::new(ElectricalCells { model: &self.model, phi, t: self.temperature.as_deref() }))
     }
 
+    fn unknowns_tangent(&self, state: &[f64]) -> Option<Vec<f64>> {
+        // Each unknown is the potential of its node (a current terminal's of one of its
+        // nodes, all equal): linear in the nodal potential.
+        Some(self.model.unknowns_from_nodal(state))
+    }
+
     fn cell_unknowns(&self) -> Vec<f64> {
         match &self.phi {
             Some(phi) => self.model.unknowns_from_nodal(phi),
