@@ -940,55 +940,48 @@ impl MechanicalField {
         d: &MechanicalDirection,
         rev: &mut Reverse,
     ) -> Result<Seed, RunError> {
+        use gradfem_mechanical::linear::objective;
         let mut state = vec![0.0; u.len()];
         for term in &self.objective {
             let w = term.weight;
-            match &term.kind {
-                MechObjectiveKind::Linear { .. } | MechObjectiveKind::Compliance => {}
+            let coords = rev.coordinate_request();
+            // Each term's (∂/∂u, ∂/∂X) parts along the direction.
+            let (hu, hx) = match &term.kind {
+                MechObjectiveKind::Linear { .. } | MechObjectiveKind::Compliance => continue,
                 MechObjectiveKind::AverageDisplacement { group, direction } => {
-                    let (hu, hx) =
-                        gradfem_mechanical::linear::objective::average_displacement_hessian(
-                            &self.model,
-                            group,
-                            *direction,
-                            u,
-                            &d.displacement,
-                            &d.coords,
-                            rev.coordinate_request(),
-                        )
-                        .map_err(mech)?;
-                    state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
-                    rev.add_coordinate_part(&hx, w);
+                    objective::average_displacement_hessian(
+                        &self.model,
+                        group,
+                        *direction,
+                        u,
+                        &d.displacement,
+                        &d.coords,
+                        coords,
+                    )
+                    .map_err(mech)?
                 }
                 MechObjectiveKind::PointDisplacement { point, direction } => {
-                    let (hu, hx) =
-                        gradfem_mechanical::linear::objective::point_displacement_hessian(
-                            &self.model,
-                            *point,
-                            *direction,
-                            u,
-                            &d.displacement,
-                            &d.coords,
-                            rev.coordinate_request(),
-                        )
-                        .map_err(mech)?;
-                    state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
-                    rev.add_coordinate_part(&hx, w);
+                    objective::point_displacement_hessian(
+                        &self.model,
+                        *point,
+                        *direction,
+                        u,
+                        &d.displacement,
+                        &d.coords,
+                        coords,
+                    )
+                    .map_err(mech)?
                 }
                 MechObjectiveKind::VonMisesPNorm { group, p } => {
                     let els = self.model.group_elements(group).map_err(mech)?;
-                    let (hu, he, hn, hx) = self.model.von_mises_pnorm_hessian_moving(
-                        els,
-                        *p,
-                        u,
-                        d,
-                        rev.coordinate_request(),
-                    );
-                    state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
+                    let (hu, he, hn, hx) =
+                        self.model.von_mises_pnorm_hessian_moving(els, *p, u, d, coords);
                     self.add_material(rev.grad, &he, &hn, w);
-                    rev.add_coordinate_part(&hx, w);
+                    (hu, hx)
                 }
-            }
+            };
+            state.iter_mut().zip(&hu).for_each(|(s, v)| *s += w * v);
+            rev.add_coordinate_part(&hx, w);
         }
         let compliance = self.compliance_weight();
         if compliance != 0.0 {

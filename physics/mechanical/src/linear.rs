@@ -1379,8 +1379,8 @@ impl LinearElasticModel {
 
     /// (∂R/∂u)ᵀ λ over every dof (constrained columns included). The element stiffness is
     /// symmetric and the residual affine in u, so each element's part is its residual at
-    /// u = λ without thermal strain or loads (`Kₑλₑ`, matrix-free); `u` does not enter.
-    pub fn tangent_transpose_product(&self, _u: &[f64], lambda: &[f64]) -> Vec<f64> {
+    /// u = λ without thermal strain or loads (`Kₑλₑ`, matrix-free): it does not depend on u.
+    pub fn tangent_transpose_product(&self, lambda: &[f64]) -> Vec<f64> {
         let mut out = vec![0.0; 3 * self.n_nodes()];
         self.scatter(&mut out, 3, |e, local| {
             if e >= self.n_volume {
@@ -1516,7 +1516,7 @@ impl LinearElasticModel {
             }
         }
         if want.displacement {
-            let full = self.tangent_transpose_product(u, lambda);
+            let full = self.tangent_transpose_product(lambda);
             for (d, &b) in self.constrained_by.iter().enumerate() {
                 if b != u32::MAX
                     && matches!(self.boundaries[b as usize].kind, BcKind::Displacement { .. })
