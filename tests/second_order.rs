@@ -679,11 +679,6 @@ fn electrothermal_hessian_vector_product_matches_differences_of_gradients() {
 #[test]
 fn uncovered_problems_are_refused_with_a_message() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    // Finite strain has no products in node coordinates yet.
-    let mut sim = Simulation::from_file(root.join("examples/rubber_pad.toml")).unwrap();
-    sim.register("mesh.coordinates").unwrap();
-    let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("hyperelastic") && e.contains("node coordinates"), "{e}");
     // The microactuator's hot-arm width (a morph through I → Q → T → u) is covered.
     let actuator = std::fs::read_to_string(root.join("examples/microactuator.toml")).unwrap();
     let mut sim = Simulation::from_toml(root.join("examples/a.toml"), &actuator).unwrap();
@@ -1158,6 +1153,57 @@ fn finite_strain_second_order_taylor_remainders_fall_at_rate_three(
     assert!(t.remainders_first[0] > 10.0 * t.remainders[0]);
 }
 
+/// Shape parameters on finite strain (every node coordinate, beside the law, element-field
+/// and load parameters): the second-order Taylor remainders fall at rate 3 along directions
+/// that move the nodes, for a group's mean displacement and a clamp's reaction (its δq moves
+/// with the residual's coordinates), a point displacement whose reference point follows the
+/// nodes, and a misfit of it against a measured curve (its j″ δq term sees the motion of ξ).
+#[rstest]
+#[case::hex8_tip_and_clamp("hex8", "steps = 2", &format!("{TIP_X}{CLAMP_FORCE}"), false)]
+#[case::hex8_shape_only("hex8", "steps = 1", &format!("{TIP_X}{CLAMP_FORCE}"), true)]
+#[case::tet10_point("tet10", "steps = 1", &format!("{INNER_POINT}{CLAMP_FORCE}"), false)]
+#[case::tet4_point_misfit_checkpointed(
+    "tet4",
+    "steps = 3\ncheckpoints = 1",
+    TIP_POINT_MISFIT,
+    true
+)]
+fn finite_strain_shape_second_order_taylor_remainders_fall_at_rate_three(
+    #[case] cell: &str,
+    #[case] load_steps: &str,
+    #[case] objectives: &str,
+    #[case] only_shape: bool,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let curve = dir.path().join("tip.csv");
+    std::fs::write(&curve, "load,u\n0.3333333333333333,1e-4\n0.6666666666666666,2e-4\n1.0,3e-4\n")
+        .unwrap();
+    let objectives = objectives.replace("CURVE", &curve.display().to_string());
+    let register = format!("{BLOCK_PARAMETERS}, \"mesh.coordinates\"");
+    let mut sim = rubber_block(cell, load_steps, &objectives, &register);
+    assert_shape_rate_three(&mut sim, 5, only_shape, 0.05, &format!("{cell} {objectives}"));
+}
+
+/// Finite strain with shape parameters: H·δp against central differences of the load-stepping
+/// adjoint's gradients, entry by entry (every node coordinate's entry included), on a point
+/// displacement's misfit and a reaction.
+#[test]
+fn finite_strain_shape_hessian_vector_product_matches_differences_of_gradients() {
+    let dir = tempfile::tempdir().unwrap();
+    let curve = dir.path().join("tip.csv");
+    std::fs::write(&curve, "load,u\n0.5,1e-4\n1.0,3e-4\n").unwrap();
+    let objectives =
+        format!("{TIP_POINT_MISFIT}{CLAMP_FORCE}").replace("CURVE", &curve.display().to_string());
+    let register = format!("{BLOCK_PARAMETERS}, \"mesh.coordinates\"");
+    let mut sim = rubber_block("hex8", "steps = 2", &objectives, &register);
+    let dir = shape_direction(&mut sim, 13, 1e-3, false);
+    assert_hvp_matches_differences_of_gradients_along(&mut sim, &dir);
+}
+
+/// A point inside the block (on its boundary, moving nodes would leave it outside).
+const INNER_POINT: &str = "[[objective]]\nkind = \"displacement\"\npoint = [0.017, 0.004, 0.006]\ndirection = [0.0, 0.4, 1.0]\nweight = 300.0\n";
+const TIP_POINT_MISFIT: &str = "[[objective]]\nkind = \"displacement\"\npoint = [0.017, 0.004, 0.006]\ndirection = [0.2, 0.0, 1.0]\nmeasured = \"CURVE\"\nweight = 1e6\n";
+
 /// The rubber pad's force-curve misfit (examples/rubber_pad.toml: Hex20, 5 load steps, a
 /// displacement-driven platen), with μ₁, α₁, κ and the platen's travel: second-order Taylor
 /// test, and H·δp against central differences of the load-stepping adjoint's gradients.
@@ -1182,9 +1228,10 @@ fn rubber_pad_misfit_hessian_vector_products() {
 
 /// A thermal strip driving a finite-strain field (thermal → hyperelastic): the second-order
 /// adjoint of the load path hands its temperature part to the thermal field's, so thermal
-/// and finite-strain parameters mix in one Hessian.
-#[test]
-fn thermal_to_finite_strain_second_order() {
+/// and finite-strain parameters mix in one Hessian; with every node coordinate registered
+/// too, the shape parameters move both fields.
+#[rstest]
+fn thermal_to_finite_strain_second_order(#[values(false, true)] shape: bool) {
     let text = r#"
 [mesh]
 box = { lengths = [0.03, 0.01, 0.01], divisions = [3, 1, 1], cell = "hex8" }
@@ -1237,7 +1284,17 @@ register = ["thermal.k.domain", "bc.xmax.h", "thermal.q.domain", "bc.xmin.temper
 [solver]
 rel_tol = 1e-12
 "#;
-    let mut sim = Simulation::from_toml("strip.toml", text).unwrap();
+    let mut sim = if shape {
+        let text = text.replace(
+            "\"bc.xmax.displacement\"]",
+            "\"bc.xmax.displacement\", \"mesh.coordinates\"]",
+        );
+        let mut sim = Simulation::from_toml("strip.toml", &text).unwrap();
+        assert_shape_rate_three(&mut sim, 2, false, 0.05, "strip with shape");
+        return;
+    } else {
+        Simulation::from_toml("strip.toml", text).unwrap()
+    };
     let dir = random_direction_scaled(&sim.parameter_vector(), 2);
     let t = sim.taylor_test_second_order(&dir, 0.05, 5).unwrap();
     eprintln!("strip: remainders {:?} rates {:?}", t.remainders, t.rates);

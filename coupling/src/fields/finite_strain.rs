@@ -501,12 +501,20 @@ struct Resolved {
     probe: Option<PointProbe>,
 }
 
-/// Shape functions N_a(ξ_p) and physical gradients ∇N_a(ξ_p) at a located point.
+/// Shape functions N_a(ξ_p) and physical gradients ∇N_a(ξ_p) at a located point, with the
+/// reference data its second derivatives in the node coordinates need.
 #[derive(Clone, Debug)]
 struct PointProbe {
+    element: usize,
     nodes: Vec<usize>,
     shape: Vec<f64>,
     grads: Vec<[f64; 3]>,
+    /// Reference gradients ∇_ξN_a(ξ_p).
+    reference_grads: Vec<[f64; 3]>,
+    /// Reference Hessians ∇²_ξN_a(ξ_p).
+    reference_hessians: Vec<[[f64; 3]; 3]>,
+    /// The element's node coordinates.
+    coords: Vec<[f64; 3]>,
     direction: [f64; 3],
 }
 
@@ -552,6 +560,8 @@ impl Resolved {
                 let x: Vec<[f64; 3]> = nodes.iter().map(|&n| model.coords[n]).collect();
                 let mut grads = vec![[0.0; 3]; nn];
                 geometry::physical_gradients_into(3, &dn, &x, &mut grads);
+                let mut hn = vec![[[0.0; 3]; 3]; nn];
+                reference::shape_hessians_into(ct, xi, &mut hn);
                 let a = nodes
                     .iter()
                     .zip(&shape)
@@ -560,7 +570,16 @@ impl Resolved {
                 Resolved {
                     a,
                     c: vec![],
-                    probe: Some(PointProbe { nodes, shape, grads, direction: *direction }),
+                    probe: Some(PointProbe {
+                        element: e,
+                        nodes,
+                        shape,
+                        grads,
+                        reference_grads: dn,
+                        reference_hessians: hn,
+                        coords: x,
+                        direction: *direction,
+                    }),
                 }
             }
             Quantity::GroupDisplacement { group, direction } => {

@@ -525,17 +525,22 @@ impl SecondOrder for HyperelasticField {
     fn tangent(
         &mut self,
         params: &Gradient,
-        _coordinates: &[[f64; 3]], // always empty: covers_shape is false
+        coordinates: &[[f64; 3]],
         inputs: &[Vec<f64>],
     ) -> Result<Vec<f64>, RunError> {
         let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
         let Some(last) = path.states.last() else {
             return Ok(self.start_state());
         };
-        let dir = self.problem.path_direction(params, inputs.first().map(Vec::as_slice));
+        let mut dir = self.problem.path_direction(params, inputs.first().map(Vec::as_slice));
+        dir.model.coordinates = coordinates.to_vec();
         self.problem
             .state_tangent(path.states.len() - 1, last, &dir)
             .map_err(|e| RunError::Setup(e.to_string()))
+    }
+
+    fn covers_shape(&self) -> bool {
+        true
     }
 
     fn second_order_vjp(
@@ -557,7 +562,9 @@ impl SecondOrder for HyperelasticField {
         let path = self.path.as_ref().ok_or_else(|| RunError::Setup("solve first".into()))?;
         let mut want = self.problem.vjp_request();
         want.thermal |= self.problem.model.temperature().is_some();
-        let pd = self.problem.path_direction(dir.params, dir.inputs.first().map(Vec::as_slice));
+        want.coords = rev.wants_coordinates();
+        let mut pd = self.problem.path_direction(dir.params, dir.inputs.first().map(Vec::as_slice));
+        pd.model.coordinates = dir.coordinates.to_vec();
         let hv = self
             .problem
             .hessian_vector_from_path(path, &self.objective, &pd, want)
@@ -565,6 +572,9 @@ impl SecondOrder for HyperelasticField {
         let mut g = Gradient::zeros(rev.registry);
         self.problem.gradient_to_registry(&hv, &mut g);
         rev.grad.add_scaled(1.0, &g);
+        if rev.wants_coordinates() {
+            rev.add_coordinates(&hv.coords, 1.0);
+        }
         let inputs = match hv.temperature {
             Some(t) if self.takes_temperature => vec![(0, t)],
             _ => Vec::new(),

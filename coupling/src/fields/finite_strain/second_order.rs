@@ -18,21 +18,71 @@
 //! 5. H δp += (c₂ − ν)ᵀ ∂R_full/∂q with the prescribed values' chain on a₂ + g_u (the
 //!    first-order parameter products at the weight c₂ − ν), plus g_q.
 //!
-//! Three solves per step on one factorization. Node coordinates (shape parameters) are not a
-//! direction here.
+//! Three solves per step on one factorization.
+//!
+//! Node coordinates (shape parameters) are a direction like the others: the residual's
+//! products take δX ([`FiniteDirection::coordinates`]), a reaction's δq = cᵀdR follows, and a
+//! point displacement, whose reference point ξ(X) follows the nodes, takes its derivatives
+//! along (δu, δX) from [`gradfem_kernel::point_sample_along`]: δq (with −m·∇q), the seed's
+//! tangent j′ δN_b d and the coordinates' part j′ (∂q/∂X)′ + j″ δq ∂q/∂X.
 
 use std::time::Instant;
 
-use gradfem_mechanical::finite::FiniteVjpRequest;
+use gradfem_kernel::{PointSample, point_sample_along};
+use gradfem_mechanical::MechanicalError;
 use gradfem_mechanical::finite::second_order::FiniteDirection;
+use gradfem_mechanical::finite::{FiniteStrainModel, FiniteVjpRequest};
 use gradfem_mechanical::linear::BcKind;
 use gradfem_solvers::params::Gradient;
 
 use super::{
     EquilibriumState, FiniteBinding, FiniteStrainGradient, FiniteStrainProblem,
-    FiniteStrainSolveError, LoadPath, LoadPathObjective, PathTerm, Resolved,
+    FiniteStrainSolveError, LoadPath, LoadPathObjective, PathTerm, PointProbe, Resolved,
     add_squared_displacement_seed, weighted_seeds,
 };
+
+impl PointProbe {
+    /// The sample q = d·u(X_p) and its first derivatives' tangents along (δu, δX) (full dofs;
+    /// `dx` per node, empty: the nodes hold still). Errors: a singular Jacobian at the point.
+    fn sample_along(
+        &self,
+        model: &FiniteStrainModel,
+        u: &[f64],
+        du: &[f64],
+        dx: &[[f64; 3]],
+    ) -> Result<PointSample, FiniteStrainSolveError> {
+        let d = self.direction;
+        let along = |v: &[f64], n: usize| (0..3).map(|i| d[i] * v[3 * n + i]).sum::<f64>();
+        let values: Vec<f64> = self.nodes.iter().map(|&n| along(u, n)).collect();
+        let d_values: Vec<f64> = self.nodes.iter().map(|&n| along(du, n)).collect();
+        let d_coords: Vec<[f64; 3]> =
+            self.nodes.iter().map(|&n| dx.get(n).copied().unwrap_or([0.0; 3])).collect();
+        point_sample_along(
+            &self.shape,
+            &self.reference_grads,
+            &self.reference_hessians,
+            &self.coords,
+            &values,
+            &d_values,
+            &d_coords,
+        )
+        .ok_or_else(|| {
+            let nn = self.coords.len() as f64;
+            let e = self.element;
+            FiniteStrainSolveError::Model(
+                MechanicalError::InvertedCell {
+                    cell_tag: model.element_cell_tag(e),
+                    cell_type: model.element_cell_type(e),
+                    det_j: 0.0,
+                    centroid: std::array::from_fn(|i| {
+                        self.coords.iter().map(|x| x[i]).sum::<f64>() / nn
+                    }),
+                }
+                .into(),
+            )
+        })
+    }
+}
 
 /// A direction of the finite-strain field's inputs: the model's variables and the prescribed
 /// displacement values' tangents δū per boundary condition.
@@ -131,7 +181,7 @@ impl FiniteStrainProblem {
     /// H·δp of the load-path objective over a solved `path` along `dir` (module docs), in the
     /// layout of the gradient ([`FiniteStrainGradient`]: its `temperature` is the product's
     /// nodal temperature part, the seed of the upstream fields' second-order adjoint); `want`
-    /// selects the parameter products as for the gradient (coordinates are not covered).
+    /// selects the parameter products as for the gradient (node coordinates included).
     pub fn hessian_vector_from_path(
         &self,
         path: &LoadPath,
@@ -156,7 +206,6 @@ impl FiniteStrainProblem {
     ) -> Result<Vec<FiniteStrainGradient>, FiniteStrainSolveError> {
         let n = path.states.len();
         let resolved = self.resolve(objective, n)?;
-        let want = FiniteVjpRequest { coords: false, ..want };
         let mut hvs: Vec<FiniteStrainGradient> =
             dirs.iter().map(|_| FiniteStrainGradient::zeros(&self.model)).collect();
         let t = Instant::now();
@@ -213,13 +262,13 @@ impl FiniteStrainProblem {
         add_squared_displacement_seed(objective, k, &st.u, &mut a);
         let mu = self.adjoint_weight(k, st, &a, &c)?;
         for (dir, hv) in dirs.iter().zip(hvs.iter_mut()) {
-            self.step_direction(objective, resolved, k, st, &mu, dir, want, hv)?;
+            self.step_direction(objective, resolved, k, st, &dq, &mu, dir, want, hv)?;
         }
         Ok(())
     }
 
-    /// One direction's part of step k, on the factorization of K(u_k) and the first-order
-    /// weight `mu` (module docs, steps 1 and 3–5).
+    /// One direction's part of step k, on the factorization of K(u_k), the terms' first-order
+    /// weights `dq` (j′) and the first-order weight `mu` (module docs, steps 1 and 3–5).
     #[allow(clippy::too_many_arguments)]
     fn step_direction(
         &self,
@@ -227,6 +276,7 @@ impl FiniteStrainProblem {
         resolved: &[Resolved],
         k: usize,
         st: &EquilibriumState,
+        dq: &[f64],
         mu: &[f64],
         dir: &PathDirection,
         want: FiniteVjpRequest,
@@ -252,14 +302,29 @@ impl FiniteStrainProblem {
             } else {
                 None
             };
+        // Point displacements move with the nodes' motion through ξ(X).
+        let samples = resolved
+            .iter()
+            .map(|res| {
+                res.probe
+                    .as_ref()
+                    .map(|p| p.sample_along(m, &st.u, &d.displacement, &d.coordinates))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // j″_t δq_t per term.
         let dq2: Vec<f64> = resolved
             .iter()
             .zip(&j2)
-            .map(|(res, &w)| {
+            .zip(&samples)
+            .map(|((res, &w), sample)| {
                 if w == 0.0 {
                     return 0.0;
                 }
-                let mut dq = res.a.iter().map(|&(i, v)| v * d.displacement[i]).sum::<f64>();
+                let mut dq = match sample {
+                    Some(s) => s.d_value,
+                    None => res.a.iter().map(|&(i, v)| v * d.displacement[i]).sum::<f64>(),
+                };
                 if let Some(dr) = &residual_tangent {
                     dq += res.c.iter().map(|&(i, v)| v * dr[i]).sum::<f64>();
                 }
@@ -268,6 +333,22 @@ impl FiniteStrainProblem {
             .collect();
         let (mut a2, c2) = weighted_seeds(resolved, &dq2, nf);
         add_squared_displacement_seed(objective, k, &d.displacement, &mut a2);
+        for (((res, sample), &j1), &j2dq) in resolved.iter().zip(&samples).zip(dq).zip(&dq2) {
+            let (Some(p), Some(s)) = (&res.probe, sample) else { continue };
+            // j′ δa (a_b = N_b d) and j′ (∂q/∂X)′ + j″δq ∂q/∂X.
+            for (&n, v) in p.nodes.iter().zip(s.value_part(&p.shape, j1, 0.0)) {
+                for i in 0..3 {
+                    a2[3 * n + i] += v * p.direction[i];
+                }
+            }
+            if want.coords {
+                for (&n, v) in p.nodes.iter().zip(s.coordinate_part(&p.shape, j1, j2dq)) {
+                    for i in 0..3 {
+                        hv.coords[n][i] += v[i];
+                    }
+                }
+            }
+        }
         if mu.iter().any(|v| *v != 0.0) {
             let so = m.second_order_vjp(&st.u, st.load, mu, &d, want)?;
             a2.iter_mut().zip(&so.displacement).for_each(|(x, y)| *x += y);
@@ -279,9 +360,25 @@ impl FiniteStrainProblem {
             for r in 0..p.alpha.len() {
                 hv.alpha[r] += p.alpha[r];
                 hv.t_ref[r] += p.t_ref[r];
+                for i in 0..3 {
+                    hv.body_force[r][i] += p.body_force[r][i];
+                }
+            }
+            for b in 0..p.pressure.len() {
+                hv.pressure[b] += p.pressure[b];
+                for i in 0..3 {
+                    hv.traction[b][i] += p.traction[b][i];
+                }
             }
             if let (Some(h), Some(t)) = (&mut hv.temperature, &p.temperature) {
                 h.iter_mut().zip(t).for_each(|(x, y)| *x += y);
+            }
+            if let Some(c) = &p.coords {
+                for (h, v) in hv.coords.iter_mut().zip(c) {
+                    for i in 0..3 {
+                        h[i] += v[i];
+                    }
+                }
             }
         }
         // 4.–5. The second-order adjoint and its parameter products.

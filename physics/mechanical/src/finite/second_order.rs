@@ -30,8 +30,15 @@
 //! Gμ, ε₂ along δx, ε₃ the input) for the second-order product; the tests hold both ways
 //! equal.
 //!
-//! Node coordinates are not a direction here. Both products are tested against central
-//! differences of the first-order products they differentiate.
+//! Node coordinates are a direction too (shape parameters). Moving the nodes by δX moves
+//! a point's weight, `δw = w tr ∇δX`, the physical shape gradients, `δ∇N_a = −(∇δX)ᵀ∇N_a`,
+//! and so `δF = ∇δu − H∇δX` (H = ∇u) and `δG = −G∇δX`; the point derivatives above take δF
+//! among their inputs and the weight and gradients are chained by hand. The coordinates' own
+//! product differentiates the first-order closed form `M ∇N_b`,
+//! `M = w(ℓ I − Hᵀ(A:G) − GᵀP)` (parent module docs), along every input; facets (dead
+//! tractions and pressures on the reference area) take hyper-dual passes. Both products
+//! are tested against central differences of the first-order products they differentiate,
+//! with and without moving nodes.
 
 #![allow(non_snake_case)] // F, P: the names of continuum mechanics.
 
@@ -52,6 +59,8 @@ pub struct FiniteDirection {
     pub displacement: Vec<f64>,
     /// δT per node (read when the model has a temperature field).
     pub temperature: Vec<f64>,
+    /// δX per node, the node coordinates' tangent (empty: the nodes hold still).
+    pub coordinates: Vec<[f64; 3]>,
     /// δp per region, per law parameter (order of [`StrainEnergy::parameter_names`]).
     pub material: Vec<Vec<f64>>,
     /// δsₑ per volume element.
@@ -75,6 +84,7 @@ impl FiniteDirection {
         FiniteDirection {
             displacement: vec![0.0; 3 * model.n_nodes()],
             temperature: vec![0.0; model.n_nodes()],
+            coordinates: Vec::new(),
             material: model.regions.iter().map(|r| vec![0.0; r.law.parameters().len()]).collect(),
             element_scale: vec![0.0; model.n_volume_elements()],
             alpha: vec![0.0; nr],
@@ -208,40 +218,52 @@ impl PointInputs<'_> {
         (z, jac)
     }
 
-    /// `dP_iJ = D²φ[E_iJ, dx]`, the derivative of the first Piola–Kirchhoff stress along `dx`.
-    /// Through the law's isochoric–volumetric form when it has one: with `z(x)` and its
-    /// Jacobian along `dx` (ε), `D²φ[e_k, dx] = Σ_c ∂_c h · (∂z_c/∂x_k)' + (∇²h Dz[dx])_c ∂z_c/∂x_k`,
-    /// the gradient of `h` along `dx` once per point. Else
-    /// [`PointInputs::stress_derivative_by_passes`].
-    fn stress_derivative(&self, dx: &[f64]) -> Mat3<f64> {
+    /// `(∇φ, D²φ[·, dx])`: the gradient of φ with respect to every input (its F part is the
+    /// first Piola–Kirchhoff stress P) and its derivative along `dx` (the F part is `dP_iJ =
+    /// D²φ[E_iJ, dx]`). Through the law's isochoric–volumetric form when it has one: with
+    /// `z(x)` and its Jacobian along `dx` (ε), `∂φ/∂x_k = Σ_c ∂_c h ∂z_c/∂x_k` and
+    /// `D²φ[e_k, dx] = Σ_c ∂_c h · (∂z_c/∂x_k)' + (∇²h Dz[dx])_c ∂z_c/∂x_k`, the gradient of
+    /// `h` along `dx` once per point. Else [`PointInputs::derivatives_along_by_passes`].
+    fn derivatives_along(&self, dx: &[f64]) -> (Vec<f64>, Vec<f64>) {
         let xd: Vec<Dual64> = self.x.iter().zip(dx).map(|(&v, &d)| Dual64::new(v, d)).collect();
         let (z, jac) = self.form_arguments(&xd);
         let np = self.n_params();
         let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
-            return self.stress_derivative_by_passes(dx);
+            return self.derivatives_along_by_passes(dx);
         };
-        let mut dP = [[0.0; 3]; 3];
-        for k in 0..9 {
-            dP[k / 3][k % 3] = jac
-                .chunks(xd.len())
-                .zip(&grad)
-                .map(|(row, g)| g.re * row[k].eps + g.eps * row[k].re)
-                .sum();
+        let n = xd.len();
+        let mut first = vec![0.0; n];
+        let mut second = vec![0.0; n];
+        for (row, g) in jac.chunks(n).zip(&grad) {
+            for k in 0..n {
+                first[k] += g.re * row[k].re;
+                second[k] += g.re * row[k].eps + g.eps * row[k].re;
+            }
         }
-        dP
+        (first, second)
     }
 
-    /// [`PointInputs::stress_derivative`] by 9 [`HyperDual64`] passes of φ (any law).
-    fn stress_derivative_by_passes(&self, dx: &[f64]) -> Mat3<f64> {
-        let mut dP = [[0.0; 3]; 3];
+    /// [`PointInputs::derivatives_along`] by one [`HyperDual64`] pass of φ per input (any
+    /// law).
+    fn derivatives_along_by_passes(&self, dx: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let n = self.x.len();
+        let (mut first, mut second) = (vec![0.0; n], vec![0.0; n]);
         let mut xd: Vec<HyperDual64> =
             self.x.iter().zip(dx).map(|(&v, &d)| HyperDual64::new(v, 0.0, d, 0.0)).collect();
-        for ij in 0..9 {
-            xd[ij].eps1 = 1.0;
-            dP[ij / 3][ij % 3] = self.energy(&xd).eps1eps2;
-            xd[ij].eps1 = 0.0;
+        for k in 0..n {
+            xd[k].eps1 = 1.0;
+            let phi = self.energy(&xd);
+            (first[k], second[k]) = (phi.eps1, phi.eps1eps2);
+            xd[k].eps1 = 0.0;
         }
-        dP
+        (first, second)
+    }
+
+    /// `D²φ[·, a]` for a direction `a` along F alone (its other inputs held).
+    fn second_derivative_along_f(&self, a: &Mat3<f64>) -> Vec<f64> {
+        let mut dx = vec![0.0; self.x.len()];
+        dx[..9].copy_from_slice(a.as_flattened());
+        self.derivatives_along(&dx).1
     }
 
     /// The inputs seeded with `a` (along F) in ε₁ and `dx` in ε₂.
@@ -309,11 +331,65 @@ impl PointInputs<'_> {
     }
 }
 
+/// One quadrature point of a volume element with the direction's tangents there.
+struct PointFrame<'a> {
+    inputs: PointInputs<'a>,
+    /// The direction of the inputs: δF = ∇δu − H ∇δX (the second term with moving nodes), the
+    /// parameters', element field's, thermal and temperature tangents.
+    dx: Vec<f64>,
+    /// The point's weight w = w_q det J₀.
+    w: f64,
+    /// H = F − I = ∇u.
+    H: Mat3<f64>,
+    /// ∇δX, the gradient of the node coordinates' tangent (zero when they hold still).
+    grad_dx: Mat3<f64>,
+    /// Whether the direction moves a node of this element.
+    moving: bool,
+}
+
+impl PointFrame<'_> {
+    /// δw = w tr ∇δX, the weight's tangent.
+    fn weight_tangent(&self) -> f64 {
+        self.w * (self.grad_dx[0][0] + self.grad_dx[1][1] + self.grad_dx[2][2])
+    }
+
+    /// δ(∇N_b) = −(∇δX)ᵀ ∇N_b, the tangent of a physical shape gradient.
+    fn gradient_tangent(&self, gb: [f64; 3]) -> [f64; 3] {
+        let d = &self.grad_dx;
+        [0, 1, 2].map(|j| -(d[0][j] * gb[0] + d[1][j] * gb[1] + d[2][j] * gb[2]))
+    }
+}
+
+/// `A B` of 3×3 matrices.
+fn mat_mul(a: &Mat3<f64>, b: &Mat3<f64>) -> Mat3<f64> {
+    [0, 1, 2].map(|i| [0, 1, 2].map(|j| (0..3).map(|k| a[i][k] * b[k][j]).sum()))
+}
+
+/// `Aᵀ B` of 3×3 matrices.
+fn mat_tmul(a: &Mat3<f64>, b: &Mat3<f64>) -> Mat3<f64> {
+    [0, 1, 2].map(|i| [0, 1, 2].map(|j| (0..3).map(|k| a[k][i] * b[k][j]).sum()))
+}
+
+/// `A : B`.
+fn mat_dot(a: &Mat3<f64>, b: &Mat3<f64>) -> f64 {
+    (0..3).map(|i| dot3(a[i], b[i])).sum()
+}
+
+/// The first nine entries of `v` as a 3×3 matrix (row-major).
+fn mat_of(v: &[f64]) -> Mat3<f64> {
+    [0, 1, 2].map(|i| [v[3 * i], v[3 * i + 1], v[3 * i + 2]])
+}
+
+/// `A v`.
+fn mat_vec(a: &Mat3<f64>, v: [f64; 3]) -> [f64; 3] {
+    [dot3(a[0], v), dot3(a[1], v), dot3(a[2], v)]
+}
+
 impl FiniteStrainModel {
     /// The inputs of φ at quadrature point `q` of volume element `e` for the full
     /// displacement `u` and load factor `load`, with the point's weight, physical shape
-    /// gradients and shape values, and the direction of its inputs along `dir`.
-    #[allow(clippy::type_complexity)]
+    /// gradients (into `g`) and the direction of its inputs along `dir`.
+    #[allow(clippy::too_many_arguments)]
     fn point_inputs<'a>(
         &'a self,
         e: usize,
@@ -323,7 +399,7 @@ impl FiniteStrainModel {
         dir: &FiniteDirection,
         scaled: &'a [bool],
         g: &mut [[f64; 3]; MAX_NODES],
-    ) -> Result<(PointInputs<'a>, Vec<f64>, f64), FiniteStrainError> {
+    ) -> Result<PointFrame<'a>, FiniteStrainError> {
         let r = self.element_region(e);
         let region = &self.regions[r];
         let tab = &self.tables[self.elem_table[e] as usize];
@@ -332,8 +408,8 @@ impl FiniteStrainModel {
         let x = self.element_coords(e);
         let det0 = geometry::physical_gradients_into(3, tab.grad(q), &x[..nn], &mut g[..nn]);
         let w = tab.weights[q] * det0;
-        let Gu = field_gradient(u, nodes, g);
-        let mut F = Gu;
+        let H = field_gradient(u, nodes, g);
+        let mut F = H;
         for (i, row) in F.iter_mut().enumerate() {
             row[i] += 1.0;
         }
@@ -355,18 +431,67 @@ impl FiniteStrainModel {
         xs.extend(F.iter().flatten());
         xs.extend(&params);
         xs.extend([self.element_scale[e], region.alpha, region.t_ref, tq]);
-        let dF = field_gradient(&dir.displacement, nodes, g);
+        let mut grad_dx = [[0.0; 3]; 3];
+        let mut moving = false;
+        if !dir.coordinates.is_empty() {
+            for (a, &n) in nodes.iter().enumerate() {
+                let d = dir.coordinates[n];
+                moving |= d != [0.0; 3];
+                for i in 0..3 {
+                    for j in 0..3 {
+                        grad_dx[i][j] += d[i] * g[a][j];
+                    }
+                }
+            }
+        }
+        let mut dF = field_gradient(&dir.displacement, nodes, g);
+        if moving {
+            let hd = mat_mul(&H, &grad_dx);
+            dF.iter_mut().flatten().zip(hd.iter().flatten()).for_each(|(d, h)| *d -= h);
+        }
         let mut dx = Vec::with_capacity(13 + np);
         dx.extend(dF.iter().flatten());
         dx.extend(&dir.material[r]);
         dx.extend([dir.element_scale[e], dir.alpha[r], dir.t_ref[r], dtq]);
         let inputs = PointInputs { law: &region.law, scaled, load, thermal, x: xs };
-        Ok((inputs, dx, w))
+        Ok(PointFrame { inputs, dx, w, H, grad_dx, moving })
+    }
+
+    /// Whether `dir` moves a node of element `e`.
+    fn moves(&self, e: usize, dir: &FiniteDirection) -> bool {
+        !dir.coordinates.is_empty()
+            && self.element_nodes(e).iter().any(|&n| dir.coordinates[n] != [0.0; 3])
+    }
+
+    /// The facet's node coordinates, traction and pressure in hyper-dual numbers with ε₁
+    /// along `dir` (δX, δt, δp).
+    fn facet_along(
+        &self,
+        e: usize,
+        dir: &FiniteDirection,
+    ) -> (Vec<[HyperDual64; 3]>, [HyperDual64; 3], HyperDual64) {
+        let b = self.elem_tag[e] as usize;
+        let (t, p) = self.facet_params(e);
+        let nodes = self.element_nodes(e);
+        let x = self.element_coords(e);
+        let hd = |v: f64, d: f64| HyperDual64::new(v, d, 0.0, 0.0);
+        let xd = nodes
+            .iter()
+            .zip(&x)
+            .map(|(&n, xa)| {
+                let d = dir.coordinates.get(n).copied().unwrap_or([0.0; 3]);
+                [0, 1, 2].map(|k| hd(xa[k], d[k]))
+            })
+            .collect();
+        let td = [0, 1, 2].map(|k| hd(t[k], dir.traction[b][k]));
+        (xd, td, hd(p, dir.pressure[b]))
     }
 
     /// `dR_full/dε` along `dir` at the full displacement `u` and load factor `load`: `K_full δu`
-    /// plus the residual's derivative along the parameter, load and temperature tangents, at
-    /// every dof (constrained ones included). Errors: an inverted element, a failing law.
+    /// plus the residual's derivative along the parameter, load, temperature and node
+    /// coordinate tangents, at every dof (constrained ones included). With moving nodes a
+    /// point adds `δw P g_a + w P δg_a − s N_a δw b` to `w dP g_a` (δF = ∇δu − H∇δX in dP).
+    /// Errors: an inverted element, a failing law.
     pub fn residual_jvp(
         &self,
         u: &[f64],
@@ -380,25 +505,48 @@ impl FiniteStrainModel {
             let nn = nodes.len();
             if e >= self.n_volume {
                 let b = self.elem_tag[e] as usize;
+                let tab = self.topology.element_table(e);
+                if self.moves(e, dir) {
+                    let (xd, td, pd) = self.facet_along(e, dir);
+                    let mut r = vec![HyperDual64::from(0.0); 3 * nn];
+                    facet_residual_generic(tab, &xd, td, pd, load, &mut r);
+                    local[..3 * nn].iter_mut().zip(&r).for_each(|(l, v)| *l += v.eps1);
+                    return Ok(());
+                }
                 let (t, p) = (dir.traction[b], dir.pressure[b]);
                 if t != [0.0; 3] || p != 0.0 {
                     let x = self.element_coords(e);
-                    let tab = self.topology.element_table(e);
                     facet_residual_generic(tab, &x[..nn], t, p, load, &mut local[..3 * nn]);
                 }
                 return Ok(());
             }
             let r = self.element_region(e);
             let tab = &self.tables[self.elem_table[e] as usize];
-            let db = dir.body_force[r];
+            let (b, db) = (self.regions[r].body_force, dir.body_force[r]);
             let mut g = [[0.0; 3]; MAX_NODES];
             for q in 0..tab.n_points() {
-                let (inputs, dx, w) = self.point_inputs(e, q, u, load, dir, &scaled[r], &mut g)?;
-                let dP = inputs.stress_derivative(&dx);
+                let pt = self.point_inputs(e, q, u, load, dir, &scaled[r], &mut g)?;
+                let (first, second) = pt.inputs.derivatives_along(&pt.dx);
+                let w = pt.w;
                 let shape = tab.shape(q);
+                let dw = pt.weight_tangent();
+                // d(wP) = δw P + w dP.
+                let dwp = mat_of(
+                    &first[..9]
+                        .iter()
+                        .zip(&second[..9])
+                        .map(|(p, dp)| dw * p + w * dp)
+                        .collect::<Vec<_>>(),
+                );
+                let P = mat_of(&first);
                 for a in 0..nn {
+                    let dga = pt.gradient_tangent(g[a]);
                     for i in 0..3 {
-                        local[3 * a + i] += w * (dot3(dP[i], g[a]) - load * shape[a] * db[i]);
+                        let mut v = dot3(dwp[i], g[a]) - load * shape[a] * (dw * b[i] + w * db[i]);
+                        if pt.moving {
+                            v += w * dot3(P[i], dga);
+                        }
+                        local[3 * a + i] += v;
                     }
                 }
             }
@@ -406,11 +554,12 @@ impl FiniteStrainModel {
         })
     }
 
-    /// `d/dε ∇_{(u,q)} (μᵀR_full)` along `dir` with the full-dof vector `mu` held, at the full
-    /// displacement `u` and load factor `load` (module docs). `want` selects the parameter
-    /// parts (material: law parameters and the element field; thermal: α, T_ref and the
-    /// nodal temperature); the displacement part is always computed. Elements on which μ
-    /// vanishes are skipped.
+    /// `d/dε ∇_{(u,q,X)} (μᵀR_full)` along `dir` with the full-dof vector `mu` held, at the
+    /// full displacement `u` and load factor `load` (module docs). `want` selects the
+    /// parameter parts (material: law parameters and the element field; thermal: α, T_ref and
+    /// the nodal temperature; loads: body forces, tractions and pressures, which have second
+    /// derivatives only with moving nodes; coords: the node coordinates); the displacement
+    /// part is always computed. Elements on which μ vanishes are skipped.
     pub fn second_order_vjp(
         &self,
         u: &[f64],
@@ -419,58 +568,45 @@ impl FiniteStrainModel {
         dir: &FiniteDirection,
         want: FiniteVjpRequest,
     ) -> Result<FiniteSecondOrder, FiniteStrainError> {
+        use rayon::prelude::*;
         let scaled: Vec<Vec<bool>> =
             self.regions.iter().map(|r| r.law.scaled_parameters()).collect();
         let thermal = want.thermal && self.temperature.is_some();
         let n_par: Vec<usize> = scaled.iter().map(Vec::len).collect();
-        // Per element: the displacement part (3 per local node), then the material parts
-        // (n_p + 1: the law parameters and sₑ), then α, T_ref and T per local node.
-        let per_elem: Vec<Result<Vec<f64>, FiniteStrainError>> = {
-            use rayon::prelude::*;
-            (0..self.n_volume)
-                .into_par_iter()
-                .map(|e| {
-                    if self.vanishes_on(e, mu) {
-                        return Ok(Vec::new());
-                    }
-                    let r = self.element_region(e);
-                    let np = n_par[r];
-                    let nodes = self.element_nodes(e);
-                    let nn = nodes.len();
-                    let tab = &self.tables[self.elem_table[e] as usize];
-                    let mut which: Vec<usize> = (0..9).collect();
-                    if want.material {
-                        which.extend(9..10 + np);
-                    }
-                    if thermal {
-                        which.extend(10 + np..13 + np);
-                    }
-                    let mut out = vec![0.0; 3 * nn + np + 3 + nn];
-                    let mut g = [[0.0; 3]; MAX_NODES];
-                    for q in 0..tab.n_points() {
-                        let (inputs, dx, w) =
-                            self.point_inputs(e, q, u, load, dir, &scaled[r], &mut g)?;
-                        let Gmu = field_gradient(mu, nodes, &g);
-                        let t = inputs.third_derivative(&Gmu, &dx, &which);
-                        for b in 0..nn {
-                            for i in 0..3 {
-                                out[3 * b + i] +=
-                                    w * dot3([t[3 * i], t[3 * i + 1], t[3 * i + 2]], g[b]);
-                            }
-                        }
-                        let rest = &mut out[3 * nn..];
-                        for k in 0..np + 3 {
-                            rest[k] += w * t[9 + k];
-                        }
-                        let shape = tab.shape(q);
-                        for a in 0..nn {
-                            rest[np + 3 + a] += w * t[12 + np] * shape[a];
-                        }
-                    }
-                    Ok(out)
-                })
-                .collect()
-        };
+        // Per volume element: the displacement part (3 per local node), the material parts
+        // (n_p + 1: the law parameters and sₑ), α, T_ref, T per local node, the body force (3)
+        // and the node coordinates (3 per local node).
+        let per_elem: Vec<Result<Vec<f64>, FiniteStrainError>> = (0..self.n_volume)
+            .into_par_iter()
+            .map(|e| {
+                if self.vanishes_on(e, mu) {
+                    return Ok(Vec::new());
+                }
+                let r = self.element_region(e);
+                let np = n_par[r];
+                let nn = self.element_nodes(e).len();
+                let mut which: Vec<usize> = (0..9).collect();
+                if want.material {
+                    which.extend(9..10 + np);
+                }
+                if thermal {
+                    which.extend(10 + np..13 + np);
+                }
+                let mut out = vec![0.0; 3 * nn + np + 3 + nn + 3 + 3 * nn];
+                self.element_second_order(e, u, load, mu, dir, want, &scaled[r], &which, &mut out)?;
+                Ok(out)
+            })
+            .collect();
+        let facets: Vec<Result<Vec<f64>, FiniteStrainError>> = (self.n_volume..self.n_elements())
+            .into_par_iter()
+            .map(|e| {
+                let moving = self.moves(e, dir);
+                if self.vanishes_on(e, mu) || !(want.coords || (moving && want.loads)) {
+                    return Ok(Vec::new());
+                }
+                Ok(self.facet_second_order(e, load, mu, dir, want, moving))
+            })
+            .collect();
         let nr = self.regions.len();
         let nb = self.boundaries().len();
         let mut displacement = vec![0.0; 3 * self.n_nodes()];
@@ -484,7 +620,16 @@ impl FiniteStrainModel {
             pressure: vec![0.0; nb],
             displacement: vec![[0.0; 3]; nb],
             temperature: thermal.then(|| vec![0.0; self.n_nodes()]),
-            coords: None,
+            coords: want.coords.then(|| vec![[0.0; 3]; self.n_nodes()]),
+        };
+        let add_coords = |coords: &mut Option<Vec<[f64; 3]>>, nodes: &[usize], v: &[f64]| {
+            if let Some(c) = coords {
+                for (a, &n) in nodes.iter().enumerate() {
+                    for k in 0..3 {
+                        c[n][k] += v[3 * a + k];
+                    }
+                }
+            }
         };
         // Summed in element order: the result does not depend on the thread count.
         for (e, out) in per_elem.into_iter().enumerate() {
@@ -513,8 +658,188 @@ impl FiniteStrainModel {
                     t[n] += rest[np + 3 + a];
                 }
             }
+            if want.loads {
+                for i in 0..3 {
+                    params.body_force[r][i] += rest[np + 3 + nn + i];
+                }
+            }
+            add_coords(&mut params.coords, nodes, &rest[np + 6 + nn..]);
+        }
+        for (e, out) in (self.n_volume..).zip(facets) {
+            let out = out?;
+            if out.is_empty() {
+                continue;
+            }
+            let b = self.elem_tag[e] as usize;
+            for k in 0..3 {
+                params.traction[b][k] += out[k];
+            }
+            params.pressure[b] += out[3];
+            add_coords(&mut params.coords, self.element_nodes(e), &out[4..]);
         }
         Ok(FiniteSecondOrder { displacement, parameters: params })
+    }
+
+    /// Volume element `e`'s part of [`Self::second_order_vjp`] into `out` (its layout there).
+    /// Per point, with `ℓ = w Dφ[G] − s w N μ·b` (G = ∇μ), the inputs' gradient moves by
+    /// `w D³φ[G, δx, ·] + w D²φ[δG, ·] + δw D²φ[G, ·]` (δG = −G∇δX, δw = w tr ∇δX), mapped to
+    /// the nodes by ∇N_b and its tangent; the coordinates' gradient `M ∇N_b`, with
+    /// `M = ℓ I − Hᵀ(wA:G) − Gᵀ(wP)` (the first-order product's closed form), moves by
+    /// `dM ∇N_b + M δ∇N_b`.
+    #[allow(clippy::too_many_arguments)]
+    fn element_second_order(
+        &self,
+        e: usize,
+        u: &[f64],
+        load: f64,
+        mu: &[f64],
+        dir: &FiniteDirection,
+        want: FiniteVjpRequest,
+        scaled: &[bool],
+        which: &[usize],
+        out: &mut [f64],
+    ) -> Result<(), FiniteStrainError> {
+        let r = self.element_region(e);
+        let np = scaled.len();
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let tab = &self.tables[self.elem_table[e] as usize];
+        let (b, db) = (self.regions[r].body_force, dir.body_force[r]);
+        let (o_body, o_coords) = (3 * nn + np + 3 + nn, 3 * nn + np + 6 + nn);
+        let mut g = [[0.0; 3]; MAX_NODES];
+        for q in 0..tab.n_points() {
+            let pt = self.point_inputs(e, q, u, load, dir, scaled, &mut g)?;
+            let w = pt.w;
+            let G = field_gradient(mu, nodes, &g);
+            let t = pt.inputs.third_derivative(&G, &pt.dx, which);
+            let mut dgrad: Vec<f64> = t.iter().map(|v| w * v).collect();
+            let shape = tab.shape(q);
+            let mut mq = [0.0; 3];
+            for a in 0..nn {
+                for i in 0..3 {
+                    mq[i] += shape[a] * mu[3 * nodes[a] + i];
+                }
+            }
+            let first = (pt.moving || want.coords).then(|| {
+                pt.inputs.derivatives_along(&{
+                    let mut dg = vec![0.0; pt.dx.len()];
+                    dg[..9].copy_from_slice(G.as_flattened());
+                    dg
+                })
+            });
+            let dw = pt.weight_tangent();
+            let dG = mat_mul(&G, &pt.grad_dx).map(|row| row.map(|v| -v));
+            if let (true, Some((_, hg))) = (pt.moving, &first) {
+                let hdg = pt.inputs.second_derivative_along_f(&dG);
+                dgrad.iter_mut().zip(hdg.iter().zip(hg)).for_each(|(d, (a, c))| {
+                    *d += w * a + dw * c;
+                });
+            }
+            let S = first.as_ref().map(|(_, hg)| mat_of(hg));
+            for bn in 0..nn {
+                let dgb = pt.gradient_tangent(g[bn]);
+                for i in 0..3 {
+                    let mut v = dot3([dgrad[3 * i], dgrad[3 * i + 1], dgrad[3 * i + 2]], g[bn]);
+                    if let (true, Some(S)) = (pt.moving, &S) {
+                        v += w * dot3(S[i], dgb);
+                    }
+                    out[3 * bn + i] += v;
+                }
+            }
+            let rest = &mut out[3 * nn..];
+            for k in 0..np + 3 {
+                rest[k] += dgrad[9 + k];
+            }
+            for a in 0..nn {
+                rest[np + 3 + a] += dgrad[12 + np] * shape[a];
+            }
+            if pt.moving && want.loads {
+                for i in 0..3 {
+                    out[o_body + i] -= dw * load * mq[i];
+                }
+            }
+            let (Some((grad, hg)), true) = (&first, want.coords) else {
+                continue;
+            };
+            let (P, S) = (mat_of(grad), mat_of(hg));
+            let l0 = mat_dot(&P, &G) - load * dot3(mq, b);
+            let d2: f64 = hg.iter().zip(&pt.dx).map(|(a, c)| a * c).sum();
+            let dl = dw * l0 + w * (d2 + mat_dot(&P, &dG)) - w * load * dot3(mq, db);
+            let dP = mat_of(&pt.inputs.derivatives_along(&pt.dx).1);
+            let dF = mat_of(&pt.dx);
+            let dS = mat_of(&dgrad);
+            let hs = mat_tmul(&pt.H, &S);
+            let gp = mat_tmul(&G, &P);
+            let (dfs, hds, dgp) = (mat_tmul(&dF, &S), mat_tmul(&pt.H, &dS), mat_tmul(&dG, &P));
+            let gdp = mat_tmul(&G, &dP);
+            let mut M = [[0.0; 3]; 3];
+            let mut dM = [[0.0; 3]; 3];
+            for k in 0..3 {
+                for l in 0..3 {
+                    let id = if k == l { 1.0 } else { 0.0 };
+                    M[k][l] = w * (l0 * id - hs[k][l] - gp[k][l]);
+                    dM[k][l] = dl * id
+                        - w * dfs[k][l]
+                        - hds[k][l]
+                        - w * dgp[k][l]
+                        - gp[k][l] * dw
+                        - w * gdp[k][l];
+                }
+            }
+            for bn in 0..nn {
+                let (a1, a2) = (mat_vec(&dM, g[bn]), mat_vec(&M, pt.gradient_tangent(g[bn])));
+                for k in 0..3 {
+                    out[o_coords + 3 * bn + k] += a1[k] + a2[k];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Facet `e`'s part of [`Self::second_order_vjp`]: `[traction (3), pressure, coordinates
+    /// (3 per local node)]`, the derivatives of `μᵀ r_facet` along `dir` by hyper-dual passes
+    /// (ε₁ along δX, δt, δp; ε₂ along each input). The traction and pressure parts are
+    /// nonzero only with moving nodes (the facet residual is linear in them).
+    fn facet_second_order(
+        &self,
+        e: usize,
+        load: f64,
+        mu: &[f64],
+        dir: &FiniteDirection,
+        want: FiniteVjpRequest,
+        moving: bool,
+    ) -> Vec<f64> {
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let tab = self.topology.element_table(e);
+        let mut out = vec![0.0; 4 + 3 * nn];
+        let (mut xd, mut td, mut pd) = self.facet_along(e, dir);
+        let mut r = vec![HyperDual64::from(0.0); 3 * nn];
+        let mut pass = |xd: &[[HyperDual64; 3]], td, pd| -> f64 {
+            r.fill(HyperDual64::from(0.0));
+            facet_residual_generic(tab, xd, td, pd, load, &mut r);
+            (0..3 * nn).map(|k| r[k].eps1eps2 * mu[3 * nodes[k / 3] + k % 3]).sum()
+        };
+        if moving && want.loads {
+            for k in 0..3 {
+                td[k].eps2 = 1.0;
+                out[k] = pass(&xd, td, pd);
+                td[k].eps2 = 0.0;
+            }
+            pd.eps2 = 1.0;
+            out[3] = pass(&xd, td, pd);
+            pd.eps2 = 0.0;
+        }
+        if want.coords {
+            for a in 0..nn {
+                for i in 0..3 {
+                    xd[a][i].eps2 = 1.0;
+                    out[4 + 3 * a + i] = pass(&xd, td, pd);
+                    xd[a][i].eps2 = 0.0;
+                }
+            }
+        }
+        out
     }
 }
 
@@ -549,6 +874,7 @@ mod tests {
         let bcs = vec![
             BcSpec { group: "xmin".into(), kind: BcKind::Fixed },
             BcSpec { group: "xmax".into(), kind: BcKind::Traction { traction: [0.3, 0.05, -0.1] } },
+            BcSpec { group: "ymax".into(), kind: BcKind::Pressure { pressure: 0.04 } },
         ];
         let mut m = FiniteStrainModel::new(&mesh, &regions, &bcs).expect("model");
         for (e, s) in m.element_scale.iter_mut().enumerate() {
@@ -579,10 +905,26 @@ mod tests {
         d.t_ref[0] = 3.0 * wave(9);
         d.body_force[0] = [0.01, -0.02, 0.03];
         for (b, bc) in m.boundaries().iter().enumerate() {
-            if matches!(bc.kind, BcKind::Traction { .. }) {
-                d.traction[b] = [0.05, 0.02, -0.04];
+            match bc.kind {
+                BcKind::Traction { .. } => d.traction[b] = [0.05, 0.02, -0.04],
+                BcKind::Pressure { .. } => d.pressure[b] = -0.03,
+                _ => {}
             }
         }
+        d
+    }
+
+    /// `direction` with the node coordinates moving too (a smooth field, non-affine).
+    fn moving_direction(m: &FiniteStrainModel, salt: f64) -> FiniteDirection {
+        let mut d = direction(m, salt);
+        d.coordinates = m
+            .coords
+            .iter()
+            .map(|x| {
+                let s = (1.3 * x[0] + 0.7 * x[1] - 0.4 * x[2] + salt).sin();
+                [0.04 * s, -0.03 * x[0] * x[2], 0.05 * (x[1] * x[1] - s)]
+            })
+            .collect();
         d
     }
 
@@ -607,9 +949,21 @@ mod tests {
             *s += h * ds;
         }
         for (b, bc) in m.boundaries().iter().enumerate() {
-            if let BcKind::Traction { traction } = bc.kind {
-                let t = [0, 1, 2].map(|i| traction[i] + h * d.traction[b][i]);
-                m2.set_boundary_kind(b, BcKind::Traction { traction: t });
+            match bc.kind {
+                BcKind::Traction { traction } => {
+                    let t = [0, 1, 2].map(|i| traction[i] + h * d.traction[b][i]);
+                    m2.set_boundary_kind(b, BcKind::Traction { traction: t });
+                }
+                BcKind::Pressure { pressure } => {
+                    let p = pressure + h * d.pressure[b];
+                    m2.set_boundary_kind(b, BcKind::Pressure { pressure: p });
+                }
+                _ => {}
+            }
+        }
+        for (x, dx) in m2.coords.iter_mut().zip(&d.coordinates) {
+            for k in 0..3 {
+                x[k] += h * dx[k];
             }
         }
         let t: Vec<f64> = m
@@ -683,19 +1037,24 @@ mod tests {
         for (k, (f, p)) in fast.iter().zip(&passes).enumerate() {
             assert!((f - p).abs() <= 1e-10 * scale, "input {k}: {f} vs {p} (scale {scale})");
         }
-        let fast = inputs.stress_derivative(&dx);
-        let passes = inputs.stress_derivative_by_passes(&dx);
-        let scale = passes.iter().flatten().fold(0.0_f64, |m, v| m.max(v.abs()));
-        for (f, p) in fast.iter().flatten().zip(passes.iter().flatten()) {
-            assert!((f - p).abs() <= 1e-11 * scale, "dP: {f} vs {p} (scale {scale})");
+        let (fast, passes) =
+            (inputs.derivatives_along(&dx), inputs.derivatives_along_by_passes(&dx));
+        for (what, f, p) in [("∇φ", &fast.0, &passes.0), ("D²φ[·, dx]", &fast.1, &passes.1)] {
+            let scale = p.iter().fold(0.0_f64, |m, v| m.max(v.abs()));
+            for (k, (f, p)) in f.iter().zip(p).enumerate() {
+                assert!((f - p).abs() <= 1e-11 * scale, "{what}, input {k}: {f} vs {p}");
+            }
         }
     }
 
-    #[test]
-    fn residual_jvp_is_the_derivative_of_the_residual() {
-        for cell in [CellType::Tet4, CellType::Hex8] {
+    #[rstest::rstest]
+    fn residual_jvp_is_the_derivative_of_the_residual(
+        #[values(CellType::Tet4, CellType::Hex8, CellType::Tet10)] cell: CellType,
+        #[values(false, true)] moving: bool,
+    ) {
+        {
             let (m, u, s) = model(cell);
-            let d = direction(&m, 0.0);
+            let d = if moving { moving_direction(&m, 0.0) } else { direction(&m, 0.0) };
             let jvp = m.residual_jvp(&u, s, &d).expect("jvp");
             let h = 1e-5;
             let at = |h: f64| {
@@ -708,11 +1067,16 @@ mod tests {
         }
     }
 
-    #[test]
-    fn second_order_vjp_is_the_derivative_of_the_first_order_products() {
-        for cell in [CellType::Tet4, CellType::Hex8] {
+    /// Also with moving nodes: then the loads' products move too (the weights and facet areas
+    /// do), and the node coordinates' product has a derivative along every input.
+    #[rstest::rstest]
+    fn second_order_vjp_is_the_derivative_of_the_first_order_products(
+        #[values(CellType::Tet4, CellType::Hex8, CellType::Tet10)] cell: CellType,
+        #[values(false, true)] moving: bool,
+    ) {
+        {
             let (m, u, s) = model(cell);
-            let d = direction(&m, 0.0);
+            let d = if moving { moving_direction(&m, 0.0) } else { direction(&m, 0.0) };
             let mu: Vec<f64> = (0..u.len()).map(|i| ((i as f64) * 1.3).cos()).collect();
             let so = m.second_order_vjp(&u, s, &mu, &d, FiniteVjpRequest::ALL).expect("vjp");
             let h = 1e-5;
@@ -720,8 +1084,7 @@ mod tests {
                 let u2: Vec<f64> = u.iter().zip(&d.displacement).map(|(a, b)| a + h * b).collect();
                 let m2 = moved(&m, &d, h);
                 let ku = m2.tangent_transpose_product(&u2, s, &mu).expect("Kᵀμ");
-                let want = FiniteVjpRequest { coords: false, ..FiniteVjpRequest::ALL };
-                (ku, m2.parameter_vjp(&u2, s, &mu, want).expect("vjp"))
+                (ku, m2.parameter_vjp(&u2, s, &mu, FiniteVjpRequest::ALL).expect("vjp"))
             };
             let ((kp, vp), (kq, vq)) = (at(h), at(-h));
             let fd = |a: &[f64], b: &[f64]| -> Vec<f64> {
@@ -738,6 +1101,22 @@ mod tests {
                 &fd(vp.temperature.as_ref().expect("T"), vq.temperature.as_ref().expect("T")),
                 1e-6,
             );
+            let flat = |v: &[[f64; 3]]| v.as_flattened().to_vec();
+            let loads = |v: &FiniteParameterVjp| {
+                let mut l = flat(&v.body_force);
+                l.extend(flat(&v.traction));
+                l.extend(&v.pressure);
+                l
+            };
+            let fd_loads = fd(&loads(&vp), &loads(&vq));
+            if moving {
+                close(&loads(got), &fd_loads, 1e-6);
+            } else {
+                assert!(loads(got).iter().all(|v| *v == 0.0));
+                assert!(fd_loads.iter().all(|v| v.abs() < 1e-6));
+            }
+            let coords = |v: &FiniteParameterVjp| flat(v.coords.as_ref().expect("X"));
+            close(&coords(got), &fd(&coords(&vp), &coords(&vq)), 1e-6);
         }
     }
 }
