@@ -399,23 +399,27 @@ pub trait Dynamic {
     }
 
     /// The tangent-linear model of the last run along the parameter direction `params` with
-    /// the input tangents `inputs` (per port, held in time; an empty vector: zero): the state
-    /// tangent δuⁿ at every state (output port 0's layout) and the derivative δjₙ of the
-    /// field's own objective terms there.
+    /// the node coordinates' tangent `coordinates` (empty: the nodes hold still) and the input
+    /// tangents `inputs` (per port, held in time; an empty vector: zero): the state tangent
+    /// δuⁿ at every state (output port 0's layout) and the derivative δjₙ of the field's own
+    /// objective terms there.
     fn time_tangents(
         &mut self,
         params: &Gradient,
+        coordinates: &[[f64; 3]],
         inputs: &[Vec<f64>],
     ) -> Result<TimeTangents, RunError> {
-        let _ = (params, inputs);
+        let _ = (params, coordinates, inputs);
         Err(RunError::Setup("this field has no second-order products in time".into()))
     }
 
     /// H·δp of J = F(j₀ … j_N) + Σₙ ⟨sₙ, uⁿ⟩ through the last run, added into `rev`:
     /// `weights` are wₙ = ∂F/∂jₙ, `d_weights` their derivatives along `params`, `seeds` the
     /// weighted seeds sₙ fields downstream put on state n and `d_seeds` their derivatives,
-    /// `tangents` the run's [`time_tangents`](Self::time_tangents) along the same direction.
-    /// Returns the first-order seeds of the input ports in `inputs` and their derivatives.
+    /// `tangents` the run's [`time_tangents`](Self::time_tangents) along the same direction
+    /// (`params` and the node coordinates' tangent `coordinates`; the coordinates' part of the
+    /// product goes to `rev` when it wants them). Returns the first-order seeds of the input
+    /// ports in `inputs` and their derivatives.
     #[allow(clippy::too_many_arguments)]
     fn time_hessian_vector(
         &mut self,
@@ -424,11 +428,12 @@ pub trait Dynamic {
         seeds: &[Option<Vec<f64>>],
         d_seeds: &[Option<Vec<f64>>],
         params: &Gradient,
+        coordinates: &[[f64; 3]],
         tangents: &TimeTangents,
         rev: &mut Reverse,
         inputs: &[usize],
     ) -> Result<TimeInputSeeds, RunError> {
-        let _ = (weights, d_weights, seeds, d_seeds, params, tangents, rev, inputs);
+        let _ = (weights, d_weights, seeds, d_seeds, params, coordinates, tangents, rev, inputs);
         Err(RunError::Setup("this field has no second-order products in time".into()))
     }
 
@@ -509,6 +514,9 @@ pub struct TimeTangents {
     /// ∂jₙ/∂uⁿ of the field's own objective terms at every state (empty without terms), for
     /// the second-order adjoint that follows.
     pub objective_gradients: Vec<Vec<f64>>,
+    /// The input tangents the run was taken along (per port; an empty vector: zero), for the
+    /// second-order adjoint that follows.
+    pub inputs: Vec<Vec<f64>>,
 }
 
 /// How the engine steps a field that lies on a cycle: the initial state, the steps (or the

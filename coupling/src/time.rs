@@ -480,7 +480,8 @@ impl CoupledProblem {
 
     /// Whether Hessian-vector products cover this problem in time: a field with second-order
     /// products through its steps, not on a cycle and feeding the fields downstream by its
-    /// state; every other field with steady second-order products; nodes that hold still.
+    /// state; every other field with steady second-order products (covering node coordinates
+    /// when shape parameters are registered).
     /// `Ok` or what is missing.
     pub(crate) fn second_order_in_time_support(&self) -> Result<(), RunError> {
         let layout = self.time_layout()?;
@@ -507,19 +508,22 @@ impl CoupledProblem {
             )));
         }
         for (i, f) in self.fields().iter().enumerate() {
-            if i != d && f.second_order_ref().is_none() {
+            if i == d {
+                continue;
+            }
+            let Some(so) = f.second_order_ref() else {
                 return Err(setup(format!(
                     "the {} field has no second-order products yet",
                     f.name()
                 )));
+            };
+            if self.shape().is_active() && !so.covers_shape() {
+                return Err(setup(format!(
+                    "{}: Hessian-vector products with respect to node coordinates (shape \
+                     parameters) are not available yet",
+                    f.name()
+                )));
             }
-        }
-        if self.shape().is_active() {
-            return Err(setup(
-                "Hessian-vector products in time with respect to node coordinates (shape \
-                 parameters) are not available yet; register material, load, boundary, heat \
-                 capacity and initial-temperature parameters",
-            ));
         }
         Ok(())
     }
@@ -580,8 +584,11 @@ impl CoupledProblem {
         self.feed_tangents(&mut tan, d, true);
         self.feed_tangents(&mut tan, d, false);
         let inputs = tan.inputs[d].clone();
-        let steps =
-            self.fields_mut()[d].dynamic_mut().expect("stepped").time_tangents(dir, &inputs)?;
+        let steps = self.fields_mut()[d].dynamic_mut().expect("stepped").time_tangents(
+            dir,
+            &tan.coordinates,
+            &inputs,
+        )?;
         let mut dj = steps.objective.clone();
         let mut d_still = 0.0;
         let pv = gradfem_solvers::params::ParamVector::all(self.registry());
@@ -713,7 +720,15 @@ impl CoupledProblem {
             let shape = shape.clone();
             let mut rev = Reverse { registry: &registry, shape: &shape, grad: &mut hv };
             self.fields_mut()[d].dynamic_mut().expect("stepped").time_hessian_vector(
-                &weights, &d_weights, &seeds, &d_seeds, dir, &steps, &mut rev, &ports,
+                &weights,
+                &d_weights,
+                &seeds,
+                &d_seeds,
+                dir,
+                &tan.coordinates,
+                &steps,
+                &mut rev,
+                &ports,
             )?
         };
         if still.is_empty() {

@@ -1125,12 +1125,16 @@ impl Dynamic for ThermalField {
     fn time_tangents(
         &mut self,
         params: &Gradient,
+        coordinates: &[[f64; 3]],
         inputs: &[Vec<f64>],
     ) -> Result<TimeTangents, RunError> {
         let tr = self.transient.as_ref().expect("a transient field");
-        let mut dir = tr.direction(&self.model, params, self.thermal_direction(params));
+        let steady = self.direction_with_state(params, &[], coordinates);
+        let mut dir = tr.direction(&self.model, params, steady);
         dir.external_source = input_or_empty(inputs, 0).to_vec();
-        tr.tangents(&self.objective, &dir)
+        let mut tangents = tr.tangents(&self.objective, &dir)?;
+        tangents.inputs = inputs.to_vec();
+        Ok(tangents)
     }
 
     fn time_hessian_vector(
@@ -1140,13 +1144,16 @@ impl Dynamic for ThermalField {
         seeds: &[Option<Vec<f64>>],
         d_seeds: &[Option<Vec<f64>>],
         params: &Gradient,
+        coordinates: &[[f64; 3]],
         tangents: &TimeTangents,
         rev: &mut Reverse,
         inputs: &[usize],
     ) -> Result<TimeInputSeeds, RunError> {
-        let want = self.vjp_request(false);
+        let want = self.vjp_request(rev.wants_coordinates());
         let tr = self.transient.as_ref().expect("a transient field");
-        let dir = tr.direction(&self.model, params, self.thermal_direction(params));
+        let steady = self.direction_with_state(params, &[], coordinates);
+        let mut dir = tr.direction(&self.model, params, steady);
+        dir.external_source = input_or_empty(&tangents.inputs, 0).to_vec();
         let other = StateSeeds { first: seeds, second: d_seeds };
         let (hv, source_bar) = tr.hessian_vector(
             &self.model,

@@ -418,10 +418,12 @@ impl ThermalTransient {
         rev: &mut Reverse,
     ) -> Result<(TransientGradient, Vec<f64>), RunError> {
         let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let (hv, source_bar) = p
-            .hessian_vector(traj, objective, weights, d_weights, other, dir, tangents, want)
+        let coords = rev.coordinate_request();
+        let (hv, source_bar, part) = p
+            .hessian_vector(traj, objective, weights, d_weights, other, dir, tangents, want, coords)
             .map_err(transient_err)?;
         self.add_run_parameters(model, &hv, rev);
+        rev.add_coordinate_part(&part, 1.0);
         Ok((hv, source_bar))
     }
 

@@ -1199,6 +1199,94 @@ pub fn mass_coordinate_vjp(
     local
 }
 
+/// (∂(M w)/∂X δX) on volume element e (consistent mass), per local node a:
+/// Σ_q w_q det J tr(∇δX) ρc N_a w(x_q) (only det J moves with the nodes).
+pub fn mass_coordinate_jvp(
+    model: &ThermalModel,
+    e: usize,
+    rho_c: f64,
+    dx: &[[f64; 3]],
+    w: &[f64],
+) -> Vec<f64> {
+    let table = model.element_table(e);
+    let x = model.element_coordinates(e);
+    let nodes = model.element_nodes(e);
+    let nn = x.len();
+    let mut g = vec![[0.0; 3]; nn];
+    let mut local = vec![0.0; nn];
+    for q in 0..table.n_points() {
+        let det = geometry::physical_gradients_into(3, table.grad(q), &x, &mut g);
+        let n = table.shape(q);
+        let mut wq = 0.0;
+        let mut trace = 0.0;
+        for a in 0..nn {
+            wq += n[a] * w[nodes[a]];
+            trace += (0..3).map(|i| dx[nodes[a]][i] * g[a][i]).sum::<f64>();
+        }
+        let s = table.weights[q] * det * rho_c * wq * trace;
+        for a in 0..nn {
+            local[a] += s * n[a];
+        }
+    }
+    local
+}
+
+/// The mass's second-order coordinate products on volume element e (consistent mass). With
+/// s_q = w_q det J ρc μ(x_q) w(x_q) and G = ∇δX, μᵀ∂(Mw)/∂X_b = Σ_q s_q ∇N_b moves along
+/// (δρc, δμ, δw, δX) by Σ_q [δs_q ∇N_b − s_q Gᵀ∇N_b],
+/// δs_q = w_q det J [δρc μ w + ρc (δμ w + μ δw) + ρc μ w tr G] (first, 3 per local node); and
+/// μᵀ(∂²M/∂ρc∂X δX)w = Σ_q w_q det J μ w tr G, the unit heat capacity's share (second).
+#[allow(clippy::too_many_arguments)]
+pub fn mass_coordinate_second_order(
+    model: &ThermalModel,
+    e: usize,
+    rho_c: f64,
+    d_rho_c: f64,
+    mu: &[f64],
+    d_mu: &[f64],
+    w: &[f64],
+    d_w: &[f64],
+    dx: &[[f64; 3]],
+) -> (Vec<f64>, f64) {
+    let table = model.element_table(e);
+    let x = model.element_coordinates(e);
+    let nodes = model.element_nodes(e);
+    let nn = x.len();
+    let mut g = vec![[0.0; 3]; nn];
+    let mut local = vec![0.0; 3 * nn];
+    let mut capacity = 0.0;
+    for q in 0..table.n_points() {
+        let det = geometry::physical_gradients_into(3, table.grad(q), &x, &mut g);
+        let n = table.shape(q);
+        let (mut mq, mut dmq, mut wq, mut dwq) = (0.0, 0.0, 0.0, 0.0);
+        let mut grad_dx = [[0.0; 3]; 3];
+        for a in 0..nn {
+            let node = nodes[a];
+            mq += n[a] * mu[node];
+            dmq += n[a] * d_mu[node];
+            wq += n[a] * w[node];
+            dwq += n[a] * d_w[node];
+            for i in 0..3 {
+                for j in 0..3 {
+                    grad_dx[i][j] += dx[node][i] * g[a][j];
+                }
+            }
+        }
+        let trace = grad_dx[0][0] + grad_dx[1][1] + grad_dx[2][2];
+        let wd = table.weights[q] * det;
+        let s = wd * rho_c * mq * wq;
+        let ds = wd * (d_rho_c * mq * wq + rho_c * (dmq * wq + mq * dwq) + rho_c * mq * wq * trace);
+        capacity += wd * mq * wq * trace;
+        for b in 0..nn {
+            for i in 0..3 {
+                let gt_g: f64 = (0..3).map(|k| grad_dx[k][i] * g[b][k]).sum();
+                local[3 * b + i] += ds * g[b][i] - s * gt_g;
+            }
+        }
+    }
+    (local, capacity)
+}
+
 fn sub_into(acc: &mut [f64], v: &[f64]) {
     acc.iter_mut().zip(v).for_each(|(a, b)| *a -= b);
 }
@@ -1297,6 +1385,75 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The mass's coordinate tangent and second-order coordinate products against central
+    /// differences of the first-order ones along (δρc, δμ, δw, δX), on a curved Tet10.
+    #[test]
+    fn mass_coordinate_second_order_matches_differences() {
+        let mut p = problem(CellType::Tet10, TimeScheme::IMPLICIT_EULER, MassKind::Consistent);
+        let n = p.model.n_nodes();
+        let wave = |s: f64| -> Vec<f64> { (0..n).map(|i| (s * (i as f64 + 1.0)).sin()).collect() };
+        let (mu, d_mu, w, d_w) = (wave(0.37), wave(1.13), wave(0.91), wave(0.53));
+        let dx: Vec<[f64; 3]> = p
+            .model
+            .coords
+            .iter()
+            .map(|x| {
+                // Not divergence-free: det J moves.
+                let (a, b, c) = (0.1 * (3.0 * x[1]).sin(), 0.05 * x[0] * x[2], 0.07 * x[2] * x[2]);
+                [a + 0.08 * x[0] * x[0], b + 0.03 * x[1], c - 0.07 * (2.0 * x[0]).cos()]
+            })
+            .collect();
+        // Bend the mid-edge nodes so the element is curved.
+        for x in p.model.coords.iter_mut().skip(4) {
+            x[2] += 0.02 * (5.0 * x[0]).sin();
+        }
+        let (rc, drc, e) = (3.0, 0.7, 3);
+        let nn = p.model.element_nodes(e).len();
+        let tangent = mass_coordinate_jvp(&p.model, e, rc, &dx, &w);
+        let (second, capacity) =
+            mass_coordinate_second_order(&p.model, e, rc, drc, &mu, &d_mu, &w, &d_w, &dx);
+        let h = 1e-6;
+        let moved = |s: f64| {
+            let mut q = p.clone();
+            for (x, d) in q.model.coords.iter_mut().zip(&dx) {
+                (0..3).for_each(|i| x[i] += s * d[i]);
+            }
+            q
+        };
+        let (qp, qm) = (moved(h), moved(-h));
+        let plus = |v: &[f64], d: &[f64], s: f64| -> Vec<f64> {
+            v.iter().zip(d).map(|(a, b)| a + s * b).collect()
+        };
+        let nodes = p.model.element_nodes(e).to_vec();
+        let mass_times = |q: &TransientProblem| {
+            let mut me = vec![0.0; nn * nn];
+            q.element_mass(e, rc, &mut me);
+            (0..nn).map(|a| (0..nn).map(|b| me[a * nn + b] * w[nodes[b]]).sum()).collect()
+        };
+        let (mp, mm): (Vec<f64>, Vec<f64>) = (mass_times(&qp), mass_times(&qm));
+        for a in 0..nn {
+            let fd = (mp[a] - mm[a]) / (2.0 * h);
+            assert!((fd - tangent[a]).abs() < 1e-7 * (1.0 + fd.abs()), "{fd} vs {}", tangent[a]);
+        }
+        let vjp = |q: &TransientProblem, s: f64| {
+            mass_coordinate_vjp(&q.model, e, rc + s * drc, &plus(&mu, &d_mu, s), &plus(&w, &d_w, s))
+        };
+        let (vp, vm) = (vjp(&qp, h), vjp(&qm, -h));
+        for k in 0..3 * nn {
+            let fd = (vp[k] - vm[k]) / (2.0 * h);
+            assert!((fd - second[k]).abs() < 1e-6 * (1.0 + fd.abs()), "{k}: {fd} vs {}", second[k]);
+        }
+        let unit_form = |q: &TransientProblem| {
+            let mut me = vec![0.0; nn * nn];
+            q.element_mass(e, 1.0, &mut me);
+            (0..nn)
+                .map(|a| mu[nodes[a]] * (0..nn).map(|b| me[a * nn + b] * w[nodes[b]]).sum::<f64>())
+                .sum::<f64>()
+        };
+        let fd = (unit_form(&qp) - unit_form(&qm)) / (2.0 * h);
+        assert!((fd - capacity).abs() < 1e-7 * (1.0 + fd.abs()), "{fd} vs {capacity}");
     }
 
     #[test]

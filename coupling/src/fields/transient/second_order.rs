@@ -26,24 +26,32 @@
 //! ([`ThermalModel::second_order_vjp`]), at the states and tangents of the two ends of each
 //! step. The states are the run's stored trajectory; the tangents are kept for the reverse
 //! pass (as many vectors as the trajectory).
+//!
+//! Node coordinates (shape parameters) are one more direction δX: the steady products take it
+//! (`steady.coords`), the mass moves with det J (δM_X v = Σ_q w_q det J tr ∇δX ρc N v(x_q),
+//! [`mass_coordinate_jvp`]) and so does its coordinate product
+//! ([`mass_coordinate_second_order`]); the objective terms' coordinate parts come from
+//! [`hessian_product_with_coords`], the external source's from
+//! [`ThermalModel::external_source_second_order`]. The consistent mass only (a lumped mass
+//! has no coordinate products).
 
-use gradfem_kernel::CoordinateRequest;
+use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 
 use crate::field::TimeTangents;
-use gradfem_thermal::objective::{evaluate, hessian_product};
+use gradfem_thermal::objective::{evaluate, hessian_product, hessian_product_with_coords};
 use gradfem_thermal::{ObjectiveTerm, ThermalDirection, ThermalModel, VjpRequest};
 
 use super::{
-    ElementMasses, Stepper, Trajectory, TransientError, TransientGradient, TransientProblem,
-    sub_into, unit_mass_form,
+    ElementMasses, MassKind, Stepper, Trajectory, TransientError, TransientGradient,
+    TransientProblem, mass_coordinate_jvp, mass_coordinate_second_order, sub_into, unit_mass_form,
 };
 
 /// A parameter direction of a transient run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TransientDirection {
     /// The steady model's part: δk₀ per element, δQ, the boundary values and the fixed
-    /// temperatures (`steady.temperature` holds δT at the fixed nodes, zero elsewhere). The
-    /// nodes hold still (`steady.coords` empty).
+    /// temperatures (`steady.temperature` holds δT at the fixed nodes, zero elsewhere), and
+    /// the nodes' motion δX (`steady.coords`; empty: they hold still).
     pub steady: ThermalDirection,
     /// δρc per volume element.
     pub heat_capacity_elem: Vec<f64>,
@@ -82,9 +90,10 @@ impl TransientProblem {
         dir: &TransientDirection,
     ) -> Result<(), TransientError> {
         self.check_steps()?;
-        if !dir.steady.coords.is_empty() {
+        if !dir.steady.coords.is_empty() && self.mass == MassKind::Lumped {
             return Err(TransientError::Unsupported(
-                "second-order products in time along directions that move the nodes",
+                "second-order products in time along directions that move the nodes with a \
+                 lumped mass matrix (use the consistent mass)",
             ));
         }
         assert_eq!(traj.temperatures.len(), self.n_steps + 1, "a trajectory of this problem");
@@ -120,6 +129,31 @@ impl TransientProblem {
             };
             for a in 0..nn {
                 out[nodes[a]] += rc * (0..nn).map(|b| m[a * nn + b] * v[nodes[b]]).sum::<f64>();
+            }
+        }
+        for (n, o) in out.iter_mut().enumerate() {
+            if model.dofs.unknown_of_node[n].is_none() {
+                *o = 0.0;
+            }
+        }
+        out
+    }
+
+    /// (∂M/∂X δX) v at every node (zero at fixed nodes; every entry zero when the nodes hold
+    /// still).
+    fn mass_coordinate_times(&self, dx: &[[f64; 3]], v: &[f64]) -> Vec<f64> {
+        let model = &self.model;
+        let mut out = vec![0.0; model.n_nodes()];
+        if dx.is_empty() {
+            return out;
+        }
+        for (e, &rc) in self.rho_c.iter().enumerate() {
+            if rc == 0.0 {
+                continue;
+            }
+            let local = mass_coordinate_jvp(model, e, rc, dx, v);
+            for (&node, l) in model.element_nodes(e).iter().zip(&local) {
+                out[node] += l;
             }
         }
         for (n, o) in out.iter_mut().enumerate() {
@@ -170,8 +204,13 @@ impl TransientProblem {
         }
         let mut states = vec![first];
         let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
-        let source = (!dir.external_source.is_empty() && model.external_source().is_some())
-            .then(|| model.external_source_jvp(&dir.external_source));
+        let moving = !dir.steady.coords.is_empty();
+        let source = if moving && model.external_source().is_some() {
+            Some(model.external_source_jvp_moving(&dir.external_source, &dir.steady.coords))
+        } else {
+            (!dir.external_source.is_empty() && model.external_source().is_some())
+                .then(|| model.external_source_jvp(&dir.external_source))
+        };
         for k in 0..self.n_steps {
             let [_, a1, a2, theta] = self.scheme.coefficients(k);
             let dt = self.step_size(k);
@@ -192,10 +231,15 @@ impl TransientProblem {
             if let Some(s) = &source {
                 f.iter_mut().zip(s).for_each(|(a, b)| *a += b);
             }
-            if capacity {
+            if capacity || moving {
                 let w = self.rate(k, &traj.temperatures);
-                let dm_w = self.mass_times(stepper.masses.as_ref(), &dir.heat_capacity_elem, &w);
-                f.iter_mut().zip(&dm_w).for_each(|(a, b)| *a += b);
+                if capacity {
+                    let dm_w =
+                        self.mass_times(stepper.masses.as_ref(), &dir.heat_capacity_elem, &w);
+                    f.iter_mut().zip(&dm_w).for_each(|(a, b)| *a += b);
+                }
+                let dx_w = self.mass_coordinate_times(&dir.steady.coords, &w);
+                f.iter_mut().zip(&dx_w).for_each(|(a, b)| *a += b);
             }
             let mut rhs = model.dofs.gather(&f);
             // M (a₁δU^k + a₂δU^{k−1})/Δt.
@@ -224,11 +268,21 @@ impl TransientProblem {
             objective: vec![0.0; states.len()],
             states,
             objective_gradients: Vec::new(),
+            inputs: Vec::new(),
         };
         if !terms.is_empty() {
             for (n, t) in traj.temperatures.iter().enumerate() {
-                let g = evaluate(model, terms, t, false)?.d_temperature;
+                let e = evaluate(model, terms, t, moving)?;
+                let g = e.d_temperature;
                 out.objective[n] = g.iter().zip(&out.states[n]).map(|(a, b)| a * b).sum();
+                // The terms' own motion with the nodes (integrals over groups, point values).
+                if let Some(dj_dx) = &e.d_coords {
+                    out.objective[n] += dj_dx
+                        .iter()
+                        .zip(&dir.steady.coords)
+                        .map(|(a, b)| (0..3).map(|i| a[i] * b[i]).sum::<f64>())
+                        .sum::<f64>();
+                }
                 out.objective_gradients.push(g);
             }
         }
@@ -241,8 +295,12 @@ impl TransientProblem {
     /// the fields downstream put on each state and their derivatives, `tangents` the run's
     /// [`tangent_states`](Self::tangent_states) along `dir`. Returns the product in the layout
     /// of [`TransientGradient`] (its `value` zero; `external_source` the second-order seed of
-    /// the external source) and the first-order seed of the external source (per point; empty
-    /// without one); `want` selects the steady parameter kinds as for the gradient.
+    /// the external source; its `coords` the node coordinates' share formed per node), the
+    /// first-order seed of the external source (per point; empty without one) and the node
+    /// coordinates' share formed for `coords` (the steady products', the objective terms' and
+    /// the source's: along the registered morphs alone when only they are parameters); `want`
+    /// selects the steady parameter kinds as for the gradient (`want.coords`: both coordinate
+    /// shares).
     #[allow(clippy::too_many_arguments)]
     pub fn hessian_vector(
         &self,
@@ -254,7 +312,8 @@ impl TransientProblem {
         dir: &TransientDirection,
         tangents: &TimeTangents,
         want: VjpRequest,
-    ) -> Result<(TransientGradient, Vec<f64>), TransientError> {
+        coords: CoordinateRequest,
+    ) -> Result<(TransientGradient, Vec<f64>, CoordinatePart), TransientError> {
         self.check_second_order(traj, dir)?;
         let model = &self.model;
         let n_states = self.n_steps + 1;
@@ -262,17 +321,26 @@ impl TransientProblem {
         assert_eq!(d_weights.len(), n_states, "one weight derivative per state");
         let mut stepper = Stepper::new(self)?;
         let mut d = dir.steady.clone();
-        let mut hv = TransientGradient::zeros(model, false);
+        if want.coords && self.mass == MassKind::Lumped {
+            return Err(TransientError::Unsupported(
+                "coordinate products in time with a lumped mass matrix (use the consistent mass)",
+            ));
+        }
+        let mut hv = TransientGradient::zeros(model, want.coords);
         let owner = model.fixed_owner();
         let n_u = model.n_unknowns();
         let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
         let steady = want.conductivity || want.source || want.boundary || want.temperature;
+        let moving = !dir.steady.coords.is_empty();
+        let request = if want.coords { coords } else { CoordinateRequest::None };
+        let mut part_acc = CoordinatePart::zeros(request, model.n_nodes());
         // The objective's first- and second-order seeds at state n into Ū and δŪ (the fixed
         // nodes' second-order seeds go to the fixed temperatures directly).
         let seed = |n: usize,
                     bar: &mut [f64],
                     d_bar: &mut [f64],
-                    hv: &mut TransientGradient|
+                    hv: &mut TransientGradient,
+                    part_acc: &mut CoordinatePart|
          -> Result<(), TransientError> {
             let (w, dw) = (weights[n], d_weights[n]);
             let (outer, d_outer) = (
@@ -292,7 +360,25 @@ impl TransientProblem {
                     *f = w * g;
                     *s = dw * g;
                 }
-                if w != 0.0 {
+                if want.coords {
+                    // d/dε(wₙ ∂jₙ/∂X) = δwₙ ∂jₙ/∂X + wₙ (∂jₙ/∂X)′.
+                    let dx = &dir.steady.coords;
+                    let (h, part) = hessian_product_with_coords(
+                        model,
+                        terms,
+                        t,
+                        &tangents.states[n],
+                        dx,
+                        request,
+                    )?;
+                    second.iter_mut().zip(&h).for_each(|(a, b)| *a += w * b);
+                    part_acc.add_scaled(&part, w);
+                    if dw != 0.0 {
+                        let e = evaluate(model, terms, t, true)?;
+                        let dj_dx = e.d_coords.expect("requested");
+                        add_nodal(hv, &dj_dx, dw);
+                    }
+                } else if w != 0.0 {
                     let h = hessian_product(model, terms, t, &tangents.states[n])?;
                     second.iter_mut().zip(&h).for_each(|(a, b)| *a += w * b);
                 }
@@ -321,7 +407,7 @@ impl TransientProblem {
                         d_lambda: &[f64],
                         s_t: &[f64],
                         s_p: &gradfem_thermal::ParameterVjp| {
-            if steady {
+            if steady || want.coords {
                 let v = model.parameter_vjp(t, d_lambda, want);
                 hv.subtract_parameter_vjp(&v);
             }
@@ -350,7 +436,7 @@ impl TransientProblem {
                 format!("step {k}")
             })
             .map_err(|source| TransientError::Solver { step: k, time, source })?;
-            seed(k + 1, &mut bar, &mut d_bar, &mut hv)?;
+            seed(k + 1, &mut bar, &mut d_bar, &mut hv, &mut part_acc)?;
             let (t1, t0) = (&traj.temperatures[k + 1], &traj.temperatures[k]);
             let solver = stepper.factor(k, dt, t1)?;
             let mut mu = bar.clone();
@@ -362,17 +448,19 @@ impl TransientProblem {
             let mu_nodal = scatter(&mu);
             let lambda1: Vec<f64> = mu_nodal.iter().map(|m| theta * m).collect();
             let dir1 = Self::with_temperature(&mut d, &tangents.states[k + 1]);
-            let (s1_t, s1_p, _) =
-                model.second_order_vjp(t1, &lambda1, dir1, CoordinateRequest::None);
-            let dm_mu = if capacity {
-                model.dofs.gather(&self.mass_times(
-                    stepper.masses.as_ref(),
-                    &dir.heat_capacity_elem,
-                    &mu_nodal,
-                ))
+            let (s1_t, s1_p, part1) = model.second_order_vjp(t1, &lambda1, dir1, request);
+            part_acc.add_scaled(&part1, -1.0);
+            // δM μ: the heat capacities' and the nodes' motion.
+            let mut dm_nodal = if capacity {
+                self.mass_times(stepper.masses.as_ref(), &dir.heat_capacity_elem, &mu_nodal)
             } else {
-                vec![0.0; n_u]
+                vec![0.0; model.n_nodes()]
             };
+            if moving {
+                let dx_mu = self.mass_coordinate_times(&dir.steady.coords, &mu_nodal);
+                dm_nodal.iter_mut().zip(&dx_mu).for_each(|(a, b)| *a += b);
+            }
+            let dm_mu = model.dofs.gather(&dm_nodal);
             let s1 = model.dofs.gather(&s1_t);
             let mut d_mu: Vec<f64> =
                 (0..n_u).map(|i| d_bar[i] - s1[i] - a0 * dm_mu[i] / dt).collect();
@@ -391,8 +479,8 @@ impl TransientProblem {
                 let c = 1.0 - theta;
                 let lambda0: Vec<f64> = mu_nodal.iter().map(|m| c * m).collect();
                 let dir0 = Self::with_temperature(&mut d, &tangents.states[k]);
-                let (s0_t, s0_p, _) =
-                    model.second_order_vjp(t0, &lambda0, dir0, CoordinateRequest::None);
+                let (s0_t, s0_p, part0) = model.second_order_vjp(t0, &lambda0, dir0, request);
+                part_acc.add_scaled(&part0, -1.0);
                 let d_lambda0: Vec<f64> = d_mu_nodal.iter().map(|m| c * m).collect();
                 subtract(&mut hv, t0, &d_lambda0, &s0_t, &s0_p);
                 s0 = model.dofs.gather(&s0_t);
@@ -407,9 +495,47 @@ impl TransientProblem {
                 *hv_e -= unit_mass_form(self, masses, e, &d_mu_nodal, &w)
                     + unit_mass_form(self, masses, e, &mu_nodal, &dw);
             }
+            if moving || want.coords {
+                // The mass's coordinate products, and its heat capacities' share with moving
+                // nodes.
+                let zero = vec![[0.0; 3]; model.n_nodes()];
+                let dx = if moving { dir.steady.coords.as_slice() } else { zero.as_slice() };
+                for e in 0..model.n_volume_elements() {
+                    let (local, unit) = mass_coordinate_second_order(
+                        model,
+                        e,
+                        self.rho_c[e],
+                        dir.heat_capacity_elem[e],
+                        &mu_nodal,
+                        &d_mu_nodal,
+                        &w,
+                        &dw,
+                        dx,
+                    );
+                    hv.heat_capacity_elem[e] -= unit;
+                    if let Some(c) = &mut hv.coords {
+                        for (a, &node) in model.element_nodes(e).iter().enumerate() {
+                            for i in 0..3 {
+                                c[node][i] -= local[3 * a + i];
+                            }
+                        }
+                    }
+                }
+            }
             if !hv.external_source.is_empty() {
                 sub_into(&mut hv.external_source, &model.external_source_vjp(&d_mu_nodal));
                 sub_into(&mut source_bar, &model.external_source_vjp(&mu_nodal));
+                if moving || want.coords {
+                    // The source's residual moves with det J (once per step: θ + (1 − θ)).
+                    let (per_point, part) = model.external_source_second_order(
+                        &mu_nodal,
+                        &dir.external_source,
+                        &dir.steady.coords,
+                        request,
+                    );
+                    sub_into(&mut hv.external_source, &per_point);
+                    part_acc.add_scaled(&part, -1.0);
+                }
             }
             // Ū^k and δŪ^k, and the pending seeds of state k − 1 (BDF2).
             let mut m_mu = vec![0.0; n_u];
@@ -426,9 +552,20 @@ impl TransientProblem {
             bar = next_bar;
             d_bar = next_d_bar;
         }
-        seed(0, &mut bar, &mut d_bar, &mut hv)?;
+        seed(0, &mut bar, &mut d_bar, &mut hv, &mut part_acc)?;
         model.dofs.scatter(&d_bar, &mut hv.initial);
         hv.sum_regions(model);
-        Ok((hv, source_bar))
+        Ok((hv, source_bar, part_acc))
+    }
+}
+
+/// Add `scale` times per-node coordinate derivatives to the product's node coordinates.
+fn add_nodal(hv: &mut TransientGradient, v: &[[f64; 3]], scale: f64) {
+    if let Some(c) = &mut hv.coords {
+        for (a, b) in c.iter_mut().zip(v) {
+            for i in 0..3 {
+                a[i] += scale * b[i];
+            }
+        }
     }
 }
