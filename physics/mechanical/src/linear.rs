@@ -1401,6 +1401,87 @@ impl LinearElasticModel {
         out
     }
 
+    /// Volume element `e`'s part of [`Self::parameter_vjp`], `[dE, dν, dα, dT_ref, db₀, db₁,
+    /// db₂]`, in one pass over its points: with L = ∇λ, H = ∇u and θ = α(T − T_ref),
+    /// λᵀrₑ = Σ_q w [μ L:(H + Hᵀ) + tr L (λ(tr H − 3θ) − 2μθ) − (Nλ)·b], so
+    /// ∂/∂λ = Σ w tr L (tr H − 3θ), ∂/∂μ = Σ w (L:(H + Hᵀ) − 2θ tr L),
+    /// ∂/∂α = −(3λ + 2μ) Σ w tr L (T − T_ref), ∂/∂T_ref = (3λ + 2μ) α Σ w tr L and
+    /// ∂/∂b = −Σ w Nλ; E and ν through λ(E, ν), μ(E, ν). On a Tet4 the integrands are linear
+    /// and the table integrates them as the kernel's one point (mean nodal θ, N = ¼) does.
+    fn volume_parameter_vjp(
+        &self,
+        e: usize,
+        u: &[f64],
+        lambda: &[f64],
+        want: VjpRequest,
+    ) -> [f64; 7] {
+        let mut out = [0.0; 7];
+        if !(want.material || want.thermal || want.loads) {
+            return out;
+        }
+        let blk = &self.blocks[self.elem_block[e] as usize];
+        let nodes = self.element_nodes(e);
+        let nn = nodes.len();
+        let p = self.element_params(e);
+        let x = self.element_coords(e);
+        let temperature = self.temperature.as_deref();
+        let mut g = [[0.0; 3]; MAX_NODES];
+        // Σ w tr L (tr H − 3θ), Σ w (L:(H + Hᵀ) − 2θ tr L), Σ w tr L ΔT, Σ w tr L, Σ w Nλ.
+        let (mut a_lambda, mut a_mu, mut tr_dt, mut tr_sum) = (0.0, 0.0, 0.0, 0.0);
+        let mut n_lambda = [0.0; 3];
+        for q in 0..blk.table.n_points() {
+            let det =
+                geometry::physical_gradients_into(3, blk.table.grad(q), &x[..nn], &mut g[..nn]);
+            let (w, shape) = (blk.table.weights[q] * det, blk.table.shape(q));
+            let (mut l, mut h) = ([[0.0; 3]; 3], [[0.0; 3]; 3]);
+            let mut tq = 0.0;
+            for a in 0..nn {
+                let n = nodes[a];
+                for i in 0..3 {
+                    let (la, ua) = (lambda[3 * n + i], u[3 * n + i]);
+                    n_lambda[i] += w * shape[a] * la;
+                    for j in 0..3 {
+                        l[i][j] += la * g[a][j];
+                        h[i][j] += ua * g[a][j];
+                    }
+                }
+                if let Some(t) = temperature {
+                    tq += shape[a] * t[n];
+                }
+            }
+            let dt = if temperature.is_some() { tq - p.t_ref } else { 0.0 };
+            let theta = p.alpha * dt;
+            let tr_l = l[0][0] + l[1][1] + l[2][2];
+            let tr_h = h[0][0] + h[1][1] + h[2][2];
+            let mut lh = 0.0;
+            for i in 0..3 {
+                for j in 0..3 {
+                    lh += l[i][j] * (h[i][j] + h[j][i]);
+                }
+            }
+            a_lambda += w * tr_l * (tr_h - 3.0 * theta);
+            a_mu += w * (lh - 2.0 * theta * tr_l);
+            tr_dt += w * tr_l * dt;
+            tr_sum += w * tr_l;
+        }
+        if want.material {
+            let [le, ln, me, mn] = lame_derivatives(self.young_elem[e], self.poisson_elem[e]);
+            out[0] = a_lambda * le + a_mu * me;
+            out[1] = a_lambda * ln + a_mu * mn;
+        }
+        if want.thermal {
+            let bulk = 3.0 * p.lambda + 2.0 * p.mu;
+            out[2] = -bulk * tr_dt;
+            out[3] = bulk * p.alpha * tr_sum;
+        }
+        if want.loads {
+            for k in 0..3 {
+                out[4 + k] = -n_lambda[k];
+            }
+        }
+        out
+    }
+
     /// λᵀ ∂R/∂p for every parameter, at the full displacement `u`, for the adjoint `lambda`
     /// given at every dof (zero at constrained dofs). Each residual is linear in the loads,
     /// α, and (through λ, μ) in E; ν enters through λ(E, ν) and μ(E, ν).
@@ -1416,65 +1497,24 @@ impl LinearElasticModel {
         let per_elem: Vec<[f64; 7]> = (0..n_el)
             .into_par_iter()
             .map(|e| {
+                if e < self.n_volume {
+                    return self.volume_parameter_vjp(e, u, lambda, want);
+                }
                 let nd = 3 * self.element_nodes(e).len();
                 let mut out = [0.0; 7];
                 let mut fe = [0.0; MAX_DOFS];
-                let mut eval = |p: &ElementParams<f64>, uu: Option<&[f64]>, load: ThermalLoad| {
+                let mut eval = |p: &ElementParams<f64>| {
                     fe[..nd].fill(0.0);
-                    self.kernel(e, uu, p, load, None, &mut fe[..nd]);
+                    self.kernel(e, None, p, ThermalLoad::Uniform(0.0), None, &mut fe[..nd]);
                     dot_local(e, &fe[..nd])
                 };
-                let p = self.element_params(e);
-                if e < self.n_volume {
-                    if want.material {
-                        let with_lambda = eval(
-                            &ElementParams { lambda: 1.0, mu: 0.0, ..p },
-                            Some(u),
-                            ThermalLoad::Field,
-                        );
-                        let with_mu = eval(
-                            &ElementParams { lambda: 0.0, mu: 1.0, ..p },
-                            Some(u),
-                            ThermalLoad::Field,
-                        );
-                        // The body force does not depend on λ, μ: remove it from both.
-                        let body = eval(
-                            &ElementParams { lambda: 0.0, mu: 0.0, ..p },
-                            None,
-                            ThermalLoad::Uniform(0.0),
-                        );
-                        let (a, b) = (with_lambda - body, with_mu - body);
-                        let [le, ln, me, mn] =
-                            lame_derivatives(self.young_elem[e], self.poisson_elem[e]);
-                        out[0] = a * le + b * me;
-                        out[1] = a * ln + b * mn;
-                    }
-                    if want.thermal {
-                        let base = ElementParams { body: [0.0; 3], ..p };
-                        out[2] =
-                            eval(&ElementParams { alpha: 1.0, ..base }, None, ThermalLoad::Field);
-                        out[3] = eval(&base, None, ThermalLoad::Uniform(-1.0));
-                    }
-                    if want.loads {
-                        for k in 0..3 {
-                            let mut body = [0.0; 3];
-                            body[k] = 1.0;
-                            out[4 + k] =
-                                eval(&ElementParams { body, ..z }, None, ThermalLoad::Uniform(0.0));
-                        }
-                    }
-                } else if want.loads {
+                if want.loads {
                     for k in 0..3 {
                         let mut traction = [0.0; 3];
                         traction[k] = 1.0;
-                        out[k] =
-                            eval(&ElementParams { traction, ..z }, None, ThermalLoad::Uniform(0.0));
+                        out[k] = eval(&ElementParams { traction, ..z });
                     }
-                    out[3] = eval(
-                        &ElementParams { pressure: 1.0, ..z },
-                        None,
-                        ThermalLoad::Uniform(0.0),
-                    );
+                    out[3] = eval(&ElementParams { pressure: 1.0, ..z });
                 }
                 out
             })
@@ -1840,6 +1880,102 @@ mod tests {
         let fd_nu = (lame(210e9, 0.3 + h).0 - lame(210e9, 0.3 - h).0) / (2.0 * h);
         assert!((d[1] - fd_nu).abs() < 1e-6 * fd_nu.abs(), "{} vs {fd_nu}", d[1]);
         assert!((d[2] - 1.0 / 2.6).abs() < 1e-15);
+    }
+
+    /// `[dE, dν, dα, dT_ref, db]` of volume element `e` by evaluating its residual kernel at
+    /// unit parameters (the residual is linear in λ, μ, α, T_ref and b): the reference the
+    /// one-pass closed form is held to.
+    fn volume_parameter_vjp_by_kernels(
+        m: &LinearElasticModel,
+        e: usize,
+        u: &[f64],
+        lambda: &[f64],
+    ) -> [f64; 7] {
+        let nodes = m.element_nodes(e);
+        let nd = 3 * nodes.len();
+        let mut fe = vec![0.0; nd];
+        let mut eval = |p: &ElementParams<f64>, uu: Option<&[f64]>, load: ThermalLoad| {
+            fe.fill(0.0);
+            m.kernel(e, uu, p, load, None, &mut fe);
+            (0..nd).map(|r| fe[r] * lambda[3 * nodes[r / 3] + r % 3]).sum::<f64>()
+        };
+        let p = m.element_params(e);
+        let z = ElementParams::ZERO;
+        let mut out = [0.0; 7];
+        let with_lambda =
+            eval(&ElementParams { lambda: 1.0, mu: 0.0, ..p }, Some(u), ThermalLoad::Field);
+        let with_mu =
+            eval(&ElementParams { lambda: 0.0, mu: 1.0, ..p }, Some(u), ThermalLoad::Field);
+        let body =
+            eval(&ElementParams { lambda: 0.0, mu: 0.0, ..p }, None, ThermalLoad::Uniform(0.0));
+        let (a, b) = (with_lambda - body, with_mu - body);
+        let [le, ln, me, mn] = lame_derivatives(m.young_elem[e], m.poisson_elem[e]);
+        out[0] = a * le + b * me;
+        out[1] = a * ln + b * mn;
+        let base = ElementParams { body: [0.0; 3], ..p };
+        out[2] = eval(&ElementParams { alpha: 1.0, ..base }, None, ThermalLoad::Field);
+        out[3] = eval(&base, None, ThermalLoad::Uniform(-1.0));
+        for k in 0..3 {
+            let mut body = [0.0; 3];
+            body[k] = 1.0;
+            out[4 + k] = eval(&ElementParams { body, ..z }, None, ThermalLoad::Uniform(0.0));
+        }
+        out
+    }
+
+    /// The one-pass parameter products of volume elements equal the contractions of their
+    /// residual kernels at unit parameters, on distorted cells with a temperature field and a
+    /// body force (and without a temperature field).
+    #[rstest::rstest]
+    fn volume_parameter_vjp_is_the_contraction_of_the_kernels(
+        #[values(CellType::Tet4, CellType::Hex8, CellType::Tet10, CellType::Hex20)] ct: CellType,
+        #[values(false, true)] with_t: bool,
+    ) {
+        use gradfem_mesh::generate::{BoxSpec, box_mesh};
+        let mut mesh = box_mesh(&BoxSpec {
+            origin: [0.0; 3],
+            lengths: [1.0, 0.5, 0.25],
+            divisions: [2, 2, 1],
+            cell_type: ct,
+        });
+        for x in &mut mesh.coords {
+            let y = x[1];
+            x[0] += 0.05 * (3.0 * y).sin();
+            x[2] += 0.03 * x[0] * y;
+        }
+        let region = RegionSpec {
+            group: "domain".into(),
+            young: 2.0e3,
+            poisson: 0.28,
+            alpha: 1.5e-3,
+            t_ref: 290.0,
+            body_force: [0.3, -1.0, 0.5],
+        };
+        let (_, bcs) = elastic3d_specs();
+        let mut m = LinearElasticModel::new(&mesh, &[region], &bcs).unwrap();
+        for (e, y) in m.young_elem.iter_mut().enumerate() {
+            *y *= 1.0 + 0.1 * (e as f64).sin();
+        }
+        if with_t {
+            let t = m.coords.iter().map(|p| 300.0 + 20.0 * p[0] - 7.0 * p[1] * p[2]).collect();
+            m.set_temperature(Some(t)).unwrap();
+        }
+        let n = 3 * m.n_nodes();
+        let u: Vec<f64> = (0..n).map(|i| 1e-2 * ((i as f64) * 0.37).sin()).collect();
+        let lambda: Vec<f64> = (0..n).map(|i| ((i as f64) * 0.71).cos()).collect();
+        for e in 0..m.n_volume {
+            let fast = m.volume_parameter_vjp(e, &u, &lambda, VjpRequest::ALL);
+            let kernels = volume_parameter_vjp_by_kernels(&m, e, &u, &lambda);
+            for k in 0..7 {
+                let scale = kernels[k].abs().max(1e-300);
+                assert!(
+                    (fast[k] - kernels[k]).abs() <= 1e-11 * scale.max(1e-9),
+                    "element {e}, entry {k}: {} vs {}",
+                    fast[k],
+                    kernels[k]
+                );
+            }
+        }
     }
 
     #[test]
