@@ -1199,23 +1199,39 @@ pub fn mass_coordinate_vjp(
     local
 }
 
-/// (∂(M w)/∂X δX) on volume element e (consistent mass), per local node a:
-/// Σ_q w_q det J tr(∇δX) ρc N_a w(x_q) (only det J moves with the nodes).
+/// The most nodes of a cell (Hex27).
+const MAX_CELL_NODES: usize = 27;
+
+/// Volume element e's node coordinates into `x` (its first `nn` rows), returning `nn`.
+fn element_coordinates_into(
+    model: &ThermalModel,
+    e: usize,
+    x: &mut [[f64; 3]; MAX_CELL_NODES],
+) -> usize {
+    let nodes = model.element_nodes(e);
+    for (xa, &n) in x.iter_mut().zip(nodes) {
+        *xa = model.coords[n];
+    }
+    nodes.len()
+}
+
+/// (∂(M w)/∂X δX) on volume element e (consistent mass), per local node a, added into
+/// `local`: Σ_q w_q det J tr(∇δX) ρc N_a w(x_q) (only det J moves with the nodes).
 pub fn mass_coordinate_jvp(
     model: &ThermalModel,
     e: usize,
     rho_c: f64,
     dx: &[[f64; 3]],
     w: &[f64],
-) -> Vec<f64> {
+    local: &mut [f64],
+) {
     let table = model.element_table(e);
-    let x = model.element_coordinates(e);
+    let mut x = [[0.0; 3]; MAX_CELL_NODES];
+    let nn = element_coordinates_into(model, e, &mut x);
     let nodes = model.element_nodes(e);
-    let nn = x.len();
-    let mut g = vec![[0.0; 3]; nn];
-    let mut local = vec![0.0; nn];
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
     for q in 0..table.n_points() {
-        let det = geometry::physical_gradients_into(3, table.grad(q), &x, &mut g);
+        let det = geometry::physical_gradients_into(3, table.grad(q), &x[..nn], &mut g[..nn]);
         let n = table.shape(q);
         let mut wq = 0.0;
         let mut trace = 0.0;
@@ -1228,14 +1244,14 @@ pub fn mass_coordinate_jvp(
             local[a] += s * n[a];
         }
     }
-    local
 }
 
 /// The mass's second-order coordinate products on volume element e (consistent mass). With
 /// s_q = w_q det J ρc μ(x_q) w(x_q) and G = ∇δX, μᵀ∂(Mw)/∂X_b = Σ_q s_q ∇N_b moves along
 /// (δρc, δμ, δw, δX) by Σ_q [δs_q ∇N_b − s_q Gᵀ∇N_b],
 /// δs_q = w_q det J [δρc μ w + ρc (δμ w + μ δw) + ρc μ w tr G] (first, 3 per local node); and
-/// μᵀ(∂²M/∂ρc∂X δX)w = Σ_q w_q det J μ w tr G, the unit heat capacity's share (second).
+/// μᵀ(∂²M/∂ρc∂X δX)w = Σ_q w_q det J μ w tr G, the unit heat capacity's share (returned);
+/// the first is added into `local` (3 per local node).
 #[allow(clippy::too_many_arguments)]
 pub fn mass_coordinate_second_order(
     model: &ThermalModel,
@@ -1247,16 +1263,16 @@ pub fn mass_coordinate_second_order(
     w: &[f64],
     d_w: &[f64],
     dx: &[[f64; 3]],
-) -> (Vec<f64>, f64) {
+    local: &mut [f64],
+) -> f64 {
     let table = model.element_table(e);
-    let x = model.element_coordinates(e);
+    let mut x = [[0.0; 3]; MAX_CELL_NODES];
+    let nn = element_coordinates_into(model, e, &mut x);
     let nodes = model.element_nodes(e);
-    let nn = x.len();
-    let mut g = vec![[0.0; 3]; nn];
-    let mut local = vec![0.0; 3 * nn];
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
     let mut capacity = 0.0;
     for q in 0..table.n_points() {
-        let det = geometry::physical_gradients_into(3, table.grad(q), &x, &mut g);
+        let det = geometry::physical_gradients_into(3, table.grad(q), &x[..nn], &mut g[..nn]);
         let n = table.shape(q);
         let (mut mq, mut dmq, mut wq, mut dwq) = (0.0, 0.0, 0.0, 0.0);
         let mut grad_dx = [[0.0; 3]; 3];
@@ -1284,7 +1300,7 @@ pub fn mass_coordinate_second_order(
             }
         }
     }
-    (local, capacity)
+    capacity
 }
 
 fn sub_into(acc: &mut [f64], v: &[f64]) {
@@ -1411,9 +1427,21 @@ mod tests {
         }
         let (rc, drc, e) = (3.0, 0.7, 3);
         let nn = p.model.element_nodes(e).len();
-        let tangent = mass_coordinate_jvp(&p.model, e, rc, &dx, &w);
-        let (second, capacity) =
-            mass_coordinate_second_order(&p.model, e, rc, drc, &mu, &d_mu, &w, &d_w, &dx);
+        let mut tangent = vec![0.0; nn];
+        mass_coordinate_jvp(&p.model, e, rc, &dx, &w, &mut tangent);
+        let mut second = vec![0.0; 3 * nn];
+        let capacity = mass_coordinate_second_order(
+            &p.model,
+            e,
+            rc,
+            drc,
+            &mu,
+            &d_mu,
+            &w,
+            &d_w,
+            &dx,
+            &mut second,
+        );
         let h = 1e-6;
         let moved = |s: f64| {
             let mut q = p.clone();

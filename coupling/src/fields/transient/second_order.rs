@@ -142,17 +142,25 @@ impl TransientProblem {
     /// (∂M/∂X δX) v at every node (zero at fixed nodes; every entry zero when the nodes hold
     /// still).
     fn mass_coordinate_times(&self, dx: &[[f64; 3]], v: &[f64]) -> Vec<f64> {
+        use rayon::prelude::*;
         let model = &self.model;
         let mut out = vec![0.0; model.n_nodes()];
         if dx.is_empty() {
             return out;
         }
-        for (e, &rc) in self.rho_c.iter().enumerate() {
-            if rc == 0.0 {
-                continue;
-            }
-            let local = mass_coordinate_jvp(model, e, rc, dx, v);
-            for (&node, l) in model.element_nodes(e).iter().zip(&local) {
+        let locals: Vec<[f64; 27]> = (0..self.rho_c.len())
+            .into_par_iter()
+            .map(|e| {
+                let mut local = [0.0; 27];
+                if self.rho_c[e] != 0.0 {
+                    mass_coordinate_jvp(model, e, self.rho_c[e], dx, v, &mut local);
+                }
+                local
+            })
+            .collect();
+        // Summed in element order: the result does not depend on the thread count.
+        for (e, local) in locals.iter().enumerate() {
+            for (&node, l) in model.element_nodes(e).iter().zip(local) {
                 out[node] += l;
             }
         }
@@ -498,20 +506,29 @@ impl TransientProblem {
             if moving || want.coords {
                 // The mass's coordinate products, and its heat capacities' share with moving
                 // nodes.
+                use rayon::prelude::*;
                 let zero = vec![[0.0; 3]; model.n_nodes()];
                 let dx = if moving { dir.steady.coords.as_slice() } else { zero.as_slice() };
-                for e in 0..model.n_volume_elements() {
-                    let (local, unit) = mass_coordinate_second_order(
-                        model,
-                        e,
-                        self.rho_c[e],
-                        dir.heat_capacity_elem[e],
-                        &mu_nodal,
-                        &d_mu_nodal,
-                        &w,
-                        &dw,
-                        dx,
-                    );
+                let per_elem: Vec<([f64; 81], f64)> = (0..model.n_volume_elements())
+                    .into_par_iter()
+                    .map(|e| {
+                        let mut local = [0.0; 81];
+                        let unit = mass_coordinate_second_order(
+                            model,
+                            e,
+                            self.rho_c[e],
+                            dir.heat_capacity_elem[e],
+                            &mu_nodal,
+                            &d_mu_nodal,
+                            &w,
+                            &dw,
+                            dx,
+                            &mut local,
+                        );
+                        (local, unit)
+                    })
+                    .collect();
+                for (e, (local, unit)) in per_elem.iter().enumerate() {
                     hv.heat_capacity_elem[e] -= unit;
                     if let Some(c) = &mut hv.coords {
                         for (a, &node) in model.element_nodes(e).iter().enumerate() {
