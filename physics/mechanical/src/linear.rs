@@ -29,7 +29,9 @@
 //! [`LinearElasticModel::temperature_vjp`]).
 //!
 //! Every parameter derivative is a vector-Jacobian product computed element by element
-//! ([`LinearElasticModel::parameter_vjp`]); the coordinate derivative of volume elements is in
+//! ([`LinearElasticModel::parameter_vjp`]): those of a volume element's E, ν, α, T_ref and body
+//! force in one pass over its points from the strains of u and λ (held to its residual kernel
+//! at unit parameters in the tests); the coordinate derivative of volume elements is in
 //! closed form and tested against dual numbers ([`LinearElasticModel::coordinate_vjp_dual`]).
 //!
 //! Stresses are reported in Voigt order `[xx, yy, zz, yz, xz, xy]`.
