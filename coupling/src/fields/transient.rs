@@ -1150,7 +1150,7 @@ impl<'p> Stepper<'p> {
             .collect();
         sub_into(&mut g.heat_capacity_elem, &per_elem);
         if let Some(c) = &mut g.coords {
-            let locals: Vec<Vec<f64>> = (0..n_vol)
+            let locals: Vec<[f64; 81]> = (0..n_vol)
                 .into_par_iter()
                 .map(|e| mass_coordinate_vjp(model, e, p.rho_c[e], &mu_nodal, &w))
                 .collect();
@@ -1167,22 +1167,23 @@ impl<'p> Stepper<'p> {
 }
 
 /// μᵀ ∂(M w)/∂X on volume element e (consistent mass): Σ_q w_q det J ρc μ(x_q) w(x_q) (∇N_b)ᵢ
-/// per local node b and direction i (the shape values at the points do not move with X).
+/// per local node b and direction i (the shape values at the points do not move with X), 3
+/// per local node of a cell of at most 27 nodes (the rest zero).
 pub fn mass_coordinate_vjp(
     model: &ThermalModel,
     e: usize,
     rho_c: f64,
     mu: &[f64],
     w: &[f64],
-) -> Vec<f64> {
+) -> [f64; 3 * MAX_CELL_NODES] {
     let table = model.element_table(e);
-    let x = model.element_coordinates(e);
+    let mut x = [[0.0; 3]; MAX_CELL_NODES];
+    let nn = element_coordinates_into(model, e, &mut x);
     let nodes = model.element_nodes(e);
-    let nn = x.len();
-    let mut g = vec![[0.0; 3]; nn];
-    let mut local = vec![0.0; 3 * nn];
+    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    let mut local = [0.0; 3 * MAX_CELL_NODES];
     for q in 0..table.n_points() {
-        let det = geometry::physical_gradients_into(3, table.grad(q), &x, &mut g);
+        let det = geometry::physical_gradients_into(3, table.grad(q), &x[..nn], &mut g[..nn]);
         let n = table.shape(q);
         let (mut mq, mut wq) = (0.0, 0.0);
         for a in 0..nn {
