@@ -221,19 +221,26 @@ pub(crate) struct TimeLayout {
     pub(crate) after: Vec<Vec<usize>>,
 }
 
-/// A field's state tangent and its input tangents (per port).
-type FieldTangents = (Vec<f64>, Vec<Vec<f64>>);
-
 /// The tangent-linear run of a problem in time along a direction.
 struct RunTangents {
     /// The tangents of the stages solved once (and the last state's downstream ones).
     tan: crate::second_order::Tangents,
     /// The stepped field's.
     steps: crate::field::TimeTangents,
-    /// Per state, the tangents of each downstream field (in stage order).
-    downstream: Vec<Vec<FieldTangents>>,
     /// δjₙ per state (all terms, or the stepped field's own; see `run_tangents`).
     values: Vec<f64>,
+    /// Per state, the downstream fields' adjoints there when they were asked for.
+    adjoints: Vec<Option<StateAdjoints>>,
+}
+
+/// The downstream fields' adjoints at one state of a run, unweighted: the first-order pass
+/// (its gradient and what it hands the stepped field and the stages solved once) and the
+/// second-order pass along the direction.
+struct StateAdjoints {
+    g1: Gradient,
+    first: crate::problem::Bars,
+    g2: Gradient,
+    second: crate::problem::Bars,
 }
 
 impl CoupledProblem {
@@ -567,14 +574,19 @@ impl CoupledProblem {
     /// The tangent-linear run along `dir` (module docs of [`crate::second_order`]): the
     /// stages solved once, the stepped field's steps with their input tangents, and the
     /// fields downstream at every state (solved there); with `values`, the derivative δjₙ of
-    /// every objective term's value at every state (else the stepped field's own only). The
-    /// downstream fields are left solved at the state visited last.
+    /// every objective term's value at every state (else the stepped field's own only); at the
+    /// states `adjoint_at` marks, the downstream fields' first- and second-order adjoints too
+    /// (while they are solved there for their tangents). The downstream fields are left solved
+    /// at the state visited last.
     fn run_tangents(
         &mut self,
         layout: &TimeLayout,
         dir: &Gradient,
         values: bool,
+        adjoint_at: &[bool],
+        timings: &mut GradientTimings,
     ) -> Result<RunTangents, RunError> {
+        let nf = self.fields().len();
         let d = layout.dynamic;
         let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
         let still: Vec<usize> = once.iter().flatten().copied().collect();
@@ -598,7 +610,7 @@ impl CoupledProblem {
                 d_still += self.objective_jvp(f, &tan, &pv, &dir_flat)?;
             }
         }
-        let mut per_state = Vec::new();
+        let mut adjoints: Vec<Option<StateAdjoints>> = Vec::new();
         if !downstream.is_empty() {
             for (n, djn) in dj.iter_mut().enumerate() {
                 gradfem_solvers::interrupt::check("tangent-linear run", || format!("state {n}"))?;
@@ -611,25 +623,37 @@ impl CoupledProblem {
                         *djn += self.objective_jvp(f, &tan, &pv, &dir_flat)?;
                     }
                 }
-                per_state.push(
-                    downstream
-                        .iter()
-                        .map(|&f| (tan.state[f].clone(), tan.inputs[f].clone()))
-                        .collect(),
-                );
+                if !adjoint_at.get(n).copied().unwrap_or(false) {
+                    adjoints.push(None);
+                    continue;
+                }
+                // First order at state n (unweighted), keeping the adjoints; then second order.
+                let mut g1 = Gradient::zeros(self.registry());
+                let mut first = self.zero_bars();
+                first.record = Some(crate::problem::ReverseRecord::new(nf, self.transfers().len()));
+                for &f in &downstream {
+                    self.seed_field(f, &mut first, &mut g1)?;
+                }
+                self.reverse_stage_list(&layout.downstream, &mut first, &mut g1, timings)?;
+                let record = first.record.take().expect("kept");
+                let mut g2 = Gradient::zeros(self.registry());
+                let mut second =
+                    self.second_order_seeds(&downstream, &record, &tan, dir, 1.0, &mut g2)?;
+                self.reverse_stage_list(&layout.downstream, &mut second, &mut g2, timings)?;
+                adjoints.push(Some(StateAdjoints { g1, first, g2, second }));
             }
         }
         dj.iter_mut().for_each(|v| *v += d_still);
-        Ok(RunTangents { tan, steps, downstream: per_state, values: dj })
+        Ok(RunTangents { tan, steps, values: dj, adjoints })
     }
 
     /// H·δp of a problem in time (covered as [`second_order_in_time_support`] says): the
     /// tangents of the stages solved once, the stepped field's tangent-linear run, the
-    /// tangents of the fields downstream at every state and the time rule's weight
-    /// derivatives δwₙ; then, backward, the downstream fields' first- and second-order
-    /// adjoints at every state (their seeds on the stepped field's states weighted by wₙ and
-    /// δwₙ), the second-order adjoint of the steps, and that of the stages solved once, seeded
-    /// by what the steps hand their inputs.
+    /// tangents of the fields downstream at every state with, in the same visit (they are
+    /// solved there once), their first- and second-order adjoints, unweighted; the time rule's
+    /// weight derivatives δwₙ; then the downstream products weighted by wₙ and δwₙ (their seeds
+    /// on the stepped field's states too), the second-order adjoint of the steps, and that of
+    /// the stages solved once, seeded by what the steps hand their inputs.
     ///
     /// [`second_order_in_time_support`]: Self::second_order_in_time_support
     pub(crate) fn hessian_vector_in_time(&mut self, dir: &Gradient) -> Result<Gradient, RunError> {
@@ -649,67 +673,47 @@ impl CoupledProblem {
         let (_, weights) = rule.value_and_weights(&j, &times, |n| infos[n])?;
         let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
         let still: Vec<usize> = once.iter().flatten().copied().collect();
-        let downstream: Vec<usize> = layout.downstream.iter().flatten().copied().collect();
         // 1. Tangents: the stages solved once, the steps, the downstream fields at every state.
         // δjₙ only matters where the weights depend on j (a smooth maximum, a misfit).
         let nonlinear_rule = matches!(rule, TimeRule::Max { .. } | TimeRule::Misfit(_));
-        let RunTangents { mut tan, steps, downstream: down_tangents, values: dj } =
-            self.run_tangents(&layout, dir, nonlinear_rule)?;
+        // The downstream fields' adjoints at every state whose weight can be nonzero, taken in
+        // the same visit as their tangents (combined with wₙ and δwₙ once these are known).
+        let adjoint_at: Vec<bool> = weights.iter().map(|&w| w != 0.0 || nonlinear_rule).collect();
+        let RunTangents { tan, steps, values: dj, adjoints } =
+            self.run_tangents(&layout, dir, nonlinear_rule, &adjoint_at, &mut timings)?;
         let d_weights = rule.weight_tangents(&j, &dj, &times)?;
-        // 2. Backward: the downstream fields at every weighted state.
+        // 2. The downstream fields' products at every weighted state.
         let mut hv = Gradient::zeros(self.registry());
         let mut first = self.zero_bars();
         let mut second = self.zero_bars();
         let mut seeds: Vec<Option<Vec<f64>>> = vec![None; n_states];
         let mut d_seeds: Vec<Option<Vec<f64>>> = vec![None; n_states];
-        if !downstream.is_empty() {
-            for n in 0..n_states {
-                let (w, dw) = (weights[n], d_weights[n]);
-                if w == 0.0 && dw == 0.0 {
-                    continue;
-                }
-                gradfem_solvers::interrupt::check("second-order adjoint", || format!("state {n}"))?;
-                self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
-                self.solve_stages(&layout.downstream)?;
-                tan.state[d] = steps.states[n].clone();
-                for (k, &f) in downstream.iter().enumerate() {
-                    tan.state[f] = down_tangents[n][k].0.clone();
-                    tan.inputs[f] = down_tangents[n][k].1.clone();
-                }
-                // First order at state n (unweighted), keeping the adjoints.
-                let mut g1 = Gradient::zeros(self.registry());
-                let mut local = self.zero_bars();
-                local.record = Some(crate::problem::ReverseRecord::new(nf, self.transfers().len()));
-                for &f in &downstream {
-                    self.seed_field(f, &mut local, &mut g1)?;
-                }
-                self.reverse_stage_list(&layout.downstream, &mut local, &mut g1, &mut timings)?;
-                let record = local.record.take().expect("kept");
-                // Second order at state n (unweighted).
-                let mut g2 = Gradient::zeros(self.registry());
-                let mut local2 =
-                    self.second_order_seeds(&downstream, &record, &tan, dir, 1.0, &mut g2)?;
-                self.reverse_stage_list(&layout.downstream, &mut local2, &mut g2, &mut timings)?;
-                hv.add_scaled(dw, &g1);
-                hv.add_scaled(w, &g2);
-                let s1 = std::mem::take(&mut local.state[d]);
-                let s2 = std::mem::take(&mut local2.state[d]);
-                seeds[n] = Some(s1.iter().map(|v| w * v).collect());
-                d_seeds[n] = Some(s1.iter().zip(&s2).map(|(a, b)| dw * a + w * b).collect());
-                // What reaches the stages solved once.
-                for &f in &still {
-                    add_scaled_into(&mut first.state[f], w, &local.state[f]);
-                    add_scaled_into(&mut second.state[f], dw, &local.state[f]);
-                    add_scaled_into(&mut second.state[f], w, &local2.state[f]);
-                    for p in 0..first.inputs[f].len() {
-                        add_scaled_into(&mut first.inputs[f][p], w, &local.inputs[f][p]);
-                        add_scaled_into(&mut second.inputs[f][p], dw, &local.inputs[f][p]);
-                        add_scaled_into(&mut second.inputs[f][p], w, &local2.inputs[f][p]);
-                    }
+        for (n, adjoint) in adjoints.into_iter().enumerate() {
+            let (w, dw) = (weights[n], d_weights[n]);
+            let Some(StateAdjoints { g1, first: mut local, g2, second: mut local2 }) = adjoint
+            else {
+                continue;
+            };
+            if w == 0.0 && dw == 0.0 {
+                continue;
+            }
+            hv.add_scaled(dw, &g1);
+            hv.add_scaled(w, &g2);
+            let s1 = std::mem::take(&mut local.state[d]);
+            let s2 = std::mem::take(&mut local2.state[d]);
+            seeds[n] = Some(s1.iter().map(|v| w * v).collect());
+            d_seeds[n] = Some(s1.iter().zip(&s2).map(|(a, b)| dw * a + w * b).collect());
+            // What reaches the stages solved once.
+            for &f in &still {
+                add_scaled_into(&mut first.state[f], w, &local.state[f]);
+                add_scaled_into(&mut second.state[f], dw, &local.state[f]);
+                add_scaled_into(&mut second.state[f], w, &local2.state[f]);
+                for p in 0..first.inputs[f].len() {
+                    add_scaled_into(&mut first.inputs[f][p], w, &local.inputs[f][p]);
+                    add_scaled_into(&mut second.inputs[f][p], dw, &local.inputs[f][p]);
+                    add_scaled_into(&mut second.inputs[f][p], w, &local2.inputs[f][p]);
                 }
             }
-            self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n_states - 1)?;
-            self.solve_stages(&layout.downstream)?;
         }
         // 3. The steps' second-order adjoint; their inputs' seeds go upstream.
         let incoming = self.incoming(d);
@@ -782,7 +786,7 @@ impl CoupledProblem {
         }
         let d = crate::second_order::shaped(self.registry(), dir)?;
         let layout = self.time_layout()?;
-        let run = self.run_tangents(&layout, &d, true)?;
+        let run = self.run_tangents(&layout, &d, true, &[], &mut GradientTimings::default())?;
         let field = self.fields_mut()[layout.dynamic].dynamic_mut().expect("stepped");
         let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
         if !layout.downstream.is_empty() {
