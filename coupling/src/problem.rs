@@ -192,6 +192,7 @@ pub struct CycleReport {
 
 /// Adjoint seeds gathered during a reverse pass: ū over each field's state, ∂J/∂u on its
 /// unknowns, and x̄ per (field, input port).
+#[derive(Clone)]
 pub(crate) struct Bars {
     pub state: Vec<Vec<f64>>,
     pub unknowns: Vec<Vec<f64>>,
@@ -242,6 +243,10 @@ pub struct CoupledProblem {
     /// The adjoints of the last steady gradient, which a Hessian-vector product at the same
     /// solution reuses; every mutable access forgets them.
     pub(crate) reverse_record: Option<ReverseRecord>,
+    /// The downstream fields' first-order adjoints at each state of the last gradient in time
+    /// (where its weight was nonzero), which a Hessian-vector product at the same solution
+    /// reuses; forgotten with `reverse_record`.
+    pub(crate) time_adjoints: Option<Vec<Option<crate::time::StateFirstOrder>>>,
 }
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -267,14 +272,21 @@ impl CoupledProblem {
             history: None,
             cycle_states: None,
             reverse_record: None,
+            time_adjoints: None,
         }
+    }
+
+    /// Forget the adjoints a gradient kept for a Hessian-vector product at the same solution.
+    fn forget_adjoints(&mut self) {
+        self.reverse_record = None;
+        self.time_adjoints = None;
     }
 
     // ----- structure -----------------------------------------------------------------------
 
     /// Add a field; returns its index. Names are unique.
     pub fn add_field(&mut self, field: Box<dyn Field>) -> Result<usize, RunError> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         if self.fields.iter().any(|f| f.name() == field.name()) {
             return Err(setup(format!("the field '{}' is added twice", field.name())));
         }
@@ -296,7 +308,7 @@ impl CoupledProblem {
         to: &str,
         to_port: &str,
     ) -> Result<(), RunError> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         let find = |f: &str| {
             self.field_index(f).ok_or_else(|| {
                 setup(format!(
@@ -391,7 +403,7 @@ impl CoupledProblem {
     /// List the fields' objective terms in this order of fields (by name) instead of the order
     /// they were added.
     pub fn set_term_order(&mut self, names: &[&str]) {
-        self.reverse_record = None;
+        self.forget_adjoints();
         let mut order: Vec<usize> = names.iter().filter_map(|n| self.field_index(n)).collect();
         for i in 0..self.fields.len() {
             if !order.contains(&i) {
@@ -429,7 +441,7 @@ impl CoupledProblem {
 
     /// The field named `name` as its concrete type, mutably (invalidates nothing by itself).
     pub fn field_mut<T: Field>(&mut self, name: &str) -> Option<&mut T> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         let i = self.field_index(name)?;
         self.fields[i].as_any_mut().downcast_mut::<T>()
     }
@@ -441,7 +453,7 @@ impl CoupledProblem {
 
     /// The first field of type `T`, mutably.
     pub fn find_mut<T: Field>(&mut self) -> Option<&mut T> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         self.fields.iter_mut().find_map(|f| f.as_any_mut().downcast_mut::<T>())
     }
 
@@ -485,7 +497,7 @@ impl CoupledProblem {
 
     /// The registry, to change values (then call [`apply_parameters`](Self::apply_parameters)).
     pub fn registry_mut(&mut self) -> &mut ParamRegistry {
-        self.reverse_record = None;
+        self.forget_adjoints();
         &mut self.registry
     }
 
@@ -496,7 +508,7 @@ impl CoupledProblem {
 
     /// The shape, to define morphs before registration.
     pub fn shape_mut(&mut self) -> &mut Shape {
-        self.reverse_record = None;
+        self.forget_adjoints();
         &mut self.shape
     }
 
@@ -528,7 +540,7 @@ impl CoupledProblem {
     /// Register a parameter by name: `mesh.coordinates`, `morph.<name>`, or a name one of the
     /// fields owns.
     pub fn register(&mut self, name: &str, bounds: Option<[f64; 2]>) -> Result<ParamId, RunError> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         let with_bounds = |spec: ParamSpec| match bounds {
             Some([lo, hi]) => spec.with_bounds(Some(lo), Some(hi)),
             None => spec,
@@ -565,7 +577,7 @@ impl CoupledProblem {
     /// Copy the registry's values into every field (and the coordinates into every field when
     /// a shape parameter is registered). Invalidates the solution.
     pub fn apply_parameters(&mut self) -> Result<(), RunError> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         let coords = self.shape.is_active().then(|| self.shape.coordinates(&self.registry));
         for f in &mut self.fields {
             f.apply_parameters(&self.registry, coords.as_deref())?;
@@ -584,7 +596,7 @@ impl CoupledProblem {
     /// Make the problem time-dependent: the field with a time stepping ([`Field::dynamic`]) is
     /// stepped, and J is `rule` over the history ([`crate::time`]).
     pub fn set_time_rule(&mut self, rule: crate::time::TimeRule) {
-        self.reverse_record = None;
+        self.forget_adjoints();
         self.time = Some(rule);
         self.history = None;
     }
@@ -621,7 +633,7 @@ impl CoupledProblem {
 
     /// Solve every stage in order (in time: see [`crate::time`]).
     pub fn solve(&mut self) -> Result<(), RunError> {
-        self.reverse_record = None;
+        self.forget_adjoints();
         if self.time.is_some() {
             return self.solve_in_time();
         }
@@ -901,7 +913,7 @@ impl CoupledProblem {
 
     /// Mutable access to the fields (for the cycle solvers and the time stepping).
     pub(crate) fn fields_mut(&mut self) -> &mut [Box<dyn Field>] {
-        self.reverse_record = None;
+        self.forget_adjoints();
         &mut self.fields
     }
 

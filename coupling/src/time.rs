@@ -233,6 +233,15 @@ struct RunTangents {
     adjoints: Vec<Option<StateAdjoints>>,
 }
 
+/// The downstream fields' first-order adjoints at one state of a run, unweighted: its
+/// gradient, what it hands the stepped field and the stages solved once, and the adjoints
+/// the second-order pass reuses.
+pub(crate) struct StateFirstOrder {
+    g1: Gradient,
+    first: crate::problem::Bars,
+    record: crate::problem::ReverseRecord,
+}
+
 /// The downstream fields' adjoints at one state of a run, unweighted: the first-order pass
 /// (its gradient and what it hands the stepped field and the stages solved once) and the
 /// second-order pass along the direction.
@@ -410,19 +419,23 @@ impl CoupledProblem {
         // seeds they put on time-independent fields upstream gather in `bars`.
         let mut bars = self.zero_bars();
         let mut seeds: Vec<Option<Vec<f64>>> = vec![None; n_states];
+        // The per-state adjoints a Hessian-vector product at this solution reuses.
+        let keep = self.second_order_support().is_ok();
+        let mut kept: Vec<Option<StateFirstOrder>> = Vec::new();
+        let nf = self.fields().len();
         if !downstream.is_empty() {
             for (n, &w) in weights.iter().enumerate() {
+                kept.push(None);
                 if w == 0.0 {
                     continue;
                 }
                 self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
                 self.solve_stages(&layout.downstream)?;
-                let mut g = Gradient::zeros(self.registry());
-                let mut local = self.zero_bars();
-                for &f in &downstream {
-                    self.seed_field(f, &mut local, &mut g)?;
+                let StateFirstOrder { g1: g, first: mut local, record } =
+                    self.state_first_order(&layout.downstream, &downstream, nf, timings)?;
+                if keep {
+                    kept[n] = Some(StateFirstOrder { g1: g.clone(), first: local.clone(), record });
                 }
-                self.reverse_stage_list(&layout.downstream, &mut local, &mut g, timings)?;
                 grad.add_scaled(w, &g);
                 let s = std::mem::take(&mut local.state[d]);
                 seeds[n] = Some(s.into_iter().map(|v| w * v).collect());
@@ -482,6 +495,10 @@ impl CoupledProblem {
         // Upstream (and independent) stages once, in reverse.
         let once: Vec<Vec<usize>> = layout.before.iter().chain(&layout.after).cloned().collect();
         self.reverse_stage_list(&once, &mut bars, grad, timings)?;
+        // (After every mutable access of this pass.)
+        if keep {
+            self.time_adjoints = Some(kept);
+        }
         Ok(j)
     }
 
@@ -571,6 +588,26 @@ impl CoupledProblem {
         Ok(v)
     }
 
+    /// The downstream fields' first-order adjoints at the state they are solved at
+    /// (unweighted), keeping what the second-order pass reuses.
+    fn state_first_order(
+        &mut self,
+        stages: &[Vec<usize>],
+        downstream: &[usize],
+        nf: usize,
+        timings: &mut GradientTimings,
+    ) -> Result<StateFirstOrder, RunError> {
+        let mut g1 = Gradient::zeros(self.registry());
+        let mut first = self.zero_bars();
+        first.record = Some(crate::problem::ReverseRecord::new(nf, self.transfers().len()));
+        for &f in downstream {
+            self.seed_field(f, &mut first, &mut g1)?;
+        }
+        self.reverse_stage_list(stages, &mut first, &mut g1, timings)?;
+        let record = first.record.take().expect("kept");
+        Ok(StateFirstOrder { g1, first, record })
+    }
+
     /// The tangent-linear run along `dir` (module docs of [`crate::second_order`]): the
     /// stages solved once, the stepped field's steps with their input tangents, and the
     /// fields downstream at every state (solved there); with `values`, the derivative δjₙ of
@@ -584,6 +621,7 @@ impl CoupledProblem {
         dir: &Gradient,
         values: bool,
         adjoint_at: &[bool],
+        mut kept: Vec<Option<StateFirstOrder>>,
         timings: &mut GradientTimings,
     ) -> Result<RunTangents, RunError> {
         let nf = self.fields().len();
@@ -627,15 +665,15 @@ impl CoupledProblem {
                     adjoints.push(None);
                     continue;
                 }
-                // First order at state n (unweighted), keeping the adjoints; then second order.
-                let mut g1 = Gradient::zeros(self.registry());
-                let mut first = self.zero_bars();
-                first.record = Some(crate::problem::ReverseRecord::new(nf, self.transfers().len()));
-                for &f in &downstream {
-                    self.seed_field(f, &mut first, &mut g1)?;
-                }
-                self.reverse_stage_list(&layout.downstream, &mut first, &mut g1, timings)?;
-                let record = first.record.take().expect("kept");
+                // First order at state n (unweighted; the last gradient's when it kept it),
+                // keeping the adjoints; then second order.
+                let StateFirstOrder { g1, first, record } = match kept
+                    .get_mut(n)
+                    .and_then(Option::take)
+                {
+                    Some(k) => k,
+                    None => self.state_first_order(&layout.downstream, &downstream, nf, timings)?,
+                };
                 let mut g2 = Gradient::zeros(self.registry());
                 let mut second =
                     self.second_order_seeds(&downstream, &record, &tan, dir, 1.0, &mut g2)?;
@@ -657,6 +695,8 @@ impl CoupledProblem {
     ///
     /// [`second_order_in_time_support`]: Self::second_order_in_time_support
     pub(crate) fn hessian_vector_in_time(&mut self, dir: &Gradient) -> Result<Gradient, RunError> {
+        // (Taken before any mutable access forgets them.)
+        let kept = self.time_adjoints.take().unwrap_or_default();
         let rule = self.time.clone().ok_or_else(|| setup("not a time-dependent problem"))?;
         let layout = self.time_layout()?;
         let d = layout.dynamic;
@@ -680,7 +720,7 @@ impl CoupledProblem {
         // the same visit as their tangents (combined with wₙ and δwₙ once these are known).
         let adjoint_at: Vec<bool> = weights.iter().map(|&w| w != 0.0 || nonlinear_rule).collect();
         let RunTangents { tan, steps, values: dj, adjoints } =
-            self.run_tangents(&layout, dir, nonlinear_rule, &adjoint_at, &mut timings)?;
+            self.run_tangents(&layout, dir, nonlinear_rule, &adjoint_at, kept, &mut timings)?;
         let d_weights = rule.weight_tangents(&j, &dj, &times)?;
         // 2. The downstream fields' products at every weighted state.
         let mut hv = Gradient::zeros(self.registry());
@@ -786,7 +826,8 @@ impl CoupledProblem {
         }
         let d = crate::second_order::shaped(self.registry(), dir)?;
         let layout = self.time_layout()?;
-        let run = self.run_tangents(&layout, &d, true, &[], &mut GradientTimings::default())?;
+        let run =
+            self.run_tangents(&layout, &d, true, &[], Vec::new(), &mut GradientTimings::default())?;
         let field = self.fields_mut()[layout.dynamic].dynamic_mut().expect("stepped");
         let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
         if !layout.downstream.is_empty() {
