@@ -50,7 +50,7 @@ use gradfem_solvers::sparse::CsrMatrix;
 use rayon::prelude::*;
 use thiserror::Error;
 
-use gradfem_thermal::model::{HeatBalance, ThermalError, ThermalModel, VjpRequest};
+use gradfem_thermal::model::{HeatBalance, MAX_NODES, ThermalError, ThermalModel, VjpRequest};
 use gradfem_thermal::objective::{ObjectiveEval, ObjectiveKind, ObjectiveTerm, evaluate};
 
 pub mod second_order;
@@ -1150,7 +1150,7 @@ impl<'p> Stepper<'p> {
             .collect();
         sub_into(&mut g.heat_capacity_elem, &per_elem);
         if let Some(c) = &mut g.coords {
-            let locals: Vec<[f64; 81]> = (0..n_vol)
+            let locals: Vec<[f64; 3 * MAX_NODES]> = (0..n_vol)
                 .into_par_iter()
                 .map(|e| mass_coordinate_vjp(model, e, p.rho_c[e], &mu_nodal, &w))
                 .collect();
@@ -1175,13 +1175,13 @@ pub fn mass_coordinate_vjp(
     rho_c: f64,
     mu: &[f64],
     w: &[f64],
-) -> [f64; 3 * MAX_CELL_NODES] {
+) -> [f64; 3 * MAX_NODES] {
     let table = model.element_table(e);
-    let mut x = [[0.0; 3]; MAX_CELL_NODES];
-    let nn = element_coordinates_into(model, e, &mut x);
+    let x = model.element_coords(e);
     let nodes = model.element_nodes(e);
-    let mut g = [[0.0; 3]; MAX_CELL_NODES];
-    let mut local = [0.0; 3 * MAX_CELL_NODES];
+    let nn = nodes.len();
+    let mut g = [[0.0; 3]; MAX_NODES];
+    let mut local = [0.0; 3 * MAX_NODES];
     for q in 0..table.n_points() {
         let det = geometry::physical_gradients_into(3, table.grad(q), &x[..nn], &mut g[..nn]);
         let n = table.shape(q);
@@ -1200,22 +1200,6 @@ pub fn mass_coordinate_vjp(
     local
 }
 
-/// The most nodes of a cell (Hex27).
-const MAX_CELL_NODES: usize = 27;
-
-/// Volume element e's node coordinates into `x` (its first `nn` rows), returning `nn`.
-fn element_coordinates_into(
-    model: &ThermalModel,
-    e: usize,
-    x: &mut [[f64; 3]; MAX_CELL_NODES],
-) -> usize {
-    let nodes = model.element_nodes(e);
-    for (xa, &n) in x.iter_mut().zip(nodes) {
-        *xa = model.coords[n];
-    }
-    nodes.len()
-}
-
 /// (∂(M w)/∂X δX) on volume element e (consistent mass), per local node a, added into
 /// `local`: Σ_q w_q det J tr(∇δX) ρc N_a w(x_q) (only det J moves with the nodes).
 pub fn mass_coordinate_jvp(
@@ -1227,10 +1211,10 @@ pub fn mass_coordinate_jvp(
     local: &mut [f64],
 ) {
     let table = model.element_table(e);
-    let mut x = [[0.0; 3]; MAX_CELL_NODES];
-    let nn = element_coordinates_into(model, e, &mut x);
+    let x = model.element_coords(e);
     let nodes = model.element_nodes(e);
-    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    let nn = nodes.len();
+    let mut g = [[0.0; 3]; MAX_NODES];
     for q in 0..table.n_points() {
         let det = geometry::physical_gradients_into(3, table.grad(q), &x[..nn], &mut g[..nn]);
         let n = table.shape(q);
@@ -1267,10 +1251,10 @@ pub fn mass_coordinate_second_order(
     local: &mut [f64],
 ) -> f64 {
     let table = model.element_table(e);
-    let mut x = [[0.0; 3]; MAX_CELL_NODES];
-    let nn = element_coordinates_into(model, e, &mut x);
+    let x = model.element_coords(e);
     let nodes = model.element_nodes(e);
-    let mut g = [[0.0; 3]; MAX_CELL_NODES];
+    let nn = nodes.len();
+    let mut g = [[0.0; 3]; MAX_NODES];
     let mut capacity = 0.0;
     for q in 0..table.n_points() {
         let det = geometry::physical_gradients_into(3, table.grad(q), &x[..nn], &mut g[..nn]);

@@ -35,7 +35,8 @@ use gradfem_kernel::generic;
 pub const CONSTRAINED: usize = usize::MAX;
 
 /// Largest number of nodes of a supported cell (Hex27).
-pub(crate) const MAX_NODES: usize = 27;
+/// The most nodes of a supported cell (Hex27): the size of the fixed per-element buffers.
+pub const MAX_NODES: usize = 27;
 
 /// A volume group with its material.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -1111,7 +1112,9 @@ impl ThermalModel {
         self.describe_node(self.dofs.node_of_unknown[dof])
     }
 
-    pub(crate) fn element_coords(&self, e: usize) -> [[f64; 3]; MAX_NODES] {
+    /// The node coordinates of element `e` in a fixed-size buffer (its first
+    /// `element_nodes(e).len()` rows; no allocation).
+    pub fn element_coords(&self, e: usize) -> [[f64; 3]; MAX_NODES] {
         let mut x = [[0.0; 3]; MAX_NODES];
         for (xa, &n) in x.iter_mut().zip(self.element_nodes(e)) {
             *xa = self.coords[n];

@@ -38,6 +38,7 @@
 use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 
 use crate::field::TimeTangents;
+use gradfem_thermal::model::MAX_NODES;
 use gradfem_thermal::objective::{evaluate, hessian_product, hessian_product_with_coords};
 use gradfem_thermal::{ObjectiveTerm, ThermalDirection, ThermalModel, VjpRequest};
 
@@ -148,10 +149,10 @@ impl TransientProblem {
         if dx.is_empty() {
             return out;
         }
-        let locals: Vec<[f64; 27]> = (0..self.rho_c.len())
+        let locals: Vec<[f64; MAX_NODES]> = (0..self.rho_c.len())
             .into_par_iter()
             .map(|e| {
-                let mut local = [0.0; 27];
+                let mut local = [0.0; MAX_NODES];
                 if self.rho_c[e] != 0.0 {
                     mass_coordinate_jvp(model, e, self.rho_c[e], dx, v, &mut local);
                 }
@@ -509,10 +510,10 @@ impl TransientProblem {
                 use rayon::prelude::*;
                 let zero = vec![[0.0; 3]; model.n_nodes()];
                 let dx = if moving { dir.steady.coords.as_slice() } else { zero.as_slice() };
-                let per_elem: Vec<([f64; 81], f64)> = (0..model.n_volume_elements())
+                let per_elem: Vec<([f64; 3 * MAX_NODES], f64)> = (0..model.n_volume_elements())
                     .into_par_iter()
                     .map(|e| {
-                        let mut local = [0.0; 81];
+                        let mut local = [0.0; 3 * MAX_NODES];
                         let unit = mass_coordinate_second_order(
                             model,
                             e,
