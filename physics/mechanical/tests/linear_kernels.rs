@@ -193,11 +193,7 @@ fn tangent_transpose_product_is_the_contraction_of_the_stiffness(
                 (0..nd).map(|a| ke[a * nd + b] * lambda[3 * nodes[a / 3] + a % 3]).sum::<f64>();
         }
     }
-    let scale = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
-    assert!(scale > 0.0, "{ct}: a vanishing reference proves nothing");
-    for (d, (x, y)) in got.iter().zip(&want).enumerate() {
-        assert!((x - y).abs() <= 1e-12 * scale, "{ct} dof {d}: {x} vs {y}");
-    }
+    assert_matches_reference(&got, &want, &format!("{ct} dof"));
 }
 
 /// λᵀ ∂R/∂T in closed form (the divergence of λ per point) equals the contraction of the
@@ -221,10 +217,15 @@ fn temperature_vjp_is_the_contraction_of_the_temperature_tangent(
                 (0..3 * nn).map(|r| kt[r * nn + b] * lambda[3 * nodes[r / 3] + r % 3]).sum::<f64>();
         }
     }
+    assert_matches_reference(&got, &want, &format!("{ct} node"));
+}
+
+/// `got` equals the non-vanishing reference `want` entry by entry to 1e-12 of its largest.
+fn assert_matches_reference(got: &[f64], want: &[f64], what: &str) {
     let scale = want.iter().map(|v| v.abs()).fold(0.0, f64::max);
-    assert!(scale > 0.0, "{ct}: a vanishing reference proves nothing");
-    for (n, (x, y)) in got.iter().zip(&want).enumerate() {
-        assert!((x - y).abs() <= 1e-12 * scale, "{ct} node {n}: {x} vs {y}");
+    assert!(scale > 0.0, "{what}: a vanishing reference proves nothing");
+    for (i, (x, y)) in got.iter().zip(want).enumerate() {
+        assert!((x - y).abs() <= 1e-12 * scale, "{what} {i}: {x} vs {y}");
     }
 }
 
