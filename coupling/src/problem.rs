@@ -192,7 +192,6 @@ pub struct CycleReport {
 
 /// Adjoint seeds gathered during a reverse pass: ū over each field's state, ∂J/∂u on its
 /// unknowns, and x̄ per (field, input port).
-#[derive(Clone)]
 pub(crate) struct Bars {
     pub state: Vec<Vec<f64>>,
     pub unknowns: Vec<Vec<f64>>,

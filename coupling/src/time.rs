@@ -431,19 +431,18 @@ impl CoupledProblem {
                 }
                 self.fields_mut()[d].dynamic_mut().expect("stepped").show_state(n)?;
                 self.solve_stages(&layout.downstream)?;
-                let StateFirstOrder { g1: g, first: mut local, record } =
-                    self.state_first_order(&layout.downstream, &downstream, nf, timings)?;
-                if keep {
-                    kept[n] = Some(StateFirstOrder { g1: g.clone(), first: local.clone(), record });
-                }
-                grad.add_scaled(w, &g);
-                let s = std::mem::take(&mut local.state[d]);
-                seeds[n] = Some(s.into_iter().map(|v| w * v).collect());
+                let state = self.state_first_order(&layout.downstream, &downstream, nf, timings)?;
+                let (g, local) = (&state.g1, &state.first);
+                grad.add_scaled(w, g);
+                seeds[n] = Some(local.state[d].iter().map(|v| w * v).collect());
                 for (f, s) in local.state.iter().enumerate() {
                     if f != d && !downstream.contains(&f) && !s.is_empty() {
                         let scaled: Vec<f64> = s.iter().map(|v| w * v).collect();
                         add_into(&mut bars.state[f], &scaled);
                     }
+                }
+                if keep {
+                    kept[n] = Some(state);
                 }
             }
             // Leave the last state shown, the downstream fields solved there.
