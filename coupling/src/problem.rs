@@ -191,7 +191,10 @@ pub struct CycleReport {
 }
 
 /// Adjoint seeds gathered during a reverse pass: ū over each field's state, ∂J/∂u on its
-/// unknowns, and x̄ per (field, input port).
+/// unknowns, and x̄ per (field, input port). The seed of an input port that no transfer feeds
+/// is empty: nothing upstream reads it (see [`add_input_seed`]), and a per-point port of a large
+/// mesh (the thermal field's heat source) would otherwise cost a vector the size of the
+/// quadrature.
 pub(crate) struct Bars {
     pub state: Vec<Vec<f64>>,
     pub unknowns: Vec<Vec<f64>>,
@@ -709,16 +712,26 @@ impl CoupledProblem {
         Ok((j, grad, timings))
     }
 
-    /// Zero adjoint seeds shaped like the fields' states and inputs.
+    /// Zero adjoint seeds shaped like the fields' states and the input ports transfers feed
+    /// (the others stay empty).
     pub(crate) fn zero_bars(&self) -> Bars {
         let n = self.mesh.n_nodes();
+        let fed = |f: usize, p: usize| self.transfers.iter().any(|t| t.to == f && t.to_port == p);
         Bars {
             state: self.fields.iter().map(|f| vec![0.0; f.outputs()[0].layout.len(n)]).collect(),
             unknowns: vec![Vec::new(); self.fields.len()],
             inputs: self
                 .fields
                 .iter()
-                .map(|f| f.inputs().iter().map(|p| vec![0.0; p.layout.len(n)]).collect())
+                .enumerate()
+                .map(|(f, field)| {
+                    let ports = field.inputs();
+                    (0..ports.len())
+                        .map(|p| {
+                            if fed(f, p) { vec![0.0; ports[p].layout.len(n)] } else { Vec::new() }
+                        })
+                        .collect()
+                })
                 .collect(),
             record: None,
         }
@@ -733,7 +746,7 @@ impl CoupledProblem {
             add_into(&mut bars.state[i], &state);
             bars.unknowns[i] = unknowns;
             for (p, x) in inputs {
-                add_into(&mut bars.inputs[i][p], &x);
+                add_input_seed(&mut bars.inputs[i][p], &x);
             }
         }
         Ok(bars)
@@ -857,7 +870,7 @@ impl CoupledProblem {
         let ov = src.output_vjp(t.from_port, &y_bar, rev)?;
         add_into(&mut bars.state[t.from], &ov.state);
         for (p, x) in ov.inputs {
-            add_into(&mut bars.inputs[t.from][p], &x);
+            add_input_seed(&mut bars.inputs[t.from][p], &x);
         }
         Ok(())
     }
@@ -949,6 +962,14 @@ pub(crate) fn add_into(a: &mut [f64], b: &[f64]) {
     assert_eq!(a.len(), b.len(), "adjoint seeds of different lengths");
     for (x, y) in a.iter_mut().zip(b) {
         *x += y;
+    }
+}
+
+/// `seed += x` for the seed of an input port; an empty seed is a port no transfer feeds (see
+/// [`Bars`]), whose seed nothing reads, so `x` is dropped there.
+pub(crate) fn add_input_seed(seed: &mut [f64], x: &[f64]) {
+    if !seed.is_empty() {
+        add_into(seed, x);
     }
 }
 

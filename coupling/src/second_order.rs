@@ -31,7 +31,8 @@ use std::collections::HashMap;
 use crate::error::RunError;
 use crate::field::{Direction, Reverse, Seed};
 use crate::problem::{
-    Bars, CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_into,
+    Bars, CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_input_seed,
+    add_into,
 };
 
 /// The second-order Taylor test of a Hessian-vector product along a direction δp:
@@ -376,7 +377,7 @@ impl CoupledProblem {
                     seeds.unknowns[i] = scaled(unknowns);
                 }
                 for (p, x) in inputs {
-                    add_into(&mut seeds.inputs[i][p], &scaled(x));
+                    add_input_seed(&mut seeds.inputs[i][p], &scaled(x));
                 }
             }
             if let Some(lambda) = &record.lambda[i] {
@@ -384,7 +385,7 @@ impl CoupledProblem {
                 let ov = so.second_order_vjp(lambda, &d, &mut rev)?;
                 add_into(&mut seeds.state[i], &ov.state);
                 for (p, x) in ov.inputs {
-                    add_into(&mut seeds.inputs[i][p], &x);
+                    add_input_seed(&mut seeds.inputs[i][p], &x);
                 }
             }
         }
@@ -399,7 +400,7 @@ impl CoupledProblem {
             let ov = so.output_second_order_vjp(t.from_port, y_bar, &direction(i), &mut rev)?;
             add_into(&mut seeds.state[i], &ov.state);
             for (p, x) in ov.inputs {
-                add_into(&mut seeds.inputs[i][p], &x);
+                add_input_seed(&mut seeds.inputs[i][p], &x);
             }
         }
         Ok(seeds)

@@ -307,7 +307,7 @@ fn what_has_no_device_kernel_is_named() {
         let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
             model.n_unknowns(),
             model.element_offsets(),
-            model.element_dofs(),
+            &model.element_dofs(),
         );
         match DeviceSystem::thermal(&model, &pattern) {
             Err(GpuError::Unsupported(why)) => why,
@@ -329,7 +329,7 @@ fn what_has_no_device_kernel_is_named() {
         let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
             model.n_unknowns(),
             model.element_offsets(),
-            model.element_dofs(),
+            &model.element_dofs(),
         );
         let sys = DeviceSystem::thermal(&model, &pattern).unwrap();
         let q = sys.quadrature.as_ref().expect("a quadrature");
@@ -348,7 +348,7 @@ fn what_has_no_device_kernel_is_named() {
     let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
         other.n_unknowns(),
         other.element_offsets(),
-        other.element_dofs(),
+        &other.element_dofs(),
     );
     assert!(matches!(DeviceSystem::thermal(&model, &pattern), Err(GpuError::Input(_))));
 }
@@ -360,7 +360,7 @@ fn cuda_selection_without_the_feature_or_a_device_is_a_clear_error() {
     let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
         model.n_unknowns(),
         model.element_offsets(),
-        model.element_dofs(),
+        &model.element_dofs(),
     );
     let sys = DeviceSystem::thermal(&model, &pattern).unwrap();
     let k = vec![1.0; sys.n_elements()];

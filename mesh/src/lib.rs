@@ -5,6 +5,7 @@
 //!
 //! - [`cell`]: cell types, node counts, outward facet tables (local node order = gmsh order);
 //! - [`mesh`]: [`Mesh`], cell blocks, physical groups;
+//! - [`cell_runs`]: the mesh cell behind each element of a model, stored as runs;
 //! - [`reference`](mod@reference): reference cells, shape functions and gradients;
 //! - [`quadrature`](mod@quadrature): quadrature rules and tabulated shape functions ([`ElementTable`]);
 //! - [`geometry`]: the isoparametric map, Jacobians, measures, normals;
@@ -17,6 +18,7 @@
 pub mod actuator;
 pub mod boundary;
 pub mod cell;
+pub mod cell_runs;
 pub mod error;
 pub mod generate;
 pub mod geometry;
@@ -29,6 +31,7 @@ pub mod select;
 pub use actuator::{ActuatorLayout, ActuatorSpec, Rect, actuator_mesh};
 pub use boundary::{BoundaryFacet, FacetIndex, exterior_facets, facet_nodes, group_facets};
 pub use cell::{CellType, LocalFacet};
+pub use cell_runs::CellRuns;
 pub use error::MeshError;
 pub use generate::{BoxSpec, box_mesh, rectangle_mesh, to_second_order};
 pub use geometry::{

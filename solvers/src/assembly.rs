@@ -25,28 +25,28 @@ pub const CONSTRAINED: usize = usize::MAX;
 /// [`AssemblyPattern::with_block_size`]).
 pub const DEFAULT_BLOCK_SIZE: usize = 64;
 
-/// Per-element slot table, stored as `u32` when the matrix has fewer than 2³² − 1 entries
-/// (halves the memory of the largest array of the pattern).
+/// Per-element slot table. Entry (A, B) of an element holds where the column of its local node
+/// B sits *inside the row* of its local node A (an offset from `row_ptr[row]`, not a position in
+/// `values`), so the table's entries are as small as the longest row allows: one byte for
+/// every P1/P2 mesh, two for anything else a mesh produces. `NONE` (the type's maximum) marks a
+/// constrained column.
+///
+/// A node is a run of `b` consecutive unknowns (elasticity with supports that fix whole nodes:
+/// `b` = 3) or a single unknown (`b` = 1). All rows of a node share its pattern, so entry
+/// (b·A + i, b·B + k) sits at `row_ptr[d_A + i] + slot + k`: b² times fewer entries (the 3D
+/// elastic3d N = 54 pattern: 15 MB instead of 544 MB), and a quarter of the absolute 32-bit
+/// table for scalar Tet4 fields (16 bytes per element instead of 64).
 #[derive(Clone, Debug)]
 enum Slots {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
     U32(Vec<u32>),
-    U64(Vec<usize>),
-    /// One slot per pair of *nodes* for systems whose unknowns come in nodes of `b`
-    /// consecutive unknowns, each node free or constrained as a whole (elasticity with fixed
-    /// supports): the slot of the pair's first row and column. The other rows of a node have
-    /// the same pattern, so entry (b·A + i, b·B + k) sits at `row_ptr[d_A + i] + slot −
-    /// row_ptr[d_A] + k`. b² times fewer entries (the 3D elastic3d N = 54 pattern: 60 MB
-    /// instead of 544 MB).
-    Nodes {
-        b: usize,
-        slots: Vec<u32>,
-    },
 }
 
 /// The common size `b ∈ {3, 2}` of the nodes of a system whose every element lists its dofs
 /// in runs of `b` that are either consecutive unknowns `d, d + 1, …` or all constrained, each
 /// unknown always at the same place in its run; `None` otherwise (scalar systems, partly
-/// constrained nodes), or when the matrix is too large for `u32` slots.
+/// constrained nodes).
 fn node_size(n_unknowns: usize, offsets: &[usize], element_dofs: &[usize]) -> Option<usize> {
     'sizes: for b in [3usize, 2] {
         if n_unknowns == 0 || !n_unknowns.is_multiple_of(b) {
@@ -81,36 +81,31 @@ fn node_size(n_unknowns: usize, offsets: &[usize], element_dofs: &[usize]) -> Op
     None
 }
 
-/// An index type for slot tables; `NONE` marks a skipped (constrained) pair.
+/// An index type for slot tables (an offset inside a row); `NONE` marks a skipped
+/// (constrained) pair.
 trait SlotIndex: Copy + PartialEq + Send + Sync + 'static {
     const NONE: Self;
     fn from_usize(k: usize) -> Self;
     fn to_usize(self) -> usize;
 }
 
-impl SlotIndex for u32 {
-    const NONE: Self = u32::MAX;
-    #[inline(always)]
-    fn from_usize(k: usize) -> Self {
-        k as u32
-    }
-    #[inline(always)]
-    fn to_usize(self) -> usize {
-        self as usize
-    }
+macro_rules! slot_index {
+    ($($t:ty),*) => {$(
+        impl SlotIndex for $t {
+            const NONE: Self = <$t>::MAX;
+            #[inline(always)]
+            fn from_usize(k: usize) -> Self {
+                debug_assert!(k < <$t>::MAX as usize);
+                k as $t
+            }
+            #[inline(always)]
+            fn to_usize(self) -> usize {
+                self as usize
+            }
+        }
+    )*};
 }
-
-impl SlotIndex for usize {
-    const NONE: Self = usize::MAX;
-    #[inline(always)]
-    fn from_usize(k: usize) -> Self {
-        k
-    }
-    #[inline(always)]
-    fn to_usize(self) -> usize {
-        self
-    }
-}
+slot_index!(u8, u16, u32);
 
 /// A raw pointer that may cross threads. Used only for the colour-disjoint scatter, see the
 /// SAFETY comments at its uses.
@@ -142,8 +137,10 @@ pub struct AssemblyPattern {
     element_dofs: Vec<u32>,
     row_ptr: Vec<usize>,
     col_idx: Vec<u32>,
-    /// Slot of local pair `(a, b)` of element `e` at `slot_offsets[e] + a · nd + b` (per node
-    /// pair with [`Slots::Nodes`]: `slot_offsets[e] + A · nn + B`).
+    /// Unknowns per node of the slot table (1 for scalar fields and partly constrained nodes).
+    node_size: usize,
+    /// The slot-table entry of local node pair `(A, B)` of element `e` is at
+    /// `slot_offsets[e] + A · nn + B` (`nn` nodes of `node_size` dofs).
     slot_offsets: Starts,
     slots: Slots,
     /// Elements are grouped into blocks of `block_size` consecutive elements; the blocks of
@@ -281,28 +278,22 @@ impl AssemblyPattern {
             col_idx.extend_from_slice(&cols);
         }
 
-        // Slot tables: per node pair where the unknowns come in whole nodes, else per dof pair.
-        let nodes = (nnz < u32::MAX as usize)
-            .then(|| node_size(n_unknowns, offsets, element_dofs))
-            .flatten();
-        let per = nodes.unwrap_or(1);
+        // Slot tables: per node pair where the unknowns come in whole nodes, else per dof pair;
+        // entries are offsets inside a row, as narrow as the longest row allows.
+        let b = node_size(n_unknowns, offsets, element_dofs).unwrap_or(1);
         let mut slot_offsets = Vec::with_capacity(n_elements + 1);
         slot_offsets.push(0usize);
         for e in 0..n_elements {
-            let nn = (offsets[e + 1] - offsets[e]) / per;
+            let nn = (offsets[e + 1] - offsets[e]) / b;
             slot_offsets.push(slot_offsets[e] + nn * nn);
         }
-        let slots = match nodes {
-            Some(b) => Slots::Nodes {
-                b,
-                slots: build_slots::<u32>(&incidence, &row_ptr, &col_idx, &slot_offsets, b),
-            },
-            None if nnz < u32::MAX as usize => {
-                Slots::U32(build_slots::<u32>(&incidence, &row_ptr, &col_idx, &slot_offsets, 1))
-            }
-            None => {
-                Slots::U64(build_slots::<usize>(&incidence, &row_ptr, &col_idx, &slot_offsets, 1))
-            }
+        let longest_row = row_ptr.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        let slots = if longest_row < u8::MAX as usize {
+            Slots::U8(build_slots(&incidence, &row_ptr, &col_idx, &slot_offsets, b))
+        } else if longest_row < u16::MAX as usize {
+            Slots::U16(build_slots(&incidence, &row_ptr, &col_idx, &slot_offsets, b))
+        } else {
+            Slots::U32(build_slots(&incidence, &row_ptr, &col_idx, &slot_offsets, b))
         };
         drop(incidence);
 
@@ -325,6 +316,7 @@ impl AssemblyPattern {
                 .collect(),
             row_ptr,
             col_idx,
+            node_size: b,
             slot_offsets: Starts::of(&slot_offsets),
             slots,
             block_size,
@@ -394,26 +386,15 @@ impl AssemblyPattern {
             a < nd && b < nd,
             "local pair ({a}, {b}) out of range for element {e} with {nd} dofs"
         );
-        match &self.slots {
-            Slots::U32(s) => {
-                let k = self.slot_offsets.start(e) + a * nd + b;
-                (s[k] != u32::MAX).then_some(s[k] as usize)
-            }
-            Slots::U64(s) => {
-                let k = self.slot_offsets.start(e) + a * nd + b;
-                (s[k] != usize::MAX).then_some(s[k])
-            }
-            Slots::Nodes { b: size, slots } => {
-                let nn = nd / size;
-                let k = self.slot_offsets.start(e) + (a / size) * nn + b / size;
-                if slots[k] == u32::MAX {
-                    return None;
-                }
-                let first = self.element_dof(e, a - a % size);
-                let row = first + a % size;
-                Some(self.row_ptr[row] + slots[k] as usize - self.row_ptr[first] + b % size)
-            }
-        }
+        let size = self.node_size;
+        let k = self.slot_offsets.start(e) + (a / size) * (nd / size) + b / size;
+        let local = match &self.slots {
+            Slots::U8(s) => (s[k] != u8::MAX).then_some(s[k] as usize),
+            Slots::U16(s) => (s[k] != u16::MAX).then_some(s[k] as usize),
+            Slots::U32(s) => (s[k] != u32::MAX).then_some(s[k] as usize),
+        }?;
+        let row = self.element_dof(e, a);
+        (row != CONSTRAINED).then(|| self.row_ptr[row] + local + b % size)
     }
 
     /// A matrix with this pattern and all values zero.
@@ -512,10 +493,11 @@ impl AssemblyPattern {
         vector: Option<&mut [f64]>,
         kernel: &K,
     ) {
+        let b = self.node_size;
         match &self.slots {
-            Slots::U32(s) => self.scatter_with(s, values, vector, kernel, 1),
-            Slots::U64(s) => self.scatter_with(s, values, vector, kernel, 1),
-            Slots::Nodes { b, slots } => self.scatter_with(slots, values, vector, kernel, *b),
+            Slots::U8(s) => self.scatter_with(s, values, vector, kernel, b),
+            Slots::U16(s) => self.scatter_with(s, values, vector, kernel, b),
+            Slots::U32(s) => self.scatter_with(s, values, vector, kernel, b),
         }
     }
 
@@ -549,12 +531,21 @@ impl AssemblyPattern {
                         if want_matrix && b == 1 {
                             let s0 = self.slot_offsets.start(e);
                             let s = &slots[s0..s0 + nd * nd];
-                            for (&k, &v) in s.iter().zip(ke.iter()) {
-                                if k != S::NONE {
-                                    // SAFETY: `k < nnz` by construction of the slot table, and
-                                    // blocks of one colour share no unknown, so no other
-                                    // thread writes slot `k` during this colour.
-                                    unsafe { *values.ptr().add(k.to_usize()) += v };
+                            for ((&d, row_slots), row) in
+                                dofs.iter().zip(s.chunks_exact(nd)).zip(ke.chunks_exact(nd))
+                            {
+                                if d == u32::MAX {
+                                    continue;
+                                }
+                                let start = self.row_ptr[d as usize];
+                                for (&k, &v) in row_slots.iter().zip(row) {
+                                    if k != S::NONE {
+                                        // SAFETY: `start + k < nnz` by construction of the slot
+                                        // table (k is an offset inside row d), and blocks of one
+                                        // colour share no unknown, so no other thread writes
+                                        // row d during this colour.
+                                        unsafe { *values.ptr().add(start + k.to_usize()) += v };
+                                    }
                                 }
                             }
                         } else if want_matrix {
@@ -568,16 +559,16 @@ impl AssemblyPattern {
                                 }
                                 let first = first as usize;
                                 for i in 0..b {
-                                    let shift = self.row_ptr[first + i] - self.row_ptr[first];
+                                    let start = self.row_ptr[first + i];
                                     let row = &ke[(b * an + i) * nd..(b * an + i + 1) * nd];
                                     for bn in 0..nn {
                                         let k = s[an * nn + bn];
                                         if k == S::NONE {
                                             continue;
                                         }
-                                        let at = k.to_usize() + shift;
+                                        let at = start + k.to_usize();
                                         for kk in 0..b {
-                                            // SAFETY: rows `first + i` hold node B's b columns
+                                            // SAFETY: row `first + i` holds node B's b columns
                                             // at `at..at + b < nnz` (`node_size` checked the
                                             // layout), and no other thread writes them during
                                             // this colour.
@@ -671,9 +662,9 @@ struct Incidence<'a> {
 }
 
 /// Slot of every local pair (of dofs for `b` = 1, of nodes of `b` unknowns otherwise: the
-/// pair's first row and column), computed row by row: for row `i`, the position of each
-/// column in the row is stored in a scratch array `pos`, then every element around `i` looks
-/// its local columns up there (no search). Rows run in parallel; each writes the slot-table
+/// pair's first row and column), as the column's offset inside the row, computed row by row:
+/// for row `i`, the offset of each column in the row is stored in a scratch array `pos`, then
+/// every element around `i` looks its local columns up there (no search). Rows run in parallel; each writes the slot-table
 /// rows `(e, a)` with `dofs_e[a] = i` (`a` a node's first dof for `b` > 1), which no other row
 /// writes.
 fn build_slots<S: SlotIndex>(
@@ -706,7 +697,7 @@ fn build_slots<S: SlotIndex>(
             for i in c * ROWS_PER_CHUNK..((c + 1) * ROWS_PER_CHUNK).min(n) {
                 let start = row_ptr[i];
                 for (k, &j) in col_idx[start..row_ptr[i + 1]].iter().enumerate() {
-                    pos[j as usize] = start + k;
+                    pos[j as usize] = k;
                 }
                 for &e in &inc.adj[inc.adj_ptr[i]..inc.adj_ptr[i + 1]] {
                     let dofs = &inc.element_dofs[inc.offsets[e]..inc.offsets[e + 1]];
@@ -903,7 +894,7 @@ mod tests {
     fn node_block_slots_assemble_like_a_dense_sum(#[case] partial: bool, #[case] blocks: bool) {
         let (n, offsets, dofs) = vector_strip(partial);
         let p = AssemblyPattern::new(n, &offsets, &dofs);
-        assert_eq!(matches!(p.slots, Slots::Nodes { b: 3, .. }), blocks);
+        assert_eq!(p.node_size == 3, blocks);
         let value = |e: usize, a: usize, b: usize| (1 + e * 81 + a * 9 + b) as f64 * 0.37;
         let mut a = p.new_matrix();
         p.assemble_matrix_into(&mut a, |e, ke| {
@@ -983,5 +974,40 @@ mod tests {
         let mut a = p.new_matrix();
         p.assemble_matrix_into(&mut a, |_, ke| ke.fill(1.0));
         assert_eq!(a.values[a.find(0, 0).unwrap()], 100.0);
+    }
+
+    /// A star: unknown 0 shares an element with each of `n` others, so row 0 has n + 1
+    /// entries; the slot table takes the narrowest type that holds an offset in that row.
+    #[rstest::rstest]
+    #[case::one_byte(100, 1)]
+    #[case::two_bytes(400, 2)]
+    fn slot_width_follows_the_longest_row(#[case] n: usize, #[case] width: usize) {
+        let mut dofs = Vec::new();
+        for e in 0..n {
+            // every third element has its centre constrained
+            dofs.extend_from_slice(&[if e % 3 == 0 { CONSTRAINED } else { 0 }, e + 1]);
+        }
+        let offsets: Vec<usize> = (0..=n).map(|e| 2 * e).collect();
+        let p = AssemblyPattern::new(n + 1, &offsets, &dofs);
+        let got = match &p.slots {
+            Slots::U8(_) => 1,
+            Slots::U16(_) => 2,
+            Slots::U32(_) => 4,
+        };
+        assert_eq!(got, width);
+        let mut a = p.new_matrix();
+        p.assemble_matrix_into(&mut a, |e, ke| {
+            ke.copy_from_slice(&[1.0, 2.0 + e as f64, 3.0 + e as f64, 4.0]);
+        });
+        let star = (0..n).filter(|e| e % 3 != 0).count() as f64;
+        assert_eq!(a.values[a.find(0, 0).unwrap()], star);
+        for e in 0..n {
+            let leaf = e + 1;
+            assert_eq!(a.values[a.find(leaf, leaf).unwrap()], 4.0);
+            let coupled = e % 3 != 0;
+            assert_eq!(a.find(0, leaf).map(|k| a.values[k]), coupled.then_some(2.0 + e as f64));
+            assert_eq!(a.find(leaf, 0).map(|k| a.values[k]), coupled.then_some(3.0 + e as f64));
+            assert_eq!(p.slot(e, 1, 0), a.find(leaf, 0).filter(|_| coupled));
+        }
     }
 }

@@ -128,7 +128,7 @@ impl ThermalField {
     ) -> Result<Self, RunError> {
         let model = ThermalModel::new(mesh, regions, bcs)?;
         let pattern =
-            AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), model.element_dofs());
+            AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), &model.element_dofs());
         let mut p = ThermalField {
             model,
             pattern,
@@ -911,7 +911,8 @@ impl Field for ThermalField {
         };
         let capacity =
             self.transient.as_ref().map(|tr| (tr.heat_capacity_elem(&self.model), tr.lumped()));
-        Some(Box::new(ThermalCells { model: &self.model, t, capacity }))
+        let dofs = self.model.element_dofs();
+        Some(Box::new(ThermalCells { model: &self.model, dofs, t, capacity }))
     }
 
     fn cell_unknowns(&self) -> Vec<f64> {
@@ -1197,6 +1198,8 @@ impl Dynamic for ThermalField {
 /// The thermal field's element kernels at a placed temperature.
 struct ThermalCells<'a> {
     model: &'a ThermalModel,
+    /// The local dofs of every element (the model's layout; it keeps no copy).
+    dofs: Vec<usize>,
     t: Cow<'a, [f64]>,
     /// ρc per volume element and whether the mass is lumped, for a field stepped in time.
     capacity: Option<(Vec<f64>, bool)>,
@@ -1214,7 +1217,7 @@ impl CellKernels for ThermalCells<'_> {
     }
     fn element_dofs(&self, e: usize) -> &[usize] {
         let o = self.model.element_offsets();
-        &self.model.element_dofs()[o[e]..o[e + 1]]
+        &self.dofs[o[e]..o[e + 1]]
     }
     fn element_nodes(&self, e: usize) -> &[usize] {
         self.model.element_nodes(e)

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use gradfem_kernel::NodalDofMap;
 use gradfem_mesh::quadrature::ElementTable;
-use gradfem_mesh::{CellId, CellType, Mesh, geometry};
+use gradfem_mesh::{CellId, CellRuns, CellType, Mesh, geometry};
 use num_dual::{Dual64, DualNum};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -273,9 +273,8 @@ pub struct ThermalModel {
     pub(crate) elem_tag: Vec<u32>,
     elem_offsets: Vec<usize>,
     elem_nodes: Vec<usize>,
-    elem_dofs: Vec<usize>,
-    elem_cell_tags: Vec<u64>,
-    elem_cells: Vec<CellId>,
+    /// The mesh cell and file tag behind each element.
+    elem_cells: CellRuns,
     pub(crate) n_volume: usize,
     /// Regions, in the order given.
     pub regions: Vec<Region>,
@@ -333,12 +332,25 @@ impl ThermalModel {
             })
         };
 
-        let mut elem_block = Vec::new();
-        let mut elem_tag = Vec::new();
-        let mut elem_offsets = vec![0];
-        let mut elem_nodes = Vec::new();
-        let mut elem_cell_tags = Vec::new();
-        let mut elem_cells = Vec::new();
+        // Exact capacities: at 10⁷ unknowns a doubling growth would leave gigabytes unused.
+        let mut n_elements = 0;
+        let mut n_entries = 0;
+        let mut count = |name: &str| {
+            if let Ok(g) = resolve(mesh, name) {
+                n_elements += g.cells.len();
+                n_entries += g.cells.iter().map(|&c| mesh.cell_type(c).n_nodes()).sum::<usize>();
+            }
+        };
+        regions.iter().for_each(|r| count(&r.group));
+        bcs.iter().filter(|b| !matches!(b.kind, BcKind::Temperature { .. })).for_each(|b| {
+            count(&b.group)
+        });
+        let mut elem_block = Vec::with_capacity(n_elements);
+        let mut elem_tag = Vec::with_capacity(n_elements);
+        let mut elem_offsets = Vec::with_capacity(n_elements + 1);
+        elem_offsets.push(0);
+        let mut elem_nodes = Vec::with_capacity(n_entries);
+        let mut elem_cells = CellRuns::new();
         // Region of each mesh cell (per block, u32::MAX = none): flat arrays, not hash maps, so
         // set-up stays fast on meshes of millions of cells.
         let mut owner: Vec<Vec<u32>> = mesh
@@ -374,7 +386,6 @@ impl ThermalModel {
             })?;
             let mut elements = Vec::with_capacity(group.cells.len());
             let mut last_block: Option<(CellType, u8)> = None;
-            elem_nodes.reserve(group.cells.len() * 4);
             for &cell in &group.cells {
                 let prev = owner[cell.block][cell.index];
                 if prev != u32::MAX {
@@ -413,8 +424,7 @@ impl ThermalModel {
                 elem_tag.push(r as u32);
                 elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
                 elem_offsets.push(elem_nodes.len());
-                elem_cell_tags.push(mesh.cell_tag(cell));
-                elem_cells.push(cell);
+                elem_cells.push(cell, mesh.cell_tag(cell));
             }
             out_regions.push(Region {
                 name: spec.group.clone(),
@@ -514,8 +524,7 @@ impl ThermalModel {
                     elem_tag.push(bi as u32);
                     elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
                     elem_offsets.push(elem_nodes.len());
-                    elem_cell_tags.push(mesh.cell_tag(cell));
-                    elem_cells.push(cell);
+                    elem_cells.push(cell, mesh.cell_tag(cell));
                 }
             }
             boundaries.push(Boundary {
@@ -534,12 +543,10 @@ impl ThermalModel {
             return Err(ThermalError::NoTemperatureReference);
         }
         let dofs = NodalDofMap::new(mesh.n_nodes(), |n| active[n] && fixed_by[n] == u32::MAX);
-        let elem_dofs =
-            elem_nodes.iter().map(|&n| dofs.unknown_of_node[n].unwrap_or(CONSTRAINED)).collect();
 
         // Model element of each covered cell (volume elements follow the regions' cell order).
         let mut index: Vec<Vec<u32>> = owner.iter().map(|o| vec![u32::MAX; o.len()]).collect();
-        for (e, c) in elem_cells.iter().enumerate().take(n_volume) {
+        for (e, c) in elem_cells.cells().enumerate().take(n_volume) {
             index[c.block][c.index] = e as u32;
         }
         let mut group_elements = HashMap::new();
@@ -566,8 +573,6 @@ impl ThermalModel {
             elem_tag,
             elem_offsets,
             elem_nodes,
-            elem_dofs,
-            elem_cell_tags,
             elem_cells,
             n_volume,
             regions: out_regions,
@@ -581,6 +586,7 @@ impl ThermalModel {
         };
         let mut model = model;
         let mut acc = 0;
+        model.qp_offsets.reserve_exact(n_volume + 1);
         model.qp_offsets.push(0);
         for e in 0..n_volume {
             acc += model.blocks[model.elem_block[e] as usize].table.n_points();
@@ -639,7 +645,7 @@ impl ThermalModel {
                 })
                 .fold(f64::INFINITY, f64::min);
             return Err(ThermalError::InvertedCell {
-                cell_tag: self.elem_cell_tags[e],
+                cell_tag: self.elem_cells.tag(e),
                 cell_type: blk.cell_type,
                 det_j: det,
                 centroid: c,
@@ -678,9 +684,14 @@ impl ThermalModel {
         &self.elem_offsets
     }
 
-    /// Local dofs of all elements: unknown indices or [`CONSTRAINED`].
-    pub fn element_dofs(&self) -> &[usize] {
-        &self.elem_dofs
+    /// Local dofs of all elements: unknown indices or [`CONSTRAINED`], in the layout of
+    /// [`element_nodes`](Self::element_nodes). Formed on each call from the nodes (the model
+    /// keeps no copy: the assembly pattern, the one reader, keeps its own compact one).
+    pub fn element_dofs(&self) -> Vec<usize> {
+        self.elem_nodes
+            .par_iter()
+            .map(|&n| self.dofs.unknown_of_node[n].unwrap_or(CONSTRAINED))
+            .collect()
     }
 
     /// The mesh nodes of element `e`.
@@ -690,12 +701,12 @@ impl ThermalModel {
 
     /// The original tag of the mesh cell behind element `e`.
     pub fn element_cell_tag(&self, e: usize) -> u64 {
-        self.elem_cell_tags[e]
+        self.elem_cells.tag(e)
     }
 
     /// The mesh cell behind element `e`.
     pub fn element_cell(&self, e: usize) -> CellId {
-        self.elem_cells[e]
+        self.elem_cells.cell(e)
     }
 
     /// For each node, the fixed-temperature condition that sets its value (the first one that
@@ -899,7 +910,7 @@ impl ThermalModel {
                 }
             }
             return Err(ThermalError::NonPositiveConductivity {
-                cell_tag: self.elem_cell_tags[e],
+                cell_tag: self.elem_cells.tag(e),
                 region: self.regions[self.elem_tag[e] as usize].name.clone(),
                 temperature: tq,
                 k,
