@@ -192,15 +192,25 @@ pub struct CycleReport {
 
 /// Adjoint seeds gathered during a reverse pass: ū over each field's state, ∂J/∂u on its
 /// unknowns, and x̄ per (field, input port). The seed of an input port that no transfer feeds
-/// is empty: nothing upstream reads it (see [`add_input_seed`]), and a per-point port of a large
-/// mesh (the thermal field's heat source) would otherwise cost a vector the size of the
-/// quadrature.
+/// is empty or missing: nothing upstream reads it (see [`Bars::add_input_seed`]), and a
+/// per-point port of a large mesh (the thermal field's heat source) would otherwise cost a
+/// vector the size of the quadrature.
 pub(crate) struct Bars {
     pub state: Vec<Vec<f64>>,
     pub unknowns: Vec<Vec<f64>>,
     pub inputs: Vec<Vec<Vec<f64>>>,
     /// When set, the reverse pass keeps what the second-order adjoint reuses.
     pub record: Option<ReverseRecord>,
+}
+
+impl Bars {
+    /// Adds `x` to the seed of field `f`'s input port `p`. A port no transfer feeds has an
+    /// empty or no seed (see [`Bars`]); nothing reads it, so `x` is dropped there.
+    pub(crate) fn add_input_seed(&mut self, f: usize, p: usize, x: &[f64]) {
+        if let Some(seed) = self.inputs[f].get_mut(p).filter(|s| !s.is_empty()) {
+            add_into(seed, x);
+        }
+    }
 }
 
 /// What a reverse pass leaves for the second-order adjoint: every field's adjoint λ and the
@@ -713,26 +723,32 @@ impl CoupledProblem {
     }
 
     /// Zero adjoint seeds shaped like the fields' states and the input ports transfers feed
-    /// (the others stay empty).
+    /// (the others stay empty; a field no transfer feeds has no input seeds at all, so its
+    /// ports are not even listed).
     pub(crate) fn zero_bars(&self) -> Bars {
         let n = self.mesh.n_nodes();
-        let fed = |f: usize, p: usize| self.transfers.iter().any(|t| t.to == f && t.to_port == p);
+        let inputs = (0..self.fields.len())
+            .map(|f| {
+                let fed: Vec<&Transfer> = self.transfers.iter().filter(|t| t.to == f).collect();
+                if fed.is_empty() {
+                    return Vec::new();
+                }
+                let ports = self.fields[f].inputs();
+                (0..ports.len())
+                    .map(|p| {
+                        if fed.iter().any(|t| t.to_port == p) {
+                            vec![0.0; ports[p].layout.len(n)]
+                        } else {
+                            Vec::new()
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
         Bars {
             state: self.fields.iter().map(|f| vec![0.0; f.outputs()[0].layout.len(n)]).collect(),
             unknowns: vec![Vec::new(); self.fields.len()],
-            inputs: self
-                .fields
-                .iter()
-                .enumerate()
-                .map(|(f, field)| {
-                    let ports = field.inputs();
-                    (0..ports.len())
-                        .map(|p| {
-                            if fed(f, p) { vec![0.0; ports[p].layout.len(n)] } else { Vec::new() }
-                        })
-                        .collect()
-                })
-                .collect(),
+            inputs,
             record: None,
         }
     }
@@ -746,7 +762,7 @@ impl CoupledProblem {
             add_into(&mut bars.state[i], &state);
             bars.unknowns[i] = unknowns;
             for (p, x) in inputs {
-                add_input_seed(&mut bars.inputs[i][p], &x);
+                bars.add_input_seed(i, p, &x);
             }
         }
         Ok(bars)
@@ -870,7 +886,7 @@ impl CoupledProblem {
         let ov = src.output_vjp(t.from_port, &y_bar, rev)?;
         add_into(&mut bars.state[t.from], &ov.state);
         for (p, x) in ov.inputs {
-            add_input_seed(&mut bars.inputs[t.from][p], &x);
+            bars.add_input_seed(t.from, p, &x);
         }
         Ok(())
     }
@@ -962,14 +978,6 @@ pub(crate) fn add_into(a: &mut [f64], b: &[f64]) {
     assert_eq!(a.len(), b.len(), "adjoint seeds of different lengths");
     for (x, y) in a.iter_mut().zip(b) {
         *x += y;
-    }
-}
-
-/// `seed += x` for the seed of an input port; an empty seed is a port no transfer feeds (see
-/// [`Bars`]), whose seed nothing reads, so `x` is dropped there.
-pub(crate) fn add_input_seed(seed: &mut [f64], x: &[f64]) {
-    if !seed.is_empty() {
-        add_into(seed, x);
     }
 }
 

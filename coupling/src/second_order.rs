@@ -31,8 +31,7 @@ use std::collections::HashMap;
 use crate::error::RunError;
 use crate::field::{Direction, Reverse, Seed};
 use crate::problem::{
-    Bars, CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_input_seed,
-    add_into,
+    Bars, CoupledProblem, CycleScheme, GradientTimings, ReverseRecord, Transfer, add_into,
 };
 
 /// The second-order Taylor test of a Hessian-vector product along a direction δp:
@@ -377,7 +376,7 @@ impl CoupledProblem {
                     seeds.unknowns[i] = scaled(unknowns);
                 }
                 for (p, x) in inputs {
-                    add_input_seed(&mut seeds.inputs[i][p], &scaled(x));
+                    seeds.add_input_seed(i, p, &scaled(x));
                 }
             }
             if let Some(lambda) = &record.lambda[i] {
@@ -385,7 +384,7 @@ impl CoupledProblem {
                 let ov = so.second_order_vjp(lambda, &d, &mut rev)?;
                 add_into(&mut seeds.state[i], &ov.state);
                 for (p, x) in ov.inputs {
-                    add_input_seed(&mut seeds.inputs[i][p], &x);
+                    seeds.add_input_seed(i, p, &x);
                 }
             }
         }
@@ -400,7 +399,7 @@ impl CoupledProblem {
             let ov = so.output_second_order_vjp(t.from_port, y_bar, &direction(i), &mut rev)?;
             add_into(&mut seeds.state[i], &ov.state);
             for (p, x) in ov.inputs {
-                add_input_seed(&mut seeds.inputs[i][p], &x);
+                seeds.add_input_seed(i, p, &x);
             }
         }
         Ok(seeds)

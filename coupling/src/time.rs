@@ -20,7 +20,7 @@ use gradfem_solvers::params::Gradient;
 
 use crate::error::RunError;
 use crate::field::{Reverse, SolveMode, StepInfo};
-use crate::problem::{Bars, CoupledProblem, GradientTimings, add_input_seed, add_into};
+use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
 
 fn setup(msg: impl Into<String>) -> RunError {
     RunError::Setup(msg.into())
@@ -479,7 +479,7 @@ impl CoupledProblem {
                 bars.unknowns[f] = scale(&still.unknowns[f]);
             }
             for (p, x) in still.inputs[f].iter().enumerate() {
-                add_input_seed(&mut bars.inputs[f][p], &scale(x));
+                bars.add_input_seed(f, p, &scale(x));
             }
         }
         grad.add_scaled(still_weight, &g_still);
@@ -862,7 +862,7 @@ impl CoupledProblem {
             bars.unknowns[f] = seed.unknowns;
         }
         for (p, x) in seed.inputs {
-            add_input_seed(&mut bars.inputs[f][p], &x);
+            bars.add_input_seed(f, p, &x);
         }
         Ok(())
     }

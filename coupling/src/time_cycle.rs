@@ -42,7 +42,7 @@ use crate::CycleScheme;
 use crate::cycle::TimeTerm;
 use crate::error::RunError;
 use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, SolveMode, StepChoice};
-use crate::problem::{Bars, CoupledProblem, GradientTimings, add_input_seed, add_into};
+use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
 use crate::time::{TimeHistory, TimeLayout, merge_bars, scale_bars};
 
 fn setup(msg: impl Into<String>) -> RunError {
@@ -712,7 +712,7 @@ impl CoupledProblem {
             }
             add_into(&mut sweep.outside.state[f], &local.state[f]);
             for (p, x) in local.inputs[f].iter().enumerate() {
-                add_input_seed(&mut sweep.outside.inputs[f][p], x);
+                sweep.outside.add_input_seed(f, p, x);
             }
         }
         Ok(())

@@ -18,6 +18,7 @@
 //! coordinates of each element).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use gradfem_kernel::NodalDofMap;
 use gradfem_mesh::quadrature::ElementTable;
@@ -287,7 +288,8 @@ pub struct ThermalModel {
     /// Numbering of the unknowns.
     pub dofs: NodalDofMap,
     /// Volume elements of every 3D group of the mesh that the model covers, by group name.
-    group_elements: HashMap<String, Vec<usize>>,
+    /// (A group that covers every volume element shares the list of `"*"`.)
+    group_elements: HashMap<String, Arc<[usize]>>,
     /// Offsets of each volume element's quadrature points in per-point arrays.
     qp_offsets: Vec<usize>,
     /// An external source per quadrature point of the volume elements [W/m³] (Joule heat
@@ -549,21 +551,25 @@ impl ThermalModel {
         for (e, c) in elem_cells.cells().enumerate().take(n_volume) {
             index[c.block][c.index] = e as u32;
         }
+        let all: Arc<[usize]> = (0..n_volume).collect();
         let mut group_elements = HashMap::new();
         for g in mesh.groups.iter().filter(|g| g.dim == 3) {
-            let mut els: Vec<usize> = g
-                .cells
-                .iter()
-                .map(|c| index[c.block][c.index])
-                .filter(|&e| e != u32::MAX)
-                .map(|e| e as usize)
-                .collect();
+            let mut els = Vec::with_capacity(g.cells.len());
+            els.extend(
+                g.cells
+                    .iter()
+                    .map(|c| index[c.block][c.index])
+                    .filter(|&e| e != u32::MAX)
+                    .map(|e| e as usize),
+            );
             els.sort_unstable();
+            els.dedup();
+            let els: Arc<[usize]> = if els.len() == n_volume { all.clone() } else { els.into() };
             if !els.is_empty() {
                 group_elements.insert(g.name.clone(), els);
             }
         }
-        group_elements.insert("*".to_string(), (0..n_volume).collect());
+        group_elements.insert("*".to_string(), all);
 
         let model = ThermalModel {
             coords: mesh.coords.clone(),
@@ -1590,7 +1596,7 @@ impl ThermalModel {
 
     /// The volume elements of a 3D group (`"*"` for all of them).
     pub fn group_elements(&self, group: &str) -> Result<&[usize], ThermalError> {
-        self.group_elements.get(group).map(|v| v.as_slice()).ok_or_else(|| {
+        self.group_elements.get(group).map(|v| &v[..]).ok_or_else(|| {
             let mut known: Vec<String> = self.group_elements.keys().cloned().collect();
             known.sort();
             ThermalError::UnknownGroup { name: group.to_string(), known }
