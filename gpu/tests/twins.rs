@@ -306,7 +306,7 @@ fn what_has_no_device_kernel_is_named() {
         let model = ThermalModel::new(m, regions, bcs).unwrap();
         let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
             model.n_unknowns(),
-            model.element_offsets(),
+            &model.element_offsets(),
             &model.element_dofs(),
         );
         match DeviceSystem::thermal(&model, &pattern) {
@@ -328,7 +328,7 @@ fn what_has_no_device_kernel_is_named() {
         let model = ThermalModel::new(&m, &regions(ConductivityLaw::Constant), &bcs()).unwrap();
         let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
             model.n_unknowns(),
-            model.element_offsets(),
+            &model.element_offsets(),
             &model.element_dofs(),
         );
         let sys = DeviceSystem::thermal(&model, &pattern).unwrap();
@@ -347,7 +347,7 @@ fn what_has_no_device_kernel_is_named() {
             .unwrap();
     let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
         other.n_unknowns(),
-        other.element_offsets(),
+        &other.element_offsets(),
         &other.element_dofs(),
     );
     assert!(matches!(DeviceSystem::thermal(&model, &pattern), Err(GpuError::Input(_))));
@@ -359,7 +359,7 @@ fn cuda_selection_without_the_feature_or_a_device_is_a_clear_error() {
     let model = ThermalModel::new(&m, &regions(ConductivityLaw::Constant), &bcs()).unwrap();
     let pattern = gradfem_solvers::assembly::AssemblyPattern::new(
         model.n_unknowns(),
-        model.element_offsets(),
+        &model.element_offsets(),
         &model.element_dofs(),
     );
     let sys = DeviceSystem::thermal(&model, &pattern).unwrap();

@@ -15,6 +15,7 @@
 //! the pattern and the slots are computed once and each Newton step only scatters.
 
 use crate::sparse::CsrMatrix;
+use gradfem_kernel::Offsets;
 use rayon::prelude::*;
 
 /// Marks a local degree of freedom that is not an unknown (e.g. a Dirichlet node): its rows and
@@ -132,7 +133,7 @@ impl SharedMut {
 pub struct AssemblyPattern {
     n_unknowns: usize,
     /// Where each element's dofs start in `element_dofs`.
-    offsets: Starts,
+    offsets: Offsets,
     /// The local dofs of every element, as unknowns (`u32::MAX`: constrained).
     element_dofs: Vec<u32>,
     row_ptr: Vec<usize>,
@@ -141,7 +142,7 @@ pub struct AssemblyPattern {
     node_size: usize,
     /// The slot-table entry of local node pair `(A, B)` of element `e` is at
     /// `slot_offsets[e] + A · nn + B` (`nn` nodes of `node_size` dofs).
-    slot_offsets: Starts,
+    slot_offsets: Offsets,
     slots: Slots,
     /// Elements are grouped into blocks of `block_size` consecutive elements; the blocks of
     /// colour `c` are `colour_blocks[colour_ptr[c]..colour_ptr[c + 1]]`.
@@ -309,7 +310,7 @@ impl AssemblyPattern {
 
         AssemblyPattern {
             n_unknowns,
-            offsets: Starts::of(offsets),
+            offsets: Offsets::of(offsets),
             element_dofs: element_dofs
                 .iter()
                 .map(|&d| if d == CONSTRAINED { u32::MAX } else { d as u32 })
@@ -317,7 +318,7 @@ impl AssemblyPattern {
             row_ptr,
             col_idx,
             node_size: b,
-            slot_offsets: Starts::of(&slot_offsets),
+            slot_offsets: Offsets::of(&slot_offsets),
             slots,
             block_size,
             colour_ptr,
@@ -600,56 +601,6 @@ impl AssemblyPattern {
 #[inline(always)]
 fn wide(d: u32) -> usize {
     if d == u32::MAX { CONSTRAINED } else { d as usize }
-}
-
-/// The starts of consecutive runs in a flat array (each element's dofs, each element's slot
-/// table): a stride when every run has the same length (meshes of one cell type: no array at
-/// all), the offsets otherwise.
-#[derive(Clone, Debug)]
-enum Starts {
-    /// `count` runs of `len` entries each.
-    Uniform { len: usize, count: usize },
-    /// Run e is `offsets[e]..offsets[e + 1]`.
-    Varying(Vec<usize>),
-}
-
-impl Starts {
-    /// The starts of the runs `offsets` describes (`offsets[0] = 0`, one more than runs).
-    fn of(offsets: &[usize]) -> Self {
-        let count = offsets.len() - 1;
-        let len = if count == 0 { 0 } else { offsets[1] - offsets[0] };
-        if offsets.windows(2).all(|w| w[1] - w[0] == len) {
-            Starts::Uniform { len, count }
-        } else {
-            Starts::Varying(offsets.to_vec())
-        }
-    }
-
-    /// The number of runs.
-    fn count(&self) -> usize {
-        match self {
-            Starts::Uniform { count, .. } => *count,
-            Starts::Varying(o) => o.len() - 1,
-        }
-    }
-
-    /// Where run e starts.
-    #[inline(always)]
-    fn start(&self, e: usize) -> usize {
-        match self {
-            Starts::Uniform { len, .. } => e * len,
-            Starts::Varying(o) => o[e],
-        }
-    }
-
-    /// The entries of run e.
-    #[inline(always)]
-    fn range(&self, e: usize) -> std::ops::Range<usize> {
-        match self {
-            Starts::Uniform { len, .. } => e * len..(e + 1) * len,
-            Starts::Varying(o) => o[e]..o[e + 1],
-        }
-    }
 }
 
 /// Element → unknown map and its inverse (unknown → elements), borrowed for the pattern build.

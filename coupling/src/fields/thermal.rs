@@ -127,8 +127,11 @@ impl ThermalField {
         linear: LinearChoice,
     ) -> Result<Self, RunError> {
         let model = ThermalModel::new(mesh, regions, bcs)?;
-        let pattern =
-            AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), &model.element_dofs());
+        let pattern = AssemblyPattern::new(
+            model.n_unknowns(),
+            &model.element_offsets(),
+            &model.element_dofs(),
+        );
         let mut p = ThermalField {
             model,
             pattern,
@@ -1216,8 +1219,7 @@ impl CellKernels for ThermalCells<'_> {
         1
     }
     fn element_dofs(&self, e: usize) -> &[usize] {
-        let o = self.model.element_offsets();
-        &self.dofs[o[e]..o[e + 1]]
+        &self.dofs[self.model.element_entries(e)]
     }
     fn element_nodes(&self, e: usize) -> &[usize] {
         self.model.element_nodes(e)

@@ -908,8 +908,11 @@ struct Stepper<'p> {
 impl<'p> Stepper<'p> {
     fn new(p: &'p TransientProblem) -> Result<Self, TransientError> {
         let model = &p.model;
-        let pattern =
-            AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), &model.element_dofs());
+        let pattern = AssemblyPattern::new(
+            model.n_unknowns(),
+            &model.element_offsets(),
+            &model.element_dofs(),
+        );
         let masses = ElementMasses::new(p);
         let mut mass = pattern.new_matrix();
         pattern.assemble_matrix_into(&mut mass, |e, me| {

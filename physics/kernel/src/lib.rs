@@ -6,12 +6,14 @@
 
 pub mod coordinates;
 pub mod generic;
+pub mod offsets;
 pub mod point;
 
 pub use coordinates::{
     CoordinatePart, CoordinateRequest, dual_coordinates, element_motion, hyper_dual_coordinates,
     mat_mul, motion_gradient, seed_pick, symmetric_times, trace,
 };
+pub use offsets::{Offsets, RunStarts};
 pub use point::{PointSample, point_sample_along};
 
 use rayon::prelude::*;
@@ -41,11 +43,11 @@ pub fn for_each_element_ordered<T: Send>(
 /// Compute `width` values per local node of elements `0..n_elements` in parallel and add them to
 /// a nodal array (`width` entries per node) in element order, a chunk of elements at a time, so
 /// the result does not depend on the thread count and memory stays bounded. Element `e` has the
-/// nodes `nodes[offsets[e]..offsets[e + 1]]`; `compute(e, local)` writes its values into the
-/// zeroed `local` (`width` per local node, node-major).
+/// nodes `nodes[offsets.start(e)..offsets.start(e + 1)]`; `compute(e, local)` writes its values
+/// into the zeroed `local` (`width` per local node, node-major).
 pub fn scatter_chunked(
     n_elements: usize,
-    offsets: &[usize],
+    offsets: &(impl RunStarts + ?Sized),
     nodes: &[usize],
     out: &mut [f64],
     width: usize,
@@ -57,17 +59,17 @@ pub fn scatter_chunked(
     while start < n_elements {
         let end = (start + CHUNK).min(n_elements);
         buf.clear();
-        buf.resize(width * (offsets[end] - offsets[start]), 0.0);
+        buf.resize(width * (offsets.start(end) - offsets.start(start)), 0.0);
         let mut slices: Vec<(usize, &mut [f64])> = Vec::with_capacity(end - start);
         let mut rest: &mut [f64] = &mut buf;
         for e in start..end {
-            let (head, tail) = rest.split_at_mut(width * (offsets[e + 1] - offsets[e]));
+            let (head, tail) = rest.split_at_mut(width * (offsets.start(e + 1) - offsets.start(e)));
             slices.push((e, head));
             rest = tail;
         }
         slices.par_iter_mut().for_each(|(e, s)| compute(*e, s));
         for (e, s) in slices {
-            for (a, &n) in nodes[offsets[e]..offsets[e + 1]].iter().enumerate() {
+            for (a, &n) in nodes[offsets.start(e)..offsets.start(e + 1)].iter().enumerate() {
                 for k in 0..width {
                     out[width * n + k] += s[width * a + k];
                 }
@@ -165,7 +167,7 @@ mod tests {
         let nodes = [0, 1, 2, 1, 3, 2];
         let run = || {
             let mut out = vec![0.0; 4];
-            scatter_chunked(2, &offsets, &nodes, &mut out, 1, |e, local| {
+            scatter_chunked(2, &offsets[..], &nodes, &mut out, 1, |e, local| {
                 for (a, v) in local.iter_mut().enumerate() {
                     *v = (e * 10 + a) as f64 + 0.1;
                 }

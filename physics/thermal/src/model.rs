@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use gradfem_kernel::NodalDofMap;
+use gradfem_kernel::{NodalDofMap, Offsets};
 use gradfem_mesh::quadrature::ElementTable;
 use gradfem_mesh::{CellId, CellRuns, CellType, Mesh, geometry};
 use num_dual::{Dual64, DualNum};
@@ -272,7 +272,8 @@ pub struct ThermalModel {
     blocks: Vec<ElemBlock>,
     elem_block: Vec<u8>,
     pub(crate) elem_tag: Vec<u32>,
-    elem_offsets: Vec<usize>,
+    /// Where each element's nodes start in `elem_nodes` (a stride for one cell type).
+    elem_offsets: Offsets,
     elem_nodes: Vec<usize>,
     /// The mesh cell and file tag behind each element.
     elem_cells: CellRuns,
@@ -291,7 +292,7 @@ pub struct ThermalModel {
     /// (A group that covers every volume element shares the list of `"*"`.)
     group_elements: HashMap<String, Arc<[usize]>>,
     /// Offsets of each volume element's quadrature points in per-point arrays.
-    qp_offsets: Vec<usize>,
+    qp_offsets: Offsets,
     /// An external source per quadrature point of the volume elements [W/m³] (Joule heat
     /// handed over by the electrical field), added to the regions' sources.
     external_source: Option<Vec<f64>>,
@@ -344,13 +345,12 @@ impl ThermalModel {
             }
         };
         regions.iter().for_each(|r| count(&r.group));
-        bcs.iter().filter(|b| !matches!(b.kind, BcKind::Temperature { .. })).for_each(|b| {
-            count(&b.group)
-        });
+        bcs.iter()
+            .filter(|b| !matches!(b.kind, BcKind::Temperature { .. }))
+            .for_each(|b| count(&b.group));
         let mut elem_block = Vec::with_capacity(n_elements);
         let mut elem_tag = Vec::with_capacity(n_elements);
-        let mut elem_offsets = Vec::with_capacity(n_elements + 1);
-        elem_offsets.push(0);
+        let mut elem_offsets = Offsets::default();
         let mut elem_nodes = Vec::with_capacity(n_entries);
         let mut elem_cells = CellRuns::new();
         // Region of each mesh cell (per block, u32::MAX = none): flat arrays, not hash maps, so
@@ -425,7 +425,7 @@ impl ThermalModel {
                 elem_block.push(b);
                 elem_tag.push(r as u32);
                 elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
-                elem_offsets.push(elem_nodes.len());
+                elem_offsets.push(ct.n_nodes());
                 elem_cells.push(cell, mesh.cell_tag(cell));
             }
             out_regions.push(Region {
@@ -525,7 +525,7 @@ impl ThermalModel {
                     elem_block.push(b);
                     elem_tag.push(bi as u32);
                     elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
-                    elem_offsets.push(elem_nodes.len());
+                    elem_offsets.push(ct.n_nodes());
                     elem_cells.push(cell, mesh.cell_tag(cell));
                 }
             }
@@ -587,17 +587,13 @@ impl ThermalModel {
             fixed,
             dofs,
             group_elements,
-            qp_offsets: Vec::new(),
+            qp_offsets: Offsets::default(),
             external_source: None,
         };
         let mut model = model;
-        let mut acc = 0;
-        model.qp_offsets.reserve_exact(n_volume + 1);
-        model.qp_offsets.push(0);
-        for e in 0..n_volume {
-            acc += model.blocks[model.elem_block[e] as usize].table.n_points();
-            model.qp_offsets.push(acc);
-        }
+        model.qp_offsets = Offsets::from_lengths(
+            (0..n_volume).map(|e| model.blocks[model.elem_block[e] as usize].table.n_points()),
+        );
         let built = started.elapsed().as_secs_f64();
         model.check_orientation()?;
         tracing::debug!(
@@ -685,9 +681,16 @@ impl ThermalModel {
         self.n_volume
     }
 
-    /// Element offsets into [`ThermalModel::element_dofs`] (length `n_elements() + 1`).
-    pub fn element_offsets(&self) -> &[usize] {
-        &self.elem_offsets
+    /// Element offsets into [`ThermalModel::element_dofs`] (length `n_elements() + 1`), formed
+    /// on each call (the model keeps a stride where every element has the same node count).
+    pub fn element_offsets(&self) -> Vec<usize> {
+        self.elem_offsets.to_vec()
+    }
+
+    /// Where element `e`'s entries sit in [`element_dofs`](Self::element_dofs) (and its nodes
+    /// in the flat node list).
+    pub fn element_entries(&self, e: usize) -> std::ops::Range<usize> {
+        self.elem_offsets.range(e)
     }
 
     /// Local dofs of all elements: unknown indices or [`CONSTRAINED`], in the layout of
@@ -702,7 +705,7 @@ impl ThermalModel {
 
     /// The mesh nodes of element `e`.
     pub fn element_nodes(&self, e: usize) -> &[usize] {
-        &self.elem_nodes[self.elem_offsets[e]..self.elem_offsets[e + 1]]
+        &self.elem_nodes[self.elem_offsets.range(e)]
     }
 
     /// The original tag of the mesh cell behind element `e`.
@@ -965,7 +968,7 @@ impl ThermalModel {
     /// Offsets of each volume element's quadrature points in per-point arrays (length
     /// `n_volume_elements() + 1`). The points are those of `ElementTable::new(ct, 2·order)`, in
     /// table order.
-    pub fn qp_offsets(&self) -> &[usize] {
+    pub fn qp_offsets(&self) -> &Offsets {
         &self.qp_offsets
     }
 
@@ -980,10 +983,10 @@ impl ThermalModel {
         if let Some(s) = &source {
             assert_eq!(
                 s.len(),
-                *self.qp_offsets.last().expect("offsets"),
+                self.qp_offsets.total(),
                 "external source has {} values for {} quadrature points",
                 s.len(),
-                self.qp_offsets.last().expect("offsets")
+                self.qp_offsets.total()
             );
         }
         self.external_source = source;
@@ -1001,7 +1004,7 @@ impl ThermalModel {
                 let x = self.element_coords(e);
                 let mut g = [[0.0; 3]; MAX_NODES];
                 let mut out = [0.0; MAX_NODES];
-                let o = self.qp_offsets[e];
+                let o = self.qp_offsets.start(e);
                 for q in 0..blk.table.n_points() {
                     let det = geometry::physical_gradients_into(
                         3,
@@ -1029,12 +1032,12 @@ impl ThermalModel {
     /// λᵀ ∂R/∂Q_q for every quadrature point q of the volume elements: −w_q det J λ(x_q), the
     /// reverse of handing a per-point source to this field.
     pub fn external_source_vjp(&self, lambda: &[f64]) -> Vec<f64> {
-        let mut out = vec![0.0; *self.qp_offsets.last().expect("offsets")];
+        let mut out = vec![0.0; self.qp_offsets.total()];
         let chunks: Vec<(usize, &mut [f64])> = {
             let mut rest: &mut [f64] = &mut out;
             let mut v = Vec::with_capacity(self.n_volume);
             for e in 0..self.n_volume {
-                let (head, tail) = rest.split_at_mut(self.qp_offsets[e + 1] - self.qp_offsets[e]);
+                let (head, tail) = rest.split_at_mut(self.qp_offsets.range(e).len());
                 v.push((e, head));
                 rest = tail;
             }
@@ -1182,7 +1185,7 @@ impl ThermalModel {
         if blk.volume {
             let law = &self.regions[self.elem_tag[e] as usize].law;
             let ext = if p.external { self.external_source.as_deref() } else { None }
-                .map(|q| &q[self.qp_offsets[e]..self.qp_offsets[e + 1]]);
+                .map(|q| &q[self.qp_offsets.range(e)]);
             if blk.cell_type == CellType::Tet4 && law.is_constant() && ext.is_none() {
                 tet4_linear_kernel(&x, &te, p.k0, p.source, ke, fe);
                 return;
@@ -1521,8 +1524,8 @@ impl ThermalModel {
                 }
             }
             let k = p.k0 * law.factor(tq);
-            let source =
-                p.source + self.external_source.as_ref().map_or(0.0, |x| x[self.qp_offsets[e] + q]);
+            let source = p.source
+                + self.external_source.as_ref().map_or(0.0, |x| x[self.qp_offsets.start(e) + q]);
             let base = k * (gl[0] * gt[0] + gl[1] * gt[1] + gl[2] * gt[2]) - source * lq;
             for b in 0..nn {
                 let gb = g[b];

@@ -579,7 +579,7 @@ impl ThermalModel {
         let compute = |e: usize| {
             let mut local = [0.0; crate::model::MAX_NODES];
             self.for_source_points(e, dx, |k, n, w, tr, _| {
-                let g = offsets[e] + k;
+                let g = offsets.start(e) + k;
                 let c = w * (dq.get(g).copied().unwrap_or(0.0) + tr * source[g]);
                 for (l, na) in local.iter_mut().zip(n) {
                     *l -= c * na;
@@ -631,7 +631,8 @@ impl ThermalModel {
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let x = dual_coordinates(&self.coords, nodes, dx);
-            let q: Vec<Dual64> = (offsets[e]..offsets[e + 1])
+            let q: Vec<Dual64> = offsets
+                .range(e)
                 .map(|k| Dual64::new(source[k], dq.get(k).copied().unwrap_or(0.0)))
                 .collect();
             let mut r = vec![Dual64::from(0.0); nodes.len()];
@@ -665,7 +666,7 @@ impl ThermalModel {
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
-            let np = offsets[e + 1] - offsets[e];
+            let np = offsets.range(e).len();
             let mut out = vec![0.0; np + coords.n_picks(nodes)];
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
                 return out;
@@ -674,7 +675,7 @@ impl ThermalModel {
             let x = self.element_coords(e);
             let mut g = [[0.0; 3]; crate::model::MAX_NODES];
             self.for_source_points(e, dx, |k, n, w, tr, g_delta| {
-                let p = offsets[e] + k;
+                let p = offsets.start(e) + k;
                 let lk: f64 = (0..nn).map(|a| n[a] * lambda[nodes[a]]).sum();
                 out[k] = -w * tr * lk;
                 if picks.is_empty() {
@@ -709,14 +710,14 @@ impl ThermalModel {
         compute: impl Fn(usize) -> Vec<f64> + Sync + Send,
     ) -> (Vec<f64>, CoordinatePart) {
         let offsets = self.qp_offsets();
-        let mut per_point = vec![0.0; *offsets.last().expect("offsets")];
+        let mut per_point = vec![0.0; offsets.total()];
         let mut part = CoordinatePart::zeros(coords, self.n_nodes());
         for_each_element_ordered(self.n_volume, compute, |e, local| {
             if local.is_empty() {
                 return;
             }
-            let np = offsets[e + 1] - offsets[e];
-            per_point[offsets[e]..offsets[e + 1]].copy_from_slice(&local[..np]);
+            let np = offsets.range(e).len();
+            per_point[offsets.range(e)].copy_from_slice(&local[..np]);
             part.add_element(self.element_nodes(e), &local[np..]);
         });
         (per_point, part)
@@ -740,7 +741,7 @@ impl ThermalModel {
         let compute = |e: usize| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
-            let np = offsets[e + 1] - offsets[e];
+            let np = offsets.range(e).len();
             let n_picks = np + coords.n_picks(nodes);
             let mut out = vec![0.0; n_picks];
             if nodes.iter().all(|&n| lambda[n] == 0.0) {
@@ -754,7 +755,7 @@ impl ThermalModel {
                 let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
                 let q: Vec<HyperDual64> = (0..np)
                     .map(|k| {
-                        let g = offsets[e] + k;
+                        let g = offsets.start(e) + k;
                         HyperDual64::new(source[g], dq.get(g).copied().unwrap_or(0.0), seed(k), 0.0)
                     })
                     .collect();
@@ -1079,7 +1080,7 @@ mod tests {
     #[test]
     fn external_source_with_moving_nodes_matches_central_differences() {
         let mut m = model();
-        let n_points = *m.qp_offsets().last().unwrap();
+        let n_points = m.qp_offsets().total();
         let q: Vec<f64> = (0..n_points).map(|k| 40.0 + 10.0 * ((k as f64) * 0.3).sin()).collect();
         let dq: Vec<f64> = (0..n_points).map(|k| 5.0 * ((k as f64) * 0.8).cos()).collect();
         m.set_external_source(Some(q.clone()));
@@ -1138,7 +1139,7 @@ mod tests {
     #[test]
     fn external_source_closed_forms_equal_the_dual_numbers() {
         let mut m = model();
-        let n_points = *m.qp_offsets().last().unwrap();
+        let n_points = m.qp_offsets().total();
         let q: Vec<f64> = (0..n_points).map(|k| 40.0 + 10.0 * ((k as f64) * 0.3).sin()).collect();
         let dq: Vec<f64> = (0..n_points).map(|k| 5.0 * ((k as f64) * 0.8).cos()).collect();
         m.set_external_source(Some(q));

@@ -255,7 +255,7 @@ fn closed_form_shape_derivative_matches_dual_numbers(
 fn external_source_enters_the_residual_and_its_vjp_matches() {
     let mut m = model(CellType::Tet10, ConductivityLaw::Constant);
     let t = temperature(&m);
-    let nq = *m.qp_offsets().last().unwrap();
+    let nq = m.qp_offsets().total();
     let q: Vec<f64> = (0..nq).map(|i| 1.0 + (i % 7) as f64).collect();
     let lambda: Vec<f64> = m.coords.iter().map(|p| 1.0 + p[0] * p[1] - p[2]).collect();
     let phi = |m: &ThermalModel| -> f64 {

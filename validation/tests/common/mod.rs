@@ -161,7 +161,7 @@ pub fn solve_with_nodal_dirichlet(
         }
     }
     let pattern =
-        AssemblyPattern::new(model.n_unknowns(), model.element_offsets(), &model.element_dofs());
+        AssemblyPattern::new(model.n_unknowns(), &model.element_offsets(), &model.element_dofs());
     let mut k = pattern.new_matrix();
     let mut r = vec![0.0; model.n_unknowns()];
     let ct = model.element_cell_type(0);
