@@ -1188,13 +1188,13 @@ fn build_thermal(
         let model = &problem.model;
         let r = model.regions.iter().position(|x| x.name == *m.group.get_ref());
         let elements = model.regions[r.expect("a region per material")].elements.clone();
-        let tags: Vec<u64> = elements.iter().map(|&e| model.element_cell_tag(e)).collect();
+        let tags: Vec<u64> = elements.clone().map(|e| model.element_cell_tag(e)).collect();
         let at = ConstantAt { group: &m.group, table: "[[thermal.material]]", key: "k" };
         let k = m.k.as_ref().expect("checked when the regions were made");
         if let Some(values) = element_constant(file, mesh, k, &at, &tags, |v| {
             (v <= 0.0).then_some("the conductivity must be positive")
         })? {
-            for (&e, v) in elements.iter().zip(values) {
+            for (e, v) in elements.zip(values) {
                 problem.model.k_elem[e] = v;
             }
         }

@@ -221,7 +221,7 @@ fn cpu_device_gradient_is_the_adjoint_gradient() {
     p.apply_parameters().unwrap();
     let (j, grad, _) = p.gradient().unwrap();
     let mut g_ref = vec![0.0; n_el];
-    for (i, &e) in p.model.regions[0].elements.iter().enumerate() {
+    for (i, e) in p.model.regions[0].elements.clone().enumerate() {
         g_ref[e] = grad.get(id)[i];
     }
     let d = p.device_gradient(Device::Cpu, &CgParams::default(), Preconditioner::Jacobi).unwrap();

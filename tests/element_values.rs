@@ -94,7 +94,7 @@ fn csv_layouts_hdf5_and_the_per_element_parameter_agree() {
     let id = reference.register("thermal.k_elem.domain", None).unwrap();
     let order: Vec<u64> = {
         let m = &reference.thermal().model;
-        m.regions[0].elements.iter().map(|&e| m.element_cell_tag(e)).collect()
+        m.regions[0].elements.clone().map(|e| m.element_cell_tag(e)).collect()
     };
     let by_tag: std::collections::HashMap<u64, f64> =
         tags.iter().copied().zip(k.iter().copied()).collect();

@@ -106,7 +106,7 @@ fn device_forward_and_gradient_equal_the_cpu_path(#[case] cell: CellType, #[case
     let gpu = run_on(Device::Cuda, &sys, &k, &params, Preconditioner::Jacobi, obj).unwrap();
     let twin = run_on(Device::Cpu, &sys, &k, &params, Preconditioner::Jacobi, obj).unwrap();
     let mut g_ref = vec![0.0; k.len()];
-    for (i, &e) in f.model.regions[0].elements.iter().enumerate() {
+    for (i, e) in f.model.regions[0].elements.clone().enumerate() {
         g_ref[e] = grad.get(id)[i];
     }
     let dt = rel_diff(&gpu.solution, &t_cpu);

@@ -242,7 +242,7 @@ fn twin_forward_and_gradient_equal_the_cpu_solve_and_adjoint(
     let g_cpu = grad.get(id);
     let region = &f.model.regions[0].elements;
     let mut g_ref = vec![0.0; k.len()];
-    for (i, &e) in region.iter().enumerate() {
+    for (i, e) in region.clone().enumerate() {
         g_ref[e] = g_cpu[i];
     }
     let dg = rel_diff(&run.gradient, &g_ref);
@@ -426,7 +426,7 @@ fn convection_and_heat_flux_run_on_the_device_path(#[case] cell: CellType, #[cas
     for pre in [Preconditioner::Jacobi, Preconditioner::Amg] {
         let run = run_on(Device::Cpu, &sys, &k, &params, pre, host_objective(&f.model)).unwrap();
         let mut g_ref = vec![0.0; k.len()];
-        for (i, &e) in f.model.regions[0].elements.iter().enumerate() {
+        for (i, e) in f.model.regions[0].elements.clone().enumerate() {
             g_ref[e] = grad.get(id)[i];
         }
         let dt = rel_diff(&run.solution, &t_cpu);

@@ -192,7 +192,7 @@ impl ThermalField {
         if let Some(g) = name.strip_prefix("thermal.k_elem.") {
             let r = region(g).ok_or_else(unknown)?;
             let values =
-                self.model.regions[r].elements.iter().map(|&e| self.model.k_elem[e]).collect();
+                self.model.regions[r].elements.clone().map(|e| self.model.k_elem[e]).collect();
             return Ok((
                 Binding::ElementK(r),
                 ParamSpec::vector(name, ParamKind::PerElement { group: g.to_string() }, values)
@@ -202,7 +202,7 @@ impl ThermalField {
         }
         if let Some(g) = name.strip_prefix("thermal.k.") {
             let r = region(g).ok_or_else(unknown)?;
-            let e0 = self.model.regions[r].elements[0];
+            let e0 = self.model.regions[r].elements.start;
             return Ok((
                 Binding::RegionK(r),
                 ParamSpec::scalar(name, self.model.k_elem[e0])
@@ -361,7 +361,7 @@ impl ThermalField {
             match *binding {
                 Binding::RegionK(r) => v[0] += g.k_region[r],
                 Binding::ElementK(r) => {
-                    for (gi, &e) in v.iter_mut().zip(&self.model.regions[r].elements) {
+                    for (gi, e) in v.iter_mut().zip(self.model.regions[r].elements.clone()) {
                         *gi += g.k_elem[e];
                     }
                 }
@@ -426,8 +426,8 @@ impl ThermalField {
             if let Binding::ElementK(r) = *b {
                 let tags = self.model.regions[r]
                     .elements
-                    .iter()
-                    .map(|&e| self.model.element_cell_tag(e))
+                    .clone()
+                    .map(|e| self.model.element_cell_tag(e))
                     .collect();
                 out.push((*id, tags));
             }
@@ -448,7 +448,7 @@ impl ThermalField {
         for (id, b) in &self.bindings {
             if let Binding::ElementK(r) = *b {
                 let mut v = vec![f64::NAN; n_cells];
-                for (gi, &e) in grad.get(*id).iter().zip(&self.model.regions[r].elements) {
+                for (gi, e) in grad.get(*id).iter().zip(self.model.regions[r].elements.clone()) {
                     v[index[e]] = *gi;
                 }
                 out.push((*id, v));
@@ -478,12 +478,12 @@ impl ThermalField {
             let v = dir.get(*id);
             match *binding {
                 Binding::RegionK(r) => {
-                    for &e in &self.model.regions[r].elements {
+                    for e in self.model.regions[r].elements.clone() {
                         d.k_elem[e] += v[0];
                     }
                 }
                 Binding::ElementK(r) => {
-                    for (&e, vi) in self.model.regions[r].elements.iter().zip(v) {
+                    for (e, vi) in self.model.regions[r].elements.clone().zip(v) {
                         d.k_elem[e] += vi;
                     }
                 }
@@ -518,10 +518,10 @@ impl ThermalField {
             match *binding {
                 Binding::RegionK(r) => {
                     g[0] -=
-                        self.model.regions[r].elements.iter().map(|&e| vjp.k_elem[e]).sum::<f64>();
+                        self.model.regions[r].elements.clone().map(|e| vjp.k_elem[e]).sum::<f64>();
                 }
                 Binding::ElementK(r) => {
-                    for (gi, &e) in g.iter_mut().zip(&self.model.regions[r].elements) {
+                    for (gi, e) in g.iter_mut().zip(self.model.regions[r].elements.clone()) {
                         *gi -= vjp.k_elem[e];
                     }
                 }
@@ -767,12 +767,12 @@ impl Field for ThermalField {
             let v = registry.values(id).to_vec();
             match binding {
                 Binding::RegionK(r) => {
-                    for &e in &self.model.regions[r].elements {
+                    for e in self.model.regions[r].elements.clone() {
                         self.model.k_elem[e] = v[0];
                     }
                 }
                 Binding::ElementK(r) => {
-                    for (i, &e) in self.model.regions[r].elements.clone().iter().enumerate() {
+                    for (i, e) in self.model.regions[r].elements.clone().enumerate() {
                         self.model.k_elem[e] = v[i];
                     }
                 }

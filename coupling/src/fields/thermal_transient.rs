@@ -372,7 +372,7 @@ impl ThermalTransient {
             let v = params.get(*id)[0];
             match b {
                 TBinding::HeatCapacity(r) => {
-                    for &e in &model.regions[*r].elements {
+                    for e in model.regions[*r].elements.clone() {
                         d.heat_capacity_elem[e] += v;
                     }
                 }

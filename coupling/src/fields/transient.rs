@@ -388,9 +388,9 @@ impl TransientGradient {
     /// The per-region sums of the per-element entries (k₀ and ρc).
     fn sum_regions(&mut self, model: &ThermalModel) {
         for (r, region) in model.regions.iter().enumerate() {
-            self.k_region[r] = region.elements.iter().map(|&e| self.k_elem[e]).sum();
+            self.k_region[r] = region.elements.clone().map(|e| self.k_elem[e]).sum();
             self.heat_capacity[r] =
-                region.elements.iter().map(|&e| self.heat_capacity_elem[e]).sum();
+                region.elements.clone().map(|e| self.heat_capacity_elem[e]).sum();
         }
     }
 }
@@ -486,7 +486,7 @@ impl TransientProblem {
 
     /// Set ρc of region `r` on all its elements.
     pub fn set_heat_capacity(&mut self, r: usize, value: f64) {
-        for &e in &self.model.regions[r].elements {
+        for e in self.model.regions[r].elements.clone() {
             self.rho_c[e] = value;
         }
     }

@@ -134,8 +134,9 @@ pub struct Region {
     pub name: String,
     pub law: ConductivityLaw,
     pub source: f64,
-    /// The model's volume elements that belong to this region.
-    pub elements: Vec<usize>,
+    /// The model's volume elements that belong to this region: the model numbers its volume
+    /// elements region by region, so they are a range.
+    pub elements: std::ops::Range<usize>,
 }
 
 /// One boundary condition of the model, after set-up.
@@ -386,7 +387,7 @@ impl ThermalModel {
                 requirement: "valid (finite, increasing table temperatures)",
                 value: f64::NAN,
             })?;
-            let mut elements = Vec::with_capacity(group.cells.len());
+            let first = elem_block.len();
             let mut last_block: Option<(CellType, u8)> = None;
             for &cell in &group.cells {
                 let prev = owner[cell.block][cell.index];
@@ -421,7 +422,6 @@ impl ThermalModel {
                         b
                     }
                 };
-                elements.push(elem_block.len());
                 elem_block.push(b);
                 elem_tag.push(r as u32);
                 elem_nodes.extend_from_slice(mesh.cell_nodes(cell));
@@ -432,7 +432,7 @@ impl ThermalModel {
                 name: spec.group.clone(),
                 law: spec.law.clone(),
                 source: spec.source,
-                elements,
+                elements: first..elem_block.len(),
             });
         }
         let n_volume = elem_block.len();
@@ -441,7 +441,7 @@ impl ThermalModel {
         }
         let mut k_elem = vec![0.0; n_volume];
         for (spec, region) in regions.iter().zip(&out_regions) {
-            for &e in &region.elements {
+            for e in region.elements.clone() {
                 k_elem[e] = spec.k0;
             }
         }
@@ -1408,7 +1408,7 @@ impl ThermalModel {
         };
         if want.source {
             for (r, region) in self.regions.iter().enumerate() {
-                vjp.source[r] = region.elements.iter().map(|&e| q_elem[e]).sum();
+                vjp.source[r] = region.elements.clone().map(|e| q_elem[e]).sum();
             }
         }
         let bnd = |e: usize| &boundary[e - n_vol];
