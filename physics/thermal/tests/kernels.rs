@@ -302,3 +302,77 @@ fn heat_balance_of_any_field_is_the_sum_of_residuals() {
         "{total} {hb:?}"
     );
 }
+
+/// The model keeps per-element bookkeeping compact (cells as runs, offsets as a stride where
+/// the cell type is one, regions as ranges), and every element still maps back to its own cell,
+/// tag, nodes and quadrature points: on a box split into two interleaved regions (every other
+/// cell: one run per cell) with facet conditions after them.
+#[test]
+fn element_bookkeeping_maps_back_to_the_mesh() {
+    use gradfem_kernel::Offsets;
+    use gradfem_mesh::PhysicalGroup;
+    let mut mesh = distorted_box(CellType::Tet4);
+    let domain = mesh.group("domain").unwrap().cells.clone();
+    for (name, parity) in [("even", 0), ("odd", 1)] {
+        mesh.groups.push(PhysicalGroup {
+            name: name.into(),
+            tag: 10 + parity as i32,
+            dim: 3,
+            cells: domain.iter().copied().filter(|c| c.index % 2 == parity).collect(),
+        });
+    }
+    let m = ThermalModel::new(
+        &mesh,
+        &[
+            RegionSpec {
+                group: "odd".into(),
+                k0: 1.0,
+                law: ConductivityLaw::Constant,
+                source: 0.0,
+            },
+            RegionSpec {
+                group: "even".into(),
+                k0: 2.0,
+                law: ConductivityLaw::Constant,
+                source: 0.0,
+            },
+        ],
+        &[
+            BcSpec { group: "xmin".into(), kind: BcKind::Temperature { value: 300.0 } },
+            BcSpec { group: "xmax".into(), kind: BcKind::Convection { h: 7.0, t_inf: 290.0 } },
+        ],
+    )
+    .unwrap();
+    let odd = &mesh.group("odd").unwrap().cells;
+    let even = &mesh.group("even").unwrap().cells;
+    let xmax = &mesh.group("xmax").unwrap().cells;
+    assert_eq!(m.regions[0].elements, 0..odd.len());
+    assert_eq!(m.regions[1].elements, odd.len()..domain.len());
+    assert_eq!(m.n_volume_elements(), domain.len());
+    let cells: Vec<_> = odd.iter().chain(even).chain(xmax).copied().collect();
+    assert_eq!(m.n_elements(), cells.len());
+    let offsets = m.element_offsets();
+    for (e, &c) in cells.iter().enumerate() {
+        assert_eq!(m.element_cell(e), c, "element {e}");
+        assert_eq!(m.element_cell_tag(e), mesh.cell_tag(c), "element {e}");
+        assert_eq!(m.element_nodes(e), mesh.cell_nodes(c), "element {e}");
+        assert_eq!(offsets[e]..offsets[e + 1], m.element_entries(e));
+    }
+    // Tets then triangles: the node offsets vary, the volume's quadrature points do not.
+    assert_eq!(offsets.len(), cells.len() + 1);
+    assert_eq!(*offsets.last().unwrap(), 4 * domain.len() + 3 * xmax.len());
+    let per_tet = m.element_table(0).n_points();
+    assert_eq!(*m.qp_offsets(), Offsets::Uniform { len: per_tet, count: domain.len() });
+    let all: Vec<usize> = (0..domain.len()).collect();
+    assert_eq!(m.group_elements("*").unwrap(), &all[..]);
+    assert_eq!(m.group_elements("domain").unwrap(), &all[..]);
+    let odd_elements: Vec<usize> = (0..odd.len()).collect();
+    assert_eq!(m.group_elements("odd").unwrap(), &odd_elements[..]);
+    // The dofs follow the nodes: constrained exactly where the node is fixed.
+    let dofs = m.element_dofs();
+    for e in 0..m.n_elements() {
+        for (&n, &d) in m.element_nodes(e).iter().zip(&dofs[m.element_entries(e)]) {
+            assert_eq!(d, m.dofs.unknown_of_node[n].unwrap_or(gradfem_thermal::model::CONSTRAINED));
+        }
+    }
+}
