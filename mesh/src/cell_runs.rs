@@ -89,9 +89,12 @@ impl CellRuns {
         run.tag + k as u64
     }
 
-    /// The cells of all elements, in order.
-    pub fn cells(&self) -> impl ExactSizeIterator<Item = CellId> + '_ {
-        (0..self.len).map(|e| self.cell(e))
+    /// The cells of all elements, in order (a walk over the runs, no search).
+    pub fn cells(&self) -> impl Iterator<Item = CellId> + '_ {
+        self.runs.iter().enumerate().flat_map(|(r, run)| {
+            let end = self.runs.get(r + 1).map_or(self.len, |next| next.first);
+            (0..end - run.first).map(|k| CellId { block: run.block, index: run.index + k })
+        })
     }
 }
 

@@ -394,8 +394,8 @@ impl AssemblyPattern {
             Slots::U16(s) => (s[k] != u16::MAX).then_some(s[k] as usize),
             Slots::U32(s) => (s[k] != u32::MAX).then_some(s[k] as usize),
         }?;
-        let row = self.element_dof(e, a);
-        (row != CONSTRAINED).then(|| self.row_ptr[row] + local + b % size)
+        // A constrained row's entries are all `NONE`, so `a` is an unknown here.
+        Some(self.row_ptr[self.element_dof(e, a)] + local + b % size)
     }
 
     /// A matrix with this pattern and all values zero.
