@@ -15,7 +15,9 @@
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_solvers::newton::NewtonParams;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry, ParamSpec};
-use gradfem_thermal::{ObjectiveTerm, ThermalModel};
+use std::sync::OnceLock;
+
+use gradfem_thermal::{ObjectiveEval, ObjectiveTerm, ThermalModel};
 use serde::Serialize;
 
 use crate::error::RunError;
@@ -79,6 +81,24 @@ pub struct ThermalTransient {
     /// Adaptive runs: the step sizes the first solve chose, held fixed afterwards.
     chosen_steps: Option<(Vec<f64>, AdaptInfo)>,
     pub report: TransientReport,
+    /// The objective evaluated at every state of the last run, shared by the values, the
+    /// gradient and the Hessian-vector products taken at that run; forgotten with the run.
+    evals: OnceLock<StateEvals>,
+}
+
+/// `evals` when each holds its ∂j/∂T.
+fn with_gradients(evals: &[ObjectiveEval]) -> Option<&[ObjectiveEval]> {
+    evals.iter().all(|e| !e.d_temperature.is_empty()).then_some(evals)
+}
+
+/// Objective terms evaluated at every state of a run, node coordinates held.
+#[derive(Clone)]
+struct StateEvals {
+    /// The terms evaluated.
+    terms: Vec<ObjectiveTerm>,
+    /// Per state: the value and ∂j/∂T per node (∂j/∂T kept only when the run keeps every
+    /// state; empty under checkpointing, which bounds the memory to a few states).
+    at: Vec<ObjectiveEval>,
 }
 
 /// The initial temperature of a run.
@@ -128,6 +148,7 @@ impl ThermalTransient {
             run: None,
             chosen_steps: None,
             report: TransientReport::default(),
+            evals: OnceLock::new(),
         };
         // Fail early on bad values (ρc ≤ 0, θ outside [½, 1], Δt ≤ 0).
         run.problem(model)?;
@@ -193,7 +214,7 @@ impl ThermalTransient {
                 TBinding::Initial => self.initial = Initial::Uniform(v),
             }
         }
-        self.run = None;
+        self.replace_run(None);
     }
 
     /// The transient problem of `model` with these settings.
@@ -263,8 +284,42 @@ impl ThermalTransient {
             recomputed_steps: None,
             peak_stored_states: None,
         };
-        self.run = Some((p, traj));
+        self.replace_run(Some((p, traj)));
         Ok(last)
+    }
+
+    /// Replace the last run (and forget what was evaluated at its states).
+    fn replace_run(&mut self, run: Option<(TransientProblem, Trajectory)>) {
+        self.run = run;
+        self.evals = OnceLock::new();
+    }
+
+    /// The `objective` terms evaluated at every state of the last run: those kept for these
+    /// terms, else evaluated now (and kept when nothing is).
+    fn evaluations(
+        &self,
+        model: &ThermalModel,
+        objective: &[ObjectiveTerm],
+    ) -> Result<std::borrow::Cow<'_, StateEvals>, RunError> {
+        if let Some(kept) = self.evals.get().filter(|k| k.terms == objective) {
+            return Ok(std::borrow::Cow::Borrowed(kept));
+        }
+        let (_, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+        let keep_gradients = self.memory == Checkpointing::StoreAll;
+        let mut at = Vec::with_capacity(traj.temperatures.len());
+        for t in &traj.temperatures {
+            let mut e = gradfem_thermal::objective::evaluate(model, objective, t, false)?;
+            if !keep_gradients {
+                e.d_temperature = Vec::new();
+            }
+            at.push(e);
+        }
+        let evals = StateEvals { terms: objective.to_vec(), at };
+        if self.evals.get().is_none() {
+            let _ = self.evals.set(evals);
+            return Ok(std::borrow::Cow::Borrowed(self.evals.get().expect("just set")));
+        }
+        Ok(std::borrow::Cow::Owned(evals))
     }
 
     /// The objective terms' value jₙ at every state of the last run (zeros without terms).
@@ -277,14 +332,14 @@ impl ThermalTransient {
         if objective.is_empty() {
             return Ok(vec![0.0; traj.temperatures.len()]);
         }
-        traj.temperatures
-            .iter()
-            .map(|t| {
-                gradfem_thermal::objective::evaluate(model, objective, t, false)
-                    .map(|e| e.value)
-                    .map_err(RunError::from)
-            })
-            .collect()
+        Ok(self.evaluations(model, objective)?.at.iter().map(|e| e.value).collect())
+    }
+
+    /// The kept ∂jₙ/∂T of the `objective` terms at every state of the last run, when they are
+    /// kept (every state kept, the terms evaluated since the run).
+    fn kept_objective_evals(&self, objective: &[ObjectiveTerm]) -> Option<&[ObjectiveEval]> {
+        let kept = self.evals.get().filter(|k| k.terms == objective)?;
+        with_gradients(&kept.at)
     }
 
     /// Where state n of the last run lies.
@@ -325,16 +380,22 @@ impl ThermalTransient {
         want: gradfem_thermal::VjpRequest,
         rev: &mut Reverse,
     ) -> Result<TransientGradient, RunError> {
-        let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let terms = WeightedTerms {
-            terms: objective.to_vec(),
-            weights: crate::fields::transient::StepWeights::Custom(weights.to_vec()),
+        let (g, n_steps): (TransientGradient, usize) = {
+            let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
+            // The terms' ∂jₙ/∂T at the states, evaluated once per run when it keeps them.
+            let evals =
+                if objective.is_empty() { None } else { Some(self.evaluations(model, objective)?) };
+            let known = evals.as_deref().and_then(|e| with_gradients(&e.at));
+            let terms = WeightedTerms {
+                terms: objective.to_vec(),
+                weights: crate::fields::transient::StepWeights::Custom(weights.to_vec()),
+            };
+            let obj = SeededTerms { terms, seeds, known };
+            let g = p.gradient_of_run(traj, &obj, self.memory, want).map_err(transient_err)?;
+            (g, p.n_steps)
         };
-        let obj = SeededTerms { terms, seeds };
-        let g: TransientGradient =
-            p.gradient_of_run(traj, &obj, self.memory, want).map_err(transient_err)?;
         self.add_run_parameters(model, &g, rev);
-        self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(p.n_steps));
+        self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(n_steps));
         self.report.peak_stored_states = Some(g.stats.max_stored_states);
         Ok(g)
     }
@@ -396,7 +457,8 @@ impl ThermalTransient {
         dir: &TransientDirection,
     ) -> Result<TimeTangents, RunError> {
         let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        p.tangent_states(traj, dir, objective).map_err(transient_err)
+        let known = self.kept_objective_evals(objective);
+        p.tangent_states(traj, dir, objective, known).map_err(transient_err)
     }
 
     /// H·δp of J = F(j₀ … j_N) + (the fields downstream) over the last run (`weights`
@@ -554,7 +616,7 @@ impl ThermalTransient {
             recomputed_steps: None,
             peak_stored_states: None,
         };
-        self.run = Some((p, traj));
+        self.replace_run(Some((p, traj)));
         Ok(())
     }
 
@@ -604,6 +666,8 @@ impl ThermalTransient {
 struct SeededTerms<'a> {
     terms: WeightedTerms,
     seeds: &'a [Option<Vec<f64>>],
+    /// The terms' unweighted evaluations at every state, when kept (node coordinates held).
+    known: Option<&'a [ObjectiveEval]>,
 }
 
 impl TimeObjective for SeededTerms<'_> {
@@ -614,10 +678,21 @@ impl TimeObjective for SeededTerms<'_> {
         t: &[f64],
         with_coords: bool,
     ) -> Result<Option<gradfem_thermal::ObjectiveEval>, gradfem_thermal::ThermalError> {
-        let own = if self.terms.terms.is_empty() {
-            None
-        } else {
-            self.terms.eval(model, at, t, with_coords)?
+        let own = match self.known {
+            _ if self.terms.terms.is_empty() => None,
+            Some(known) if !with_coords => {
+                let w = self.terms.weights.weight(at);
+                (w != 0.0).then(|| {
+                    let e = &known[at.step];
+                    ObjectiveEval {
+                        value: w * e.value,
+                        terms: e.terms.clone(),
+                        d_temperature: e.d_temperature.iter().map(|v| w * v).collect(),
+                        d_coords: None,
+                    }
+                })
+            }
+            _ => self.terms.eval(model, at, t, with_coords)?,
         };
         let Some(Some(d_t)) = self.seeds.get(at.step) else { return Ok(own) };
         let mut e = own.unwrap_or_else(|| gradfem_thermal::ObjectiveEval {

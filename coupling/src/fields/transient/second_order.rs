@@ -39,7 +39,9 @@ use gradfem_kernel::{CoordinatePart, CoordinateRequest};
 
 use crate::field::TimeTangents;
 use gradfem_thermal::model::MAX_NODES;
-use gradfem_thermal::objective::{evaluate, hessian_product, hessian_product_with_coords};
+use gradfem_thermal::objective::{
+    ObjectiveEval, evaluate, hessian_product, hessian_product_with_coords,
+};
 use gradfem_thermal::{ObjectiveTerm, ThermalDirection, ThermalModel, VjpRequest};
 
 use super::{
@@ -193,12 +195,15 @@ impl TransientProblem {
     /// The tangent-linear model of the run `traj` along `dir` (module docs): δTⁿ at every
     /// state, one solve per step with the step's matrix (factored once per step kind when the
     /// conductivity is constant, at every step with k(T)), and the derivative δjₙ of the
-    /// objective `terms` (which depend on the temperature alone).
+    /// objective `terms` (which depend on the temperature alone). `known`: the terms already
+    /// evaluated at every state of `traj` (node coordinates held), used where the direction
+    /// does not move the nodes.
     pub fn tangent_states(
         &self,
         traj: &Trajectory,
         dir: &TransientDirection,
         terms: &[ObjectiveTerm],
+        known: Option<&[ObjectiveEval]>,
     ) -> Result<TimeTangents, TransientError> {
         self.check_second_order(traj, dir)?;
         let model = &self.model;
@@ -281,7 +286,10 @@ impl TransientProblem {
         };
         if !terms.is_empty() {
             for (n, t) in traj.temperatures.iter().enumerate() {
-                let e = evaluate(model, terms, t, moving)?;
+                let e = match known {
+                    Some(known) if !moving => known[n].clone(),
+                    _ => evaluate(model, terms, t, moving)?,
+                };
                 let g = e.d_temperature;
                 out.objective[n] = g.iter().zip(&out.states[n]).map(|(a, b)| a * b).sum();
                 // The terms' own motion with the nodes (integrals over groups, point values).
