@@ -264,6 +264,8 @@ impl ThermalTransient {
             }
             (None, _) => {}
         }
+        // The gradient and the products at this run reuse the forward run's factorizations.
+        p.keep_stepper();
         let traj = p.simulate().map_err(transient_err)?;
         let last = traj.temperatures.last().expect("the initial state at least").clone();
         self.report = TransientReport {
@@ -590,7 +592,8 @@ impl ThermalTransient {
         temperatures: Vec<Vec<f64>>,
         newton_iterations: usize,
     ) -> Result<(), RunError> {
-        let p = self.problem_with_chosen_steps(model)?;
+        let mut p = self.problem_with_chosen_steps(model)?;
+        p.keep_stepper();
         let traj = Trajectory {
             times,
             temperatures,

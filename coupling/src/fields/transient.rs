@@ -421,6 +421,28 @@ pub struct TransientProblem {
     pub newton_rtol: f64,
     /// Newton iteration limit per step.
     pub newton_max_iterations: usize,
+    /// What the passes over this problem's run share (off unless the engine turns it on).
+    kept: KeptStepper,
+}
+
+/// The set-up a [`Stepper`] makes before its first step (assembly pattern, mass matrix,
+/// element masses) and the factorizations it made, handed from one pass over a run to the
+/// next (the forward run, the gradient, the tangent-linear run, the second-order adjoint) when
+/// the problem keeps them ([`TransientProblem::keep_stepper`]). A clone of the problem starts
+/// without.
+#[derive(Default)]
+struct KeptStepper(Option<std::sync::Arc<std::sync::Mutex<Option<StepperParts>>>>);
+
+impl Clone for KeptStepper {
+    fn clone(&self) -> Self {
+        KeptStepper(None)
+    }
+}
+
+impl std::fmt::Debug for KeptStepper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "KeptStepper(on)" } else { "KeptStepper(off)" })
+    }
 }
 
 impl TransientProblem {
@@ -481,11 +503,29 @@ impl TransientProblem {
             mass: spec.mass,
             newton_rtol: 1e-12,
             newton_max_iterations: 30,
+            kept: KeptStepper::default(),
         })
+    }
+
+    /// Keep the stepper's set-up and factorizations between the passes over this problem's
+    /// runs (forward, gradient, products), for a problem that is no longer changed: with a
+    /// constant conductivity every pass after the first then factors nothing. Changing the
+    /// problem through its methods forgets what was kept; changing its public fields after
+    /// this call is a logic error (the kept matrices would be those of the old values).
+    pub(crate) fn keep_stepper(&mut self) {
+        self.kept = KeptStepper(Some(Default::default()));
+    }
+
+    /// Drop what was kept of the stepper (the problem changed).
+    fn forget_stepper(&mut self) {
+        if let Some(kept) = &self.kept.0 {
+            *kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        }
     }
 
     /// Set ρc of region `r` on all its elements.
     pub fn set_heat_capacity(&mut self, r: usize, value: f64) {
+        self.forget_stepper();
         for e in self.model.regions[r].elements.clone() {
             self.rho_c[e] = value;
         }
@@ -576,11 +616,13 @@ impl TransientProblem {
             temperatures.push(self.model.nodal_temperature(&x.u));
         }
         let s = stepper.into_inner();
+        let (newton_iterations, factorizations) = (s.newton_iterations, s.factorizations);
+        s.finish();
         Ok(Trajectory {
             times: (0..=self.n_steps).map(|n| self.time(n)).collect(),
             temperatures,
-            newton_iterations: s.newton_iterations,
-            factorizations: s.factorizations,
+            newton_iterations,
+            factorizations,
         })
     }
 
@@ -805,6 +847,7 @@ impl TransientProblem {
         model.dofs.scatter(&bar, &mut g.initial);
         g.sum_regions(model);
         g.stats = stats;
+        stepper.into_inner().finish();
         tracing::debug!(value = g.value, stats = ?g.stats, "transient thermal adjoint done");
         Ok(g)
     }
@@ -887,12 +930,20 @@ fn unit_mass_form(
 /// Assembly and factorizations of one run.
 struct Stepper<'p> {
     p: &'p TransientProblem,
+    parts: StepperParts,
+    linear: bool,
+    newton_iterations: usize,
+    factorizations: usize,
+}
+
+/// What a [`Stepper`] builds and factors for its problem (kept between passes when the
+/// problem asks for it).
+struct StepperParts {
     pattern: AssemblyPattern,
     mass: CsrMatrix,
     /// The element masses at ρc = 1, when kept.
     masses: Option<ElementMasses>,
     a: CsrMatrix,
-    linear: bool,
     /// Factorizations of A for (a₀, θ, Δt), linear problems: the BDF2 start and main steps,
     /// and the step sizes tried last by the adaptive control.
     cache: Vec<([f64; 3], Box<dyn LinearSolver>)>,
@@ -901,12 +952,11 @@ struct Stepper<'p> {
     /// analysis kept: the pattern never changes), returned as it is for the same one (the
     /// first- and second-order adjoints of one step).
     nonlinear: Option<([f64; 3], Vec<f64>, LuSolver)>,
-    newton_iterations: usize,
-    factorizations: usize,
 }
 
-impl<'p> Stepper<'p> {
-    fn new(p: &'p TransientProblem) -> Result<Self, TransientError> {
+impl StepperParts {
+    /// The pattern and mass matrix of `p`, nothing factored yet.
+    fn new(p: &TransientProblem) -> Self {
         let model = &p.model;
         let pattern = AssemblyPattern::new(
             model.n_unknowns(),
@@ -925,36 +975,49 @@ impl<'p> Stepper<'p> {
             }
         });
         let a = pattern.new_matrix();
-        Ok(Self {
-            p,
-            pattern,
-            mass,
-            masses,
-            a,
-            linear: model.is_linear(),
-            cache: Vec::new(),
-            nonlinear: None,
-            newton_iterations: 0,
-            factorizations: 0,
-        })
+        StepperParts { pattern, mass, masses, a, cache: Vec::new(), nonlinear: None }
+    }
+}
+
+impl<'p> Stepper<'p> {
+    /// The stepper of `p`: what an earlier pass kept, or built now.
+    fn new(p: &'p TransientProblem) -> Result<Self, TransientError> {
+        let model = &p.model;
+        let kept = p
+            .kept
+            .0
+            .as_ref()
+            .and_then(|k| k.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
+        let parts = match kept {
+            Some(parts) => parts,
+            None => StepperParts::new(p),
+        };
+        Ok(Self { p, parts, linear: model.is_linear(), newton_iterations: 0, factorizations: 0 })
+    }
+
+    /// Hand the set-up and factorizations to the problem's next pass (when it keeps them).
+    fn finish(self) {
+        if let Some(k) = &self.p.kept.0 {
+            *k.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.parts);
+        }
     }
 
     /// Assemble R(T) (free rows) and, when `tangent` = (a₀, θ, Δt), A = a₀M/Δt + θK(T) into
-    /// `self.a`.
+    /// `self.parts.a`.
     fn residual(&mut self, t: &[f64], tangent: Option<[f64; 3]>) -> Vec<f64> {
         let model = &self.p.model;
         let mut r = vec![0.0; model.n_unknowns()];
         match tangent {
             Some([a0, theta, dt]) => {
-                self.pattern.assemble_into(&mut self.a, &mut r, |e, ke, fe| {
+                self.parts.pattern.assemble_into(&mut self.parts.a, &mut r, |e, ke, fe| {
                     model.element_residual_tangent(e, t, Some(ke), fe)
                 });
                 let c = a0 / dt;
-                for (a, m) in self.a.values.iter_mut().zip(&self.mass.values) {
+                for (a, m) in self.parts.a.values.iter_mut().zip(&self.parts.mass.values) {
                     *a = c * m + theta * *a;
                 }
             }
-            None => self.pattern.assemble_vector_into(&mut r, |e, fe| {
+            None => self.parts.pattern.assemble_vector_into(&mut r, |e, fe| {
                 model.element_residual_tangent(e, t, None, fe)
             }),
         }
@@ -974,39 +1037,40 @@ impl<'p> Stepper<'p> {
         let time = self.p.time(k) + dt;
         let failed = |source| TransientError::Solver { step: k, time, source };
         if !self.linear {
-            let same = self.nonlinear.as_ref().is_some_and(|(c, at, _)| *c == key && at == t);
+            let same = self.parts.nonlinear.as_ref().is_some_and(|(c, at, _)| *c == key && at == t);
             if !same {
                 self.residual(t, Some(key));
                 let (_, at, solver) = self
+                    .parts
                     .nonlinear
                     .get_or_insert_with(|| (key, Vec::new(), LuSolver::new("thermal-transient")));
                 // Forget the state first: a failed factorization is not the one of `t`.
                 at.clear();
-                solver.factor(&self.a).map_err(failed)?;
+                solver.factor(&self.parts.a).map_err(failed)?;
                 self.factorizations += 1;
-                let kept = self.nonlinear.as_mut().expect("inserted above");
+                let kept = self.parts.nonlinear.as_mut().expect("inserted above");
                 kept.0 = key;
                 kept.1.extend_from_slice(t);
             }
-            return Ok(&mut self.nonlinear.as_mut().expect("factored above").2);
+            return Ok(&mut self.parts.nonlinear.as_mut().expect("factored above").2);
         }
-        let found = self.cache.iter().position(|(c, _)| *c == key);
+        let found = self.parts.cache.iter().position(|(c, _)| *c == key);
         let idx = match found {
             Some(i) => i,
             None => {
                 self.residual(t, Some(key));
                 let mut solver: Box<dyn LinearSolver> =
                     Box::new(CholeskySolver::new("thermal-transient"));
-                solver.factor(&self.a).map_err(failed)?;
+                solver.factor(&self.parts.a).map_err(failed)?;
                 self.factorizations += 1;
-                if self.cache.len() >= MAX_CACHED_FACTORS {
-                    self.cache.remove(0);
+                if self.parts.cache.len() >= MAX_CACHED_FACTORS {
+                    self.parts.cache.remove(0);
                 }
-                self.cache.push((key, solver));
-                self.cache.len() - 1
+                self.parts.cache.push((key, solver));
+                self.parts.cache.len() - 1
             }
         };
-        Ok(self.cache[idx].1.as_mut())
+        Ok(self.parts.cache[idx].1.as_mut())
     }
 
     /// One forward step U^k → U^{k+1} (Newton from U^k; one iteration when linear).
@@ -1043,7 +1107,7 @@ impl<'p> Stepper<'p> {
             for i in 0..v.len() {
                 w[i] = (a0 * v[i] + known[i]) / dt;
             }
-            self.mass.mul_vec_into(&w, &mut mw);
+            self.parts.mass.mul_vec_into(&w, &mut mw);
             for i in 0..v.len() {
                 f[i] = mw[i] + theta * f[i] + if theta < 1.0 { (1.0 - theta) * rk[i] } else { 0.0 };
             }
@@ -1115,7 +1179,7 @@ impl<'p> Stepper<'p> {
         model.dofs.scatter(&mu, &mut mu_nodal);
         // Ū^k = pending − a₁Mμ/Δt − (1 − θ)K(U^k)ᵀμ;  Ū^{k−1} = −a₂Mμ/Δt.
         let mut m_mu = vec![0.0; mu.len()];
-        self.mass.mul_vec_into(&mu, &mut m_mu);
+        self.parts.mass.mul_vec_into(&mu, &mut m_mu);
         let mut new_bar: Vec<f64> =
             bar_prev.iter().zip(&m_mu).map(|(b, m)| b - a1 * m / dt).collect();
         if theta < 1.0 {
@@ -1146,7 +1210,7 @@ impl<'p> Stepper<'p> {
             })
             .collect();
         let n_vol = model.n_volume_elements();
-        let masses = self.masses.as_ref();
+        let masses = self.parts.masses.as_ref();
         let per_elem: Vec<f64> = (0..n_vol)
             .into_par_iter()
             .map(|e| unit_mass_form(p, masses, e, &mu_nodal, &w))
@@ -1483,6 +1547,50 @@ mod tests {
         assert_eq!(traj.temperatures.len(), 5);
     }
 
+    #[rstest]
+    #[case::linear(true)]
+    #[case::nonlinear(false)]
+    fn a_kept_stepper_gives_the_same_bits_and_factors_nothing_again(#[case] linear: bool) {
+        let fresh = || {
+            let mut p = problem(CellType::Tet4, TimeScheme::Bdf2, MassKind::Consistent);
+            if !linear {
+                p.model.regions[0].law =
+                    ConductivityLaw::Polynomial { t_ref: 1.0, coefficients: vec![0.3] };
+            }
+            p
+        };
+        let objective = WeightedTerms {
+            terms: vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }],
+            weights: StepWeights::EveryStep,
+        };
+        let (plain, mut kept) = (fresh(), fresh());
+        kept.keep_stepper();
+        let (traj, traj_kept) = (plain.simulate().unwrap(), kept.simulate().unwrap());
+        assert_eq!(traj.temperatures, traj_kept.temperatures);
+        let want = VjpRequest::ALL;
+        let memory = Checkpointing::StoreAll;
+        let g = plain.gradient_of_run(&traj, &objective, memory, want).unwrap();
+        for _ in 0..2 {
+            // Every pass after the forward run takes its set-up and factorizations.
+            let g_kept = kept.gradient_of_run(&traj_kept, &objective, memory, want).unwrap();
+            assert_eq!(g_kept.k_elem, g.k_elem);
+            assert_eq!(g_kept.initial, g.initial);
+            assert_eq!(g_kept.heat_capacity, g.heat_capacity);
+        }
+        let stepper = Stepper::new(&kept).unwrap();
+        if linear {
+            assert_eq!(stepper.parts.cache.len(), 2, "the BDF2 start and main steps");
+        } else {
+            assert!(stepper.parts.nonlinear.is_some());
+        }
+        // A clone starts without, and a changed problem forgets.
+        assert!(Stepper::new(&kept.clone()).unwrap().parts.cache.is_empty());
+        stepper.finish();
+        kept.set_heat_capacity(0, 2.0);
+        let stepper = Stepper::new(&kept).unwrap();
+        assert!(stepper.parts.cache.is_empty() && stepper.parts.nonlinear.is_none());
+    }
+
     #[test]
     fn a_nonlinear_run_analyses_its_pattern_once_and_factors_a_state_once() {
         let mut p = problem(CellType::Tet4, TimeScheme::Bdf2, MassKind::Consistent);
@@ -1508,7 +1616,7 @@ mod tests {
         let other = solve(&mut stepper, t2);
         assert_ne!(other, first);
         assert_eq!(stepper.factorizations, 2);
-        assert_eq!(stepper.nonlinear.as_ref().unwrap().2.symbolic_count(), 1);
+        assert_eq!(stepper.parts.nonlinear.as_ref().unwrap().2.symbolic_count(), 1);
         // Back to the first state: its factorization again, not the second one's.
         assert_eq!(solve(&mut stepper, t1), first);
         assert_eq!(stepper.factorizations, 3);

@@ -249,7 +249,7 @@ impl TransientProblem {
                 let w = self.rate(k, &traj.temperatures);
                 if capacity {
                     let dm_w =
-                        self.mass_times(stepper.masses.as_ref(), &dir.heat_capacity_elem, &w);
+                        self.mass_times(stepper.parts.masses.as_ref(), &dir.heat_capacity_elem, &w);
                     f.iter_mut().zip(&dm_w).for_each(|(a, b)| *a += b);
                 }
                 let dx_w = self.mass_coordinate_times(&dir.steady.coords, &w);
@@ -267,7 +267,7 @@ impl TransientProblem {
                 })
                 .collect();
             let mut m_known = vec![0.0; known.len()];
-            stepper.mass.mul_vec_into(&known, &mut m_known);
+            stepper.parts.mass.mul_vec_into(&known, &mut m_known);
             rhs.iter_mut().zip(&m_known).for_each(|(a, b)| *a = -(*a + b));
             stepper
                 .factor(k, dt, t1)?
@@ -303,6 +303,7 @@ impl TransientProblem {
                 out.objective_gradients.push(g);
             }
         }
+        stepper.finish();
         Ok(out)
     }
 
@@ -469,7 +470,7 @@ impl TransientProblem {
             part_acc.add_scaled(&part1, -1.0);
             // δM μ: the heat capacities' and the nodes' motion.
             let mut dm_nodal = if capacity {
-                self.mass_times(stepper.masses.as_ref(), &dir.heat_capacity_elem, &mu_nodal)
+                self.mass_times(stepper.parts.masses.as_ref(), &dir.heat_capacity_elem, &mu_nodal)
             } else {
                 vec![0.0; model.n_nodes()]
             };
@@ -507,7 +508,7 @@ impl TransientProblem {
             // The heat capacities: δμᵀ(∂M/∂ρc)w + μᵀ(∂M/∂ρc)δw per element.
             let w = self.rate(k, &traj.temperatures);
             let dw = self.rate(k, &tangents.states);
-            let masses = stepper.masses.as_ref();
+            let masses = stepper.parts.masses.as_ref();
             for (e, hv_e) in hv.heat_capacity_elem.iter_mut().enumerate() {
                 *hv_e -= unit_mass_form(self, masses, e, &d_mu_nodal, &w)
                     + unit_mass_form(self, masses, e, &mu_nodal, &dw);
@@ -565,9 +566,9 @@ impl TransientProblem {
             }
             // Ū^k and δŪ^k, and the pending seeds of state k − 1 (BDF2).
             let mut m_mu = vec![0.0; n_u];
-            stepper.mass.mul_vec_into(&mu, &mut m_mu);
+            stepper.parts.mass.mul_vec_into(&mu, &mut m_mu);
             let mut m_d_mu = vec![0.0; n_u];
-            stepper.mass.mul_vec_into(&d_mu, &mut m_d_mu);
+            stepper.parts.mass.mul_vec_into(&d_mu, &mut m_d_mu);
             let next_bar: Vec<f64> =
                 (0..n_u).map(|i| pending[i] - a1 * m_mu[i] / dt - kt_mu[i]).collect();
             let next_d_bar: Vec<f64> = (0..n_u)
@@ -581,6 +582,7 @@ impl TransientProblem {
         seed(0, &mut bar, &mut d_bar, &mut hv, &mut part_acc)?;
         model.dofs.scatter(&d_bar, &mut hv.initial);
         hv.sum_regions(model);
+        stepper.finish();
         Ok((hv, source_bar, part_acc))
     }
 }
