@@ -84,6 +84,17 @@ pub struct ThermalTransient {
     /// The objective evaluated at every state of the last run, shared by the values, the
     /// gradient and the Hessian-vector products taken at that run; forgotten with the run.
     evals: OnceLock<StateEvals>,
+    /// The first-order adjoints of the last gradient at the last run (every state kept), for
+    /// the products taken at the same run and seeds; forgotten with the run.
+    adjoints: Option<StepAdjoints>,
+}
+
+/// The adjoint μ of every step of a run, with the seeds it was solved for.
+struct StepAdjoints {
+    terms: Vec<ObjectiveTerm>,
+    weights: Vec<f64>,
+    seeds: Vec<Option<Vec<f64>>>,
+    mu: Vec<Vec<f64>>,
 }
 
 /// `evals` when each holds its ∂j/∂T.
@@ -149,6 +160,7 @@ impl ThermalTransient {
             chosen_steps: None,
             report: TransientReport::default(),
             evals: OnceLock::new(),
+            adjoints: None,
         };
         // Fail early on bad values (ρc ≤ 0, θ outside [½, 1], Δt ≤ 0).
         run.problem(model)?;
@@ -294,6 +306,7 @@ impl ThermalTransient {
     fn replace_run(&mut self, run: Option<(TransientProblem, Trajectory)>) {
         self.run = run;
         self.evals = OnceLock::new();
+        self.adjoints = None;
     }
 
     /// The `objective` terms evaluated at every state of the last run: those kept for these
@@ -382,7 +395,7 @@ impl ThermalTransient {
         want: gradfem_thermal::VjpRequest,
         rev: &mut Reverse,
     ) -> Result<TransientGradient, RunError> {
-        let (g, n_steps): (TransientGradient, usize) = {
+        let (g, n_steps, kept) = {
             let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
             // The terms' ∂jₙ/∂T at the states, evaluated once per run when it keeps them.
             let evals =
@@ -393,9 +406,23 @@ impl ThermalTransient {
                 weights: crate::fields::transient::StepWeights::Custom(weights.to_vec()),
             };
             let obj = SeededTerms { terms, seeds, known };
-            let g = p.gradient_of_run(traj, &obj, self.memory, want).map_err(transient_err)?;
-            (g, p.n_steps)
+            if self.memory == Checkpointing::StoreAll {
+                // Keep the step adjoints for the products that follow at this run.
+                let (g, mu) =
+                    p.gradient_of_run_with_adjoints(traj, &obj, want).map_err(transient_err)?;
+                let kept = StepAdjoints {
+                    terms: objective.to_vec(),
+                    weights: weights.to_vec(),
+                    seeds: seeds.to_vec(),
+                    mu,
+                };
+                (g, p.n_steps, Some(kept))
+            } else {
+                let g = p.gradient_of_run(traj, &obj, self.memory, want).map_err(transient_err)?;
+                (g, p.n_steps, None)
+            }
         };
+        self.adjoints = kept;
         self.add_run_parameters(model, &g, rev);
         self.report.recomputed_steps = Some(g.stats.forward_steps.saturating_sub(n_steps));
         self.report.peak_stored_states = Some(g.stats.max_stored_states);
@@ -483,8 +510,16 @@ impl ThermalTransient {
     ) -> Result<(TransientGradient, Vec<f64>), RunError> {
         let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
         let coords = rev.coordinate_request();
+        // The last gradient's step adjoints, when it was taken for the same seeds.
+        let first = self
+            .adjoints
+            .as_ref()
+            .filter(|a| a.terms == objective && a.weights == weights && a.seeds == other.first)
+            .map(|a| a.mu.as_slice());
         let (hv, source_bar, part) = p
-            .hessian_vector(traj, objective, weights, d_weights, other, dir, tangents, want, coords)
+            .hessian_vector(
+                traj, objective, weights, d_weights, other, dir, tangents, want, coords, first,
+            )
             .map_err(transient_err)?;
         self.add_run_parameters(model, &hv, rev);
         rev.add_coordinate_part(&part, 1.0);

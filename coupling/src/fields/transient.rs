@@ -758,12 +758,48 @@ impl TransientProblem {
         self.gradient_with(obj, memory, want, Some(traj))
     }
 
+    /// [`gradient_of_run`](Self::gradient_of_run) with every state kept, and the first-order
+    /// adjoint μ of every step (the unknowns' layout, step k at index k) for the products taken
+    /// at the same run and seeds (the `first_adjoints` of [`hessian_vector`]), which then
+    /// solve for it no more.
+    ///
+    /// [`hessian_vector`]: Self::hessian_vector
+    pub fn gradient_of_run_with_adjoints(
+        &self,
+        traj: &Trajectory,
+        obj: &impl TimeObjective,
+        want: VjpRequest,
+    ) -> Result<(TransientGradient, Vec<Vec<f64>>), TransientError> {
+        assert_eq!(traj.temperatures.len(), self.n_steps + 1, "a trajectory of this problem");
+        let mut adjoints = vec![Vec::new(); self.n_steps];
+        let g = self.gradient_recording(
+            obj,
+            Checkpointing::StoreAll,
+            want,
+            Some(traj),
+            Some(&mut adjoints),
+        )?;
+        Ok((g, adjoints))
+    }
+
     fn gradient_with(
         &self,
         obj: &impl TimeObjective,
         memory: Checkpointing,
         want: VjpRequest,
         traj: Option<&Trajectory>,
+    ) -> Result<TransientGradient, TransientError> {
+        self.gradient_recording(obj, memory, want, traj, None)
+    }
+
+    /// The gradient, with the adjoint of every step written into `adjoints` when given.
+    fn gradient_recording(
+        &self,
+        obj: &impl TimeObjective,
+        memory: Checkpointing,
+        want: VjpRequest,
+        traj: Option<&Trajectory>,
+        mut adjoints: Option<&mut Vec<Vec<f64>>>,
     ) -> Result<TransientGradient, TransientError> {
         if want.coords && self.mass == MassKind::Lumped {
             return Err(TransientError::Unsupported(
@@ -828,7 +864,7 @@ impl TransientProblem {
                 objective_term(k + 1, &t1, &mut bar, &mut g)?;
                 let t0 = model.nodal_temperature(&xk.u);
                 let tm = xk.u_prev.as_ref().map(|u| model.nodal_temperature(u));
-                let (new_bar, new_prev) = stepper.borrow_mut().adjoint_step(
+                let (new_bar, new_prev, mu) = stepper.borrow_mut().adjoint_step(
                     k,
                     [&t1, &t0, tm.as_deref().unwrap_or(&[])],
                     &bar,
@@ -838,6 +874,9 @@ impl TransientProblem {
                 )?;
                 bar = new_bar;
                 bar_prev = new_prev;
+                if let Some(kept) = adjoints.as_deref_mut() {
+                    kept[k] = mu;
+                }
                 Ok::<(), TransientError>(())
             },
         )?;
@@ -1154,8 +1193,9 @@ impl<'p> Stepper<'p> {
     }
 
     /// The reverse of step k: from Ū^{k+1} (`bar`) and the pending Ū^k (`bar_prev`, BDF2),
-    /// return (Ū^k, pending Ū^{k−1}) and accumulate parameter gradients into `g`. `t` holds the
-    /// nodal T^{k+1}, T^k and T^{k−1} (empty when absent).
+    /// return (Ū^k, pending Ū^{k−1}, the step's adjoint μ) and accumulate parameter gradients
+    /// into `g`. `t` holds the nodal T^{k+1}, T^k and T^{k−1} (empty when absent).
+    #[allow(clippy::type_complexity)]
     fn adjoint_step(
         &mut self,
         k: usize,
@@ -1164,7 +1204,7 @@ impl<'p> Stepper<'p> {
         bar_prev: &[f64],
         want: VjpRequest,
         g: &mut TransientGradient,
-    ) -> Result<(Vec<f64>, Vec<f64>), TransientError> {
+    ) -> Result<(Vec<f64>, Vec<f64>, Vec<f64>), TransientError> {
         let p = self.p;
         let model = &p.model;
         let [a0, a1, a2, theta] = p.scheme.coefficients(k);
@@ -1229,7 +1269,7 @@ impl<'p> Stepper<'p> {
                 }
             }
         }
-        Ok((new_bar, new_prev))
+        Ok((new_bar, new_prev, mu))
     }
 }
 
@@ -1589,6 +1629,54 @@ mod tests {
         kept.set_heat_capacity(0, 2.0);
         let stepper = Stepper::new(&kept).unwrap();
         assert!(stepper.parts.cache.is_empty() && stepper.parts.nonlinear.is_none());
+    }
+
+    #[rstest]
+    #[case::bdf2_linear(TimeScheme::Bdf2, true)]
+    #[case::crank_nicolson_nonlinear(TimeScheme::CRANK_NICOLSON, false)]
+    fn products_with_the_gradients_step_adjoints_equal_those_that_solve_for_them(
+        #[case] scheme: TimeScheme,
+        #[case] linear: bool,
+    ) {
+        let mut p = problem(CellType::Tet4, scheme, MassKind::Consistent);
+        if !linear {
+            p.model.regions[0].law =
+                ConductivityLaw::Polynomial { t_ref: 1.0, coefficients: vec![0.3] };
+        }
+        p.keep_stepper();
+        let traj = p.simulate().unwrap();
+        let terms = vec![ObjectiveTerm { weight: 1.0, kind: ObjectiveKind::NodalSumSquares }];
+        let weights: Vec<f64> = (0..=p.n_steps).map(|n| 1.0 + 0.1 * n as f64).collect();
+        let d_weights: Vec<f64> = (0..=p.n_steps).map(|n| 0.01 * n as f64).collect();
+        let none = vec![None; p.n_steps + 1];
+        let obj =
+            WeightedTerms { terms: terms.clone(), weights: StepWeights::Custom(weights.clone()) };
+        let want = VjpRequest { coords: false, ..VjpRequest::ALL };
+        let (g, mu) = p.gradient_of_run_with_adjoints(&traj, &obj, want).unwrap();
+        assert_eq!(g, p.gradient_of_run(&traj, &obj, Checkpointing::StoreAll, want).unwrap());
+        let mut dir = TransientDirection::zeros(&p.model);
+        dir.steady.k_elem.iter_mut().enumerate().for_each(|(e, v)| *v = 0.1 + 0.01 * e as f64);
+        dir.heat_capacity_elem.iter_mut().for_each(|v| *v = 0.2);
+        let tangents = p.tangent_states(&traj, &dir, &terms, None).unwrap();
+        let product = |first: Option<&[Vec<f64>]>| {
+            let seeds = StateSeeds { first: &none, second: &none };
+            let request = gradfem_kernel::CoordinateRequest::None;
+            let args = (&traj, &terms, &weights, &d_weights, seeds, &dir, &tangents, want, request);
+            p.hessian_vector(
+                args.0, args.1, args.2, args.3, args.4, args.5, args.6, args.7, args.8, first,
+            )
+            .unwrap()
+            .0
+        };
+        let (solved, kept) = (product(None), product(Some(&mu)));
+        let close = |a: &[f64], b: &[f64]| {
+            let scale = a.iter().fold(1e-300f64, |m, v| m.max(v.abs()));
+            a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-12 * scale)
+        };
+        assert!(close(&solved.k_elem, &kept.k_elem), "{:?} vs {:?}", solved.k_elem, kept.k_elem);
+        assert!(close(&solved.heat_capacity_elem, &kept.heat_capacity_elem));
+        assert!(close(&solved.initial, &kept.initial));
+        assert!(solved.k_elem.iter().any(|v| *v != 0.0), "a product that is not zero");
     }
 
     #[test]

@@ -318,7 +318,10 @@ impl TransientProblem {
     /// coordinates' share formed for `coords` (the steady products', the objective terms' and
     /// the source's: along the registered morphs alone when only they are parameters); `want`
     /// selects the steady parameter kinds as for the gradient (`want.coords`: both coordinate
-    /// shares).
+    /// shares). `first_adjoints`: the first-order adjoint of every step for these weights and
+    /// seeds, as [`gradient_of_run_with_adjoints`] returns them (solved for here without).
+    ///
+    /// [`gradient_of_run_with_adjoints`]: Self::gradient_of_run_with_adjoints
     #[allow(clippy::too_many_arguments)]
     pub fn hessian_vector(
         &self,
@@ -331,6 +334,7 @@ impl TransientProblem {
         tangents: &TimeTangents,
         want: VjpRequest,
         coords: CoordinateRequest,
+        first_adjoints: Option<&[Vec<f64>]>,
     ) -> Result<(TransientGradient, Vec<f64>, CoordinatePart), TransientError> {
         self.check_second_order(traj, dir)?;
         let model = &self.model;
@@ -347,6 +351,8 @@ impl TransientProblem {
         let mut hv = TransientGradient::zeros(model, want.coords);
         let owner = model.fixed_owner();
         let n_u = model.n_unknowns();
+        let first_adjoints =
+            first_adjoints.filter(|a| a.len() == self.n_steps && a.iter().all(|m| m.len() == n_u));
         let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
         let steady = want.conductivity || want.source || want.boundary || want.temperature;
         let moving = !dir.steady.coords.is_empty();
@@ -456,13 +462,17 @@ impl TransientProblem {
             .map_err(|source| TransientError::Solver { step: k, time, source })?;
             seed(k + 1, &mut bar, &mut d_bar, &mut hv, &mut part_acc)?;
             let (t1, t0) = (&traj.temperatures[k + 1], &traj.temperatures[k]);
-            let solver = stepper.factor(k, dt, t1)?;
-            let mut mu = bar.clone();
-            solver.solve_transpose_in_place(&mut mu).map_err(|source| TransientError::Solver {
-                step: k,
-                time,
-                source,
-            })?;
+            let mu = match first_adjoints {
+                Some(kept) => kept[k].clone(),
+                None => {
+                    let mut mu = bar.clone();
+                    stepper
+                        .factor(k, dt, t1)?
+                        .solve_transpose_in_place(&mut mu)
+                        .map_err(|source| TransientError::Solver { step: k, time, source })?;
+                    mu
+                }
+            };
             let mu_nodal = scatter(&mu);
             let lambda1: Vec<f64> = mu_nodal.iter().map(|m| theta * m).collect();
             let dir1 = Self::with_temperature(&mut d, &tangents.states[k + 1]);
