@@ -513,7 +513,9 @@ impl TransientProblem {
                 subtract(&mut hv, t0, &d_lambda0, &s0_t, &s0_p);
                 s0 = model.dofs.gather(&s0_t);
                 kt_d_mu = model.dofs.gather(&model.tangent_transpose_product(t0, &d_lambda0));
-                kt_mu = model.dofs.gather(&model.tangent_transpose_product(t0, &lambda0));
+                if first_adjoints.is_none() {
+                    kt_mu = model.dofs.gather(&model.tangent_transpose_product(t0, &lambda0));
+                }
             }
             // The heat capacities: δμᵀ(∂M/∂ρc)w + μᵀ(∂M/∂ρc)δw per element.
             let w = self.rate(k, &traj.temperatures);
@@ -574,20 +576,20 @@ impl TransientProblem {
                     part_acc.add_scaled(&part, -1.0);
                 }
             }
-            // Ū^k and δŪ^k, and the pending seeds of state k − 1 (BDF2).
-            let mut m_mu = vec![0.0; n_u];
-            stepper.parts.mass.mul_vec_into(&mu, &mut m_mu);
+            // Ū^k and δŪ^k, and the pending seeds of state k − 1 (BDF2); Ū only serves μ,
+            // and kept adjoints need none.
+            if first_adjoints.is_none() {
+                let mut m_mu = vec![0.0; n_u];
+                stepper.parts.mass.mul_vec_into(&mu, &mut m_mu);
+                bar = (0..n_u).map(|i| pending[i] - a1 * m_mu[i] / dt - kt_mu[i]).collect();
+                pending = m_mu.iter().map(|m| -a2 * m / dt).collect();
+            }
             let mut m_d_mu = vec![0.0; n_u];
             stepper.parts.mass.mul_vec_into(&d_mu, &mut m_d_mu);
-            let next_bar: Vec<f64> =
-                (0..n_u).map(|i| pending[i] - a1 * m_mu[i] / dt - kt_mu[i]).collect();
-            let next_d_bar: Vec<f64> = (0..n_u)
+            d_bar = (0..n_u)
                 .map(|i| d_pending[i] - a1 * (m_d_mu[i] + dm_mu[i]) / dt - kt_d_mu[i] - s0[i])
                 .collect();
-            pending = m_mu.iter().map(|m| -a2 * m / dt).collect();
             d_pending = (0..n_u).map(|i| -a2 * (m_d_mu[i] + dm_mu[i]) / dt).collect();
-            bar = next_bar;
-            d_bar = next_d_bar;
         }
         seed(0, &mut bar, &mut d_bar, &mut hv, &mut part_acc)?;
         model.dofs.scatter(&d_bar, &mut hv.initial);
