@@ -86,6 +86,14 @@ fi
 export GRADFEM_PYTHON="$py"
 export GRADFEM_REQUIRE_H5PY=1
 
+# A clean checkout's release build with its test, feature and lint builds takes about 14 GB;
+# say so up front when the disk holds less (cargo would stop midway on "No space left").
+build_free_gb=$(free_gb .)
+if [ ! -d target/release ] && [ "$build_free_gb" -lt 14 ]; then
+  echo "scripts/test.sh: WARNING: only ${build_free_gb} GB free for target/; a clean build of" \
+    "the tests, the feature builds and the lints needs about 14 GB" >&2
+fi
+
 # The extension crate links against the interpreter that loads it: pytest tests it.
 cargo test --release --workspace --exclude gradfem-python "$@"
 
