@@ -12,11 +12,11 @@
 //! steady thermal parameter (k, Q, boundary values, coordinates, morphs) gets its gradient
 //! through the same checkpointed time adjoint.
 
+use std::sync::OnceLock;
+
 use gradfem_solvers::checkpoint::Checkpointing;
 use gradfem_solvers::newton::NewtonParams;
 use gradfem_solvers::params::{Gradient, ParamId, ParamRegistry, ParamSpec};
-use std::sync::OnceLock;
-
 use gradfem_thermal::{ObjectiveEval, ObjectiveTerm, ThermalModel};
 use serde::Serialize;
 

@@ -740,7 +740,7 @@ impl TransientProblem {
         memory: Checkpointing,
         want: VjpRequest,
     ) -> Result<TransientGradient, TransientError> {
-        self.gradient_with(obj, memory, want, None)
+        self.gradient_with(obj, memory, want, None, None)
     }
 
     /// [`gradient`](Self::gradient) of a run whose states are at hand (`traj`, this
@@ -755,7 +755,7 @@ impl TransientProblem {
         want: VjpRequest,
     ) -> Result<TransientGradient, TransientError> {
         assert_eq!(traj.temperatures.len(), self.n_steps + 1, "a trajectory of this problem");
-        self.gradient_with(obj, memory, want, Some(traj))
+        self.gradient_with(obj, memory, want, Some(traj), None)
     }
 
     /// [`gradient_of_run`](Self::gradient_of_run) with every state kept, and the first-order
@@ -772,7 +772,7 @@ impl TransientProblem {
     ) -> Result<(TransientGradient, Vec<Vec<f64>>), TransientError> {
         assert_eq!(traj.temperatures.len(), self.n_steps + 1, "a trajectory of this problem");
         let mut adjoints = vec![Vec::new(); self.n_steps];
-        let g = self.gradient_recording(
+        let g = self.gradient_with(
             obj,
             Checkpointing::StoreAll,
             want,
@@ -782,18 +782,9 @@ impl TransientProblem {
         Ok((g, adjoints))
     }
 
+    /// The gradient (of the run `traj` when given), with the adjoint of every step written
+    /// into `adjoints` when given.
     fn gradient_with(
-        &self,
-        obj: &impl TimeObjective,
-        memory: Checkpointing,
-        want: VjpRequest,
-        traj: Option<&Trajectory>,
-    ) -> Result<TransientGradient, TransientError> {
-        self.gradient_recording(obj, memory, want, traj, None)
-    }
-
-    /// The gradient, with the adjoint of every step written into `adjoints` when given.
-    fn gradient_recording(
         &self,
         obj: &impl TimeObjective,
         memory: Checkpointing,
