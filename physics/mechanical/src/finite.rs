@@ -500,11 +500,17 @@ fn ogden_stress_and_tangent(
     }
 }
 
-/// [`parameter_contraction`] of an Ogden law through its invariant form: with
+/// `out += w ·` [`parameter_contraction`] of an Ogden law through its invariant form: with
 /// `P = Σ_a h_a ∂x_a/∂F`, `G : ∂P/∂p_k = Σ_a ∂²h/∂x_a∂p_k (G : ∂x_a/∂F)`. With the split of
 /// [`invariant_derivatives`], one [`HyperDual64`] pass of Φ per term parameter (y seeded along
 /// `(∂y/∂x)(G : ∂x/∂F)`, p_k in ε₂) and `U'(J) (G : cof F)` for κ (the last parameter).
-fn ogden_parameter_contraction(m: &Ogden, F: &Mat3<f64>, G: &Mat3<f64>) -> Vec<f64> {
+fn add_ogden_parameter_contraction(
+    m: &Ogden,
+    F: &Mat3<f64>,
+    G: &Mat3<f64>,
+    w: f64,
+    out: &mut [f64],
+) {
     let (x, g) = invariants_and_gradients(F);
     let mut dx = [0.0; 3];
     for a in 0..3 {
@@ -523,9 +529,9 @@ fn ogden_parameter_contraction(m: &Ogden, F: &Mat3<f64>, G: &Mat3<f64>) -> Vec<f
     let dy =
         [jm23 * dx[0] - 2.0 / 3.0 * y[0] / J * dx[2], jm43 * dx[1] - 4.0 / 3.0 * y[1] / J * dx[2]];
     // One spectrum for every (μ_p, α_p): Ogden::isochoric_parameter_directional.
-    let mut out = m.isochoric_parameter_directional(y, dy);
-    out.push(m.volumetric.eval(Dual64::new(J, 1.0)).eps * dx[2]);
-    out
+    let n = 2 * m.terms.len();
+    m.add_isochoric_parameter_directional(y, dy, w, &mut out[..n]);
+    out[n] += w * m.volumetric.eval(Dual64::new(J, 1.0)).eps * dx[2];
 }
 
 /// `Σ_ij G_ij ∂²ψ/∂F_ij∂p_k` for every parameter k (one hyper-dual pass each: F seeded along G
@@ -719,6 +725,23 @@ pub struct FiniteParameterVjp {
     pub temperature: Option<Vec<f64>>,
     /// Per node: coordinates (when requested).
     pub coords: Option<Vec<[f64; 3]>>,
+}
+
+/// A region's law as the element products read it: which parameters the element field
+/// scales, and their values (formed once per product, not per element or point).
+struct RegionLaw {
+    scaled: Vec<bool>,
+    params: Vec<f64>,
+}
+
+impl FiniteStrainModel {
+    /// Every region's [`RegionLaw`].
+    fn region_laws(&self) -> Vec<RegionLaw> {
+        self.regions
+            .iter()
+            .map(|r| RegionLaw { scaled: r.law.scaled_parameters(), params: r.law.parameters() })
+            .collect()
+    }
 }
 
 /// Per-element parts of a parameter product.
@@ -1465,13 +1488,14 @@ impl FiniteStrainModel {
         mu: &[f64],
         want: FiniteVjpRequest,
     ) -> Result<FiniteParameterVjp, FiniteStrainError> {
+        let laws = self.region_laws();
         let per_elem: Vec<ElementVjp> = (0..self.n_elements())
             .into_par_iter()
             .map(|e| {
                 if self.vanishes_on(e, mu) {
                     Ok(ElementVjp::empty(self, e, want))
                 } else {
-                    self.element_vjp(e, u, load, mu, want)
+                    self.element_vjp(e, u, load, mu, want, &laws)
                 }
             })
             .collect::<Result<_, _>>()?;
@@ -1550,6 +1574,7 @@ impl FiniteStrainModel {
         load: f64,
         mu: &[f64],
         want: FiniteVjpRequest,
+        laws: &[RegionLaw],
     ) -> Result<ElementVjp, FiniteStrainError> {
         let nodes = self.element_nodes(e);
         let nn = nodes.len();
@@ -1594,10 +1619,12 @@ impl FiniteStrainModel {
         }
         let r = &self.regions[self.element_region(e)];
         let law = self.element_law(e);
-        let point = law.point_law();
         let tab = &self.tables[self.elem_table[e] as usize];
         let thermal = want.thermal && self.temperature.is_some();
-        let n_par = law.parameters().len();
+        // The stress is needed for the thermal and coordinate parts alone.
+        let point = (thermal || want.coords).then(|| law.point_law());
+        let region_law = &laws[self.element_region(e)];
+        let n_par = region_law.params.len();
         if want.material {
             out.material = vec![0.0; n_par];
         }
@@ -1633,18 +1660,22 @@ impl FiniteStrainModel {
             if want.material {
                 let Fm = F.map(|row| row.map(|v| v / theta));
                 let Gm = G.map(|row| row.map(|v| v / theta));
-                let d = match &law {
-                    HyperelasticLaw::Ogden(o) => ogden_parameter_contraction(o, &Fm, &Gm),
-                    _ => parameter_contraction(&law, &Fm, &Gm),
-                };
-                for k in 0..n_par {
-                    out.material[k] += w * d[k];
+                match &law {
+                    HyperelasticLaw::Ogden(o) => {
+                        add_ogden_parameter_contraction(o, &Fm, &Gm, w, &mut out.material)
+                    }
+                    _ => {
+                        let d = parameter_contraction(&law, &Fm, &Gm);
+                        for k in 0..n_par {
+                            out.material[k] += w * d[k];
+                        }
+                    }
                 }
             }
             if !(thermal || want.coords) {
                 continue;
             }
-            let (P, A) = self.stress_at(&point, &F, theta, e)?;
+            let (P, A) = self.stress_at(point.as_ref().expect("formed above"), &F, theta, e)?;
             if thermal {
                 // ∂P/∂θ = −(P_m + A_m : F_m)/θ² = −(P + A : F)/θ.
                 let mut c = 0.0;
@@ -1701,10 +1732,10 @@ impl FiniteStrainModel {
             }
         }
         if want.material {
-            out.scale = law
-                .scaled_parameters()
+            out.scale = region_law
+                .scaled
                 .iter()
-                .zip(r.law.parameters())
+                .zip(&region_law.params)
                 .zip(&out.material)
                 .filter(|((s, _), _)| **s)
                 .map(|((_, p), d)| p * d)
@@ -1762,7 +1793,7 @@ impl FiniteStrainModel {
             thermal: false,
             coords: true,
         };
-        let ev = self.element_vjp(e, u, load, mu, want)?;
+        let ev = self.element_vjp(e, u, load, mu, want, &self.region_laws())?;
         local.copy_from_slice(&ev.coords);
         Ok(())
     }
@@ -2013,8 +2044,11 @@ mod tests {
                     assert!((A[r][c] - A0[r][c]).abs() <= 1e-11 * scale, "A[{r}][{c}] {F:?}");
                 }
             }
-            let fast = ogden_parameter_contraction(&m, &F, &G);
+            // Accumulated with a weight onto a non-zero start, as the element product does.
             let generic = parameter_contraction(&m, &F, &G);
+            let mut fast = vec![1.0; generic.len()];
+            add_ogden_parameter_contraction(&m, &F, &G, 0.5, &mut fast);
+            fast.iter_mut().for_each(|v| *v = 2.0 * (*v - 1.0));
             for (a, b) in fast.iter().zip(&generic) {
                 assert!((a - b).abs() <= 1e-10 * (1.0 + b.abs()), "{a} vs {b} at {F:?}");
             }

@@ -905,18 +905,30 @@ impl Ogden {
     /// `S` with `α_k` seeded in ε₂ gives `∂²T_k/∂ε∂α_k`, and `∂T_k/∂μ_k = T_k/μ_k` is linear
     /// in `μ_k`, so its ε-derivative comes from the same evaluation.
     pub fn isochoric_parameter_directional(&self, y: [f64; 2], dy: [f64; 2]) -> Vec<f64> {
+        let mut out = vec![0.0; 2 * self.terms.len()];
+        self.add_isochoric_parameter_directional(y, dy, 1.0, &mut out);
+        out
+    }
+
+    /// `out += w ·` [`Ogden::isochoric_parameter_directional`] (`out`: 2 per term), without
+    /// a heap allocation (an element product calls it at every quadrature point).
+    pub fn add_isochoric_parameter_directional(
+        &self,
+        y: [f64; 2],
+        dy: [f64; 2],
+        w: f64,
+        out: &mut [f64],
+    ) {
         let spectrum = Spectrum::isochoric(
             HyperDual64::new(y[0], dy[0], 0.0, 0.0),
             HyperDual64::new(y[1], dy[1], 0.0, 0.0),
         );
-        let mut out = Vec::with_capacity(2 * self.terms.len());
-        for t in &self.terms {
+        for (t, pair) in self.terms.iter().zip(out.chunks_exact_mut(2)) {
             let alpha = HyperDual64::new(t.alpha, 0.0, 1.0, 0.0);
             let per_mu = (spectrum.sum_powers(alpha * 0.5) - 3.0) * 2.0 / (alpha * alpha);
-            out.push(per_mu.eps1);
-            out.push((per_mu * t.mu).eps1eps2);
+            pair[0] += w * per_mu.eps1;
+            pair[1] += w * (per_mu * t.mu).eps1eps2;
         }
-        out
     }
 
     /// The gradient of the isochoric–volumetric form

@@ -43,10 +43,11 @@
 #![allow(non_snake_case)] // F, P: the names of continuum mechanics.
 
 use num_dual::{Dual64, DualNum, HyperDual64, HyperHyperDual64};
+use smallvec::SmallVec;
 
 use super::{
     FiniteParameterVjp, FiniteStrainError, FiniteStrainModel, FiniteVjpRequest, HyperelasticLaw,
-    MAX_NODES, dot3, facet_residual_generic, field_gradient,
+    MAX_NODES, RegionLaw, dot3, facet_residual_generic, field_gradient,
 };
 use crate::hyperelastic::{Mat3, StrainEnergy, cofactor, det, right_cauchy_green};
 use gradfem_mesh::geometry;
@@ -108,6 +109,14 @@ pub struct FiniteSecondOrder {
 }
 
 /// The inputs of φ at one quadrature point (module docs), with their layout.
+/// A point's inputs `x` (F, the law's parameters, sₑ, α, T_ref, T_q: 13 + n_p) or a vector
+/// over them, kept on the stack for laws of up to 11 parameters (a five-term Ogden law).
+type Inputs<T> = SmallVec<[T; 24]>;
+
+/// The Jacobian `∂z/∂x` of [`PointInputs::form_arguments`] ((3 + n_p) rows of 13 + n_p),
+/// on the stack up to the same size.
+type ArgumentJacobian<T> = SmallVec<[T; 336]>;
+
 struct PointInputs<'a> {
     law: &'a HyperelasticLaw,
     scaled: &'a [bool],
@@ -116,7 +125,7 @@ struct PointInputs<'a> {
     /// Whether θ depends on the temperature (a temperature field is set).
     thermal: bool,
     /// `x` in the layout F (9), p (n_p), sₑ, α, T_ref, T_q.
-    x: Vec<f64>,
+    x: Inputs<f64>,
 }
 
 impl PointInputs<'_> {
@@ -128,7 +137,7 @@ impl PointInputs<'_> {
     fn energy<D: DualNum<Primitive = f64> + Copy>(&self, x: &[D]) -> D {
         let np = self.n_params();
         let s = x[9 + np];
-        let m: Vec<D> = x[9..9 + np]
+        let m: Inputs<D> = x[9..9 + np]
             .iter()
             .zip(self.scaled)
             .map(|(p, scaled)| if *scaled { *p * s } else { *p })
@@ -157,7 +166,10 @@ impl PointInputs<'_> {
     /// `∂Ī₂/∂F = J^{-4/3} (2I₁F − 2FC) − ⁴⁄₃ Ī₂/J cof F`, `∂Ĵ/∂F = θ⁻³ cof F`,
     /// `∂Ĵ/∂θ = −3Ĵ/θ`. In a dual type whose parts follow directions of `x`, each entry carries
     /// its derivatives along them: one evaluation serves every input `k`.
-    fn form_arguments<D: DualNum<Primitive = f64> + Copy>(&self, x: &[D]) -> (Vec<D>, Vec<D>) {
+    fn form_arguments<D: DualNum<Primitive = f64> + Copy>(
+        &self,
+        x: &[D],
+    ) -> (Inputs<D>, ArgumentJacobian<D>) {
         let np = self.n_params();
         let n = x.len();
         let mut F = [[x[0]; 3]; 3];
@@ -175,7 +187,7 @@ impl PointInputs<'_> {
         let (ib1, ib2) = (i1 * jm23, i2 * jm23 * jm23);
         let cof = cofactor(&F);
         let j_inv = J.recip();
-        let mut jac = vec![D::zero(); n * (3 + np)];
+        let mut jac: ArgumentJacobian<D> = SmallVec::from_elem(D::zero(), n * (3 + np));
         for i in 0..3 {
             for j in 0..3 {
                 let fc: D = (0..3).map(|k| F[i][k] * c[k][j]).sum();
@@ -203,7 +215,7 @@ impl PointInputs<'_> {
             J
         };
         let s = x[9 + np];
-        let mut z = Vec::with_capacity(3 + np);
+        let mut z: Inputs<D> = SmallVec::new();
         z.extend([ib1, ib2, volume]);
         for (k, (p, scaled)) in x[9..9 + np].iter().zip(self.scaled).enumerate() {
             if *scaled {
@@ -224,16 +236,16 @@ impl PointInputs<'_> {
     /// `z(x)` and its Jacobian along `dx` (ε), `∂φ/∂x_k = Σ_c ∂_c h ∂z_c/∂x_k` and
     /// `D²φ[e_k, dx] = Σ_c ∂_c h · (∂z_c/∂x_k)' + (∇²h Dz[dx])_c ∂z_c/∂x_k`, the gradient of
     /// `h` along `dx` once per point. Else [`PointInputs::derivatives_along_by_passes`].
-    fn derivatives_along(&self, dx: &[f64]) -> (Vec<f64>, Vec<f64>) {
-        let xd: Vec<Dual64> = self.x.iter().zip(dx).map(|(&v, &d)| Dual64::new(v, d)).collect();
+    fn derivatives_along(&self, dx: &[f64]) -> (Inputs<f64>, Inputs<f64>) {
+        let xd: Inputs<Dual64> = self.x.iter().zip(dx).map(|(&v, &d)| Dual64::new(v, d)).collect();
         let (z, jac) = self.form_arguments(&xd);
         let np = self.n_params();
         let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
             return self.derivatives_along_by_passes(dx);
         };
         let n = xd.len();
-        let mut first = vec![0.0; n];
-        let mut second = vec![0.0; n];
+        let mut first: Inputs<f64> = SmallVec::from_elem(0.0, n);
+        let mut second: Inputs<f64> = SmallVec::from_elem(0.0, n);
         for (row, g) in jac.chunks(n).zip(&grad) {
             for k in 0..n {
                 first[k] += g.re * row[k].re;
@@ -245,10 +257,11 @@ impl PointInputs<'_> {
 
     /// [`PointInputs::derivatives_along`] by one [`HyperDual64`] pass of φ per input (any
     /// law).
-    fn derivatives_along_by_passes(&self, dx: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    fn derivatives_along_by_passes(&self, dx: &[f64]) -> (Inputs<f64>, Inputs<f64>) {
         let n = self.x.len();
-        let (mut first, mut second) = (vec![0.0; n], vec![0.0; n]);
-        let mut xd: Vec<HyperDual64> =
+        let (mut first, mut second): (Inputs<f64>, Inputs<f64>) =
+            (SmallVec::from_elem(0.0, n), SmallVec::from_elem(0.0, n));
+        let mut xd: Inputs<HyperDual64> =
             self.x.iter().zip(dx).map(|(&v, &d)| HyperDual64::new(v, 0.0, d, 0.0)).collect();
         for k in 0..n {
             xd[k].eps1 = 1.0;
@@ -260,14 +273,14 @@ impl PointInputs<'_> {
     }
 
     /// `D²φ[·, a]` for a direction `a` along F alone (its other inputs held).
-    fn second_derivative_along_f(&self, a: &Mat3<f64>) -> Vec<f64> {
-        let mut dx = vec![0.0; self.x.len()];
+    fn second_derivative_along_f(&self, a: &Mat3<f64>) -> Inputs<f64> {
+        let mut dx: Inputs<f64> = SmallVec::from_elem(0.0, self.x.len());
         dx[..9].copy_from_slice(a.as_flattened());
         self.derivatives_along(&dx).1
     }
 
     /// The inputs seeded with `a` (along F) in ε₁ and `dx` in ε₂.
-    fn seeded_twice(&self, a: &Mat3<f64>, dx: &[f64]) -> Vec<HyperHyperDual64> {
+    fn seeded_twice(&self, a: &Mat3<f64>, dx: &[f64]) -> Inputs<HyperHyperDual64> {
         self.x
             .iter()
             .zip(dx)
@@ -287,8 +300,8 @@ impl PointInputs<'_> {
     /// analysed 3 times per point instead of once per input), and the jets along `e_k` are the
     /// hyper-dual Jacobian of `z` (one evaluation for every `k`). Else
     /// [`PointInputs::third_derivative_by_passes`].
-    fn third_derivative(&self, a: &Mat3<f64>, dx: &[f64], which: &[usize]) -> Vec<f64> {
-        let xd: Vec<HyperDual64> = self
+    fn third_derivative(&self, a: &Mat3<f64>, dx: &[f64], which: &[usize]) -> Inputs<f64> {
+        let xd: Inputs<HyperDual64> = self
             .x
             .iter()
             .zip(dx)
@@ -303,7 +316,7 @@ impl PointInputs<'_> {
         let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
             return self.third_derivative_by_passes(a, dx, which);
         };
-        let mut out = vec![0.0; self.x.len()];
+        let mut out: Inputs<f64> = SmallVec::from_elem(0.0, self.x.len());
         for &k in which {
             out[k] = jac
                 .chunks(xd.len())
@@ -319,9 +332,14 @@ impl PointInputs<'_> {
 
     /// [`PointInputs::third_derivative`] by one [`HyperHyperDual64`] pass of φ per input (any
     /// law).
-    fn third_derivative_by_passes(&self, a: &Mat3<f64>, dx: &[f64], which: &[usize]) -> Vec<f64> {
+    fn third_derivative_by_passes(
+        &self,
+        a: &Mat3<f64>,
+        dx: &[f64],
+        which: &[usize],
+    ) -> Inputs<f64> {
         let mut xd = self.seeded_twice(a, dx);
-        let mut out = vec![0.0; self.x.len()];
+        let mut out: Inputs<f64> = SmallVec::from_elem(0.0, self.x.len());
         for &k in which {
             xd[k].eps3 = 1.0;
             out[k] = self.energy(&xd).eps1eps2eps3;
@@ -336,7 +354,7 @@ struct PointFrame<'a> {
     inputs: PointInputs<'a>,
     /// The direction of the inputs: δF = ∇δu − H ∇δX (the second term with moving nodes), the
     /// parameters', element field's, thermal and temperature tangents.
-    dx: Vec<f64>,
+    dx: Inputs<f64>,
     /// The point's weight w = w_q det J₀.
     w: f64,
     /// H = F − I = ∇u.
@@ -397,9 +415,10 @@ impl FiniteStrainModel {
         u: &[f64],
         load: f64,
         dir: &FiniteDirection,
-        scaled: &'a [bool],
+        laws: &'a RegionLaw,
         g: &mut [[f64; 3]; MAX_NODES],
     ) -> Result<PointFrame<'a>, FiniteStrainError> {
+        let scaled = laws.scaled.as_slice();
         let r = self.element_region(e);
         let region = &self.regions[r];
         let tab = &self.tables[self.elem_table[e] as usize];
@@ -418,8 +437,7 @@ impl FiniteStrainModel {
             return Err(self.inverted(e, J));
         }
         let shape = tab.shape(q);
-        let params = region.law.parameters();
-        let np = params.len();
+        let params = &laws.params;
         let thermal = self.temperature.is_some();
         let (tq, dtq) = match &self.temperature {
             Some(t) => nodes.iter().zip(shape).fold((0.0, 0.0), |(v, d), (&n, s)| {
@@ -427,9 +445,9 @@ impl FiniteStrainModel {
             }),
             None => (0.0, 0.0),
         };
-        let mut xs = Vec::with_capacity(13 + np);
-        xs.extend(F.iter().flatten());
-        xs.extend(&params);
+        let mut xs: Inputs<f64> = SmallVec::new();
+        xs.extend(F.iter().flatten().copied());
+        xs.extend(params.iter().copied());
         xs.extend([self.element_scale[e], region.alpha, region.t_ref, tq]);
         let mut grad_dx = [[0.0; 3]; 3];
         let mut moving = false;
@@ -449,9 +467,9 @@ impl FiniteStrainModel {
             let hd = mat_mul(&H, &grad_dx);
             dF.iter_mut().flatten().zip(hd.iter().flatten()).for_each(|(d, h)| *d -= h);
         }
-        let mut dx = Vec::with_capacity(13 + np);
-        dx.extend(dF.iter().flatten());
-        dx.extend(&dir.material[r]);
+        let mut dx: Inputs<f64> = SmallVec::new();
+        dx.extend(dF.iter().flatten().copied());
+        dx.extend(dir.material[r].iter().copied());
         dx.extend([dir.element_scale[e], dir.alpha[r], dir.t_ref[r], dtq]);
         let inputs = PointInputs { law: &region.law, scaled, load, thermal, x: xs };
         Ok(PointFrame { inputs, dx, w, H, grad_dx, moving })
@@ -498,8 +516,7 @@ impl FiniteStrainModel {
         load: f64,
         dir: &FiniteDirection,
     ) -> Result<Vec<f64>, FiniteStrainError> {
-        let scaled: Vec<Vec<bool>> =
-            self.regions.iter().map(|r| r.law.scaled_parameters()).collect();
+        let laws = self.region_laws();
         self.scatter_checked(3, |e, local| {
             let nodes = self.element_nodes(e);
             let nn = nodes.len();
@@ -525,19 +542,14 @@ impl FiniteStrainModel {
             let (b, db) = (self.regions[r].body_force, dir.body_force[r]);
             let mut g = [[0.0; 3]; MAX_NODES];
             for q in 0..tab.n_points() {
-                let pt = self.point_inputs(e, q, u, load, dir, &scaled[r], &mut g)?;
+                let pt = self.point_inputs(e, q, u, load, dir, &laws[r], &mut g)?;
                 let (first, second) = pt.inputs.derivatives_along(&pt.dx);
                 let w = pt.w;
                 let shape = tab.shape(q);
                 let dw = pt.weight_tangent();
                 // d(wP) = δw P + w dP.
-                let dwp = mat_of(
-                    &first[..9]
-                        .iter()
-                        .zip(&second[..9])
-                        .map(|(p, dp)| dw * p + w * dp)
-                        .collect::<Vec<_>>(),
-                );
+                let dwp = [0, 1, 2]
+                    .map(|i| [0, 1, 2].map(|j| dw * first[3 * i + j] + w * second[3 * i + j]));
                 let P = mat_of(&first);
                 for a in 0..nn {
                     let dga = pt.gradient_tangent(g[a]);
@@ -569,10 +581,9 @@ impl FiniteStrainModel {
         want: FiniteVjpRequest,
     ) -> Result<FiniteSecondOrder, FiniteStrainError> {
         use rayon::prelude::*;
-        let scaled: Vec<Vec<bool>> =
-            self.regions.iter().map(|r| r.law.scaled_parameters()).collect();
+        let laws = self.region_laws();
         let thermal = want.thermal && self.temperature.is_some();
-        let n_par: Vec<usize> = scaled.iter().map(Vec::len).collect();
+        let n_par: Vec<usize> = laws.iter().map(|l| l.scaled.len()).collect();
         // Per volume element: the displacement part (3 per local node), the material parts
         // (n_p + 1: the law parameters and sₑ), α, T_ref, T per local node, the body force (3)
         // and the node coordinates (3 per local node).
@@ -585,7 +596,7 @@ impl FiniteStrainModel {
                 let r = self.element_region(e);
                 let np = n_par[r];
                 let nn = self.element_nodes(e).len();
-                let mut which: Vec<usize> = (0..9).collect();
+                let mut which: Inputs<usize> = (0..9).collect();
                 if want.material {
                     which.extend(9..10 + np);
                 }
@@ -593,7 +604,7 @@ impl FiniteStrainModel {
                     which.extend(10 + np..13 + np);
                 }
                 let mut out = vec![0.0; 3 * nn + np + 3 + nn + 3 + 3 * nn];
-                self.element_second_order(e, u, load, mu, dir, want, &scaled[r], &which, &mut out)?;
+                self.element_second_order(e, u, load, mu, dir, want, &laws[r], &which, &mut out)?;
                 Ok(out)
             })
             .collect();
@@ -695,12 +706,12 @@ impl FiniteStrainModel {
         mu: &[f64],
         dir: &FiniteDirection,
         want: FiniteVjpRequest,
-        scaled: &[bool],
+        laws: &RegionLaw,
         which: &[usize],
         out: &mut [f64],
     ) -> Result<(), FiniteStrainError> {
         let r = self.element_region(e);
-        let np = scaled.len();
+        let np = laws.scaled.len();
         let nodes = self.element_nodes(e);
         let nn = nodes.len();
         let tab = &self.tables[self.elem_table[e] as usize];
@@ -708,11 +719,11 @@ impl FiniteStrainModel {
         let (o_body, o_coords) = (3 * nn + np + 3 + nn, 3 * nn + np + 6 + nn);
         let mut g = [[0.0; 3]; MAX_NODES];
         for q in 0..tab.n_points() {
-            let pt = self.point_inputs(e, q, u, load, dir, scaled, &mut g)?;
+            let pt = self.point_inputs(e, q, u, load, dir, laws, &mut g)?;
             let w = pt.w;
             let G = field_gradient(mu, nodes, &g);
             let t = pt.inputs.third_derivative(&G, &pt.dx, which);
-            let mut dgrad: Vec<f64> = t.iter().map(|v| w * v).collect();
+            let mut dgrad: Inputs<f64> = t.iter().map(|v| w * v).collect();
             let shape = tab.shape(q);
             let mut mq = [0.0; 3];
             for a in 0..nn {
@@ -722,7 +733,7 @@ impl FiniteStrainModel {
             }
             let first = (pt.moving || want.coords).then(|| {
                 pt.inputs.derivatives_along(&{
-                    let mut dg = vec![0.0; pt.dx.len()];
+                    let mut dg: Inputs<f64> = SmallVec::from_elem(0.0, pt.dx.len());
                     dg[..9].copy_from_slice(G.as_flattened());
                     dg
                 })
@@ -1023,7 +1034,7 @@ mod tests {
         let mut x: Vec<f64> = F.iter().flatten().copied().collect();
         x.extend(&params);
         x.extend([1.15, 2e-3, 300.0, 340.0]);
-        let inputs = PointInputs { law: &law, scaled: &scaled, load: 0.7, thermal, x };
+        let inputs = PointInputs { law: &law, scaled: &scaled, load: 0.7, thermal, x: x.into() };
         let wave = |i: usize, salt: f64| ((i as f64 + 1.0) * (0.37 + salt)).sin();
         let dx: Vec<f64> = (0..13 + np).map(|i| 0.1 * wave(i, 0.0)).collect();
         let mut dx = dx;
