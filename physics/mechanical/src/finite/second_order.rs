@@ -166,10 +166,13 @@ impl PointInputs<'_> {
     /// `∂Ī₂/∂F = J^{-4/3} (2I₁F − 2FC) − ⁴⁄₃ Ī₂/J cof F`, `∂Ĵ/∂F = θ⁻³ cof F`,
     /// `∂Ĵ/∂θ = −3Ĵ/θ`. In a dual type whose parts follow directions of `x`, each entry carries
     /// its derivatives along them: one evaluation serves every input `k`.
+    /// (Written into `z` and `jac`, emptied first: the caller's buffers are not moved.)
     fn form_arguments<D: DualNum<Primitive = f64> + Copy>(
         &self,
         x: &[D],
-    ) -> (Inputs<D>, ArgumentJacobian<D>) {
+        z: &mut Inputs<D>,
+        jac: &mut ArgumentJacobian<D>,
+    ) {
         let np = self.n_params();
         let n = x.len();
         let mut F = [[x[0]; 3]; 3];
@@ -187,7 +190,8 @@ impl PointInputs<'_> {
         let (ib1, ib2) = (i1 * jm23, i2 * jm23 * jm23);
         let cof = cofactor(&F);
         let j_inv = J.recip();
-        let mut jac: ArgumentJacobian<D> = SmallVec::from_elem(D::zero(), n * (3 + np));
+        jac.clear();
+        jac.resize(n * (3 + np), D::zero());
         for i in 0..3 {
             for j in 0..3 {
                 let fc: D = (0..3).map(|k| F[i][k] * c[k][j]).sum();
@@ -215,7 +219,7 @@ impl PointInputs<'_> {
             J
         };
         let s = x[9 + np];
-        let mut z: Inputs<D> = SmallVec::new();
+        z.clear();
         z.extend([ib1, ib2, volume]);
         for (k, (p, scaled)) in x[9..9 + np].iter().zip(self.scaled).enumerate() {
             if *scaled {
@@ -227,7 +231,6 @@ impl PointInputs<'_> {
                 jac[(3 + k) * n + 9 + k] = D::one();
             }
         }
-        (z, jac)
     }
 
     /// `(∇φ, D²φ[·, dx])`: the gradient of φ with respect to every input (its F part is the
@@ -238,7 +241,8 @@ impl PointInputs<'_> {
     /// `h` along `dx` once per point. Else [`PointInputs::derivatives_along_by_passes`].
     fn derivatives_along(&self, dx: &[f64]) -> (Inputs<f64>, Inputs<f64>) {
         let xd: Inputs<Dual64> = self.x.iter().zip(dx).map(|(&v, &d)| Dual64::new(v, d)).collect();
-        let (z, jac) = self.form_arguments(&xd);
+        let (mut z, mut jac) = (Inputs::new(), ArgumentJacobian::new());
+        self.form_arguments(&xd, &mut z, &mut jac);
         let np = self.n_params();
         let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
             return self.derivatives_along_by_passes(dx);
@@ -311,7 +315,8 @@ impl PointInputs<'_> {
                 HyperDual64::new(v, e1, d, 0.0)
             })
             .collect();
-        let (z, jac) = self.form_arguments(&xd);
+        let (mut z, mut jac) = (Inputs::new(), ArgumentJacobian::new());
+        self.form_arguments(&xd, &mut z, &mut jac);
         let np = self.n_params();
         let Some(grad) = self.law.isochoric_form_gradient(z[0], z[1], z[2], &z[3..3 + np]) else {
             return self.third_derivative_by_passes(a, dx, which);
