@@ -84,9 +84,20 @@ pub struct ThermalTransient {
     /// The objective evaluated at every state of the last run, shared by the values, the
     /// gradient and the Hessian-vector products taken at that run; forgotten with the run.
     evals: OnceLock<StateEvals>,
-    /// The first-order adjoints of the last gradient at the last run (every state kept), for
-    /// the products taken at the same run and seeds; forgotten with the run.
+    /// The first-order adjoints of the last gradient at the last run (every state kept, and
+    /// they fit [`KEPT_PER_STATE_BYTES`]), for the products taken at the same run and seeds;
+    /// forgotten with the run.
     adjoints: Option<StepAdjoints>,
+}
+
+/// The most memory a run spends on each of what it keeps per state beyond its states (the
+/// objective's ∂j/∂T, the step adjoints): above it, the gradient and the products form them
+/// again, as under checkpointing.
+const KEPT_PER_STATE_BYTES: usize = 1 << 29;
+
+/// Whether `n` vectors of `len` entries fit [`KEPT_PER_STATE_BYTES`].
+fn fits(n: usize, len: usize) -> bool {
+    n.saturating_mul(len).saturating_mul(8) <= KEPT_PER_STATE_BYTES
 }
 
 /// The adjoint μ of every step of a run, with the seeds it was solved for.
@@ -108,7 +119,8 @@ struct StateEvals {
     /// The terms evaluated.
     terms: Vec<ObjectiveTerm>,
     /// Per state: the value and ∂j/∂T per node (∂j/∂T kept only when the run keeps every
-    /// state; empty under checkpointing, which bounds the memory to a few states).
+    /// state and they fit [`KEPT_PER_STATE_BYTES`]; empty otherwise: checkpointing bounds the
+    /// memory to a few states).
     at: Vec<ObjectiveEval>,
 }
 
@@ -320,7 +332,8 @@ impl ThermalTransient {
             return Ok(std::borrow::Cow::Borrowed(kept));
         }
         let (_, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let keep_gradients = self.memory == Checkpointing::StoreAll;
+        let keep_gradients = self.memory == Checkpointing::StoreAll
+            && fits(traj.temperatures.len(), model.n_nodes());
         let mut at = Vec::with_capacity(traj.temperatures.len());
         for t in &traj.temperatures {
             let mut e = gradfem_thermal::objective::evaluate(model, objective, t, false)?;
@@ -406,7 +419,7 @@ impl ThermalTransient {
                 weights: crate::fields::transient::StepWeights::Custom(weights.to_vec()),
             };
             let obj = SeededTerms { terms, seeds, known };
-            if self.memory == Checkpointing::StoreAll {
+            if self.memory == Checkpointing::StoreAll && fits(p.n_steps, model.n_unknowns()) {
                 // Keep the step adjoints for the products that follow at this run.
                 let (g, mu) =
                     p.gradient_of_run_with_adjoints(traj, &obj, want).map_err(transient_err)?;

@@ -886,6 +886,9 @@ impl TransientProblem {
 /// Largest number of factorizations a linear run keeps.
 const MAX_CACHED_FACTORS: usize = 4;
 
+/// The most factor memory a run keeps between its passes ([`TransientProblem::keep_stepper`]).
+const KEPT_FACTOR_BYTES: usize = 1 << 30;
+
 /// The most bytes a run spends on keeping its element masses ([`ElementMasses`]).
 const ELEMENT_MASS_BUDGET: usize = 256 << 20;
 
@@ -976,7 +979,7 @@ struct StepperParts {
     a: CsrMatrix,
     /// Factorizations of A for (a₀, θ, Δt), linear problems: the BDF2 start and main steps,
     /// and the step sizes tried last by the adaptive control.
-    cache: Vec<([f64; 3], Box<dyn LinearSolver>)>,
+    cache: Vec<([f64; 3], CholeskySolver)>,
     /// The LU of the last nonlinear factorization, with the step coefficients (a₀, θ, Δt) and
     /// the temperature it was made at: refactored in place for a new state (its symbolic
     /// analysis kept: the pattern never changes), returned as it is for the same one (the
@@ -1026,8 +1029,16 @@ impl<'p> Stepper<'p> {
     }
 
     /// Hand the set-up and factorizations to the problem's next pass (when it keeps them).
-    fn finish(self) {
+    /// The factorizations are kept while their factors take at most
+    /// [`KEPT_FACTOR_BYTES`]; larger ones are dropped (the next pass factors again) so that a
+    /// large run does not hold them while other fields factor theirs.
+    fn finish(mut self) {
         if let Some(k) = &self.p.kept.0 {
+            // 8 bytes per value and 4 per row index of the supernodal factor.
+            let bytes: usize = self.parts.cache.iter().map(|(_, s)| 12 * s.factor_nnz()).sum();
+            if bytes > KEPT_FACTOR_BYTES {
+                self.parts.cache.clear();
+            }
             *k.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(self.parts);
         }
     }
@@ -1089,8 +1100,7 @@ impl<'p> Stepper<'p> {
             Some(i) => i,
             None => {
                 self.residual(t, Some(key));
-                let mut solver: Box<dyn LinearSolver> =
-                    Box::new(CholeskySolver::new("thermal-transient"));
+                let mut solver = CholeskySolver::new("thermal-transient");
                 solver.factor(&self.parts.a).map_err(failed)?;
                 self.factorizations += 1;
                 if self.parts.cache.len() >= MAX_CACHED_FACTORS {
@@ -1100,7 +1110,7 @@ impl<'p> Stepper<'p> {
                 self.parts.cache.len() - 1
             }
         };
-        Ok(self.parts.cache[idx].1.as_mut())
+        Ok(&mut self.parts.cache[idx].1)
     }
 
     /// One forward step U^k → U^{k+1} (Newton from U^k; one iteration when linear).
