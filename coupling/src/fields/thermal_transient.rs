@@ -332,8 +332,7 @@ impl ThermalTransient {
             return Ok(std::borrow::Cow::Borrowed(kept));
         }
         let (_, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
-        let keep_gradients = self.memory == Checkpointing::StoreAll
-            && fits(traj.temperatures.len(), model.n_nodes());
+        let keep_gradients = self.keeps_objective_gradients(model);
         let mut at = Vec::with_capacity(traj.temperatures.len());
         for t in &traj.temperatures {
             let mut e = gradfem_thermal::objective::evaluate(model, objective, t, false)?;
@@ -348,6 +347,13 @@ impl ThermalTransient {
             return Ok(std::borrow::Cow::Borrowed(self.evals.get().expect("just set")));
         }
         Ok(std::borrow::Cow::Owned(evals))
+    }
+
+    /// Whether the last run keeps the objective's ∂j/∂T at its states: every state is kept
+    /// and they fit [`KEPT_PER_STATE_BYTES`].
+    fn keeps_objective_gradients(&self, model: &ThermalModel) -> bool {
+        let n_states = self.run.as_ref().map_or(0, |(_, traj)| traj.temperatures.len());
+        self.memory == Checkpointing::StoreAll && fits(n_states, model.n_nodes())
     }
 
     /// The objective terms' value jₙ at every state of the last run (zeros without terms).
@@ -411,8 +417,12 @@ impl ThermalTransient {
         let (g, n_steps, kept) = {
             let (p, traj) = self.run.as_ref().ok_or_else(|| setup("transient: solve first"))?;
             // The terms' ∂jₙ/∂T at the states, evaluated once per run when it keeps them.
-            let evals =
-                if objective.is_empty() { None } else { Some(self.evaluations(model, objective)?) };
+            // (Not evaluated here when the run cannot keep them: the sweep evaluates anyway.)
+            let evals = if objective.is_empty() || !self.keeps_objective_gradients(model) {
+                None
+            } else {
+                Some(self.evaluations(model, objective)?)
+            };
             let known = evals.as_deref().and_then(|e| with_gradients(&e.at));
             let terms = WeightedTerms {
                 terms: objective.to_vec(),

@@ -431,7 +431,7 @@ pub struct TransientProblem {
 /// the problem keeps them ([`TransientProblem::keep_stepper`]). A clone of the problem starts
 /// without.
 #[derive(Default)]
-struct KeptStepper(Option<std::sync::Arc<std::sync::Mutex<Option<StepperParts>>>>);
+struct KeptStepper(Option<std::sync::Mutex<Option<StepperParts>>>);
 
 impl Clone for KeptStepper {
     fn clone(&self) -> Self {
