@@ -27,7 +27,10 @@
 //! pass; a constant k factors once per step kind). `--physics transient-chain` steps the
 //! thermo-elastic cube's chain I → Q → T(t) → u(t) in the same way (σ without α_R, so the
 //! electrical field is solved once; objective the time integral of the mean deflection;
-//! registered the voltage, k, h, E per element, ν, α and ρc).
+//! registered the voltage, k, h, E per element, ν, α and ρc). `--physics transient-cycle`
+//! keeps α_R: the φ ⇄ T cycle is stepped as one coupled (monolithic) solve per step, its
+//! product the engine's tangent-linear run and second-order adjoint through the cycle's
+//! steps (each refactors the step's coupled Jacobian; registered also α_R).
 //!
 //! `--shape` adds a shape parameter to every cube (steady and in time): the
 //! morph `height` (s₀ = 1) that stretches the cube along z, X_z ↦ X_z + (s − 1) X_z, registered
@@ -78,7 +81,7 @@ fn main() -> anyhow::Result<()> {
             }
             "--shape" => shape = true,
             other => anyhow::bail!(
-                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic|transient|transient-linear|transient-chain] [--linear auto|lu] [--shape])"
+                "unknown argument '{other}' (expected --n N [--repeat R] [--physics thermal|electrothermal|thermoelastic|hyperelastic|transient|transient-linear|transient-chain|transient-cycle] [--linear auto|lu] [--shape])"
             ),
         }
     }
@@ -90,8 +93,9 @@ fn main() -> anyhow::Result<()> {
         "transient" => transient_cube(n, true),
         "transient-linear" => transient_cube(n, false),
         "transient-chain" => transient_chain_cube(n),
+        "transient-cycle" => transient_cycle_cube(n),
         other => anyhow::bail!(
-            "--physics {other}: expected thermal, electrothermal, thermoelastic, hyperelastic, transient, transient-linear or transient-chain"
+            "--physics {other}: expected thermal, electrothermal, thermoelastic, hyperelastic, transient, transient-linear, transient-chain or transient-cycle"
         ),
     }
     .replace(
@@ -228,6 +232,16 @@ fn transient_chain_cube(n: usize) -> String {
     thermoelastic_cube(n)
         .replace("alpha_r = 1.25e-3\n", "")
         .replace("\"electrical.alpha_r.domain\", ", "")
+        .replace(
+            "\"mechanical.alpha.domain\"]",
+            "\"mechanical.alpha.domain\", \"thermal.rho_c.domain\"]",
+        )
+        .replace("[[objective]]", &(transient_table(10, 1.0e3) + "[[objective]]"))
+}
+
+/// The thermo-elastic cube stepped in time with ρ(T): the φ ⇄ T cycle in time (module docs).
+fn transient_cycle_cube(n: usize) -> String {
+    thermoelastic_cube(n)
         .replace(
             "\"mechanical.alpha.domain\"]",
             "\"mechanical.alpha.domain\", \"thermal.rho_c.domain\"]",

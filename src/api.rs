@@ -1287,10 +1287,11 @@ impl Simulation {
     /// The Hessian of the objective applied to a parameter direction: H·δp by one
     /// tangent-linear and one second-order adjoint solve (exact, not finite differences).
     /// `direction` gives δp by registered name (a scalar's one entry, a per-element field's
-    /// entries in its group's cell order); names left out are zero. So far for steady
-    /// thermal, electro-thermal, linear thermo-elastic and finite-strain problems (through
-    /// the load steps), a ρ(T) cycle solved monolithic or staggered (time stepping and shape
-    /// parameters give an error that says so).
+    /// entries in its group's cell order); names left out are zero. For steady thermal,
+    /// electro-thermal, linear thermo-elastic and finite-strain problems (through the load
+    /// steps), a ρ(T) cycle solved monolithic or staggered, and problems in time (a ρ(T) cycle
+    /// stepped in time included); what is not covered (shape parameters through the steps of
+    /// a cycle) gives an error that says so.
     pub fn hvp(&mut self, direction: &BTreeMap<String, Vec<f64>>) -> Result<Gradients, ApiError> {
         let reg = self.problem.registry();
         let mut dir = gradfem_solvers::params::Gradient::zeros(reg);

@@ -492,6 +492,28 @@ pub trait Dynamic {
     fn initial_vjp(&self, state_bar: &[f64], rev: &mut Reverse) {
         let _ = (state_bar, rev);
     }
+
+    // ----- second order on a cycle ----------------------------------------------------------
+
+    /// Whether the field has [`capacity_tangent_product`](Self::capacity_tangent_product) and
+    /// [`initial_tangent`](Self::initial_tangent), which the engine's Hessian-vector products
+    /// through the steps of a cycle need.
+    fn covers_cycle_second_order(&self) -> bool {
+        false
+    }
+
+    /// (∂M/∂p δp) v over the state entries (zero where the state is prescribed): the capacity's
+    /// derivative along the parameter direction `params`, applied to `v`.
+    fn capacity_tangent_product(&self, params: &Gradient, v: &[f64]) -> Result<Vec<f64>, RunError> {
+        let _ = (params, v);
+        Err(RunError::Setup("this field has no second-order products in time on a cycle".into()))
+    }
+
+    /// δu⁰, the initial state's tangent along `params` (prescribed entries included).
+    fn initial_tangent(&self, params: &Gradient) -> Result<Vec<f64>, RunError> {
+        let _ = params;
+        Err(RunError::Setup("this field has no second-order products in time on a cycle".into()))
+    }
 }
 
 /// The seeds a run's second-order adjoint hands its input ports: the first-order x̄ and its

@@ -19,9 +19,9 @@
 //! thermal, electrical and linear mechanical fields so far). In time (`crate::time`), the
 //! stepped field has the tangent-linear model and second-order adjoint of its steps
 //! ([`crate::field::Dynamic::time_tangents`]), the stages solved once and the fields
-//! downstream of it (at every state) their steady products; a stepped field on a cycle, and
-//! shape parameters on other fields or in time, are refused with a message naming what is
-//! missing.
+//! downstream of it (at every state) their steady products; a stepped field on a cycle has
+//! the engine's products through the cycle's steps (`crate::time_cycle`), without shape
+//! parameters so far. What is not covered is refused with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;
@@ -89,6 +89,7 @@ pub(crate) fn shaped(reg: &ParamRegistry, flat: &[f64]) -> Result<Gradient, RunE
 
 /// The tangents of a parameter direction through the graph: every field's state, its inputs
 /// and its derived outputs that feed a transfer.
+#[derive(Clone)]
 pub(crate) struct Tangents {
     /// δX per node (empty: the direction does not move the nodes).
     pub(crate) coordinates: Vec<[f64; 3]>,
@@ -146,7 +147,7 @@ impl CoupledProblem {
     }
 
     /// The tangents of field `i`'s derived outputs that feed a transfer.
-    fn output_tangents(
+    pub(crate) fn output_tangents(
         &self,
         tan: &mut Tangents,
         i: usize,
@@ -279,7 +280,7 @@ impl CoupledProblem {
     }
 
     /// The input and output tangents of a cycle's fields at their current state tangents.
-    fn feed_cycle_tangents(
+    pub(crate) fn feed_cycle_tangents(
         &self,
         tan: &mut Tangents,
         members: &[usize],

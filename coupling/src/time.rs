@@ -237,24 +237,24 @@ struct RunTangents {
 /// gradient, what it hands the stepped field and the stages solved once, and the adjoints
 /// the second-order pass reuses.
 pub(crate) struct StateFirstOrder {
-    g1: Gradient,
-    first: crate::problem::Bars,
-    record: crate::problem::ReverseRecord,
+    pub(crate) g1: Gradient,
+    pub(crate) first: crate::problem::Bars,
+    pub(crate) record: crate::problem::ReverseRecord,
 }
 
 /// The downstream fields' adjoints at one state of a run, unweighted: the first-order pass
 /// (its gradient and what it hands the stepped field and the stages solved once) and the
 /// second-order pass along the direction.
-struct StateAdjoints {
-    g1: Gradient,
-    first: crate::problem::Bars,
-    g2: Gradient,
-    second: crate::problem::Bars,
+pub(crate) struct StateAdjoints {
+    pub(crate) g1: Gradient,
+    pub(crate) first: crate::problem::Bars,
+    pub(crate) g2: Gradient,
+    pub(crate) second: crate::problem::Bars,
 }
 
 impl CoupledProblem {
     /// The stepped field and the stages around it.
-    fn time_layout(&self) -> Result<TimeLayout, RunError> {
+    pub(crate) fn time_layout(&self) -> Result<TimeLayout, RunError> {
         let dynamic: Vec<usize> =
             (0..self.fields().len()).filter(|&i| self.fields()[i].dynamic().is_some()).collect();
         let [d] = dynamic[..] else {
@@ -502,33 +502,31 @@ impl CoupledProblem {
     }
 
     /// Whether Hessian-vector products cover this problem in time: a field with second-order
-    /// products through its steps, not on a cycle and feeding the fields downstream by its
-    /// state; every other field with steady second-order products (covering node coordinates
+    /// products through its steps feeding the fields downstream by its state, or a field
+    /// stepped on a cycle as [`second_order_on_cycle_support`](Self::second_order_on_cycle_support)
+    /// says; every other field with steady second-order products (covering node coordinates
     /// when shape parameters are registered).
     /// `Ok` or what is missing.
     pub(crate) fn second_order_in_time_support(&self) -> Result<(), RunError> {
         let layout = self.time_layout()?;
         let field = &self.fields()[layout.dynamic];
-        if !field.dynamic().is_some_and(|d| d.covers_second_order()) {
-            return Err(setup(format!(
-                "the {} field has no second-order products through its time steps yet",
-                field.name()
-            )));
-        }
-        if layout.stage.len() > 1 {
-            return Err(setup(format!(
-                "Hessian-vector products in time are not available yet for a {} field stepped on \
-                 a cycle",
-                field.name()
-            )));
-        }
         let d = layout.dynamic;
-        if self.transfers().iter().any(|t| t.from == d && t.from_port != 0) {
-            return Err(setup(format!(
-                "Hessian-vector products in time: the {} field feeds a derived output of its \
-                 states to another field, which they do not cover yet",
-                field.name()
-            )));
+        if layout.stage.len() > 1 {
+            self.second_order_on_cycle_support(&layout)?;
+        } else {
+            if !field.dynamic().is_some_and(|d| d.covers_second_order()) {
+                return Err(setup(format!(
+                    "the {} field has no second-order products through its time steps yet",
+                    field.name()
+                )));
+            }
+            if self.transfers().iter().any(|t| t.from == d && t.from_port != 0) {
+                return Err(setup(format!(
+                    "Hessian-vector products in time: the {} field feeds a derived output of \
+                     its states to another field, which they do not cover yet",
+                    field.name()
+                )));
+            }
         }
         for (i, f) in self.fields().iter().enumerate() {
             if i == d {
@@ -551,10 +549,57 @@ impl CoupledProblem {
         Ok(())
     }
 
+    /// What products through the steps of a cycle need (`crate::time_cycle`): the stepped
+    /// field's capacity tangent, every cycle field's element-level form (the step Jacobian is
+    /// the monolithic one) and no derived output handed out of the cycle; node coordinates are
+    /// not covered there yet.
+    fn second_order_on_cycle_support(&self, layout: &TimeLayout) -> Result<(), RunError> {
+        let field = &self.fields()[layout.dynamic];
+        if !field.dynamic().is_some_and(|d| d.covers_cycle_second_order()) {
+            return Err(setup(format!(
+                "the {} field has no second-order products through the steps of a cycle",
+                field.name()
+            )));
+        }
+        let names: Vec<&str> = layout.stage.iter().map(|&i| self.fields()[i].name()).collect();
+        for &i in &layout.stage {
+            let f = &self.fields()[i];
+            if f.cell_kernels().is_none() {
+                return Err(setup(format!(
+                    "Hessian-vector products in time on the {} cycle: the {} field has no \
+                     element-level form, which the step Jacobian needs",
+                    names.join("-"),
+                    f.name()
+                )));
+            }
+        }
+        if self.shape().is_active() {
+            return Err(setup(format!(
+                "Hessian-vector products in time on the {} cycle with respect to node \
+                 coordinates (shape parameters) are not available yet; register material, load \
+                 and boundary parameters",
+                names.join("-")
+            )));
+        }
+        let inside = |f: usize| layout.stage.contains(&f);
+        if let Some(t) =
+            self.transfers().iter().find(|t| inside(t.from) && !inside(t.to) && t.from_port != 0)
+        {
+            return Err(setup(format!(
+                "Hessian-vector products in time: the {} field on the {} cycle feeds a derived \
+                 output to the {} field outside it, which they do not cover yet",
+                self.fields()[t.from].name(),
+                names.join("-"),
+                self.fields()[t.to].name()
+            )));
+        }
+        Ok(())
+    }
+
     /// δj of field `f`'s objective terms along the tangents `tan` and the parameter direction
     /// (`dir_flat`, the order of `ParamVector::all`, `pv`): its seeds on its state and inputs
     /// dotted with their tangents, plus its direct partials dotted with the direction.
-    fn objective_jvp(
+    pub(crate) fn objective_jvp(
         &self,
         f: usize,
         tan: &crate::second_order::Tangents,
@@ -589,7 +634,7 @@ impl CoupledProblem {
 
     /// The downstream fields' first-order adjoints at the state they are solved at
     /// (unweighted), keeping what the second-order pass reuses.
-    fn state_first_order(
+    pub(crate) fn state_first_order(
         &mut self,
         stages: &[Vec<usize>],
         downstream: &[usize],
@@ -694,10 +739,13 @@ impl CoupledProblem {
     ///
     /// [`second_order_in_time_support`]: Self::second_order_in_time_support
     pub(crate) fn hessian_vector_in_time(&mut self, dir: &Gradient) -> Result<Gradient, RunError> {
+        let layout = self.time_layout()?;
+        if layout.stage.len() > 1 {
+            return self.hessian_vector_cycle_in_time(&layout, dir);
+        }
         // (Taken before any mutable access forgets them.)
         let kept = self.time_adjoints.take().unwrap_or_default();
         let rule = self.time.clone().ok_or_else(|| setup("not a time-dependent problem"))?;
-        let layout = self.time_layout()?;
         let d = layout.dynamic;
         let nf = self.fields().len();
         let mut timings = GradientTimings::default();
@@ -825,6 +873,12 @@ impl CoupledProblem {
         }
         let d = crate::second_order::shaped(self.registry(), dir)?;
         let layout = self.time_layout()?;
+        if layout.stage.len() > 1 {
+            let values = self.cycle_state_value_tangents(&layout, &d)?;
+            let field = self.fields()[layout.dynamic].dynamic().expect("stepped");
+            let times = field.trajectory().map(|(t, _)| t.to_vec()).unwrap_or_default();
+            return Ok((values, times));
+        }
         let run =
             self.run_tangents(&layout, &d, true, &[], Vec::new(), &mut GradientTimings::default())?;
         let field = self.fields_mut()[layout.dynamic].dynamic_mut().expect("stepped");
@@ -881,7 +935,7 @@ pub(crate) fn scale_bars(bars: &mut Bars, w: f64) {
 }
 
 /// a += s·b, entry by entry (b empty: nothing).
-fn add_scaled_into(a: &mut [f64], s: f64, b: &[f64]) {
+pub(crate) fn add_scaled_into(a: &mut [f64], s: f64, b: &[f64]) {
     if s != 0.0 {
         a.iter_mut().zip(b).for_each(|(x, y)| *x += s * y);
     }

@@ -45,6 +45,8 @@ use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, SolveMode, StepCho
 use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
 use crate::time::{TimeHistory, TimeLayout, merge_bars, scale_bars};
 
+mod second_order;
+
 fn setup(msg: impl Into<String>) -> RunError {
     RunError::Setup(msg.into())
 }

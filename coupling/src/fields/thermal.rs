@@ -76,6 +76,9 @@ pub struct ThermalField {
     cg_rel_tol: f64,
     /// The time stepping, when the field is stepped in time.
     pub transient: Option<ThermalTransient>,
+    /// Whether the engine steps the field on a cycle, where its steady products serve each
+    /// state of the run.
+    stepped_on_cycle: bool,
 }
 
 struct Residual<'a> {
@@ -147,6 +150,7 @@ impl ThermalField {
             linear_choice: linear,
             cg_rel_tol: 1e-10,
             transient: None,
+            stepped_on_cycle: false,
         };
         // Start Newton from the boundary conditions' mean temperature, not 0 K: a T-dependent
         // conductivity may be unphysical far from its reference.
@@ -541,7 +545,7 @@ impl ThermalField {
 
     /// Refuse what the second-order products do not cover yet; the solved temperature.
     fn check_second_order(&self) -> Result<&[f64], RunError> {
-        if self.transient.is_some() {
+        if self.transient.is_some() && !self.stepped_on_cycle {
             return Err(RunError::Setup(
                 "thermal: the steady second-order products do not apply to a field stepped in time (its products run through the steps)"
                     .into(),
@@ -564,6 +568,30 @@ impl ThermalField {
         }
         d.coords = coordinates.to_vec();
         d
+    }
+
+    /// M(ρc) v over the nodes (ρc per volume element; the mass lumped as the run's is), zero
+    /// at the fixed nodes.
+    fn mass_product(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        let mut out = vec![0.0; self.model.n_nodes()];
+        let mut me = Vec::new();
+        for (e, &rc) in rho_c.iter().enumerate() {
+            let nodes = self.model.element_nodes(e);
+            let nn = nodes.len();
+            me.clear();
+            me.resize(nn * nn, 0.0);
+            self.model.element_mass_into(e, rc, tr.lumped(), &mut me);
+            for a in 0..nn {
+                out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
+            }
+        }
+        for (n, o) in out.iter_mut().enumerate() {
+            if self.model.dofs.unknown_of_node[n].is_none() {
+                *o = 0.0;
+            }
+        }
+        out
     }
 
     /// dR/dε at every node along `d` and the source tangent `dq` (per point; empty: zero).
@@ -1038,6 +1066,7 @@ impl Dynamic for ThermalField {
         newton_iterations: usize,
     ) -> Result<(), RunError> {
         let last = states.last().cloned().expect("the initial state at least");
+        self.stepped_on_cycle = true;
         let tr = self.transient.as_mut().expect("a transient field");
         tr.set_run(&self.model, times, states, newton_iterations)?;
         self.set_solution(last);
@@ -1046,25 +1075,24 @@ impl Dynamic for ThermalField {
 
     fn capacity_product(&self, v: &[f64]) -> Vec<f64> {
         let tr = self.transient.as_ref().expect("a transient field");
-        let rho_c = tr.heat_capacity_elem(&self.model);
-        let mut out = vec![0.0; self.model.n_nodes()];
-        let mut me = Vec::new();
-        for (e, &rc) in rho_c.iter().enumerate() {
-            let nodes = self.model.element_nodes(e);
-            let nn = nodes.len();
-            me.clear();
-            me.resize(nn * nn, 0.0);
-            self.model.element_mass_into(e, rc, tr.lumped(), &mut me);
-            for a in 0..nn {
-                out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
-            }
-        }
-        for (n, o) in out.iter_mut().enumerate() {
-            if self.model.dofs.unknown_of_node[n].is_none() {
-                *o = 0.0;
-            }
-        }
-        out
+        self.mass_product(&tr.heat_capacity_elem(&self.model), v)
+    }
+
+    fn covers_cycle_second_order(&self) -> bool {
+        true
+    }
+
+    fn capacity_tangent_product(&self, params: &Gradient, v: &[f64]) -> Result<Vec<f64>, RunError> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        let steady = gradfem_thermal::ThermalDirection::zeros(&self.model);
+        let d = tr.direction(&self.model, params, steady);
+        Ok(self.mass_product(&d.heat_capacity_elem, v))
+    }
+
+    fn initial_tangent(&self, params: &Gradient) -> Result<Vec<f64>, RunError> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        let d = tr.direction(&self.model, params, self.thermal_direction(params));
+        Ok(d.steady.temperature.iter().zip(&d.initial).map(|(a, b)| a + b).collect())
     }
 
     fn capacity_vjp(&self, mu: &[f64], w: &[f64], rev: &mut Reverse) -> Result<(), RunError> {
