@@ -1290,8 +1290,8 @@ impl Simulation {
     /// entries in its group's cell order); names left out are zero. For steady thermal,
     /// electro-thermal, linear thermo-elastic and finite-strain problems (through the load
     /// steps), a ρ(T) cycle solved monolithic or staggered, and problems in time (a ρ(T) cycle
-    /// stepped in time included); what is not covered (shape parameters through the steps of
-    /// a cycle) gives an error that says so.
+    /// stepped in time included), shape parameters included; what is not covered gives an
+    /// error that says so.
     pub fn hvp(&mut self, direction: &BTreeMap<String, Vec<f64>>) -> Result<Gradients, ApiError> {
         let reg = self.problem.registry();
         let mut dir = gradfem_solvers::params::Gradient::zeros(reg);

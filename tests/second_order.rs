@@ -675,9 +675,8 @@ fn electrothermal_hessian_vector_product_matches_differences_of_gradients() {
     assert_hvp_matches_differences_of_gradients(&mut sim, 3);
 }
 
-/// The microactuator's hot-arm width (a morph through I → Q → T → u) has its product (what is
-/// still refused, shape parameters through the steps of a cycle, is in
-/// `second_order_transient.rs`).
+/// The microactuator's hot-arm width (a morph through I → Q → T → u) has its product (the
+/// same in time, on the φ ⇄ T cycle too, is in `second_order_transient.rs`).
 #[test]
 fn the_hot_arm_width_has_a_hessian_vector_product() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));

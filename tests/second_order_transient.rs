@@ -8,9 +8,9 @@
 //! symmetry of the dense Hessian; the whole chain I → Q → T(t) → u(t) (the electrical field
 //! solved once, the mechanical field at every state) under every time rule, and finite strain
 //! following a temperature in time; the chain with ρ(T), whose φ ⇄ T cycle steps as one
-//! coupled solve per step, under every integrator and time rule, checkpointed and staggered;
-//! the Laplace posterior of a misfit in time; and what is not covered yet (node coordinates
-//! on a cycle in time) refused with a message.
+//! coupled solve per step, under every integrator and time rule, checkpointed, staggered and
+//! with every node coordinate; the Laplace posterior of a misfit in time; and what is not
+//! covered (node coordinates with a lumped mass) refused with a message.
 
 use std::collections::BTreeMap;
 
@@ -483,16 +483,50 @@ fn a_staggered_cycle_in_time_has_the_monolithic_products() {
     assert_rate_three(&mut stag, &dir, 0.05, "staggered");
 }
 
-/// What products through a cycle's steps do not cover yet is refused with a message naming
-/// it: node coordinates.
+/// Shape parameters through a cycle's steps: every node coordinate registered beside the
+/// chain's parameters, the mass moving with det J, under an integrator with an explicit share
+/// and one without; and H·δp against central differences of gradients, entry by entry.
+#[rstest]
+#[case::crank_nicolson_integral("objective = \"integral\"", "scheme = \"crank_nicolson\"")]
+#[case::bdf2_max("objective = \"max\"\nsharpness = 2.0", "scheme = \"bdf2\"")]
+fn the_chain_stepped_on_a_cycle_with_shape_passes_the_second_order_taylor_test(
+    #[case] rule: &str,
+    #[case] scheme: &str,
+) {
+    let mut sim = cycle_chain_with_coordinates(rule, &format!("{TIP}{HOT}"), scheme);
+    let d = moving_direction(&mut sim, 3, 2e-5);
+    assert_rate_three(&mut sim, &d, 0.05, rule);
+}
+
 #[test]
-fn shape_parameters_on_a_cycle_in_time_are_refused_with_a_message() {
-    let text = chain_text("objective = \"final\"", TIP, "scheme = \"bdf2\"")
+fn a_cycle_in_time_with_shape_has_the_hessian_vector_product_of_differences_of_gradients() {
+    let mut sim =
+        cycle_chain_with_coordinates("objective = \"integral\"", TIP, "scheme = \"bdf2\"");
+    let dir = moving_direction(&mut sim, 11, 2e-5);
+    assert_hvp_matches_differences(&mut sim, &dir);
+}
+
+/// [`cycle_chain`] with every node coordinate registered.
+fn cycle_chain_with_coordinates(rule: &str, objectives: &str, scheme: &str) -> Simulation {
+    let text = chain_text(rule, objectives, scheme)
+        .replace("sigma = 2.0e4", "sigma = 2.0e4\nalpha_r = 1.0e-3\nt_ref = 293.15")
+        .replace(
+            "\"thermal.rho_c.domain\"]",
+            "\"thermal.rho_c.domain\", \"electrical.alpha_r.domain\", \"mesh.coordinates\"]",
+        );
+    Simulation::from_toml("cycle.toml", &text).unwrap()
+}
+
+/// What products through a cycle's steps cannot do is refused with a message naming it: node
+/// coordinates with a lumped mass.
+#[test]
+fn shape_parameters_on_a_cycle_with_a_lumped_mass_are_refused_with_a_message() {
+    let text = chain_text("objective = \"final\"", TIP, "scheme = \"bdf2\"\nmass = \"lumped\"")
         .replace("sigma = 2.0e4", "sigma = 2.0e4\nalpha_r = 1.0e-3\nt_ref = 293.15")
         .replace("\"thermal.rho_c.domain\"]", "\"thermal.rho_c.domain\", \"mesh.coordinates\"]");
     let mut sim = Simulation::from_toml("cycle.toml", &text).unwrap();
     let e = sim.hvp(&BTreeMap::new()).unwrap_err().to_string();
-    assert!(e.contains("cycle") && e.contains("node coordinates"), "{e}");
+    assert!(e.contains("lumped") && e.contains("coordinate"), "{e}");
 }
 
 /// A direction over the registered parameters (scaled random entries) whose node

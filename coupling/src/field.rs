@@ -502,10 +502,32 @@ pub trait Dynamic {
         false
     }
 
-    /// (∂M/∂p δp) v over the state entries (zero where the state is prescribed): the capacity's
-    /// derivative along the parameter direction `params`, applied to `v`.
-    fn capacity_tangent_product(&self, params: &Gradient, v: &[f64]) -> Result<Vec<f64>, RunError> {
-        let _ = (params, v);
+    /// Ṁ v over the state entries (zero where the state is prescribed): the capacity's
+    /// derivative along the parameter direction `params` and the node coordinates' tangent
+    /// `coordinates` (empty: the nodes hold still), applied to `v`.
+    fn capacity_tangent_product(
+        &self,
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        v: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
+        let _ = (params, coordinates, v);
+        Err(RunError::Setup("this field has no second-order products in time on a cycle".into()))
+    }
+
+    /// With μ and w held: −d/dε[μᵀ (∂M/∂p) w] along `params` and the node coordinates' tangent
+    /// `coordinates` into `rev` (the derivative of [`capacity_vjp`](Self::capacity_vjp)'s
+    /// product; the capacity is linear in its own parameters, so only its node-coordinate
+    /// parts move).
+    fn capacity_second_order_vjp(
+        &self,
+        mu: &[f64],
+        w: &[f64],
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        rev: &mut Reverse,
+    ) -> Result<(), RunError> {
+        let _ = (mu, w, params, coordinates, rev);
         Err(RunError::Setup("this field has no second-order products in time on a cycle".into()))
     }
 

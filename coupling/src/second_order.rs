@@ -20,8 +20,8 @@
 //! stepped field has the tangent-linear model and second-order adjoint of its steps
 //! ([`crate::field::Dynamic::time_tangents`]), the stages solved once and the fields
 //! downstream of it (at every state) their steady products; a stepped field on a cycle has
-//! the engine's products through the cycle's steps (`crate::time_cycle`), without shape
-//! parameters so far. What is not covered is refused with a message naming what is missing.
+//! the engine's products through the cycle's steps (`crate::time_cycle`). What is not
+//! covered is refused with a message naming what is missing.
 
 use gradfem_solvers::params::{Gradient, ParamRegistry, ParamVector};
 use serde::Serialize;

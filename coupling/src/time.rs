@@ -551,8 +551,7 @@ impl CoupledProblem {
 
     /// What products through the steps of a cycle need (`crate::time_cycle`): the stepped
     /// field's capacity tangent, every cycle field's element-level form (the step Jacobian is
-    /// the monolithic one) and no derived output handed out of the cycle; node coordinates are
-    /// not covered there yet.
+    /// the monolithic one) and no derived output handed out of the cycle.
     fn second_order_on_cycle_support(&self, layout: &TimeLayout) -> Result<(), RunError> {
         let field = &self.fields()[layout.dynamic];
         if !field.dynamic().is_some_and(|d| d.covers_cycle_second_order()) {
@@ -572,14 +571,6 @@ impl CoupledProblem {
                     f.name()
                 )));
             }
-        }
-        if self.shape().is_active() {
-            return Err(setup(format!(
-                "Hessian-vector products in time on the {} cycle with respect to node \
-                 coordinates (shape parameters) are not available yet; register material, load \
-                 and boundary parameters",
-                names.join("-")
-            )));
         }
         let inside = |f: usize| layout.stage.contains(&f);
         if let Some(t) =

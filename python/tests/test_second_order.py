@@ -64,28 +64,19 @@ def test_transient_hvp_matches_differences_of_gradients(root):
     )
 
 
-def step_response_with_resistivity_of_t(root, register_morph):
-    """The microactuator's step response with ρ(T): the φ ⇄ T cycle stepped in time (10 BDF2
-    steps), the hot-arm-width morph registered or not."""
-    path = root / "examples" / "microactuator_step.toml"
-    text = path.read_text().replace(
-        "sigma = 5.0e4\nt_ref = 293.15", "sigma = 5.0e4\nalpha_r = 1.0e-3\nt_ref = 293.15"
-    ).replace("steps = 30", "steps = 10")
-    if not register_morph:
-        text = text.replace('    "morph.hot_arm_width",\n', "")
-    return gradfem.Problem.from_string(text, path)
-
-
 def test_cycle_in_time_hvp_matches_differences_of_gradients(root):
-    """Through the steps of the microactuator's φ ⇄ T cycle (ρc, the voltage, α, k, h)."""
-    assert_hvp_matches_differences_of_gradients(step_response_with_resistivity_of_t(root, False))
-
-
-def test_uncovered_problems_raise_a_clear_error(root):
-    """Shape parameters through the steps of a cycle have no products yet."""
-    p = step_response_with_resistivity_of_t(root, True)
-    with pytest.raises(gradfem.Error, match="cycle.*node coordinates"):
-        p.hvp({})
+    """Through the steps of the microactuator's φ ⇄ T cycle: its step response with ρ(T)
+    (10 BDF2 steps; ρc, the voltage, α, k and h). The hot-arm width is left out here: through
+    the morph, differences of gradients are limited by the solves' tolerance (its product
+    passes the second-order Taylor test in tests/second_order_transient.rs)."""
+    path = root / "examples" / "microactuator_step.toml"
+    text = (
+        path.read_text()
+        .replace("sigma = 5.0e4\nt_ref = 293.15", "sigma = 5.0e4\nalpha_r = 1.0e-3\nt_ref = 293.15")
+        .replace("steps = 30", "steps = 10")
+        .replace('    "morph.hot_arm_width",\n', "")
+    )
+    assert_hvp_matches_differences_of_gradients(gradfem.Problem.from_string(text, path))
 
 
 def test_scipy_second_order_method_with_exact_hessp(root):

@@ -570,6 +570,18 @@ impl ThermalField {
         d
     }
 
+    /// An error unless the mass is consistent: its node-coordinate products need it.
+    fn consistent_mass_with_coordinates(&self) -> Result<(), RunError> {
+        let tr = self.transient.as_ref().expect("a transient field");
+        if tr.lumped() {
+            return Err(RunError::Setup(
+                "transient: coordinate derivatives with a lumped mass matrix (use the consistent mass)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// M(ρc) v over the nodes (ρc per volume element; the mass lumped as the run's is), zero
     /// at the fixed nodes.
     fn mass_product(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
@@ -1082,11 +1094,95 @@ impl Dynamic for ThermalField {
         true
     }
 
-    fn capacity_tangent_product(&self, params: &Gradient, v: &[f64]) -> Result<Vec<f64>, RunError> {
+    fn capacity_tangent_product(
+        &self,
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        v: &[f64],
+    ) -> Result<Vec<f64>, RunError> {
         let tr = self.transient.as_ref().expect("a transient field");
         let steady = gradfem_thermal::ThermalDirection::zeros(&self.model);
         let d = tr.direction(&self.model, params, steady);
-        Ok(self.mass_product(&d.heat_capacity_elem, v))
+        let mut out = self.mass_product(&d.heat_capacity_elem, v);
+        if !coordinates.is_empty() {
+            // The mass moves with det J: δM_X v.
+            self.consistent_mass_with_coordinates()?;
+            let rho_c = tr.heat_capacity_elem(&self.model);
+            let mut local = [0.0; 3 * gradfem_thermal::model::MAX_NODES];
+            for (e, &rc) in rho_c.iter().enumerate() {
+                let nodes = self.model.element_nodes(e);
+                local[..nodes.len()].fill(0.0);
+                crate::fields::transient::mass_coordinate_jvp(
+                    &self.model,
+                    e,
+                    rc,
+                    coordinates,
+                    v,
+                    &mut local,
+                );
+                for (a, &node) in nodes.iter().enumerate() {
+                    if self.model.dofs.unknown_of_node[node].is_some() {
+                        out[node] += local[a];
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn capacity_second_order_vjp(
+        &self,
+        mu: &[f64],
+        w: &[f64],
+        params: &Gradient,
+        coordinates: &[[f64; 3]],
+        rev: &mut Reverse,
+    ) -> Result<(), RunError> {
+        if coordinates.is_empty() && !rev.wants_coordinates() {
+            // Linear in ρc, and nothing moves the nodes.
+            return Ok(());
+        }
+        self.consistent_mass_with_coordinates()?;
+        let tr = self.transient.as_ref().expect("a transient field");
+        let steady = gradfem_thermal::ThermalDirection::zeros(&self.model);
+        let d = tr.direction(&self.model, params, steady);
+        let rho_c = tr.heat_capacity_elem(&self.model);
+        let n = self.model.n_nodes();
+        let zero_x = vec![[0.0; 3]; n];
+        let dx = if coordinates.is_empty() { &zero_x[..] } else { coordinates };
+        let zeros = vec![0.0; n];
+        let mut per_region = vec![0.0; self.model.regions.len()];
+        let mut coords = rev.wants_coordinates().then(|| vec![[0.0; 3]; n]);
+        let mut local = [0.0; 3 * gradfem_thermal::model::MAX_NODES];
+        for (e, &rc) in rho_c.iter().enumerate() {
+            let nodes = self.model.element_nodes(e);
+            local[..3 * nodes.len()].fill(0.0);
+            let unit = crate::fields::transient::mass_coordinate_second_order(
+                &self.model,
+                e,
+                rc,
+                d.heat_capacity_elem[e],
+                mu,
+                &zeros,
+                w,
+                &zeros,
+                dx,
+                &mut local,
+            );
+            per_region[self.model.element_region(e)] += unit;
+            if let Some(c) = &mut coords {
+                for (a, &node) in nodes.iter().enumerate() {
+                    for i in 0..3 {
+                        c[node][i] += local[3 * a + i];
+                    }
+                }
+            }
+        }
+        tr.add_capacity_gradient(&per_region, rev);
+        if let Some(c) = &coords {
+            rev.add_coordinates(c, -1.0);
+        }
+        Ok(())
     }
 
     fn initial_tangent(&self, params: &Gradient) -> Result<Vec<f64>, RunError> {

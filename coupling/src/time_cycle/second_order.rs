@@ -8,7 +8,7 @@
 //!    other fields by their tangent-linear solves at it, in order), then per step one solve
 //!    with the step Jacobian Jₙ = ∂Gₙ/∂xⁿ (capacity included) refactored at xⁿ:
 //!    Jₙ δUⁿ = −[∂R/∂ε at the prescribed tangents + Ṁ wₙ + M (a₀δuⁿ_D + a₁δuⁿ⁻¹ +
-//!    a₂δuⁿ⁻²)/(θΔt) + (1 − θ)/θ dR_u/dε at xⁿ⁻¹], with Ṁ = (∂M/∂p) δp and
+//!    a₂δuⁿ⁻²)/(θΔt) + (1 − θ)/θ dR_u/dε at xⁿ⁻¹], with Ṁ = (∂M/∂p) δp + (∂M/∂X) δX and
 //!    wₙ = (a₀uⁿ + a₁uⁿ⁻¹ + a₂uⁿ⁻²)/(θΔt). The fields downstream are solved at every state for
 //!    their tangents and, in the same visit, their first- and second-order adjoints; δjₙ gives
 //!    the time rule's weight derivatives δwₙ.
@@ -19,7 +19,7 @@
 //!    states it reads what the first-order sweep leaves, with λ̇ₙ, plus −a₁,₂/(θΔt) Ṁ μₙ on
 //!    uⁿ⁻¹, uⁿ⁻² and, for θ < 1, the second-order products of R_u at xⁿ⁻¹ with
 //!    νₙ = (1 − θ)/θ μₙ. H·δp gathers −λ̇ᵀ ∂G/∂p, the products' parameter parts and
-//!    −μᵀ (∂M/∂p) δw, with δw the tangent of w.
+//!    −μᵀ (∂M/∂p) δw − μᵀ δ(∂M/∂p) w, with δw the tangent of w.
 //! 3. **The stages solved once** (upstream of the cycle): their first- and second-order
 //!    adjoints once, seeded by what the sweeps handed them over all states.
 //!
@@ -27,8 +27,8 @@
 //! staggered cycle this is the product of the converged steps (the staggered iteration's
 //! fixed point, to the cycle's tolerance). A run kept by checkpoints is stepped again once,
 //! its states kept for the duration of the product. The capacity's parameters (ρc) enter M
-//! linearly, so M has no second derivative along them; node coordinates are not covered
-//! (refused up front).
+//! linearly; with shape parameters M moves with det J (its coordinate products from the
+//! thermal steps' mass kernels, consistent mass only).
 
 use std::collections::BTreeMap;
 
@@ -188,6 +188,7 @@ impl CoupledProblem {
                     older.map(|o| &o[run.member].1[..]),
                     [&tan.state[d], &prev.state[d]],
                     older_tan,
+                    &tan.coordinates,
                 )?;
                 let mut rhs = Vec::new();
                 for &i in members {
@@ -253,6 +254,7 @@ impl CoupledProblem {
         u_older: Option<&[f64]>,
         du: [&[f64]; 2],
         du_older: Option<&[f64]>,
+        coordinates: &[[f64; 3]],
     ) -> Result<Vec<f64>, RunError> {
         let d = run.stepped;
         let [a0, a1, a2] = step.a;
@@ -268,7 +270,7 @@ impl CoupledProblem {
         let dynamic = self.fields()[d].dynamic().expect("stepped");
         let mut nodal = dynamic.capacity_product(&combine(du[0], du[1], du_older));
         let w = combine(u[0], u[1], u_older);
-        add_into(&mut nodal, &dynamic.capacity_tangent_product(dir, &w)?);
+        add_into(&mut nodal, &dynamic.capacity_tangent_product(dir, coordinates, &w)?);
         let kern = self.fields()[d].cell_kernels().expect("checked");
         Ok(kern.unknowns_adjoint(&nodal))
     }
@@ -429,13 +431,14 @@ impl CoupledProblem {
                 let s = self.second_order_seeds(members, &record, tan, dir, 0.0, second.grad)?;
                 merge_bars(&mut local2, &s);
                 let dynamic = self.fields()[d].dynamic().expect("stepped");
-                let m_dot_mu = dynamic.capacity_tangent_product(dir, &mu)?;
+                let m_dot_mu = dynamic.capacity_tangent_product(dir, &tan.coordinates, &mu)?;
                 add_scaled_into(&mut local2.state[d], -a0 * scale, &m_dot_mu);
                 self.absorb_internal_inputs(members, &mut local2, second.grad)?;
                 let lambda2 = self.monolithic_transposed_solve(members, &local2)?;
                 self.finish_cycle_adjoint(members, &lambda2, &mut local2, second.grad)?;
                 let mu2 = lambda2[d].clone().expect("the stepped field's adjoint");
-                // The capacity's parameters: −μ̇ᵀ(∂M/∂p)w − μᵀ(∂M/∂p)δw.
+                // The capacity's parameters: −μ̇ᵀ(∂M/∂p)w − μᵀ(∂M/∂p)δw − μᵀ δ(∂M/∂p) w (the
+                // last with moving nodes).
                 let dynamic = self.fields()[d].dynamic().expect("stepped");
                 let free = dynamic.capacity_product(&vec![1.0; mu.len()]);
                 let combine = |now: &[f64], prev: &[f64], older: Option<&[f64]>| -> Vec<f64> {
@@ -467,6 +470,13 @@ impl CoupledProblem {
                     let mut rev = Reverse { registry, shape, grad: &mut *second.grad };
                     dynamic.capacity_vjp(&mu2, &w_cap, &mut rev)?;
                     dynamic.capacity_vjp(&mu, &dw_cap, &mut rev)?;
+                    dynamic.capacity_second_order_vjp(
+                        &mu,
+                        &w_cap,
+                        dir,
+                        &tan.coordinates,
+                        &mut rev,
+                    )?;
                 }
                 // The history: ūⁿ⁻¹ −= a₁Mμ/(θΔt) (and δ of it: Mμ̇ + Ṁμ), uⁿ⁻² with a₂.
                 let m_mu = dynamic.capacity_product(&mu);
