@@ -108,8 +108,7 @@ enum Command {
         /// Also test the Hessian: the second-order Taylor test along the same direction, whose
         /// remainders |J(p + hδp) − J − h∇J·δp − ½h²δpᵀHδp| must fall at rate ≥ 2.9 (exact
         /// Hessian-vector products; steady thermal, electro-thermal, thermo-elastic and
-        /// finite-strain problems, and problems in time whose stepped field is not on a cycle,
-        /// so far).
+        /// finite-strain problems, and problems in time, a field stepped on a cycle included).
         #[arg(long)]
         second_order: bool,
     },
@@ -120,8 +119,7 @@ enum Command {
     /// deviations, correlations) beside the Gauss–Newton approximation; writes hessian.json
     /// and, for a misfit, posterior.png (marginals and pairwise ellipses); with `--direction`,
     /// one product instead. Steady thermal, electro-thermal, linear thermo-elastic and
-    /// finite-strain problems, and problems in time whose stepped field is not on a cycle,
-    /// so far.
+    /// finite-strain problems, and problems in time (a field stepped on a cycle included).
     Hessian {
         /// Problem file (TOML) with `[parameters] register`.
         file: PathBuf,

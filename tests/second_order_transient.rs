@@ -517,6 +517,41 @@ fn cycle_chain_with_coordinates(rule: &str, objectives: &str, scheme: &str) -> S
     Simulation::from_toml("cycle.toml", &text).unwrap()
 }
 
+/// The dense Hessian through a cycle's steps (Crank–Nicolson, so the explicit share's products
+/// count; ~100 entries, the per-element σ₀ among them) is symmetric: the engine's tangent-linear
+/// steps and its second-order adjoint are each other's transposes.
+#[test]
+fn the_dense_hessian_through_a_cycles_steps_is_symmetric() {
+    let mut sim = cycle_chain(
+        "objective = \"integral\"",
+        &format!("{TIP}{HOT}"),
+        "scheme = \"crank_nicolson\"",
+    );
+    let n = sim.parameter_vector().len();
+    assert!(n > 90, "{n} entries");
+    let h = sim.hessian().unwrap();
+    // In the parameters' own units, pᵢ Hᵢⱼ pⱼ: entries that vanish to round-off (the tip does
+    // not feel E under free expansion) are compared against the largest.
+    let p = sim.parameter_vector();
+    let s = |i: usize, j: usize| h[i * n + j] * p[i] * p[j];
+    let largest = (0..n * n).fold(0.0f64, |m, k| m.max(s(k / n, k % n).abs()));
+    let mut largest_off_diagonal = 0.0f64;
+    for i in 0..n {
+        for j in 0..i {
+            let (a, b) = (s(i, j), s(j, i));
+            largest_off_diagonal = largest_off_diagonal.max(a.abs());
+            let local = (s(i, i).abs() * s(j, j).abs()).sqrt().max(a.abs());
+            assert!(
+                (a - b).abs() <= 1e-8 * local + 1e-12 * largest,
+                "H[{i}][{j}] = {} but H[{j}][{i}] = {}",
+                h[i * n + j],
+                h[j * n + i]
+            );
+        }
+    }
+    assert!(largest_off_diagonal > 1e-6 * largest, "no coupling between the entries was tested");
+}
+
 /// What products through a cycle's steps cannot do is refused with a message naming it: node
 /// coordinates with a lumped mass.
 #[test]
