@@ -495,7 +495,8 @@ pub trait Dynamic {
 
     // ----- second order on a cycle ----------------------------------------------------------
 
-    /// Whether the field has [`capacity_tangent_product`](Self::capacity_tangent_product) and
+    /// Whether the field has [`capacity_tangent_product`](Self::capacity_tangent_product),
+    /// [`capacity_second_order_vjp`](Self::capacity_second_order_vjp) and
     /// [`initial_tangent`](Self::initial_tangent), which the engine's Hessian-vector products
     /// through the steps of a cycle need.
     fn covers_cycle_second_order(&self) -> bool {

@@ -696,12 +696,8 @@ impl CoupledProblem {
                 self.feed(i)?;
                 self.fields_mut()[i].solve(SolveMode::InCycle)?;
             }
-            for &i in members.iter().filter(|&&i| i != d).rev() {
-                let state_bar = std::mem::take(&mut local.state[i]);
-                let unknowns_bar = std::mem::take(&mut local.unknowns[i]);
-                let lambda = self.fields_mut()[i].adjoint_solve(&state_bar, &unknowns_bar)?;
-                self.accumulate_and_hand_back(i, &lambda, &state_bar, &mut local, grad, &[])?;
-            }
+            let others: Vec<usize> = members.iter().copied().filter(|&i| i != d).collect();
+            self.initial_state_adjoints(&others, &mut local, grad)?;
             let (registry, shape) = self.parts();
             let mut rev = Reverse { registry, shape, grad: &mut *grad };
             self.fields()[d].dynamic().expect("stepped").initial_vjp(&local.state[d], &mut rev);

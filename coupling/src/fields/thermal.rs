@@ -625,6 +625,15 @@ impl ThermalField {
     }
 }
 
+/// Add an element's coordinate derivatives (3 per local node) at its nodes.
+fn add_local_coordinates(c: &mut [[f64; 3]], nodes: &[usize], local: &[f64]) {
+    for (a, &node) in nodes.iter().enumerate() {
+        for i in 0..3 {
+            c[node][i] += local[3 * a + i];
+        }
+    }
+}
+
 fn add_into(acc: &mut [f64], v: &[f64]) {
     acc.iter_mut().zip(v).for_each(|(a, b)| *a += b);
 }
@@ -1171,11 +1180,7 @@ impl Dynamic for ThermalField {
             );
             per_region[self.model.element_region(e)] += unit;
             if let Some(c) = &mut coords {
-                for (a, &node) in nodes.iter().enumerate() {
-                    for i in 0..3 {
-                        c[node][i] += local[3 * a + i];
-                    }
-                }
+                add_local_coordinates(c, nodes, &local);
             }
         }
         tr.add_capacity_gradient(&per_region, rev);
@@ -1193,10 +1198,8 @@ impl Dynamic for ThermalField {
 
     fn capacity_vjp(&self, mu: &[f64], w: &[f64], rev: &mut Reverse) -> Result<(), RunError> {
         let tr = self.transient.as_ref().expect("a transient field");
-        if rev.wants_coordinates() && tr.lumped() {
-            return Err(RunError::Setup(
-                "transient: coordinate gradients with a lumped mass matrix (use the consistent mass)".into(),
-            ));
+        if rev.wants_coordinates() {
+            self.consistent_mass_with_coordinates()?;
         }
         let rho_c = tr.heat_capacity_elem(&self.model);
         let mut per_region = vec![0.0; self.model.regions.len()];
@@ -1218,11 +1221,7 @@ impl Dynamic for ThermalField {
             if let Some(c) = &mut coords {
                 let local =
                     crate::fields::transient::mass_coordinate_vjp(&self.model, e, rc, mu, w);
-                for (a, &node) in nodes.iter().enumerate() {
-                    for i in 0..3 {
-                        c[node][i] += local[3 * a + i];
-                    }
-                }
+                add_local_coordinates(c, nodes, &local);
             }
         }
         tr.add_capacity_gradient(&per_region, rev);

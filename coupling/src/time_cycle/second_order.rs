@@ -532,40 +532,14 @@ impl CoupledProblem {
                     self.feed(i)?;
                     self.fields_mut()[i].solve(SolveMode::InCycle)?;
                 }
-                let mut lambdas = vec![None; nf];
-                for &i in others.iter().rev() {
-                    let state_bar = std::mem::take(&mut local1.state[i]);
-                    let unknowns_bar = std::mem::take(&mut local1.unknowns[i]);
-                    let lambda = self.fields_mut()[i].adjoint_solve(&state_bar, &unknowns_bar)?;
-                    self.accumulate_and_hand_back(
-                        i,
-                        &lambda,
-                        &state_bar,
-                        &mut local1,
-                        first.grad,
-                        &[],
-                    )?;
-                    lambdas[i] = Some(lambda);
-                }
+                let lambdas = self.initial_state_adjoints(&others, &mut local1, first.grad)?;
                 let mut record = local1.record.take().expect("kept");
                 record.lambda = lambdas;
                 self.keep_outside_seeds(members, &record, &mut outside_y);
                 let s = self.second_order_seeds(&others, &record, tan, dir, 0.0, second.grad)?;
                 merge_bars(&mut local2, &s);
                 self.absorb_internal_inputs(members, &mut local2, second.grad)?;
-                for &i in others.iter().rev() {
-                    let state_bar = std::mem::take(&mut local2.state[i]);
-                    let unknowns_bar = std::mem::take(&mut local2.unknowns[i]);
-                    let lambda = self.fields_mut()[i].adjoint_solve(&state_bar, &unknowns_bar)?;
-                    self.accumulate_and_hand_back(
-                        i,
-                        &lambda,
-                        &state_bar,
-                        &mut local2,
-                        second.grad,
-                        &[],
-                    )?;
-                }
+                self.initial_state_adjoints(&others, &mut local2, second.grad)?;
                 let (registry, shape) = self.parts();
                 let mut rev = Reverse { registry, shape, grad: &mut *second.grad };
                 self.fields()[d]
@@ -623,6 +597,27 @@ impl CoupledProblem {
         merge_bars(&mut seeds2, &outside2);
         self.reverse_stage_list(&once, &mut seeds2, &mut hv, timings)?;
         Ok(hv)
+    }
+
+    /// The adjoints at the initial state of the cycle's fields other than the stepped one
+    /// (`others`, solved there in order): in reverse order, each its transposed solve for its
+    /// seeds in `bars` and its parameter products into `grad`, handing its inputs' seeds back.
+    /// Returns the adjoints by field index.
+    pub(super) fn initial_state_adjoints(
+        &mut self,
+        others: &[usize],
+        bars: &mut Bars,
+        grad: &mut Gradient,
+    ) -> Result<Vec<Option<Vec<f64>>>, RunError> {
+        let mut lambdas = vec![None; self.fields().len()];
+        for &i in others.iter().rev() {
+            let state_bar = std::mem::take(&mut bars.state[i]);
+            let unknowns_bar = std::mem::take(&mut bars.unknowns[i]);
+            let lambda = self.fields_mut()[i].adjoint_solve(&state_bar, &unknowns_bar)?;
+            self.accumulate_and_hand_back(i, &lambda, &state_bar, bars, grad, &[])?;
+            lambdas[i] = Some(lambda);
+        }
+        Ok(lambdas)
     }
 
     /// Add the seeds `record` holds for derived outputs of fields outside the cycle (handed
