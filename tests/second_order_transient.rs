@@ -851,6 +851,68 @@ fn newton_cg_identifies_conductivity_and_heat_capacity_from_a_temperature_histor
     assert!(png.starts_with(b"\x89PNG"));
 }
 
+/// Identification through the steps of a cycle: the bar with ρ(T) (the φ ⇄ T cycle stepped
+/// in time) at 2 V and the history of its tip deflection plus its current, synthetic from α_R = 1.5·10⁻³/K and k = 36 W/(m·K);
+/// fitted from α_R = 1·10⁻³/K and k = 30 by a misfit over time. Newton-CG with exact products
+/// through the cycle's steps reaches the values the history was made with, in fewer than half
+/// the objective evaluations of L-BFGS (9 against 23 when written).
+#[test]
+fn newton_cg_identifies_a_resistivity_coefficient_through_the_steps_of_a_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let measured = dir.path().join("tip_history.csv");
+    let text = |alpha_r: f64, k: f64, optimize: &str| -> String {
+        let text = chain_text(
+            &format!("objective = \"misfit\"\nmeasured = \"{}\"", measured.display()),
+            &format!("{TIP}{CURRENT_OUT}"),
+            "scheme = \"bdf2\"",
+        )
+        .replace("value = 0.5", "value = 2.0")
+        .replace("sigma = 2.0e4", &format!("sigma = 2.0e4\nalpha_r = {alpha_r:e}\nt_ref = 293.15"))
+        .replace("k = 30.0\nlaw", &format!("k = {k:e}\nlaw"));
+        let start = text.find("register = [").unwrap();
+        let end = start + text[start..].find(']').unwrap() + 1;
+        format!(
+            "{}register = [\"electrical.alpha_r.domain\", \"thermal.k.domain\"]{}\n{optimize}",
+            &text[..start],
+            &text[end..]
+        )
+    };
+    // The history at the true values (the misfit's own series is read only by the objective,
+    // so any file serves while the states are computed).
+    std::fs::write(&measured, "time_s,value\n0.05,0.0\n").unwrap();
+    let mut truth = Simulation::from_toml("truth.toml", &text(1.5e-3, 36.0, "")).unwrap();
+    let problem = truth.problem();
+    problem.solve().unwrap();
+    let values = problem.transient_state_values().unwrap();
+    let rows: String = values
+        .iter()
+        .enumerate()
+        .skip(1)
+        .map(|(n, v)| format!("{:.2},{v:.12e}\n", 0.05 * n as f64))
+        .collect();
+    std::fs::write(&measured, format!("time_s,value\n{rows}")).unwrap();
+    let run = |method: &str| -> serde_json::Value {
+        let file = dir.path().join(format!("{method}.toml"));
+        let optimize = format!("[optimize]\nmethod = \"{method}\"\ngtol = 1e-9\n");
+        std::fs::write(&file, text(1.0e-3, 30.0, &optimize)).unwrap();
+        gradfem_json(&["optimize"], &file, &dir.path().join(method))
+    };
+    let (lbfgs, newton) = (run("lbfgs"), run("newton-cg"));
+    let evaluations = |v: &serde_json::Value| v["evaluations"].as_u64().unwrap();
+    eprintln!("Newton-CG {} evaluations, L-BFGS {}", evaluations(&newton), evaluations(&lbfgs));
+    let value = |v: &serde_json::Value, name: &str| v["design"][name][0].as_f64().unwrap();
+    let (alpha_r, k) =
+        (value(&newton, "electrical.alpha_r.domain"), value(&newton, "thermal.k.domain"));
+    assert!((alpha_r / 1.5e-3 - 1.0).abs() < 1e-5, "α_R = {alpha_r}");
+    assert!((k / 36.0 - 1.0).abs() < 1e-5, "k = {k}");
+    assert!(
+        2 * evaluations(&newton) < evaluations(&lbfgs),
+        "Newton-CG {} evaluations, L-BFGS {}",
+        evaluations(&newton),
+        evaluations(&lbfgs)
+    );
+}
+
 /// Finite strain in time: the heated silicone strip of tests/transient_finite_strain.rs (the
 /// thermal field stepped, an Ogden strip held stretched by 20 % following at every state
 /// through its load steps), J a rule over the history of the pulling force.
