@@ -563,6 +563,12 @@ impl CoupledProblem {
         let names: Vec<&str> = layout.stage.iter().map(|&i| self.fields()[i].name()).collect();
         for &i in &layout.stage {
             let f = &self.fields()[i];
+            if f.second_order_ref().is_none() {
+                return Err(setup(format!(
+                    "the {} field has no second-order products yet",
+                    f.name()
+                )));
+            }
             if f.cell_kernels().is_none() {
                 return Err(setup(format!(
                     "Hessian-vector products in time on the {} cycle: the {} field has no \
