@@ -582,11 +582,10 @@ impl ThermalField {
         Ok(())
     }
 
-    /// M(ρc) v over the nodes (ρc per volume element; the mass lumped as the run's is), zero
-    /// at the fixed nodes.
-    fn mass_product(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+    /// `f(e, nodes, Mₑ)` for every volume element with its mass matrix Mₑ at ρc = `rho_c[e]`
+    /// (row-major; lumped as the run's is).
+    fn for_each_element_mass(&self, rho_c: &[f64], mut f: impl FnMut(usize, &[usize], &[f64])) {
         let tr = self.transient.as_ref().expect("a transient field");
-        let mut out = vec![0.0; self.model.n_nodes()];
         let mut me = Vec::new();
         for (e, &rc) in rho_c.iter().enumerate() {
             let nodes = self.model.element_nodes(e);
@@ -594,10 +593,19 @@ impl ThermalField {
             me.clear();
             me.resize(nn * nn, 0.0);
             self.model.element_mass_into(e, rc, tr.lumped(), &mut me);
+            f(e, nodes, &me);
+        }
+    }
+
+    /// M(ρc) v over the nodes (ρc per volume element), zero at the fixed nodes.
+    fn mass_product(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; self.model.n_nodes()];
+        self.for_each_element_mass(rho_c, |_, nodes, me| {
+            let nn = nodes.len();
             for a in 0..nn {
                 out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
             }
-        }
+        });
         for (n, o) in out.iter_mut().enumerate() {
             if self.model.dofs.unknown_of_node[n].is_none() {
                 *o = 0.0;
@@ -1204,13 +1212,9 @@ impl Dynamic for ThermalField {
         let rho_c = tr.heat_capacity_elem(&self.model);
         let mut per_region = vec![0.0; self.model.regions.len()];
         let mut coords = rev.wants_coordinates().then(|| vec![[0.0; 3]; self.model.n_nodes()]);
-        let mut me = Vec::new();
-        for (e, &rc) in rho_c.iter().enumerate() {
-            let nodes = self.model.element_nodes(e);
+        let unit = vec![1.0; rho_c.len()];
+        self.for_each_element_mass(&unit, |e, nodes, me| {
             let nn = nodes.len();
-            me.clear();
-            me.resize(nn * nn, 0.0);
-            self.model.element_mass_into(e, 1.0, tr.lumped(), &mut me);
             let mut s = 0.0;
             for a in 0..nn {
                 for b in 0..nn {
@@ -1220,10 +1224,10 @@ impl Dynamic for ThermalField {
             per_region[self.model.element_region(e)] += s;
             if let Some(c) = &mut coords {
                 let local =
-                    crate::fields::transient::mass_coordinate_vjp(&self.model, e, rc, mu, w);
+                    crate::fields::transient::mass_coordinate_vjp(&self.model, e, rho_c[e], mu, w);
                 add_local_coordinates(c, nodes, &local);
             }
-        }
+        });
         tr.add_capacity_gradient(&per_region, rev);
         if let Some(c) = &coords {
             rev.add_coordinates(c, -1.0);
