@@ -42,7 +42,7 @@ use crate::CycleScheme;
 use crate::cycle::TimeTerm;
 use crate::error::RunError;
 use crate::field::{CycleAdapt, CyclePlan, CycleStep, Reverse, SolveMode, StepChoice};
-use crate::problem::{Bars, CoupledProblem, GradientTimings, add_into};
+use crate::problem::{Bars, CoupledProblem, GradientTimings, ReverseRecord, add_into};
 use crate::time::{TimeHistory, TimeLayout, merge_bars, scale_bars};
 
 mod second_order;
@@ -126,7 +126,40 @@ fn time_term(
     TimeTerm { member, c0: a0 * scale, history, explicit }
 }
 
+/// (a₀xⁿ + a₁xⁿ⁻¹ + a₂xⁿ⁻²)/(θΔt) of `step` over a state (`now`, `prev`, and `older` for
+/// BDF2), zero where `free` (when given) is zero: the prescribed entries, where the couplings
+/// cancel (a₀ + a₁ + a₂ = 0).
+fn step_rate(
+    step: CycleStep,
+    now: &[f64],
+    prev: &[f64],
+    older: Option<&[f64]>,
+    free: Option<&[f64]>,
+) -> Vec<f64> {
+    let [a0, a1, a2] = step.a;
+    let scale = 1.0 / (step.theta * step.dt);
+    (0..now.len())
+        .map(|i| {
+            if free.is_some_and(|f| f[i] == 0.0) {
+                return 0.0;
+            }
+            let o = match older {
+                Some(o) if a2 != 0.0 => a2 * o[i],
+                _ => 0.0,
+            };
+            (a0 * now[i] + a1 * prev[i] + o) * scale
+        })
+        .collect()
+}
+
 impl CoupledProblem {
+    /// 1 at the stepped field `d`'s free state entries, 0 at its prescribed ones.
+    fn stepped_free_entries(&self, d: usize) -> Vec<f64> {
+        let f = &self.fields()[d];
+        let kern = f.cell_kernels().expect("a field stepped on a cycle has its element form");
+        kern.lambda_from_unknowns(&vec![1.0; f.cell_unknowns().len()])
+    }
+
     fn cycle_run(&self, layout: &TimeLayout) -> CycleRun {
         let members = layout.stage.clone();
         let member = members.iter().position(|&i| i == layout.dynamic).expect("on its cycle");
@@ -655,23 +688,17 @@ impl CoupledProblem {
             let mu = lambda[d].as_ref().expect("the stepped field's adjoint");
             // The capacity: −μᵀ(∂M/∂p)w, w = (a₀uⁿ + a₁uⁿ⁻¹ + a₂uⁿ⁻²)/(θΔt) (zero at prescribed
             // entries, where the couplings cancel: a₀ + a₁ + a₂ = 0).
-            let [a0, a1, a2] = step.a;
+            let [_, a1, a2] = step.a;
             let scale = 1.0 / (step.theta * step.dt);
+            let free = self.stepped_free_entries(d);
+            let w_cap = step_rate(
+                step,
+                &now[member].1,
+                &prev[member].1,
+                older.map(|o| &o[member].1[..]),
+                Some(&free),
+            );
             let dynamic = self.fields()[d].dynamic().expect("stepped");
-            let (un, u1) = (&now[member].1, &prev[member].1);
-            let free = dynamic.capacity_product(&vec![1.0; un.len()]);
-            let w_cap: Vec<f64> = (0..un.len())
-                .map(|i| {
-                    if free[i] == 0.0 {
-                        return 0.0;
-                    }
-                    let older = match older {
-                        Some(o) if a2 != 0.0 => a2 * o[member].1[i],
-                        _ => 0.0,
-                    };
-                    (a0 * un[i] + a1 * u1[i] + older) * scale
-                })
-                .collect();
             {
                 let (registry, shape) = self.parts();
                 let mut rev = Reverse { registry, shape, grad: &mut *grad };
@@ -719,7 +746,8 @@ impl CoupledProblem {
     /// The adjoint of a step's explicit share (1 − θ)/θ R_u(xᵐ) at state m = n − 1 for
     /// ν = (1 − θ)/θ μ: the seeds it leaves on state m (the field's own tangent, and through
     /// the transfers the states it reads), its parameter products, and the seeds of inputs fed
-    /// from outside the cycle (into `local`, on their way upstream).
+    /// from outside the cycle (into `local`, on their way upstream). Returns what a second-order
+    /// pass reads of it: ν and the seeds it put on derived outputs.
     #[allow(clippy::too_many_arguments)]
     fn explicit_share_adjoint(
         &mut self,
@@ -730,7 +758,7 @@ impl CoupledProblem {
         sizes: &[usize],
         local: &mut Bars,
         sweep: &mut Sweep,
-    ) -> Result<(), RunError> {
+    ) -> Result<ReverseRecord, RunError> {
         let (members, d) = (&run.members[..], run.stepped);
         self.place_cycle(members, state)?;
         let own = self.own_tangent_transpose(d, nu)?;
@@ -746,8 +774,19 @@ impl CoupledProblem {
             sweep.leave(m, k, sizes, &through.state[i], 1.0);
         }
         let mut handed = self.zero_bars();
+        handed.record = Some(ReverseRecord::new(self.fields().len(), self.transfers().len()));
         let zeros = vec![0.0; nu.len()];
         self.accumulate_and_hand_back(d, nu, &zeros, &mut handed, sweep.grad, members)?;
+        // What the second order reads: ν and the derived outputs' seeds it made, inside the
+        // cycle and handed out of it (different transfers).
+        let mut record = through.record.expect("kept with a parameter pass");
+        record.lambda[d] = Some(nu.to_vec());
+        let outside = handed.record.take().expect("kept");
+        for (slot, y) in record.y_bar.iter_mut().zip(outside.y_bar) {
+            if y.is_some() {
+                *slot = y;
+            }
+        }
         // Only fields upstream receive anything (inputs fed from outside the cycle).
         let merge = |into: &mut Vec<f64>, from: &[f64]| {
             if from.iter().any(|v| *v != 0.0) {
@@ -763,6 +802,6 @@ impl CoupledProblem {
                 merge(&mut local.inputs[f][p], x);
             }
         }
-        Ok(())
+        Ok(record)
     }
 }

@@ -34,7 +34,7 @@ use std::collections::BTreeMap;
 
 use gradfem_solvers::params::{Gradient, ParamVector};
 
-use super::{CycleRun, CycleState, Sweep, time_term};
+use super::{CycleRun, CycleState, Sweep, step_rate, time_term};
 use crate::error::RunError;
 use crate::field::{CyclePlan, Direction, Reverse, SolveMode};
 use crate::problem::{Bars, CoupledProblem, GradientTimings, ReverseRecord, add_into};
@@ -257,19 +257,9 @@ impl CoupledProblem {
         coordinates: &[[f64; 3]],
     ) -> Result<Vec<f64>, RunError> {
         let d = run.stepped;
-        let [a0, a1, a2] = step.a;
-        let scale = 1.0 / (step.theta * step.dt);
-        let combine = |now: &[f64], prev: &[f64], older: Option<&[f64]>| -> Vec<f64> {
-            let mut v: Vec<f64> =
-                now.iter().zip(prev).map(|(x, y)| (a0 * x + a1 * y) * scale).collect();
-            if let Some(o) = older.filter(|_| a2 != 0.0) {
-                add_scaled_into(&mut v, a2 * scale, o);
-            }
-            v
-        };
         let dynamic = self.fields()[d].dynamic().expect("stepped");
-        let mut nodal = dynamic.capacity_product(&combine(du[0], du[1], du_older));
-        let w = combine(u[0], u[1], u_older);
+        let mut nodal = dynamic.capacity_product(&step_rate(step, du[0], du[1], du_older, None));
+        let w = step_rate(step, u[0], u[1], u_older, None);
         add_into(&mut nodal, &dynamic.capacity_tangent_product(dir, coordinates, &w)?);
         let kern = self.fields()[d].cell_kernels().expect("checked");
         Ok(kern.unknowns_adjoint(&nodal))
@@ -370,6 +360,7 @@ impl CoupledProblem {
             grad: &mut hv,
             timings: &mut *timings,
         };
+        let free = self.stepped_free_entries(d);
         for n in (0..states.len()).rev() {
             gradfem_solvers::interrupt::check("second-order adjoint", || format!("state {n}"))?;
             let tan = &tans[n];
@@ -439,32 +430,21 @@ impl CoupledProblem {
                 let mu2 = lambda2[d].clone().expect("the stepped field's adjoint");
                 // The capacity's parameters: −μ̇ᵀ(∂M/∂p)w − μᵀ(∂M/∂p)δw − μᵀ δ(∂M/∂p) w (the
                 // last with moving nodes).
-                let dynamic = self.fields()[d].dynamic().expect("stepped");
-                let free = dynamic.capacity_product(&vec![1.0; mu.len()]);
-                let combine = |now: &[f64], prev: &[f64], older: Option<&[f64]>| -> Vec<f64> {
-                    (0..now.len())
-                        .map(|i| {
-                            if free[i] == 0.0 {
-                                return 0.0;
-                            }
-                            let o = match older {
-                                Some(o) if a2 != 0.0 => a2 * o[i],
-                                _ => 0.0,
-                            };
-                            (a0 * now[i] + a1 * prev[i] + o) * scale
-                        })
-                        .collect()
-                };
-                let w_cap = combine(
+                let w_cap = step_rate(
+                    step,
                     &states[n][member].1,
                     &states[n - 1][member].1,
                     older.map(|o| &o[member].1[..]),
+                    Some(&free),
                 );
-                let dw_cap = combine(
+                let dw_cap = step_rate(
+                    step,
                     &tan.state[d],
                     &tans[n - 1].state[d],
                     n.checked_sub(2).map(|m| &tans[m].state[d][..]),
+                    Some(&free),
                 );
+                let dynamic = self.fields()[d].dynamic().expect("stepped");
                 {
                     let (registry, shape) = self.parts();
                     let mut rev = Reverse { registry, shape, grad: &mut *second.grad };
@@ -493,7 +473,7 @@ impl CoupledProblem {
                     let nu: Vec<f64> = mu.iter().map(|v| c * v).collect();
                     let nu2: Vec<f64> = mu2.iter().map(|v| c * v).collect();
                     let prev = &states[n - 1];
-                    self.explicit_share_adjoint(
+                    let nu_record = self.explicit_share_adjoint(
                         run,
                         prev,
                         n - 1,
@@ -515,7 +495,7 @@ impl CoupledProblem {
                         run,
                         &tans[n - 1],
                         n - 1,
-                        &nu,
+                        &nu_record,
                         dir,
                         &sizes,
                         &mut local2,
@@ -641,17 +621,19 @@ impl CoupledProblem {
         }
     }
 
-    /// The second-order products of a step's explicit share (1 − θ)/θ R_u(xᵐ) at ν (the
-    /// first-order ν = (1 − θ)/θ μ of the step after state m) along the state's tangents
-    /// `tan`: what they leave on state m, their parameter parts, and the seeds of inputs fed
-    /// from outside the cycle (into `local`, on their way upstream).
+    /// The second-order products of a step's explicit share (1 − θ)/θ R_u(xᵐ) along the
+    /// state's tangents `tan`, at the first-order ν = (1 − θ)/θ μ of the step after state m as
+    /// `record` holds it (with the derived outputs' seeds ν made,
+    /// [`explicit_share_adjoint`](Self::explicit_share_adjoint)): what they leave on state m,
+    /// their parameter parts, and the seeds of inputs fed from outside the cycle (into
+    /// `local`, on their way upstream).
     #[allow(clippy::too_many_arguments)]
     fn explicit_share_second_order(
-        &mut self,
+        &self,
         run: &CycleRun,
         tan: &Tangents,
         m: usize,
-        nu: &[f64],
+        record: &ReverseRecord,
         dir: &Gradient,
         sizes: &[usize],
         local: &mut Bars,
@@ -659,25 +641,9 @@ impl CoupledProblem {
         outside_y: &mut [Option<Vec<f64>>],
     ) -> Result<(), RunError> {
         // (The state m is placed: the first-order share placed it.)
-        let (members, d) = (&run.members[..], run.stepped);
-        let nf = self.fields().len();
-        let mut lambda: Vec<Option<Vec<f64>>> = vec![None; nf];
-        lambda[d] = Some(nu.to_vec());
-        let mut scratch = Gradient::zeros(self.registry());
-        let through = {
-            let (registry, shape) = self.parts();
-            let mut rev = Reverse { registry, shape, grad: &mut scratch };
-            self.cycle_contributions(members, &lambda, Some(&mut rev), None)?
-        };
-        let mut record = through.record.expect("kept with a parameter pass");
-        record.lambda[d] = Some(nu.to_vec());
-        // The seeds ν hands inputs fed from outside, recorded for their second order.
-        let mut handed = self.zero_bars();
-        handed.record = Some(ReverseRecord::new(nf, self.transfers().len()));
-        let zeros = vec![0.0; nu.len()];
-        self.accumulate_and_hand_back(d, nu, &zeros, &mut handed, &mut scratch, members)?;
-        self.keep_outside_seeds(members, handed.record.as_ref().expect("kept"), outside_y);
-        let mut seeds = self.second_order_seeds(members, &record, tan, dir, 0.0, sweep.grad)?;
+        let members = &run.members[..];
+        self.keep_outside_seeds(members, record, outside_y);
+        let mut seeds = self.second_order_seeds(members, record, tan, dir, 0.0, sweep.grad)?;
         self.absorb_internal_inputs(members, &mut seeds, sweep.grad)?;
         for (k, &i) in members.iter().enumerate() {
             sweep.leave(m, k, sizes, &seeds.state[i], 1.0);
