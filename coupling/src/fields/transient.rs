@@ -940,6 +940,17 @@ fn unit_mass_form(
     x: &[f64],
     y: &[f64],
 ) -> f64 {
+    unit_mass_forms(p, masses, e, &[(x, y)])
+}
+
+/// Σ over the `pairs` (x, y) of xᵀ Mₑ y at ρc = 1: the element mass read (or formed) once for
+/// all of them.
+fn unit_mass_forms(
+    p: &TransientProblem,
+    masses: Option<&ElementMasses>,
+    e: usize,
+    pairs: &[(&[f64], &[f64])],
+) -> f64 {
     let nodes = p.model.element_nodes(e);
     let nn = nodes.len();
     let computed;
@@ -953,9 +964,11 @@ fn unit_mass_form(
         }
     };
     let mut s = 0.0;
-    for a in 0..nn {
-        let row: f64 = (0..nn).map(|b| me[a * nn + b] * y[nodes[b]]).sum();
-        s += x[nodes[a]] * row;
+    for &(x, y) in pairs {
+        for a in 0..nn {
+            let row: f64 = (0..nn).map(|b| me[a * nn + b] * y[nodes[b]]).sum();
+            s += x[nodes[a]] * row;
+        }
     }
     s
 }
@@ -997,19 +1010,38 @@ impl StepperParts {
             &model.element_dofs(),
         );
         let masses = ElementMasses::new(p);
-        let mut mass = pattern.new_matrix();
-        pattern.assemble_matrix_into(&mut mass, |e, me| {
-            if e >= model.n_volume_elements() {
-                return;
-            }
-            match &masses {
-                Some(m) => me.iter_mut().zip(m.of(e)).for_each(|(a, b)| *a += p.rho_c[e] * b),
-                None => p.element_mass(e, p.rho_c[e], me),
-            }
-        });
+        let mass = assemble_mass(p, &pattern, masses.as_ref(), &p.rho_c);
         let a = pattern.new_matrix();
         StepperParts { pattern, mass, masses, a, cache: Vec::new(), nonlinear: None }
     }
+
+    /// The mass matrix at the heat capacities `rho_c` (one per volume element), free rows and
+    /// columns: M(ρc) itself, or δM = M(δρc) along a direction (M is linear in ρc).
+    fn mass_at(&self, p: &TransientProblem, rho_c: &[f64]) -> CsrMatrix {
+        assemble_mass(p, &self.pattern, self.masses.as_ref(), rho_c)
+    }
+}
+
+/// Σₑ ρcₑ Mₑ over `pattern` (the kept unit element masses where there are, formed again
+/// where not).
+fn assemble_mass(
+    p: &TransientProblem,
+    pattern: &AssemblyPattern,
+    masses: Option<&ElementMasses>,
+    rho_c: &[f64],
+) -> CsrMatrix {
+    let n_vol = p.model.n_volume_elements();
+    let mut mass = pattern.new_matrix();
+    pattern.assemble_matrix_into(&mut mass, |e, me| {
+        if e >= n_vol || rho_c[e] == 0.0 {
+            return;
+        }
+        match masses {
+            Some(m) => me.iter_mut().zip(m.of(e)).for_each(|(a, b)| *a += rho_c[e] * b),
+            None => p.element_mass(e, rho_c[e], me),
+        }
+    });
+    mass
 }
 
 impl<'p> Stepper<'p> {

@@ -36,6 +36,8 @@
 //! has no coordinate products).
 
 use gradfem_kernel::{CoordinatePart, CoordinateRequest};
+use gradfem_solvers::sparse::CsrMatrix;
+use rayon::prelude::*;
 
 use crate::field::TimeTangents;
 use gradfem_thermal::model::MAX_NODES;
@@ -45,8 +47,8 @@ use gradfem_thermal::objective::{
 use gradfem_thermal::{ObjectiveTerm, ThermalDirection, ThermalModel, VjpRequest};
 
 use super::{
-    ElementMasses, MassKind, Stepper, Trajectory, TransientError, TransientGradient,
-    TransientProblem, mass_coordinate_jvp, mass_coordinate_second_order, sub_into, unit_mass_form,
+    MassKind, Stepper, Trajectory, TransientError, TransientGradient, TransientProblem,
+    mass_coordinate_jvp, mass_coordinate_second_order, sub_into, unit_mass_forms,
 };
 
 /// A parameter direction of a transient run.
@@ -110,34 +112,13 @@ impl TransientProblem {
         d
     }
 
-    /// M(ρc) v at every node (from the element masses; zero at fixed nodes).
-    fn mass_times(&self, masses: Option<&ElementMasses>, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+    /// δM v on the free nodes (unknown layout) for a nodal `v` that is zero at the fixed
+    /// nodes, with δM = M(δρc) assembled once per pass (`None`: the direction leaves ρc).
+    fn capacity_times(&self, dm: Option<&CsrMatrix>, v: &[f64]) -> Vec<f64> {
         let model = &self.model;
-        let mut out = vec![0.0; model.n_nodes()];
-        let mut me = Vec::new();
-        for (e, &rc) in rho_c.iter().enumerate() {
-            if rc == 0.0 {
-                continue;
-            }
-            let nodes = model.element_nodes(e);
-            let nn = nodes.len();
-            let m = match masses {
-                Some(m) => m.of(e),
-                None => {
-                    me.clear();
-                    me.resize(nn * nn, 0.0);
-                    self.element_mass(e, 1.0, &mut me);
-                    &me
-                }
-            };
-            for a in 0..nn {
-                out[nodes[a]] += rc * (0..nn).map(|b| m[a * nn + b] * v[nodes[b]]).sum::<f64>();
-            }
-        }
-        for (n, o) in out.iter_mut().enumerate() {
-            if model.dofs.unknown_of_node[n].is_none() {
-                *o = 0.0;
-            }
+        let mut out = vec![0.0; model.n_unknowns()];
+        if let Some(dm) = dm {
+            dm.mul_vec_into(&model.dofs.gather(v), &mut out);
         }
         out
     }
@@ -145,7 +126,6 @@ impl TransientProblem {
     /// (∂M/∂X δX) v at every node (zero at fixed nodes; every entry zero when the nodes hold
     /// still).
     fn mass_coordinate_times(&self, dx: &[[f64; 3]], v: &[f64]) -> Vec<f64> {
-        use rayon::prelude::*;
         let model = &self.model;
         let mut out = vec![0.0; model.n_nodes()];
         if dx.is_empty() {
@@ -218,6 +198,7 @@ impl TransientProblem {
         }
         let mut states = vec![first];
         let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
+        let d_mass = capacity.then(|| stepper.parts.mass_at(self, &dir.heat_capacity_elem));
         let moving = !dir.steady.coords.is_empty();
         let source = if moving && model.external_source().is_some() {
             Some(model.external_source_jvp_moving(&dir.external_source, &dir.steady.coords))
@@ -245,17 +226,17 @@ impl TransientProblem {
             if let Some(s) = &source {
                 f.iter_mut().zip(s).for_each(|(a, b)| *a += b);
             }
+            let mut dm_w = None;
             if capacity || moving {
                 let w = self.rate(k, &traj.temperatures);
-                if capacity {
-                    let dm_w =
-                        self.mass_times(stepper.parts.masses.as_ref(), &dir.heat_capacity_elem, &w);
-                    f.iter_mut().zip(&dm_w).for_each(|(a, b)| *a += b);
-                }
+                dm_w = capacity.then(|| self.capacity_times(d_mass.as_ref(), &w));
                 let dx_w = self.mass_coordinate_times(&dir.steady.coords, &w);
                 f.iter_mut().zip(&dx_w).for_each(|(a, b)| *a += b);
             }
             let mut rhs = model.dofs.gather(&f);
+            if let Some(dm_w) = &dm_w {
+                rhs.iter_mut().zip(dm_w).for_each(|(a, b)| *a += b);
+            }
             // M (a₁δU^k + a₂δU^{k−1})/Δt.
             let known: Vec<f64> = model
                 .dofs
@@ -354,6 +335,7 @@ impl TransientProblem {
         let first_adjoints =
             first_adjoints.filter(|a| a.len() == self.n_steps && a.iter().all(|m| m.len() == n_u));
         let capacity = dir.heat_capacity_elem.iter().any(|&v| v != 0.0);
+        let d_mass = capacity.then(|| stepper.parts.mass_at(self, &dir.heat_capacity_elem));
         let steady = want.conductivity || want.source || want.boundary || want.temperature;
         let moving = !dir.steady.coords.is_empty();
         let request = if want.coords { coords } else { CoordinateRequest::None };
@@ -479,16 +461,12 @@ impl TransientProblem {
             let (s1_t, s1_p, part1) = model.second_order_vjp(t1, &lambda1, dir1, request);
             part_acc.add_scaled(&part1, -1.0);
             // δM μ: the heat capacities' and the nodes' motion.
-            let mut dm_nodal = if capacity {
-                self.mass_times(stepper.parts.masses.as_ref(), &dir.heat_capacity_elem, &mu_nodal)
-            } else {
-                vec![0.0; model.n_nodes()]
-            };
+            let mut dm_mu = self.capacity_times(d_mass.as_ref(), &mu_nodal);
             if moving {
-                let dx_mu = self.mass_coordinate_times(&dir.steady.coords, &mu_nodal);
-                dm_nodal.iter_mut().zip(&dx_mu).for_each(|(a, b)| *a += b);
+                let dx_mu =
+                    model.dofs.gather(&self.mass_coordinate_times(&dir.steady.coords, &mu_nodal));
+                dm_mu.iter_mut().zip(&dx_mu).for_each(|(a, b)| *a += b);
             }
-            let dm_mu = model.dofs.gather(&dm_nodal);
             let s1 = model.dofs.gather(&s1_t);
             let mut d_mu: Vec<f64> =
                 (0..n_u).map(|i| d_bar[i] - s1[i] - a0 * dm_mu[i] / dt).collect();
@@ -521,14 +499,13 @@ impl TransientProblem {
             let w = self.rate(k, &traj.temperatures);
             let dw = self.rate(k, &tangents.states);
             let masses = stepper.parts.masses.as_ref();
-            for (e, hv_e) in hv.heat_capacity_elem.iter_mut().enumerate() {
-                *hv_e -= unit_mass_form(self, masses, e, &d_mu_nodal, &w)
-                    + unit_mass_form(self, masses, e, &mu_nodal, &dw);
-            }
+            let pairs: [(&[f64], &[f64]); 2] = [(&d_mu_nodal, &w), (&mu_nodal, &dw)];
+            hv.heat_capacity_elem.par_iter_mut().enumerate().for_each(|(e, hv_e)| {
+                *hv_e -= unit_mass_forms(self, masses, e, &pairs);
+            });
             if moving || want.coords {
                 // The mass's coordinate products, and its heat capacities' share with moving
                 // nodes.
-                use rayon::prelude::*;
                 let zero = vec![[0.0; 3]; model.n_nodes()];
                 let dx = if moving { dir.steady.coords.as_slice() } else { zero.as_slice() };
                 let per_elem: Vec<([f64; 3 * MAX_NODES], f64)> = (0..model.n_volume_elements())
