@@ -53,7 +53,28 @@ pub fn scatter_chunked(
     width: usize,
     compute: impl Fn(usize, &mut [f64]) + Sync,
 ) {
+    scatter_chunked_with_values(n_elements, offsets, nodes, out, width, None, |e, local| {
+        compute(e, local);
+        0.0
+    });
+}
+
+/// [`scatter_chunked`] where `compute` also returns one value per element, stored in
+/// `values[e]` when given (`values` has `n_elements` entries).
+pub fn scatter_chunked_with_values(
+    n_elements: usize,
+    offsets: &(impl RunStarts + ?Sized),
+    nodes: &[usize],
+    out: &mut [f64],
+    width: usize,
+    mut values: Option<&mut [f64]>,
+    compute: impl Fn(usize, &mut [f64]) -> f64 + Sync,
+) {
     const CHUNK: usize = 1 << 14;
+    if let Some(v) = &values {
+        assert_eq!(v.len(), n_elements, "one value per element");
+    }
+    let mut chunk_values: Vec<f64> = Vec::new();
     let mut buf: Vec<f64> = Vec::new();
     let mut start = 0;
     while start < n_elements {
@@ -67,7 +88,18 @@ pub fn scatter_chunked(
             slices.push((e, head));
             rest = tail;
         }
-        slices.par_iter_mut().for_each(|(e, s)| compute(*e, s));
+        match values.as_deref_mut() {
+            Some(v) => {
+                slices
+                    .par_iter_mut()
+                    .map(|(e, s)| compute(*e, s))
+                    .collect_into_vec(&mut chunk_values);
+                v[start..end].copy_from_slice(&chunk_values);
+            }
+            None => slices.par_iter_mut().for_each(|(e, s)| {
+                compute(*e, s);
+            }),
+        }
         for (e, s) in slices {
             for (a, &n) in nodes[offsets.start(e)..offsets.start(e + 1)].iter().enumerate() {
                 for k in 0..width {

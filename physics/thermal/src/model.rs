@@ -1579,9 +1579,10 @@ impl ThermalModel {
         }
     }
 
-    /// Per-node accumulation of per-element values, deterministic and bounded in memory
-    /// ([`gradfem_kernel::scatter_chunked`]).
-    pub(crate) fn scatter_chunked(
+    /// Per-node accumulation of per-element values over every element, deterministic and
+    /// bounded in memory ([`gradfem_kernel::scatter_chunked`]): `compute(e, local)` fills
+    /// `width` values per local node of element `e`, added into `out` (`width` per node).
+    pub fn scatter_chunked(
         &self,
         out: &mut [f64],
         width: usize,
@@ -1593,6 +1594,26 @@ impl ThermalModel {
             &self.elem_nodes,
             out,
             width,
+            compute,
+        );
+    }
+
+    /// [`scatter_chunked`](Self::scatter_chunked) where `compute` also returns a value per
+    /// element, stored in `values[e]` (`values` has [`n_elements`](Self::n_elements) entries).
+    pub fn scatter_chunked_with_values(
+        &self,
+        out: &mut [f64],
+        width: usize,
+        values: &mut [f64],
+        compute: impl Fn(usize, &mut [f64]) -> f64 + Sync,
+    ) {
+        gradfem_kernel::scatter_chunked_with_values(
+            self.n_elements(),
+            &self.elem_offsets,
+            &self.elem_nodes,
+            out,
+            width,
+            Some(values),
             compute,
         );
     }

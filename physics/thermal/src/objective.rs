@@ -146,35 +146,41 @@ fn integrate_with(
     // The per-element records are sized by the largest element of the group, so a Tet4 mesh
     // moves 80 bytes per element instead of room for 27 nodes.
     let widest = els.iter().map(|&e| model.element_nodes(e).len()).max().unwrap_or(0);
-    match widest {
-        0..=4 => integrate_sized::<4>(model, els, t, g, with_coords, curvature),
-        5..=8 => integrate_sized::<8>(model, els, t, g, with_coords, curvature),
-        9..=10 => integrate_sized::<10>(model, els, t, g, with_coords, curvature),
-        _ => integrate_sized::<MAX_NODES>(model, els, t, g, with_coords, curvature),
+    // The coordinate derivatives take room for NN nodes only when asked for.
+    match (widest, with_coords) {
+        (0..=4, false) => integrate_sized::<4, 0>(model, els, t, g, curvature),
+        (0..=4, true) => integrate_sized::<4, 4>(model, els, t, g, curvature),
+        (5..=8, false) => integrate_sized::<8, 0>(model, els, t, g, curvature),
+        (5..=8, true) => integrate_sized::<8, 8>(model, els, t, g, curvature),
+        (9..=10, false) => integrate_sized::<10, 0>(model, els, t, g, curvature),
+        (9..=10, true) => integrate_sized::<10, 10>(model, els, t, g, curvature),
+        (_, false) => integrate_sized::<MAX_NODES, 0>(model, els, t, g, curvature),
+        (_, true) => integrate_sized::<MAX_NODES, MAX_NODES>(model, els, t, g, curvature),
     }
 }
 
-/// [`integrate_with`] over elements of at most `NN` nodes.
-fn integrate_sized<const NN: usize>(
+/// [`integrate_with`] over elements of at most `NN` nodes, with the coordinate derivatives
+/// when `NX` = `NN` (none when `NX` = 0).
+fn integrate_sized<const NN: usize, const NX: usize>(
     model: &ThermalModel,
     els: &[usize],
     t: &[f64],
     g: &(dyn Fn(f64) -> (f64, f64) + Sync),
-    with_coords: bool,
     curvature: Option<Curvature>,
 ) -> (IntegralParts, Vec<f64>) {
     let n_nodes = model.n_nodes();
+    let with_coords = NX > 0;
     // Per element: value, volume, and per local node d/dT, the curvature, d/dX (value) and
-    // d/dX (volume). (No heap allocation per element without the coordinates.)
-    struct Local<const NN: usize> {
+    // d/dX (volume). (No heap allocation per element.)
+    struct Local<const NN: usize, const NX: usize> {
         value: f64,
         volume: f64,
         dt: [f64; NN],
         curvature: [f64; NN],
-        dx: Vec<[f64; 3]>,
-        dvx: Vec<[f64; 3]>,
+        dx: [[f64; 3]; NX],
+        dvx: [[f64; 3]; NX],
     }
-    let locals: Vec<Local<NN>> = els
+    let locals: Vec<Local<NN, NX>> = els
         .par_iter()
         .map(|&e| {
             let tab = model.element_table(e);
@@ -214,13 +220,11 @@ fn integrate_sized<const NN: usize>(
                     }
                 }
             }
-            let (mut dx, mut dvx) = (Vec::new(), Vec::new());
+            let (mut dx, mut dvx) = ([[0.0; 3]; NX], [[0.0; 3]; NX]);
             if with_coords {
                 // d(det J)/dX_bi = det J (∇N_b)ᵢ, and T at the quadrature points does not move.
                 let mut grads_buf = [[0.0; 3]; NN];
                 let grads = &mut grads_buf[..nn];
-                dx = vec![[0.0; 3]; nn];
-                dvx = vec![[0.0; 3]; nn];
                 for q in 0..tab.n_points() {
                     let det = geometry::physical_gradients_into(3, tab.grad(q), x, grads);
                     let w = tab.weights[q] * det;
@@ -759,83 +763,105 @@ fn integral_hessian_product(
     outer: Outer,
     closed_form: bool,
 ) -> (Vec<f64>, CoordinatePart) {
-    /// One element: S, V and their direction parts; per variable (nn temperatures, then the
-    /// coordinate picks) the gradient and the gradient's direction part of S and of V.
-    struct Local {
-        s: [f64; 2],
-        v: [f64; 2],
-        s_grad: Vec<[f64; 2]>,
-        v_grad: Vec<[f64; 2]>,
+    // Per variable of each element (nn temperatures, then the coordinate picks): the gradient
+    // and the gradient's direction part of S and of V, [S_z, S_zε, V_z, V_zε], in one flat
+    // array (no heap allocation per element).
+    let mut starts = Vec::with_capacity(els.len() + 1);
+    starts.push(0);
+    for &e in els {
+        let nodes = model.element_nodes(e);
+        starts.push(starts.last().unwrap() + nodes.len() + coords.n_picks(nodes));
+    }
+    let mut grads = vec![[0.0f64; 4]; *starts.last().unwrap()];
+    let mut slots: Vec<&mut [[f64; 4]]> = Vec::with_capacity(els.len());
+    let mut rest: &mut [[f64; 4]] = &mut grads;
+    for k in 0..els.len() {
+        let (head, tail) = rest.split_at_mut(starts[k + 1] - starts[k]);
+        slots.push(head);
+        rest = tail;
     }
     // Closed form: only w = w_q det J depends on X, and moves as w tr G along a motion with
     // gradient G (w (tr G_δ tr G_D − tr(G_D G_δ)) along two), so S = Σ w g(T_q), V = Σ w and
-    // their derivatives by T_a and by each pick D follow from g, g′, g″ at the points.
-    let closed = |e: usize| -> Local {
-        let tab = model.element_table(e);
-        let nodes = model.element_nodes(e);
-        let nn = nodes.len();
-        let x: Vec<[f64; 3]> = nodes.iter().map(|&n| model.coords[n]).collect();
-        let motion: Vec<[f64; 3]> = nodes.iter().map(|&n| dx[n]).collect();
-        let n_picks = coords.n_picks(nodes);
-        let picks = coords.moving_picks(nodes);
-        let mut local = Local {
-            s: [0.0; 2],
-            v: [0.0; 2],
-            s_grad: vec![[0.0; 2]; nn + n_picks],
-            v_grad: vec![[0.0; 2]; nn + n_picks],
+    // their derivatives by T_a and by each pick D follow from g, g′, g″ at the points. The
+    // moving picks' motions go to `motions` (reused by the elements of one thread's share).
+    let closed =
+        |e: usize, slot: &mut [[f64; 4]], motions: &mut Vec<(usize, [[f64; 3]; MAX_NODES])>| {
+            let tab = model.element_table(e);
+            let nodes = model.element_nodes(e);
+            let nn = nodes.len();
+            let x = model.element_coords(e);
+            let mut motion = [[0.0; 3]; MAX_NODES];
+            for (m, &n) in motion.iter_mut().zip(nodes) {
+                *m = dx[n];
+            }
+            motions.clear();
+            for k in (0..coords.n_picks(nodes)).filter(|&k| !coords.is_still(k, nodes)) {
+                let mut d = [[0.0; 3]; MAX_NODES];
+                for (a, da) in d.iter_mut().enumerate().take(nn) {
+                    *da = std::array::from_fn(|i| coords.seed(k, nodes, a, i));
+                }
+                motions.push((k, d));
+            }
+            let (mut s, mut v) = ([0.0; 2], [0.0; 2]);
+            let mut g = [[0.0; 3]; MAX_NODES];
+            for q in 0..tab.n_points() {
+                let det = gradfem_mesh::geometry::physical_gradients_into(
+                    3,
+                    tab.grad(q),
+                    &x[..nn],
+                    &mut g[..nn],
+                );
+                let w = det * tab.weights[q];
+                let n = tab.shape(q);
+                let (mut tq, mut dtq) = (0.0, 0.0);
+                for (a, &node) in nodes.iter().enumerate() {
+                    tq += t[node] * n[a];
+                    dtq += dt[node] * n[a];
+                }
+                let f = integrand.apply(num_dual::Dual2_64::new(tq, 1.0, 0.0));
+                let (g0, g1, g2) = (f.re, f.v1, f.v2);
+                let g_delta = gradfem_kernel::motion_gradient(&g[..nn], &motion[..nn]);
+                let tr_delta = gradfem_kernel::trace(&g_delta);
+                s[0] += w * g0;
+                s[1] += w * (g1 * dtq + tr_delta * g0);
+                v[0] += w;
+                v[1] += w * tr_delta;
+                for a in 0..nn {
+                    slot[a][0] += w * g1 * n[a];
+                    slot[a][1] += w * (g2 * dtq + tr_delta * g1) * n[a];
+                }
+                for (k, d) in motions.iter() {
+                    let g_d = gradfem_kernel::motion_gradient(&g[..nn], &d[..nn]);
+                    let tr_d = gradfem_kernel::trace(&g_d);
+                    let tr_dd = gradfem_kernel::trace(&gradfem_kernel::mat_mul(&g_d, &g_delta));
+                    let mixed = tr_delta * tr_d - tr_dd;
+                    let z = &mut slot[nn + k];
+                    z[0] += w * tr_d * g0;
+                    z[1] += w * (tr_d * g1 * dtq + mixed * g0);
+                    z[2] += w * tr_d;
+                    z[3] += w * mixed;
+                }
+            }
+            (s, v)
         };
-        let mut g = vec![[0.0; 3]; nn];
-        for q in 0..tab.n_points() {
-            let det = gradfem_mesh::geometry::physical_gradients_into(3, tab.grad(q), &x, &mut g);
-            let w = det * tab.weights[q];
-            let n = tab.shape(q);
-            let (mut tq, mut dtq) = (0.0, 0.0);
-            for (a, &node) in nodes.iter().enumerate() {
-                tq += t[node] * n[a];
-                dtq += dt[node] * n[a];
-            }
-            let f = integrand.apply(num_dual::Dual2_64::new(tq, 1.0, 0.0));
-            let (g0, g1, g2) = (f.re, f.v1, f.v2);
-            let g_delta = gradfem_kernel::motion_gradient(&g, &motion);
-            let tr_delta = gradfem_kernel::trace(&g_delta);
-            local.s[0] += w * g0;
-            local.s[1] += w * (g1 * dtq + tr_delta * g0);
-            local.v[0] += w;
-            local.v[1] += w * tr_delta;
-            for a in 0..nn {
-                local.s_grad[a][0] += w * g1 * n[a];
-                local.s_grad[a][1] += w * (g2 * dtq + tr_delta * g1) * n[a];
-            }
-            for (k, d) in &picks {
-                let (k, g_d) = (*k, gradfem_kernel::motion_gradient(&g, d));
-                let tr_d = gradfem_kernel::trace(&g_d);
-                let tr_dd = gradfem_kernel::trace(&gradfem_kernel::mat_mul(&g_d, &g_delta));
-                let mixed = tr_delta * tr_d - tr_dd;
-                local.s_grad[nn + k][0] += w * tr_d * g0;
-                local.s_grad[nn + k][1] += w * (tr_d * g1 * dtq + mixed * g0);
-                local.v_grad[nn + k][0] += w * tr_d;
-                local.v_grad[nn + k][1] += w * mixed;
-            }
-        }
-        local
-    };
-    let locals: Vec<Local> = els
-        .par_iter()
-        .map(|&e| {
+    let locals: Vec<([f64; 2], [f64; 2])> = slots
+        .into_par_iter()
+        .zip(els.par_iter())
+        .map_init(Vec::new, |motions, (slot, &e)| {
             if closed_form {
-                return closed(e);
+                return closed(e, slot, motions);
             }
             let tab = model.element_table(e);
             let nodes = model.element_nodes(e);
             let nn = nodes.len();
-            let mut grads = vec![[HyperDual64::from(0.0); 3]; nn];
+            let mut grads = [[HyperDual64::from(0.0); 3]; MAX_NODES];
             let mut pass = |pick: usize| -> (HyperDual64, HyperDual64) {
                 let seed = |var: usize| if var == pick { 1.0 } else { 0.0 };
                 let x =
                     hyper_dual_coordinates(&model.coords, nodes, dx, coords, pick.checked_sub(nn));
                 let (mut s, mut v) = (HyperDual64::from(0.0), HyperDual64::from(0.0));
                 for q in 0..tab.n_points() {
-                    let det = generic::physical_gradients(tab.grad(q), &x, &mut grads);
+                    let det = generic::physical_gradients(tab.grad(q), &x, &mut grads[..nn]);
                     let w = det * tab.weights[q];
                     let n = tab.shape(q);
                     let mut tq = HyperDual64::from(0.0);
@@ -847,52 +873,44 @@ fn integral_hessian_product(
                 }
                 (s, v)
             };
-            let n_vars = nn + coords.n_picks(nodes);
-            let mut local = Local {
-                s: [0.0; 2],
-                v: [0.0; 2],
-                s_grad: Vec::with_capacity(n_vars),
-                v_grad: Vec::with_capacity(n_vars),
-            };
-            for pick in 0..n_vars {
+            let (mut s_out, mut v_out) = ([0.0; 2], [0.0; 2]);
+            for (pick, z) in slot.iter_mut().enumerate() {
                 // (The temperature picks come first and set S and V.)
                 if pick >= nn && coords.is_still(pick - nn, nodes) {
-                    local.s_grad.push([0.0; 2]);
-                    local.v_grad.push([0.0; 2]);
                     continue;
                 }
                 let (s, v) = pass(pick);
-                local.s = [s.re, s.eps1];
-                local.v = [v.re, v.eps1];
-                local.s_grad.push([s.eps2, s.eps1eps2]);
-                local.v_grad.push([v.eps2, v.eps1eps2]);
+                s_out = [s.re, s.eps1];
+                v_out = [v.re, v.eps1];
+                *z = [s.eps2, s.eps1eps2, v.eps2, v.eps1eps2];
             }
-            local
+            (s_out, v_out)
         })
         .collect();
     let (mut s, mut v) = ([0.0; 2], [0.0; 2]);
-    for l in &locals {
+    for (ls, lv) in &locals {
         for k in 0..2 {
-            s[k] += l.s[k];
-            v[k] += l.v[k];
+            s[k] += ls[k];
+            v[k] += lv[k];
         }
     }
     let [f_s, f_v, f_ss, f_sv, f_vv] = outer.derivatives(s[0], v[0]);
     // d/dε ∂F/∂z = F_S S_zε + F_V V_zε + (F_SS dS + F_SV dV) S_z + (F_SV dS + F_VV dV) V_z.
     let (a_s, a_v) = (f_ss * s[1] + f_sv * v[1], f_sv * s[1] + f_vv * v[1]);
-    let combine =
-        |sg: [f64; 2], vg: [f64; 2]| f_s * sg[1] + f_v * vg[1] + a_s * sg[0] + a_v * vg[0];
+    let combine = |z: [f64; 4]| f_s * z[1] + f_v * z[3] + a_s * z[0] + a_v * z[2];
     let mut out_t = vec![0.0; model.n_nodes()];
     let mut out_x = CoordinatePart::zeros(coords, model.n_nodes());
     // Summed in element order: the result does not depend on the thread count.
-    for (l, &e) in locals.iter().zip(els) {
+    let mut picks = Vec::new();
+    for (k, &e) in els.iter().enumerate() {
         let nodes = model.element_nodes(e);
         let nn = nodes.len();
+        let element = &grads[starts[k]..starts[k + 1]];
         for (a, &n) in nodes.iter().enumerate() {
-            out_t[n] += combine(l.s_grad[a], l.v_grad[a]);
+            out_t[n] += combine(element[a]);
         }
-        let picks: Vec<f64> =
-            (nn..l.s_grad.len()).map(|k| combine(l.s_grad[k], l.v_grad[k])).collect();
+        picks.clear();
+        picks.extend(element[nn..].iter().map(|&z| combine(z)));
         out_x.add_element(nodes, &picks);
     }
     (out_t, out_x)

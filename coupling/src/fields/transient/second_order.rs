@@ -40,7 +40,6 @@ use gradfem_solvers::sparse::CsrMatrix;
 use rayon::prelude::*;
 
 use crate::field::TimeTangents;
-use gradfem_thermal::model::MAX_NODES;
 use gradfem_thermal::objective::{
     ObjectiveEval, evaluate, hessian_product, hessian_product_with_coords,
 };
@@ -131,22 +130,12 @@ impl TransientProblem {
         if dx.is_empty() {
             return out;
         }
-        let locals: Vec<[f64; MAX_NODES]> = (0..self.rho_c.len())
-            .into_par_iter()
-            .map(|e| {
-                let mut local = [0.0; MAX_NODES];
-                if self.rho_c[e] != 0.0 {
-                    mass_coordinate_jvp(model, e, self.rho_c[e], dx, v, &mut local);
-                }
-                local
-            })
-            .collect();
-        // Summed in element order: the result does not depend on the thread count.
-        for (e, local) in locals.iter().enumerate() {
-            for (&node, l) in model.element_nodes(e).iter().zip(local) {
-                out[node] += l;
+        let n_vol = self.rho_c.len();
+        model.scatter_chunked(&mut out, 1, |e, local| {
+            if e < n_vol && self.rho_c[e] != 0.0 {
+                mass_coordinate_jvp(model, e, self.rho_c[e], dx, v, local);
             }
-        }
+        });
         for (n, o) in out.iter_mut().enumerate() {
             if model.dofs.unknown_of_node[n].is_none() {
                 *o = 0.0;
@@ -508,32 +497,31 @@ impl TransientProblem {
                 // nodes.
                 let zero = vec![[0.0; 3]; model.n_nodes()];
                 let dx = if moving { dir.steady.coords.as_slice() } else { zero.as_slice() };
-                let per_elem: Vec<([f64; 3 * MAX_NODES], f64)> = (0..model.n_volume_elements())
-                    .into_par_iter()
-                    .map(|e| {
-                        let mut local = [0.0; 3 * MAX_NODES];
-                        let unit = mass_coordinate_second_order(
-                            model,
-                            e,
-                            self.rho_c[e],
-                            dir.heat_capacity_elem[e],
-                            &mu_nodal,
-                            &d_mu_nodal,
-                            &w,
-                            &dw,
-                            dx,
-                            &mut local,
-                        );
-                        (local, unit)
-                    })
-                    .collect();
-                for (e, (local, unit)) in per_elem.iter().enumerate() {
-                    hv.heat_capacity_elem[e] -= unit;
-                    if let Some(c) = &mut hv.coords {
-                        for (a, &node) in model.element_nodes(e).iter().enumerate() {
-                            for i in 0..3 {
-                                c[node][i] -= local[3 * a + i];
-                            }
+                let n_vol = model.n_volume_elements();
+                let mut nodal = vec![0.0; 3 * model.n_nodes()];
+                let mut units = vec![0.0; model.n_elements()];
+                model.scatter_chunked_with_values(&mut nodal, 3, &mut units, |e, local| {
+                    if e >= n_vol {
+                        return 0.0;
+                    }
+                    mass_coordinate_second_order(
+                        model,
+                        e,
+                        self.rho_c[e],
+                        dir.heat_capacity_elem[e],
+                        &mu_nodal,
+                        &d_mu_nodal,
+                        &w,
+                        &dw,
+                        dx,
+                        local,
+                    )
+                });
+                sub_into(&mut hv.heat_capacity_elem, &units[..n_vol]);
+                if let Some(c) = &mut hv.coords {
+                    for (cn, l) in c.iter_mut().zip(nodal.chunks_exact(3)) {
+                        for i in 0..3 {
+                            cn[i] -= l[i];
                         }
                     }
                 }
