@@ -18,7 +18,9 @@ use gradfem_solvers::linear::{CholeskySolver, LinearSolver};
 use gradfem_solvers::newton::{NewtonInfo, NewtonParams, NonlinearProblem, newton};
 use gradfem_solvers::params::{Gradient, ParamId, ParamKind, ParamRegistry, ParamSpec};
 use gradfem_solvers::sparse::CsrMatrix;
+use gradfem_thermal::model::MAX_NODES;
 use gradfem_thermal::{BcKind, BcSpec, ObjectiveEval, ObjectiveTerm, RegionSpec, ThermalModel};
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::cell::CellKernels;
@@ -582,29 +584,35 @@ impl ThermalField {
         Ok(())
     }
 
-    /// `f(e, nodes, Mₑ)` for every volume element with its mass matrix Mₑ at ρc = `rho_c[e]`
-    /// (row-major; lumped as the run's is).
-    fn for_each_element_mass(&self, rho_c: &[f64], mut f: impl FnMut(usize, &[usize], &[f64])) {
+    /// Σₑ (Mₑ(ρcₑ) v + `extra`(e)) over the volume elements, per node and zero at the fixed
+    /// nodes, in parallel and in element order (the result does not depend on the thread
+    /// count). Mₑ at ρc = `rho_c[e]` (lumped as the run's is; skipped where ρcₑ = 0);
+    /// `extra(e, local)` adds one value per local node.
+    fn mass_product_with(
+        &self,
+        rho_c: &[f64],
+        v: &[f64],
+        extra: impl Fn(usize, &mut [f64]) + Sync,
+    ) -> Vec<f64> {
         let tr = self.transient.as_ref().expect("a transient field");
-        let mut me = Vec::new();
-        for (e, &rc) in rho_c.iter().enumerate() {
-            let nodes = self.model.element_nodes(e);
-            let nn = nodes.len();
-            me.clear();
-            me.resize(nn * nn, 0.0);
-            self.model.element_mass_into(e, rc, tr.lumped(), &mut me);
-            f(e, nodes, &me);
-        }
-    }
-
-    /// M(ρc) v over the nodes (ρc per volume element), zero at the fixed nodes.
-    fn mass_product(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
-        let mut out = vec![0.0; self.model.n_nodes()];
-        self.for_each_element_mass(rho_c, |_, nodes, me| {
-            let nn = nodes.len();
-            for a in 0..nn {
-                out[nodes[a]] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
+        let lumped = tr.lumped();
+        let n_vol = rho_c.len();
+        let model = &self.model;
+        let mut out = vec![0.0; model.n_nodes()];
+        model.scatter_chunked(&mut out, 1, |e, local| {
+            if e >= n_vol {
+                return;
             }
+            if rho_c[e] != 0.0 {
+                let nodes = model.element_nodes(e);
+                let nn = nodes.len();
+                let mut me = [0.0; MAX_NODES * MAX_NODES];
+                model.element_mass_into(e, rho_c[e], lumped, &mut me[..nn * nn]);
+                for a in 0..nn {
+                    local[a] += (0..nn).map(|b| me[a * nn + b] * v[nodes[b]]).sum::<f64>();
+                }
+            }
+            extra(e, local);
         });
         for (n, o) in out.iter_mut().enumerate() {
             if self.model.dofs.unknown_of_node[n].is_none() {
@@ -612,6 +620,45 @@ impl ThermalField {
             }
         }
         out
+    }
+
+    /// M(ρc) v over the nodes (ρc per volume element), zero at the fixed nodes.
+    fn mass_product(&self, rho_c: &[f64], v: &[f64]) -> Vec<f64> {
+        self.mass_product_with(rho_c, v, |_, _| {})
+    }
+
+    /// Per volume element, `unit(e)` and (when `coords` is given) the 3 values per local node
+    /// `local(e, ·)` adds, summed into `coords` in element order: the element forms of the
+    /// capacity's parameter products, in parallel. Returns the `unit` values per region.
+    fn capacity_element_pass(
+        &self,
+        n_vol: usize,
+        coords: Option<&mut Vec<[f64; 3]>>,
+        per_element: impl Fn(usize, Option<&mut [f64]>) -> f64 + Sync,
+    ) -> Vec<f64> {
+        let mut units = vec![0.0; self.model.n_elements()];
+        match coords {
+            Some(c) => {
+                let mut nodal = vec![0.0; 3 * self.model.n_nodes()];
+                self.model.scatter_chunked_with_values(&mut nodal, 3, &mut units, |e, local| {
+                    if e < n_vol { per_element(e, Some(local)) } else { 0.0 }
+                });
+                for (cn, l) in c.iter_mut().zip(nodal.chunks_exact(3)) {
+                    for i in 0..3 {
+                        cn[i] += l[i];
+                    }
+                }
+            }
+            None => units[..n_vol]
+                .par_iter_mut()
+                .enumerate()
+                .for_each(|(e, u)| *u = per_element(e, None)),
+        }
+        let mut per_region = vec![0.0; self.model.regions.len()];
+        for (e, u) in units[..n_vol].iter().enumerate() {
+            per_region[self.model.element_region(e)] += u;
+        }
+        per_region
     }
 
     /// dR/dε at every node along `d` and the source tangent `dq` (per point; empty: zero).
@@ -630,15 +677,6 @@ impl ThermalField {
             }
         }
         jvp
-    }
-}
-
-/// Add an element's coordinate derivatives (3 per local node) at its nodes.
-fn add_local_coordinates(c: &mut [[f64; 3]], nodes: &[usize], local: &[f64]) {
-    for (a, &node) in nodes.iter().enumerate() {
-        for i in 0..3 {
-            c[node][i] += local[3 * a + i];
-        }
     }
 }
 
@@ -1120,30 +1158,23 @@ impl Dynamic for ThermalField {
         let tr = self.transient.as_ref().expect("a transient field");
         let steady = gradfem_thermal::ThermalDirection::zeros(&self.model);
         let d = tr.direction(&self.model, params, steady);
-        let mut out = self.mass_product(&d.heat_capacity_elem, v);
-        if !coordinates.is_empty() {
-            // The mass moves with det J: δM_X v.
-            self.consistent_mass_with_coordinates()?;
-            let rho_c = tr.heat_capacity_elem(&self.model);
-            let mut local = [0.0; 3 * gradfem_thermal::model::MAX_NODES];
-            for (e, &rc) in rho_c.iter().enumerate() {
-                let nodes = self.model.element_nodes(e);
-                local[..nodes.len()].fill(0.0);
-                crate::fields::transient::mass_coordinate_jvp(
-                    &self.model,
-                    e,
-                    rc,
-                    coordinates,
-                    v,
-                    &mut local,
-                );
-                for (a, &node) in nodes.iter().enumerate() {
-                    if self.model.dofs.unknown_of_node[node].is_some() {
-                        out[node] += local[a];
-                    }
-                }
-            }
+        if coordinates.is_empty() {
+            return Ok(self.mass_product(&d.heat_capacity_elem, v));
         }
+        let model = &self.model;
+        // The mass moves with det J: δM_X v, in the same pass.
+        self.consistent_mass_with_coordinates()?;
+        let rho_c = tr.heat_capacity_elem(&self.model);
+        let out = self.mass_product_with(&d.heat_capacity_elem, v, |e, local| {
+            crate::fields::transient::mass_coordinate_jvp(
+                model,
+                e,
+                rho_c[e],
+                coordinates,
+                v,
+                local,
+            );
+        });
         Ok(out)
     }
 
@@ -1167,30 +1198,24 @@ impl Dynamic for ThermalField {
         let n = self.model.n_nodes();
         let zero_x = vec![[0.0; 3]; n];
         let dx = if coordinates.is_empty() { &zero_x[..] } else { coordinates };
+        let model = &self.model;
         let zeros = vec![0.0; n];
-        let mut per_region = vec![0.0; self.model.regions.len()];
         let mut coords = rev.wants_coordinates().then(|| vec![[0.0; 3]; n]);
-        let mut local = [0.0; 3 * gradfem_thermal::model::MAX_NODES];
-        for (e, &rc) in rho_c.iter().enumerate() {
-            let nodes = self.model.element_nodes(e);
-            local[..3 * nodes.len()].fill(0.0);
-            let unit = crate::fields::transient::mass_coordinate_second_order(
-                &self.model,
+        let per_region = self.capacity_element_pass(rho_c.len(), coords.as_mut(), |e, local| {
+            let mut scratch = [0.0; 3 * MAX_NODES];
+            crate::fields::transient::mass_coordinate_second_order(
+                model,
                 e,
-                rc,
+                rho_c[e],
                 d.heat_capacity_elem[e],
                 mu,
                 &zeros,
                 w,
                 &zeros,
                 dx,
-                &mut local,
-            );
-            per_region[self.model.element_region(e)] += unit;
-            if let Some(c) = &mut coords {
-                add_local_coordinates(c, nodes, &local);
-            }
-        }
+                local.unwrap_or(&mut scratch),
+            )
+        });
         tr.add_capacity_gradient(&per_region, rev);
         if let Some(c) = &coords {
             rev.add_coordinates(c, -1.0);
@@ -1210,23 +1235,25 @@ impl Dynamic for ThermalField {
             self.consistent_mass_with_coordinates()?;
         }
         let rho_c = tr.heat_capacity_elem(&self.model);
-        let mut per_region = vec![0.0; self.model.regions.len()];
+        let model = &self.model;
+        let lumped = tr.lumped();
         let mut coords = rev.wants_coordinates().then(|| vec![[0.0; 3]; self.model.n_nodes()]);
-        let unit = vec![1.0; rho_c.len()];
-        self.for_each_element_mass(&unit, |e, nodes, me| {
+        let per_region = self.capacity_element_pass(rho_c.len(), coords.as_mut(), |e, local| {
+            let nodes = model.element_nodes(e);
             let nn = nodes.len();
+            let mut me = [0.0; MAX_NODES * MAX_NODES];
+            model.element_mass_into(e, 1.0, lumped, &mut me[..nn * nn]);
             let mut s = 0.0;
             for a in 0..nn {
                 for b in 0..nn {
                     s += mu[nodes[a]] * me[a * nn + b] * w[nodes[b]];
                 }
             }
-            per_region[self.model.element_region(e)] += s;
-            if let Some(c) = &mut coords {
-                let local =
-                    crate::fields::transient::mass_coordinate_vjp(&self.model, e, rho_c[e], mu, w);
-                add_local_coordinates(c, nodes, &local);
+            if let Some(local) = local {
+                let l = crate::fields::transient::mass_coordinate_vjp(model, e, rho_c[e], mu, w);
+                local.copy_from_slice(&l[..3 * nn]);
             }
+            s
         });
         tr.add_capacity_gradient(&per_region, rev);
         if let Some(c) = &coords {
