@@ -627,9 +627,10 @@ impl ThermalField {
         self.mass_product_with(rho_c, v, |_, _| {})
     }
 
-    /// Per volume element, `unit(e)` and (when `coords` is given) the 3 values per local node
-    /// `local(e, ·)` adds, summed into `coords` in element order: the element forms of the
-    /// capacity's parameter products, in parallel. Returns the `unit` values per region.
+    /// `per_element(e, local)` over the first `n_vol` (volume) elements in parallel: the
+    /// element forms of the capacity's parameter products. Its values are summed per region
+    /// (returned); the 3 values per local node it writes into `local` (given only with
+    /// `coords`) are added into `coords`. Both in element order.
     fn capacity_element_pass(
         &self,
         n_vol: usize,
