@@ -86,31 +86,31 @@ impl From<ProblemError> for ApiError {
 /// An objective term of a [`Model`] (the `[[objective]]` kinds of problem files).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Objective {
-    /// Temperature at a point [K].
+    /// Temperature at a point \[K\].
     PointTemperature { point: [f64; 3] },
-    /// Mean temperature over a volume group (`"*"`: the whole model) [K].
+    /// Mean temperature over a volume group (`"*"`: the whole model) \[K\].
     AverageTemperature { group: String },
-    /// Smooth maximum (p-norm mean) of the temperature over a volume group [K].
+    /// Smooth maximum (p-norm mean) of the temperature over a volume group \[K\].
     MaxTemperature { group: String, p: f64 },
     /// Kreisselmeier–Steinhauser bound of the peak nodal temperature, sharpness `rho` [1/K].
     PeakTemperature { group: String, rho: f64 },
     /// ∫ T² over a volume group [K² m³].
     IntegralSquareTemperature { group: String },
-    /// ½ Σ (T(xₛ) − dₛ)² over the sensors of a CSV file (x, y, z, value) [K²].
+    /// ½ Σ (T(xₛ) − dₛ)² over the sensors of a CSV file (x, y, z, value) \[K²\].
     SensorMisfit { sensors: PathBuf },
-    /// Current into the device through a terminal [A].
+    /// Current into the device through a terminal \[A\].
     Current { terminal: String },
-    /// Voltage of a terminal [V].
+    /// Voltage of a terminal \[V\].
     Voltage { terminal: String },
-    /// (V_drive − V_reference) / I_drive [Ω].
+    /// (V_drive − V_reference) / I_drive \[Ω\].
     Resistance { drive: String, reference: String },
-    /// d · u at a point [m].
+    /// d · u at a point \[m\].
     PointDisplacement { point: [f64; 3], direction: [f64; 3] },
-    /// d · ū, the mean over a volume or surface group [m].
+    /// d · ū, the mean over a volume or surface group \[m\].
     AverageDisplacement { group: String, direction: [f64; 3] },
-    /// fᵀu, the work of the loads [J].
+    /// fᵀu, the work of the loads \[J\].
     Compliance,
-    /// (∫ σ_vm^p / ∫ 1)^{1/p} over a volume group [Pa].
+    /// (∫ σ_vm^p / ∫ 1)^{1/p} over a volume group \[Pa\].
     VonMisesPNorm { group: String, p: f64 },
 }
 
@@ -249,7 +249,7 @@ impl Model {
     /// Change any table of the description directly, for the keys without a method of their
     /// own (`[transient]`, `[optimize]`, `[uq]`, `[hyperelastic]`, `[initial_state]`, solver
     /// tolerances …). Names of groups and parameters given here take
-    /// [`unlocated`](crate::problem::unlocated) values.
+    /// [`unlocated`] values.
     ///
     /// ```
     /// use gradfem::api::{Model, Objective};
@@ -412,7 +412,7 @@ impl Model {
         self.mesh_source(|m| m.file = Some(p))
     }
 
-    /// A generated box at the origin: `lengths` [m], `divisions` per axis, `cell` one of
+    /// A generated box at the origin: `lengths` \[m\], `divisions` per axis, `cell` one of
     /// `tet4`, `tet10`, `hex8`, `hex20`, `hex27`; its groups are `domain`, `xmin`, `xmax`, …
     /// `zmax`.
     pub fn mesh_box(self, lengths: [f64; 3], divisions: [usize; 3], cell: &str) -> Self {
@@ -474,7 +474,7 @@ impl Model {
         self
     }
 
-    /// A fixed temperature [K] on a surface group.
+    /// A fixed temperature \[K\] on a surface group.
     pub fn fixed_temperature(self, group: &str, value: f64) -> Self {
         self.thermal_bc(group, "temperature", |b| b.value = Some(value))
     }
@@ -484,7 +484,7 @@ impl Model {
         self.thermal_bc(group, "heat_flux", |b| b.q_in = Some(q_in))
     }
 
-    /// Convection to an ambient `t_inf` [K] with film coefficient `h` [W/(m²·K)].
+    /// Convection to an ambient `t_inf` \[K\] with film coefficient `h` [W/(m²·K)].
     pub fn convection(self, group: &str, h: f64, t_inf: f64) -> Self {
         self.thermal_bc(group, "convection", |b| (b.h, b.t_inf) = (Some(h), Some(t_inf)))
     }
@@ -496,20 +496,20 @@ impl Model {
     }
 
     /// A linear temperature coefficient α_R [1/K] of a conductor's resistivity about `t_ref`
-    /// [K]: the coupling becomes two-way.
+    /// \[K\]: the coupling becomes two-way.
     pub fn resistivity_coefficient(mut self, group: &str, alpha_r: f64, t_ref: f64) -> Self {
         let c = self.conductor_entry(group);
         (c.alpha_r, c.t_ref) = (Some(alpha_r), Some(t_ref));
         self
     }
 
-    /// The reference temperature [K] of a conductor's resistivity law.
+    /// The reference temperature \[K\] of a conductor's resistivity law.
     pub fn conductor_reference_temperature(mut self, group: &str, t_ref: f64) -> Self {
         self.conductor_entry(group).t_ref = Some(t_ref);
         self
     }
 
-    /// A voltage terminal [V] on a surface group.
+    /// A voltage terminal \[V\] on a surface group.
     pub fn voltage(self, group: &str, value: f64) -> Self {
         self.terminal(group, "voltage", Some(value), None)
     }
@@ -519,19 +519,19 @@ impl Model {
         self.terminal(group, "ground", None, None)
     }
 
-    /// A terminal that drives `current` [A] into the device.
+    /// A terminal that drives `current` \[A\] into the device.
     pub fn current(self, group: &str, current: f64) -> Self {
         self.terminal(group, "current", None, Some(current))
     }
 
-    /// A linear elastic material: Young's modulus [Pa] and Poisson's ratio of a volume group.
+    /// A linear elastic material: Young's modulus \[Pa\] and Poisson's ratio of a volume group.
     pub fn elastic(mut self, group: &str, young: f64, poisson: f64) -> Self {
         let m = self.elastic_material(group);
         (m.young, m.poisson) = (Some(ElementValues::Uniform(young)), Some(poisson));
         self
     }
 
-    /// Thermal expansion α [1/K] of an elastic material, stress-free at `t_ref` [K].
+    /// Thermal expansion α [1/K] of an elastic material, stress-free at `t_ref` \[K\].
     pub fn thermal_expansion(mut self, group: &str, alpha: f64, t_ref: f64) -> Self {
         let m = self.elastic_material(group);
         (m.alpha, m.t_ref) = (alpha, Some(t_ref));
@@ -555,17 +555,17 @@ impl Model {
         self.mechanical_bc(group, "roller", |b| b.components = Some(c))
     }
 
-    /// A prescribed displacement [m] on a group.
+    /// A prescribed displacement \[m\] on a group.
     pub fn displacement(self, group: &str, value: [f64; 3]) -> Self {
         self.mechanical_bc(group, "displacement", |b| b.value = Some(value))
     }
 
-    /// A traction [Pa] on a surface group.
+    /// A traction \[Pa\] on a surface group.
     pub fn traction(self, group: &str, traction: [f64; 3]) -> Self {
         self.mechanical_bc(group, "traction", |b| b.traction = Some(traction))
     }
 
-    /// A pressure [Pa] on a surface group (positive pushes into the body).
+    /// A pressure \[Pa\] on a surface group (positive pushes into the body).
     pub fn pressure(self, group: &str, pressure: f64) -> Self {
         self.mechanical_bc(group, "pressure", |b| b.pressure = Some(pressure))
     }
@@ -940,8 +940,8 @@ impl Simulation {
             .collect()
     }
 
-    /// A nodal field of the solution: `temperature` [K] (one value per node; NaN at nodes
-    /// outside the thermal field), `potential` [V], `displacement` [m] (x, y, z per node; the
+    /// A nodal field of the solution: `temperature` \[K\] (one value per node; NaN at nodes
+    /// outside the thermal field), `potential` \[V\], `displacement` \[m\] (x, y, z per node; the
     /// last load step of a finite-strain problem). None before a solve or for a field the
     /// problem does not have.
     pub fn field(&self, name: &str) -> Option<&[f64]> {
@@ -959,11 +959,11 @@ impl Simulation {
     }
 
     /// The quantities of the solution (solving first when needed), in SI units:
-    /// `objective`, `max_temperature`, `min_temperature`, `mean_temperature` [K]; with an
-    /// electrical field `current` [A], `voltage` [V], `resistance` [Ω] of the drive terminal,
-    /// `joule_power` [W] and `terminal.<group>.current`, `terminal.<group>.voltage`; with a
-    /// mechanical field `max_displacement` [m], `max_von_mises` [Pa] (linear elasticity) and,
-    /// with a tip group, `tip_displacement.x|y|z` [m].
+    /// `objective`, `max_temperature`, `min_temperature`, `mean_temperature` \[K\]; with an
+    /// electrical field `current` \[A\], `voltage` \[V\], `resistance` \[Ω\] of the drive terminal,
+    /// `joule_power` \[W\] and `terminal.<group>.current`, `terminal.<group>.voltage`; with a
+    /// mechanical field `max_displacement` \[m\], `max_von_mises` \[Pa\] (linear elasticity) and,
+    /// with a tip group, `tip_displacement.x|y|z` \[m\].
     pub fn quantities(&mut self) -> Result<BTreeMap<String, f64>, ApiError> {
         self.ensure_solved()?;
         let s = app::summary(&self.file.spec.title, &self.problem);

@@ -83,9 +83,9 @@ type TipOf<'a> = dyn Fn(&[f64]) -> Option<[f64; 3]> + 'a;
 pub struct MechanicalHistory {
     /// The mechanical objective terms (weighted sum) at each state.
     pub objective: Vec<f64>,
-    /// The mean displacement of the tip group at each state [m] (empty without a tip group).
+    /// The mean displacement of the tip group at each state \[m\] (empty without a tip group).
     pub tip: Vec<[f64; 3]>,
-    /// The nodal displacement (`3·n_nodes`) at each state [m].
+    /// The nodal displacement (`3·n_nodes`) at each state \[m\].
     pub displacement: Vec<Vec<f64>>,
 }
 
@@ -1443,22 +1443,22 @@ pub struct Summary {
     pub objective: f64,
     pub objective_terms: Vec<f64>,
     pub timings: SolveTimings,
-    /// Where the heat goes: sources, fluxes, convection and reactions at fixed temperatures [W].
+    /// Where the heat goes: sources, fluxes, convection and reactions at fixed temperatures \[W\].
     pub heat_balance: gradfem_thermal::HeatBalance,
     /// The starting guess, when `[initial_state]` gave one (file, set, field, mapping).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub initial_state: Option<String>,
-    /// Electro-thermal problems: the drive terminal's current [A] (see
+    /// Electro-thermal problems: the drive terminal's current \[A\] (see
     /// [`ElectricalField::default_terminals`]).
     #[serde(rename = "current_A", skip_serializing_if = "Option::is_none")]
     pub current_a: Option<f64>,
-    /// Voltage between the drive and the reference terminal [V].
+    /// Voltage between the drive and the reference terminal \[V\].
     #[serde(rename = "voltage_V", skip_serializing_if = "Option::is_none")]
     pub voltage_v: Option<f64>,
-    /// Resistance between the drive and the reference terminal [Ω].
+    /// Resistance between the drive and the reference terminal \[Ω\].
     #[serde(rename = "resistance_ohm", skip_serializing_if = "Option::is_none")]
     pub resistance_ohm: Option<f64>,
-    /// Total Joule power ∫ σ|∇φ|² dΩ [W].
+    /// Total Joule power ∫ σ|∇φ|² dΩ \[W\].
     #[serde(rename = "joule_power_W", skip_serializing_if = "Option::is_none")]
     pub joule_power_w: Option<f64>,
     /// Every terminal's current and voltage.
@@ -1473,13 +1473,13 @@ pub struct Summary {
     /// The schedule of the coupling graph, e.g. `[electrical ⇄ thermal] → mechanical`.
     pub coupling_schedule: String,
     /// Mechanical problems: the mean displacement vector over the tip group (`[mechanical]
-    /// tip`, default `free_end`) [m].
+    /// tip`, default `free_end`) \[m\].
     #[serde(rename = "tip_displacement_m", skip_serializing_if = "Option::is_none")]
     pub tip_displacement_m: Option<[f64; 3]>,
-    /// The largest von Mises stress at the quadrature points [Pa].
+    /// The largest von Mises stress at the quadrature points \[Pa\].
     #[serde(rename = "max_von_mises_Pa", skip_serializing_if = "Option::is_none")]
     pub max_von_mises_pa: Option<f64>,
-    /// The largest nodal displacement magnitude [m].
+    /// The largest nodal displacement magnitude \[m\].
     #[serde(rename = "max_displacement_m", skip_serializing_if = "Option::is_none")]
     pub max_displacement_m: Option<f64>,
     /// Reactions and external loads of the mechanical field.
@@ -1509,10 +1509,10 @@ pub struct PeakReport {
     pub kind: &'static str,
     /// The volume group.
     pub group: String,
-    /// The term's value (the aggregate) [K].
+    /// The term's value (the aggregate) \[K\].
     #[serde(rename = "aggregate_K")]
     pub aggregate_k: f64,
-    /// The largest nodal temperature of the group [K].
+    /// The largest nodal temperature of the group \[K\].
     #[serde(rename = "true_peak_K")]
     pub true_peak_k: f64,
 }

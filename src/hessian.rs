@@ -87,7 +87,7 @@ pub struct HessianReport {
     pub posterior: Option<Posterior>,
     /// Hessian-vector products computed.
     pub hessian_products: usize,
-    /// Wall time of the products [s].
+    /// Wall time of the products \[s\].
     pub seconds: f64,
 }
 

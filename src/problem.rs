@@ -25,7 +25,7 @@
 //! ```
 //!
 //! With an `[electrical]` table the problem is electro-thermal (the Joule heat of the current
-//! heats the thermal field; see [`crate::electrothermal`]):
+//! heats the thermal field; see [`crate::electrical`]):
 //!
 //! ```toml
 //! [[electrical.conductor]]
@@ -347,14 +347,14 @@ pub struct ObjectiveSpec {
 #[serde(deny_unknown_fields)]
 pub struct MechanicalMaterialSpec {
     pub group: Spanned<String>,
-    /// Young's modulus E [Pa]: one number, or values per element from a file (required).
+    /// Young's modulus E \[Pa\]: one number, or values per element from a file (required).
     pub young: Option<crate::element_values::ElementValues>,
     /// Poisson's ratio ν (required).
     pub poisson: Option<f64>,
     /// Thermal expansion coefficient α [1/K].
     #[serde(default)]
     pub alpha: f64,
-    /// Stress-free temperature [K] (default 293.15).
+    /// Stress-free temperature \[K\] (default 293.15).
     pub t_ref: Option<f64>,
     /// Body force per volume [N/m³].
     #[serde(default)]
@@ -478,12 +478,12 @@ pub struct ConductorFileSpec {
     pub alpha_r: Option<f64>,
     /// A resistivity law (instead of `alpha_r`).
     pub law: Option<gradfem_electrical::ResistivityLaw>,
-    /// Reference temperature T₀ [K] (default 293.15).
+    /// Reference temperature T₀ \[K\] (default 293.15).
     pub t_ref: Option<f64>,
 }
 
-/// A terminal of the electrical field: `kind = "voltage"` (`value` [V]), `"ground"`, or
-/// `"current"` (`current` [A] into the device).
+/// A terminal of the electrical field: `kind = "voltage"` (`value` \[V\]), `"ground"`, or
+/// `"current"` (`current` \[A\] into the device).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TerminalFileSpec {

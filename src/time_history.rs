@@ -10,11 +10,11 @@ use crate::run::RunError;
 /// One row per state of the last transient run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TimeHistory {
-    /// t [s].
+    /// t \[s\].
     pub time: Vec<f64>,
-    /// The largest nodal temperature [K].
+    /// The largest nodal temperature \[K\].
     pub max_temperature: Vec<f64>,
-    /// The mean displacement of the mechanical tip group [m] (empty without one).
+    /// The mean displacement of the mechanical tip group \[m\] (empty without one).
     pub tip: Vec<[f64; 3]>,
     /// The objective terms at each state, unweighted in time (J weighs them by the
     /// `[transient] objective` rule).

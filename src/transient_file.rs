@@ -45,7 +45,7 @@ pub struct HeatCapacitySpec {
     pub rho_c: f64,
 }
 
-/// Adaptive step control (θ-schemes; see [`TransientProblem::adapt_steps`]).
+/// Adaptive step control (θ-schemes; see [`crate::transient::TransientProblem::adapt_steps`]).
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveSpec {
@@ -72,12 +72,12 @@ pub struct TransientFileSpec {
     pub initial_temperature: Option<f64>,
     #[serde(default = "final_state")]
     pub objective: String,
-    /// `objective = "at"`: the time [s] at which the objective terms are taken.
+    /// `objective = "at"`: the time \[s\] at which the objective terms are taken.
     pub time: Option<f64>,
     /// `objective = "max"`: the sharpness ρ of the Kreisselmeier–Steinhauser maximum over
     /// the states [1/(the terms' unit)].
     pub sharpness: Option<f64>,
-    /// `objective = "misfit"`: a CSV file of (time [s], value) rows, relative to the problem
+    /// `objective = "misfit"`: a CSV file of (time \[s\], value) rows, relative to the problem
     /// file: J = ½ Σₖ (j(tₖ) − dₖ)².
     pub measured: Option<String>,
     #[serde(default)]

@@ -11,7 +11,7 @@
 //! - **resume**: a rerun skips the chunks already written;
 //! - **shards** (`--shard i/n`): shard i computes chunks c with c mod n = i and writes them;
 //!   `gradfem uq --reduce DIR` reduces once all are there;
-//! - **ranks** (feature `mpi`, [`crate::ranks`]): rank r computes the chunks of shard r/R and
+//! - **ranks** (feature `mpi`, `crate::ranks`): rank r computes the chunks of shard r/R and
 //!   sends them to rank 0, which writes and reduces;
 //!
 //! and the same bytes in every case: a sample's point depends on (seed, index) only, every

@@ -1,7 +1,8 @@
 //! Time-dependent problems: the coupling graph in time, and objectives on the history.
 //!
-//! One field of the graph is stepped in time ([`Dynamic`]: implicit Euler, Crank–Nicolson or
-//! BDF2, fixed or adaptive steps, with its discrete adjoint and checkpointing). The stages
+//! One field of the graph is stepped in time ([`Dynamic`](crate::field::Dynamic): implicit
+//! Euler, Crank–Nicolson or BDF2, fixed or adaptive steps, with its discrete adjoint and
+//! checkpointing). The stages
 //! before it that it does not feed are solved once (their inputs do not change in time: an
 //! electrical field driven by a voltage step at t = 0); the fields it feeds, directly or not,
 //! follow quasi-statically at every state (the mechanical field's displacement at each

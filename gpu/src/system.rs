@@ -55,9 +55,9 @@ pub enum Physics {
 pub struct ThermalStrain {
     /// Expansion coefficient α of each element [1/K].
     pub alpha: Vec<f64>,
-    /// Stress-free temperature of each element [K].
+    /// Stress-free temperature of each element \[K\].
     pub t_ref: Vec<f64>,
-    /// Nodal temperature [K], interpolated to the quadrature points.
+    /// Nodal temperature \[K\], interpolated to the quadrature points.
     pub temperature: Vec<f64>,
 }
 

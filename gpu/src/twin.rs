@@ -2,7 +2,7 @@
 //! same name in [`crate::kernels`] in the same order (one loop iteration per CUDA thread), so a
 //! device run can be checked against them and they against the CPU assembly and solvers.
 //!
-//! [`CpuTwin`] is the [`Backend`](crate::backend::Backend) made of them: the device pipeline
+//! [`CpuTwin`] is the [`Backend`] made of them: the device pipeline
 //! run on the CPU, one thread.
 
 use crate::backend::Backend;
@@ -57,7 +57,7 @@ fn tet4_gradients(coords: &[f64], nodes: &[u32], e: usize) -> ([[f64; 3]; 4], f6
 }
 
 /// Twin of `tet4_element_matrices`: `ke[16e..16e+16]` = k_e V g_a·g_b (row-major) and
-/// `re[4e..4e+4]` = Σ_b K_e[a][b] T_fix[b] − Q_e V / 4.
+/// `re[4e..4e+4]` = Σ_b K_e\[a\]\[b\] T_fix\[b\] − Q_e V / 4.
 pub fn tet4_element_matrices(
     coords: &[f64],
     nodes: &[u32],
@@ -134,7 +134,7 @@ fn physical_gradients(
 }
 
 /// Twin of `quad_element_matrices`: `ke[nn² e..]` = k_e Σ_q w_q det J_q g_a·g_b (row-major)
-/// and `re[nn e..]` = Σ_b K_e[a][b] T_fix[b] − Q_e Σ_q w_q det J_q N_a(q).
+/// and `re[nn e..]` = Σ_b K_e\[a\]\[b\] T_fix\[b\] − Q_e Σ_q w_q det J_q N_a(q).
 #[allow(clippy::too_many_arguments)]
 pub fn quad_element_matrices(
     nn: usize,
@@ -342,7 +342,7 @@ pub fn elastic_young_gradient(
     }
 }
 
-/// Twin of `csr_gather`: `values[i]` = `base[i]` (0 without a base) + Σ_{c ∈ ptr[i]..ptr[i+1]}
+/// Twin of `csr_gather`: `values[i]` = `base[i]` (0 without a base) + Σ_{c ∈ `ptr[i]..ptr[i+1]`}
 /// `ke[idx[c]]`, in that order.
 pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], base: Option<&[f64]>, values: &mut [f64]) {
     for (i, v) in values.iter_mut().enumerate() {
@@ -354,7 +354,7 @@ pub fn csr_gather(ptr: &[u32], idx: &[u32], ke: &[f64], base: Option<&[f64]>, va
     }
 }
 
-/// Twin of `rhs_gather`: `b[i]` = `load[i]` − Σ_{c ∈ ptr[i]..ptr[i+1]} `re[idx[c]]`.
+/// Twin of `rhs_gather`: `b[i]` = `load[i]` − Σ_{c ∈ `ptr[i]..ptr[i+1]`} `re[idx[c]]`.
 pub fn rhs_gather(ptr: &[u32], idx: &[u32], re: &[f64], load: &[f64], b: &mut [f64]) {
     for (i, bi) in b.iter_mut().enumerate() {
         let mut s = 0.0;

@@ -334,7 +334,7 @@ impl ElectricalField {
         out
     }
 
-    /// Total Joule power ∫ Q dΩ [W].
+    /// Total Joule power ∫ Q dΩ \[W\].
     pub fn joule_power(&self) -> Result<f64, RunError> {
         Ok(self.model.joule_power_elements(self.phi()?, self.temperature()).iter().sum())
     }

@@ -42,7 +42,7 @@ pub struct TransientReport {
     pub final_time_s: f64,
     pub newton_iterations: usize,
     pub factorizations: usize,
-    /// The largest nodal temperature over every state [K].
+    /// The largest nodal temperature over every state \[K\].
     #[serde(rename = "max_temperature_over_time_K")]
     pub max_temperature_over_time_k: f64,
     /// Adaptive runs: accepted and rejected step pairs and the largest error estimate.
@@ -61,7 +61,7 @@ pub struct ThermalTransient {
     pub scheme: TimeScheme,
     /// Mass form.
     pub mass: MassKind,
-    /// Fixed step (or the first adaptive one) [s].
+    /// Fixed step (or the first adaptive one) \[s\].
     pub dt: f64,
     /// Number of fixed steps.
     pub steps: usize,

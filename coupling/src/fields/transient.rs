@@ -98,7 +98,7 @@ pub enum MassKind {
 pub struct TransientSpec {
     /// Volumetric heat capacity ρc [J/(m³·K)] of each region of the model, in region order.
     pub heat_capacity: Vec<f64>,
-    /// Time step Δt [s] (fixed).
+    /// Time step Δt \[s\] (fixed).
     pub dt: f64,
     /// Number of steps N (the final time is N Δt).
     pub n_steps: usize,

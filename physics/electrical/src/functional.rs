@@ -23,11 +23,11 @@ use crate::model::{ElectricalError, ElectricalModel, TerminalKind, VjpRequest};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TerminalFunctional {
-    /// Current INTO the device through a terminal [A].
+    /// Current INTO the device through a terminal \[A\].
     Current { terminal: String },
-    /// Voltage of a terminal [V].
+    /// Voltage of a terminal \[V\].
     Voltage { terminal: String },
-    /// Resistance (V_drive − V_reference) / I_drive [Ω].
+    /// Resistance (V_drive − V_reference) / I_drive \[Ω\].
     Resistance { drive: String, reference: String },
 }
 

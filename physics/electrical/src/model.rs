@@ -91,7 +91,7 @@ pub struct ConductorSpec {
     /// The temperature dependence ρ(T) = ρ₀ m(T).
     #[serde(default = "default_law")]
     pub law: ResistivityLaw,
-    /// Reference temperature T₀ [K] of the linear law, and the temperature used when the model
+    /// Reference temperature T₀ \[K\] of the linear law, and the temperature used when the model
     /// is evaluated without a temperature field (default 293.15 K).
     #[serde(default = "default_t_ref")]
     pub t_ref: f64,
@@ -119,12 +119,12 @@ impl ConductorSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TerminalKind {
-    /// φ = value [V] on every node of the group.
+    /// φ = value \[V\] on every node of the group.
     Voltage { value: f64 },
     /// φ = 0 on every node of the group.
     Ground,
     /// An equipotential surface (one unknown voltage) through which the total current `current`
-    /// [A] flows INTO the device.
+    /// \[A\] flows INTO the device.
     Current { current: f64 },
 }
 
@@ -194,7 +194,7 @@ pub struct Conductor {
     pub name: String,
     /// The temperature dependence ρ(T) = ρ₀ m(T).
     pub law: ResistivityLaw,
-    /// Reference temperature T₀ [K].
+    /// Reference temperature T₀ \[K\].
     pub t_ref: f64,
     /// The model's volume elements of this conductor (consecutive, in the group's cell order).
     pub elements: Vec<usize>,
@@ -996,7 +996,7 @@ impl ElectricalModel {
     /// every conductor at its reference temperature). Both buffers must be zeroed by the caller.
     ///
     /// Volume element: fe_a = ∫ σ(T) ∇N_a·∇φ dΩ, ke_ab = ∫ σ(T) ∇N_a·∇N_b dΩ.
-    /// Terminal element of a current terminal: fe = [−I], ke = [0].
+    /// Terminal element of a current terminal: `fe = [−I]`, `ke = [0]`.
     pub fn element_residual_tangent(
         &self,
         e: usize,
@@ -1154,8 +1154,8 @@ impl ElectricalModel {
     }
 
     /// Derivatives of the element Joule load s_a = ∫ Q N_a dΩ of volume element `e` (added to
-    /// the row-major nn×nn buffers): dq_dphi[a][b] = ∂s_a/∂φ_b = ∫ 2σ ∇φ·∇N_b N_a dΩ and
-    /// dq_dt[a][b] = ∂s_a/∂T_b = ∫ ∂σ/∂T |∇φ|² N_b N_a dΩ. The thermal residual's off-diagonal
+    /// the row-major nn×nn buffers): `dq_dphi[a][b]` = ∂s_a/∂φ_b = ∫ 2σ ∇φ·∇N_b N_a dΩ and
+    /// `dq_dt[a][b]` = ∂s_a/∂T_b = ∫ ∂σ/∂T |∇φ|² N_b N_a dΩ. The thermal residual's off-diagonal
     /// blocks are their negatives.
     pub fn joule_tangent_element(
         &self,
@@ -1230,7 +1230,7 @@ impl ElectricalModel {
         out
     }
 
-    /// Joule power ∫_e Q dΩ [W] of every volume element.
+    /// Joule power ∫_e Q dΩ \[W\] of every volume element.
     pub fn joule_power_elements(&self, phi: &[f64], t: Option<&[f64]>) -> Vec<f64> {
         (0..self.n_volume)
             .into_par_iter()
@@ -1272,7 +1272,7 @@ impl ElectricalModel {
         out
     }
 
-    /// The current INTO the device through each terminal [A]: I_t = Σ_{a ∈ owned nodes} R_a^int
+    /// The current INTO the device through each terminal \[A\]: I_t = Σ_{a ∈ owned nodes} R_a^int
     /// (for a voltage terminal its reaction; for a current terminal the given I at
     /// convergence).
     pub fn terminal_currents(&self, phi: &[f64], t: Option<&[f64]>) -> Vec<f64> {
@@ -1280,7 +1280,7 @@ impl ElectricalModel {
         self.terminals.iter().map(|term| term.owned_nodes.iter().map(|&n| r[n]).sum()).collect()
     }
 
-    /// The voltage of each terminal [V]: given for voltage terminals, solved for current ones.
+    /// The voltage of each terminal \[V\]: given for voltage terminals, solved for current ones.
     pub fn terminal_voltages(&self, phi: &[f64]) -> Vec<f64> {
         self.terminals
             .iter()
@@ -1300,7 +1300,7 @@ impl ElectricalModel {
         }
     }
 
-    /// The device resistance R = (V_d − V_r) / I_d [Ω] between a driven terminal `drive` and a
+    /// The device resistance R = (V_d − V_r) / I_d \[Ω\] between a driven terminal `drive` and a
     /// reference terminal `reference`, with I_d the current into the device through `drive`
     /// (see [`terminal_currents`](Self::terminal_currents)).
     pub fn resistance(

@@ -3,7 +3,7 @@
 
 use num_dual::DualNum;
 
-/// J[i][k] = Σ_a x_a[i] ∂N_a/∂ξ_k.
+/// J\[i\]\[k\] = Σ_a x_a\[i\] ∂N_a/∂ξ_k.
 pub fn jacobian<D: DualNum<Primitive = f64> + Copy>(dn: &[[f64; 3]], x: &[[D; 3]]) -> [[D; 3]; 3] {
     let mut j = [[D::from(0.0); 3]; 3];
     for (g, xa) in dn.iter().zip(x) {

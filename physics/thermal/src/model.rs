@@ -56,11 +56,11 @@ pub struct RegionSpec {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum BcKind {
-    /// Fixed temperature T = value [K] on every node of the group.
+    /// Fixed temperature T = value \[K\] on every node of the group.
     Temperature { value: f64 },
     /// Heat flux entering the body, q_in [W/m²].
     HeatFlux { q_in: f64 },
-    /// Convection: outgoing flux h (T − T∞), h [W/(m²·K)], T∞ [K].
+    /// Convection: outgoing flux h (T − T∞), h [W/(m²·K)], T∞ \[K\].
     Convection { h: f64, t_inf: f64 },
 }
 
@@ -220,23 +220,23 @@ pub struct ParameterVjp {
 /// solution (`stored` is zero in a steady state).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct HeatBalance {
-    /// ∫ Q dΩ over the volume elements (region sources and any external source) [W].
+    /// ∫ Q dΩ over the volume elements (region sources and any external source) \[W\].
     #[serde(rename = "generated_W")]
     pub generated_w: f64,
-    /// Heat entering through heat-flux conditions, Σ ∫ q_in dΓ [W].
+    /// Heat entering through heat-flux conditions, Σ ∫ q_in dΓ \[W\].
     #[serde(rename = "flux_in_W")]
     pub flux_in_w: f64,
-    /// Heat leaving by convection, Σ ∫ h (T − T∞) dΓ [W].
+    /// Heat leaving by convection, Σ ∫ h (T − T∞) dΓ \[W\].
     #[serde(rename = "convection_out_W")]
     pub convection_out_w: f64,
-    /// Heat leaving through the fixed temperatures: the reaction −Σ_fixed nodes R_a [W].
+    /// Heat leaving through the fixed temperatures: the reaction −Σ_fixed nodes R_a \[W\].
     #[serde(rename = "fixed_out_W")]
     pub fixed_out_w: f64,
     /// Transient runs: the rate at which the body stores heat, ∫ ρc ∂T/∂t dΩ with the time
-    /// scheme's own difference quotient (zero in a steady state) [W].
+    /// scheme's own difference quotient (zero in a steady state) \[W\].
     #[serde(rename = "stored_W")]
     pub stored_w: f64,
-    /// Per boundary condition (in the order given): heat leaving through it [W] (negative for
+    /// Per boundary condition (in the order given): heat leaving through it \[W\] (negative for
     /// heat entering).
     #[serde(rename = "per_boundary_W")]
     pub per_boundary_w: Vec<(String, f64)>,
