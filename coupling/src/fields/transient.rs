@@ -916,31 +916,15 @@ impl ElementMasses {
             return None;
         }
         let mut values = vec![0.0; total];
-        let mut chunks: Vec<(usize, &mut [f64])> = Vec::with_capacity(n_vol);
-        let mut rest: &mut [f64] = &mut values;
-        for e in 0..n_vol {
-            let (head, tail) = rest.split_at_mut(offsets[e + 1] - offsets[e]);
-            chunks.push((e, head));
-            rest = tail;
-        }
-        chunks.into_par_iter().for_each(|(e, me)| p.element_mass(e, 1.0, me));
+        let chunks =
+            gradfem_kernel::split_runs(&mut values, offsets.windows(2).map(|w| w[1] - w[0]));
+        chunks.into_par_iter().enumerate().for_each(|(e, me)| p.element_mass(e, 1.0, me));
         Some(Self { offsets, values })
     }
 
     fn of(&self, e: usize) -> &[f64] {
         &self.values[self.offsets[e]..self.offsets[e + 1]]
     }
-}
-
-/// xᵀ Mₑ(ρc = 1) y on volume element e (x, y nodal), from the kept masses or computed.
-fn unit_mass_form(
-    p: &TransientProblem,
-    masses: Option<&ElementMasses>,
-    e: usize,
-    x: &[f64],
-    y: &[f64],
-) -> f64 {
-    unit_mass_forms(p, masses, e, &[(x, y)])
 }
 
 /// Σ over the `pairs` (x, y) of xᵀ Mₑ y at ρc = 1: the element mass read (or formed) once for
@@ -1286,7 +1270,7 @@ impl<'p> Stepper<'p> {
         let masses = self.parts.masses.as_ref();
         let per_elem: Vec<f64> = (0..n_vol)
             .into_par_iter()
-            .map(|e| unit_mass_form(p, masses, e, &mu_nodal, &w))
+            .map(|e| unit_mass_forms(p, masses, e, &[(&mu_nodal, &w)]))
             .collect();
         sub_into(&mut g.heat_capacity_elem, &per_elem);
         if let Some(c) = &mut g.coords {

@@ -1215,15 +1215,10 @@ impl ElectricalModel {
     /// `qp_offsets()[e]..qp_offsets()[e + 1]`.
     pub fn joule_heat_qp(&self, phi: &[f64], t: Option<&[f64]>) -> Vec<f64> {
         let mut out = vec![0.0; *self.qp_offsets.last().unwrap()];
-        let mut slices: Vec<(usize, &mut [f64])> = Vec::with_capacity(self.n_volume);
-        let mut rest: &mut [f64] = &mut out;
-        for e in 0..self.n_volume {
-            let (head, tail) = rest.split_at_mut(self.qp_offsets[e + 1] - self.qp_offsets[e]);
-            slices.push((e, head));
-            rest = tail;
-        }
-        slices.par_iter_mut().for_each(|(e, s)| {
-            self.for_points(*e, phi, t, |q, _, _, st| {
+        let runs = self.qp_offsets[..=self.n_volume].windows(2).map(|w| w[1] - w[0]);
+        let slices = gradfem_kernel::split_runs(&mut out, runs);
+        slices.into_par_iter().enumerate().for_each(|(e, s)| {
+            self.for_points(e, phi, t, |q, _, _, st| {
                 s[q] = st.sigma * dot(st.grad_phi, st.grad_phi)
             });
         });

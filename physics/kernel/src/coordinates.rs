@@ -71,11 +71,19 @@ impl CoordinateRequest<'_> {
         (0..self.n_picks(nodes))
             .filter(|&k| !self.is_still(k, nodes))
             .map(|k| {
-                let d =
-                    (0..nodes.len()).map(|a| std::array::from_fn(|i| self.seed(k, nodes, a, i)));
-                (k, d.collect())
+                let mut d = vec![[0.0; 3]; nodes.len()];
+                self.pick_motion_into(k, nodes, &mut d);
+                (k, d)
             })
             .collect()
+    }
+
+    /// The motion of `nodes` (per node, in their order) in pick `k`, into
+    /// `out[..nodes.len()]`: [`Self::moving_picks`]' entries without a heap allocation.
+    pub fn pick_motion_into(&self, k: usize, nodes: &[usize], out: &mut [[f64; 3]]) {
+        for (a, da) in out[..nodes.len()].iter_mut().enumerate() {
+            *da = std::array::from_fn(|i| self.seed(k, nodes, a, i));
+        }
     }
 
     /// True when pick `k` moves none of these nodes (its derivative is zero).

@@ -40,6 +40,20 @@ pub fn for_each_element_ordered<T: Send>(
     }
 }
 
+/// `buf` cut into consecutive runs of the given `lengths` (which sum to at most its length),
+/// so that the runs can be filled in parallel.
+pub fn split_runs<T>(buf: &mut [T], lengths: impl IntoIterator<Item = usize>) -> Vec<&mut [T]> {
+    let lengths = lengths.into_iter();
+    let mut runs = Vec::with_capacity(lengths.size_hint().0);
+    let mut rest = buf;
+    for len in lengths {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(len);
+        runs.push(head);
+        rest = tail;
+    }
+    runs
+}
+
 /// Compute `width` values per local node of elements `0..n_elements` in parallel and add them to
 /// a nodal array (`width` entries per node) in element order, a chunk of elements at a time, so
 /// the result does not depend on the thread count and memory stays bounded. Element `e` has the
@@ -81,13 +95,12 @@ pub fn scatter_chunked_with_values(
         let end = (start + CHUNK).min(n_elements);
         buf.clear();
         buf.resize(width * (offsets.start(end) - offsets.start(start)), 0.0);
-        let mut slices: Vec<(usize, &mut [f64])> = Vec::with_capacity(end - start);
-        let mut rest: &mut [f64] = &mut buf;
-        for e in start..end {
-            let (head, tail) = rest.split_at_mut(width * (offsets.start(e + 1) - offsets.start(e)));
-            slices.push((e, head));
-            rest = tail;
-        }
+        let mut slices: Vec<(usize, &mut [f64])> = (start..end)
+            .zip(split_runs(
+                &mut buf,
+                (start..end).map(|e| width * (offsets.start(e + 1) - offsets.start(e))),
+            ))
+            .collect();
         match values.as_deref_mut() {
             Some(v) => {
                 slices

@@ -1033,17 +1033,9 @@ impl ThermalModel {
     /// reverse of handing a per-point source to this field.
     pub fn external_source_vjp(&self, lambda: &[f64]) -> Vec<f64> {
         let mut out = vec![0.0; self.qp_offsets.total()];
-        let chunks: Vec<(usize, &mut [f64])> = {
-            let mut rest: &mut [f64] = &mut out;
-            let mut v = Vec::with_capacity(self.n_volume);
-            for e in 0..self.n_volume {
-                let (head, tail) = rest.split_at_mut(self.qp_offsets.range(e).len());
-                v.push((e, head));
-                rest = tail;
-            }
-            v
-        };
-        chunks.into_par_iter().for_each(|(e, o)| {
+        let runs = (0..self.n_volume).map(|e| self.qp_offsets.range(e).len());
+        let chunks = gradfem_kernel::split_runs(&mut out, runs);
+        chunks.into_par_iter().enumerate().for_each(|(e, o)| {
             let blk = &self.blocks[self.elem_block[e] as usize];
             let nodes = self.element_nodes(e);
             let nn = nodes.len();

@@ -773,13 +773,7 @@ fn integral_hessian_product(
         starts.push(starts.last().unwrap() + nodes.len() + coords.n_picks(nodes));
     }
     let mut grads = vec![[0.0f64; 4]; *starts.last().unwrap()];
-    let mut slots: Vec<&mut [[f64; 4]]> = Vec::with_capacity(els.len());
-    let mut rest: &mut [[f64; 4]] = &mut grads;
-    for k in 0..els.len() {
-        let (head, tail) = rest.split_at_mut(starts[k + 1] - starts[k]);
-        slots.push(head);
-        rest = tail;
-    }
+    let slots = gradfem_kernel::split_runs(&mut grads, starts.windows(2).map(|w| w[1] - w[0]));
     // Closed form: only w = w_q det J depends on X, and moves as w tr G along a motion with
     // gradient G (w (tr G_δ tr G_D − tr(G_D G_δ)) along two), so S = Σ w g(T_q), V = Σ w and
     // their derivatives by T_a and by each pick D follow from g, g′, g″ at the points. The
@@ -797,9 +791,7 @@ fn integral_hessian_product(
             motions.clear();
             for k in (0..coords.n_picks(nodes)).filter(|&k| !coords.is_still(k, nodes)) {
                 let mut d = [[0.0; 3]; MAX_NODES];
-                for (a, da) in d.iter_mut().enumerate().take(nn) {
-                    *da = std::array::from_fn(|i| coords.seed(k, nodes, a, i));
-                }
+                coords.pick_motion_into(k, nodes, &mut d);
                 motions.push((k, d));
             }
             let (mut s, mut v) = ([0.0; 2], [0.0; 2]);
