@@ -631,10 +631,80 @@ impl Csr32 {
         Csr32 { n_rows: self.n_cols, n_cols: self.n_rows, row_ptr, col, val }
     }
 
+    /// Aᵀ when A's columns are grouped by `groups` (every row holds all columns of a group
+    /// or none, as a fitted prolongator's rows do): the rows of Aᵀ of one group have the same
+    /// columns, so the scatter runs over (row, group) pairs, a sixth of the entries for
+    /// elasticity, and the values are filled in parallel, group by group, into contiguous
+    /// runs. The same matrix as [`Self::transpose`], entry for entry.
+    fn transpose_grouped(&self, groups: &Runs) -> Csr32 {
+        let n_groups = groups.count(self.n_cols);
+        let walk = |i: usize, f: &mut dyn FnMut(u32, u32)| {
+            let cols = &self.col[self.row_ptr[i]..self.row_ptr[i + 1]];
+            let mut q = 0;
+            while q < cols.len() {
+                let g = groups.of(cols[q]);
+                f(g, q as u32);
+                q += groups.span(g).1;
+            }
+        };
+        // the rows holding each group, in increasing order, and where the group starts in them
+        let mut group_ptr = vec![0usize; n_groups + 1];
+        for i in 0..self.n_rows {
+            walk(i, &mut |g, _| group_ptr[g as usize + 1] += 1);
+        }
+        for g in 0..n_groups {
+            group_ptr[g + 1] += group_ptr[g];
+        }
+        let mut next = group_ptr.clone();
+        let mut holders = vec![(0u32, 0u32); group_ptr[n_groups]];
+        for i in 0..self.n_rows {
+            walk(i, &mut |g, q| {
+                holders[next[g as usize]] = (i as u32, q);
+                next[g as usize] += 1;
+            });
+        }
+        drop(next);
+        let mut row_ptr = Vec::with_capacity(self.n_cols + 1);
+        row_ptr.push(0);
+        for g in 0..n_groups {
+            let len = group_ptr[g + 1] - group_ptr[g];
+            for _ in 0..groups.span(g as u32).1 {
+                row_ptr.push(row_ptr.last().unwrap() + len);
+            }
+        }
+        let mut col = vec![0u32; self.nnz()];
+        let mut val = vec![0.0; self.nnz()];
+        let mut runs = Vec::with_capacity(n_groups);
+        let (mut col_rest, mut val_rest) = (&mut col[..], &mut val[..]);
+        for g in 0..n_groups {
+            let (first, w) = groups.span(g as u32);
+            let size = row_ptr[first + w] - row_ptr[first];
+            let (col_here, col_after) = std::mem::take(&mut col_rest).split_at_mut(size);
+            let (val_here, val_after) = std::mem::take(&mut val_rest).split_at_mut(size);
+            (col_rest, val_rest) = (col_after, val_after);
+            runs.push((g, col_here, val_here));
+        }
+        runs.into_par_iter().for_each(|(g, col_here, val_here)| {
+            let held = &holders[group_ptr[g]..group_ptr[g + 1]];
+            let w = groups.span(g as u32).1;
+            for t in 0..w {
+                let rows = t * held.len()..(t + 1) * held.len();
+                for ((c, v), &(i, q)) in
+                    col_here[rows.clone()].iter_mut().zip(&mut val_here[rows]).zip(held)
+                {
+                    *c = i;
+                    *v = self.val[self.row_ptr[i as usize] + q as usize + t];
+                }
+            }
+        });
+        Csr32 { n_rows: self.n_cols, n_cols: self.n_rows, row_ptr, col, val }
+    }
+
     /// A B, in parallel over chunks of rows of A (dense accumulator of B's width per chunk);
-    /// exact zeros produced by cancellation are kept (they are rare and harmless).
-    fn matmul(&self, b: &impl Rows) -> Csr32 {
-        let parts = self.product_rows(self.n_rows, |k| k, b);
+    /// exact zeros produced by cancellation are kept (they are rare and harmless). `rows` and
+    /// `cols` group A's rows and B's columns ([`Self::product_rows`]).
+    fn matmul(&self, b: &impl Rows, rows: &impl Groups, cols: &impl Groups) -> Csr32 {
+        let parts = self.product_rows(rows.count(self.n_rows), |g| g, b, rows, cols);
         let (row_ptr, col, val) = concat_rows(self.n_rows, parts);
         Csr32 { n_rows: self.n_rows, n_cols: b.n_cols(), row_ptr, col, val }
     }
@@ -642,19 +712,28 @@ impl Csr32 {
     /// A B as the row chunks that computed it, not joined: for an intermediate product read
     /// row by row (A P of the Galerkin product R (A P)), which then never exists twice (the
     /// chunks and their joined copy were the peak of the hierarchy's set-up).
-    fn matmul_chunked(&self, b: &impl Rows) -> ChunkedRows {
-        ChunkedRows::new(self.n_rows, b.n_cols(), self.product_rows(self.n_rows, |k| k, b))
+    fn matmul_chunked(&self, b: &impl Rows, rows: &impl Groups, cols: &impl Groups) -> ChunkedRows {
+        let parts = self.product_rows(rows.count(self.n_rows), |g| g, b, rows, cols);
+        ChunkedRows::new(b.n_cols(), parts)
     }
 
-    /// Rows `row_at(0)`, …, `row_at(count − 1)` of A B, in that order, as chunks of
-    /// [`PRODUCT_ROWS`] rows computed in parallel (row lengths, columns, values). A row's
-    /// entries do not depend on which other rows are computed with it.
+    /// The rows of row groups `group_at(0)`, …, `group_at(count − 1)` of A B, in that order,
+    /// as chunks of [`chunk_len`] groups computed in parallel (row lengths, columns, values).
+    /// `rows` groups A's rows: the rows of a group are walked together, column by column of
+    /// the union of their columns, so each row of B they read is read once for all of them
+    /// (a node's three rows of elasticity, a coarse node's six). `cols` groups B's columns (a
+    /// row of B holds all columns of a group or none): one mark and one index lookup per group.
+    /// Each row's product has the columns and the values of its own product to the bit: a row
+    /// without an entry at a column of the union adds zeros, and a column group enters its
+    /// row only when one of the row's own entries reached it.
     #[allow(clippy::type_complexity)]
     fn product_rows(
         &self,
         count: usize,
-        row_at: impl Fn(usize) -> usize + Sync,
+        group_at: impl Fn(usize) -> usize + Sync,
         b: &impl Rows,
+        rows: &impl Groups,
+        cols: &impl Groups,
     ) -> Vec<(Vec<usize>, Vec<u32>, Vec<f64>)> {
         assert_eq!(
             self.n_cols,
@@ -665,37 +744,105 @@ impl Csr32 {
             b.n_rows(),
             b.n_cols()
         );
+        match rows.max_size() {
+            0 | 1 => self.product_rows_in::<1>(count, &group_at, b, rows, cols),
+            2 => self.product_rows_in::<2>(count, &group_at, b, rows, cols),
+            3 => self.product_rows_in::<3>(count, &group_at, b, rows, cols),
+            4 => self.product_rows_in::<4>(count, &group_at, b, rows, cols),
+            5 | 6 => self.product_rows_in::<6>(count, &group_at, b, rows, cols),
+            7 | 8 => self.product_rows_in::<8>(count, &group_at, b, rows, cols),
+            h => unreachable!("row groups of {h} > {MAX_GROUP} rows (Runs::new refuses them)"),
+        }
+    }
+
+    /// [`Self::product_rows`] with row groups of up to `H` rows: the accumulator holds the
+    /// `H` rows of a column side by side, so an entry of B's row updates them in one pass (a
+    /// group of fewer rows runs with zeros in the rest).
+    #[allow(clippy::type_complexity)]
+    fn product_rows_in<const H: usize>(
+        &self,
+        count: usize,
+        group_at: &(impl Fn(usize) -> usize + Sync),
+        b: &impl Rows,
+        rows: &impl Groups,
+        cols: &impl Groups,
+    ) -> Vec<(Vec<usize>, Vec<u32>, Vec<f64>)> {
         let width = b.n_cols();
-        let n_chunks = count.div_ceil(PRODUCT_ROWS);
+        let per_chunk = chunk_len(count, H);
+        let n_chunks = count.div_ceil(per_chunk);
+        // The accumulators span B's width (a coarse level's unknowns, millions on a fine
+        // mesh): one per rayon job, not per chunk, and left zeroed by every group.
+        let fresh = || (vec![0.0; H * width], vec![0u8; cols.count(width)], Vec::<u32>::new());
         (0..n_chunks)
             .into_par_iter()
-            .map(|c| {
-                let rows = c * PRODUCT_ROWS..((c + 1) * PRODUCT_ROWS).min(count);
-                let mut acc = vec![0.0; width];
-                let mut mark = vec![false; width];
-                let mut touched: Vec<u32> = Vec::new();
-                let mut lens = Vec::with_capacity(rows.len());
+            // `reached`: per column group, bit r set when row r of the group reached it
+            .map_init(fresh, |(acc, reached, touched), c| {
+                let range = c * per_chunk..((c + 1) * per_chunk).min(count);
+                let (mut next, mut end) = ([0usize; H], [0usize; H]);
+                let mut lens = Vec::with_capacity(range.len() * H);
                 let mut col = Vec::new();
                 let mut val = Vec::new();
-                for i in rows.map(&row_at) {
-                    for k in self.row_ptr[i]..self.row_ptr[i + 1] {
-                        let (j, a) = (self.col[k] as usize, self.val[k]);
-                        let (bc, bv) = b.row(j);
-                        for (&jj, &bjv) in bc.iter().zip(bv) {
-                            if !mark[jj as usize] {
-                                mark[jj as usize] = true;
-                                touched.push(jj);
+                for g in range.map(group_at) {
+                    let (first, h) = rows.span(g as u32);
+                    for r in 0..h {
+                        (next[r], end[r]) = (self.row_ptr[first + r], self.row_ptr[first + r + 1]);
+                    }
+                    let mut a = [0.0f64; H];
+                    loop {
+                        // the smallest column under the rows' cursors, and who has it
+                        let mut j = u32::MAX;
+                        for r in 0..h {
+                            if next[r] < end[r] {
+                                j = j.min(self.col[next[r]]);
                             }
-                            acc[jj as usize] += a * bjv;
+                        }
+                        if j == u32::MAX {
+                            break;
+                        }
+                        let mut present = 0u8;
+                        for r in 0..h {
+                            a[r] = 0.0;
+                            if next[r] < end[r] && self.col[next[r]] == j {
+                                a[r] = self.val[next[r]];
+                                next[r] += 1;
+                                present |= 1 << r;
+                            }
+                        }
+                        let (bc, bv) = b.row(j as usize);
+                        let mut q = 0;
+                        while q < bc.len() {
+                            let cg = cols.of(bc[q]);
+                            let (s, w) = cols.span(cg);
+                            if reached[cg as usize] == 0 {
+                                touched.push(cg);
+                            }
+                            reached[cg as usize] |= present;
+                            let block = &mut acc[s * H..(s + w) * H];
+                            for (cell, &y) in block.chunks_exact_mut(H).zip(&bv[q..q + w]) {
+                                for r in 0..H {
+                                    cell[r] += a[r] * y;
+                                }
+                            }
+                            q += w;
                         }
                     }
                     touched.sort_unstable();
-                    lens.push(touched.len());
-                    for &jj in &touched {
-                        col.push(jj);
-                        val.push(acc[jj as usize]);
-                        acc[jj as usize] = 0.0;
-                        mark[jj as usize] = false;
+                    for r in 0..h {
+                        let before = col.len();
+                        for &cg in touched.iter().filter(|&&cg| reached[cg as usize] >> r & 1 == 1)
+                        {
+                            let (s, w) = cols.span(cg);
+                            for jj in s..s + w {
+                                col.push(jj as u32);
+                                val.push(acc[jj * H + r]);
+                            }
+                        }
+                        lens.push(col.len() - before);
+                    }
+                    for &cg in touched.iter() {
+                        let (s, w) = cols.span(cg);
+                        acc[s * H..(s + w) * H].fill(0.0);
+                        reached[cg as usize] = 0;
                     }
                     touched.clear();
                 }
@@ -704,6 +851,113 @@ impl Csr32 {
                 (lens, col, val)
             })
             .collect()
+    }
+
+    /// Whether every row holds all columns of a group of `groups` or none, each group's
+    /// columns in order (true of a prolongator fitted to a near-nullspace, whose rows hold
+    /// all the coarse unknowns of their aggregates, and of its product with any matrix).
+    fn columns_grouped(&self, groups: &impl Groups) -> bool {
+        (0..self.n_rows).into_par_iter().all(|i| {
+            let cols = &self.col[self.row_ptr[i]..self.row_ptr[i + 1]];
+            let mut q = 0;
+            while q < cols.len() {
+                let (s, w) = groups.span(groups.of(cols[q]));
+                if q + w > cols.len() || (0..w).any(|t| cols[q + t] as usize != s + t) {
+                    return false;
+                }
+                q += w;
+            }
+            true
+        })
+    }
+}
+
+/// Row groups per chunk of a set-up product of `count` groups of up to `height` rows: about
+/// [`PRODUCT_ROWS`] rows, fewer when that would leave fewer than 64 chunks (a coarse level's
+/// Galerkin rows are few but each reads hundreds of rows of A P). It depends on the sizes
+/// only, and a row's entries do not depend on the chunks anyway.
+fn chunk_len(count: usize, height: usize) -> usize {
+    (PRODUCT_ROWS / height).min(count.div_ceil(64)).max(1)
+}
+
+/// How the rows or columns of a matrix of the set-up's products group into runs of
+/// consecutive indices (see [`Csr32::product_rows`]).
+trait Groups: Sync {
+    /// The group of index `i`.
+    fn of(&self, i: u32) -> u32;
+    /// The first index and the size of group `g`.
+    fn span(&self, g: u32) -> (usize, usize);
+    /// The number of groups of `n` indices.
+    fn count(&self, n: usize) -> usize;
+    /// The size of the largest group.
+    fn max_size(&self) -> usize;
+}
+
+/// The coarse unknowns of a level grouped by coarse node (aggregate): node `g` holds
+/// `ptr[g]..ptr[g + 1]`, `of[i]` is the node of unknown `i`. With a near-nullspace of k
+/// vectors a group has up to k unknowns, so the products of the set-up handle up to k (A P)
+/// or k × k (R (A P)) values per index operation.
+struct Runs<'a> {
+    ptr: &'a [usize],
+    of: &'a [u32],
+    max: usize,
+}
+
+impl<'a> Runs<'a> {
+    /// `None` when a group has more than [`MAX_GROUP`] unknowns (the products then run
+    /// ungrouped).
+    fn new(ptr: &'a [usize], of: &'a [u32]) -> Option<Self> {
+        let max = ptr.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(1);
+        (max <= MAX_GROUP).then_some(Runs { ptr, of, max })
+    }
+
+    /// The nodes of `layout` as groups (`None` for a uniform layout, whose products run
+    /// ungrouped, or nodes of more than [`MAX_GROUP`] unknowns).
+    fn of_layout(layout: &'a Layout) -> Option<Self> {
+        match layout {
+            Layout::Nodes { ptr, of } => Runs::new(ptr, of),
+            Layout::Uniform(_) => None,
+        }
+    }
+}
+
+/// Runs where known, else every index its own group.
+impl Groups for Option<Runs<'_>> {
+    #[inline]
+    fn of(&self, i: u32) -> u32 {
+        self.as_ref().map_or(i, |g| g.of(i))
+    }
+    #[inline]
+    fn span(&self, g: u32) -> (usize, usize) {
+        self.as_ref().map_or((g as usize, 1), |runs| runs.span(g))
+    }
+    fn count(&self, n: usize) -> usize {
+        self.as_ref().map_or(n, |g| g.count(n))
+    }
+    fn max_size(&self) -> usize {
+        self.as_ref().map_or(1, |g| g.max_size())
+    }
+}
+
+/// The most unknowns of a [`Runs`] group (near-nullspaces of up to 8 vectors: 3D elasticity
+/// has 6).
+const MAX_GROUP: usize = 8;
+
+impl Groups for Runs<'_> {
+    #[inline]
+    fn of(&self, i: u32) -> u32 {
+        self.of[i as usize]
+    }
+    #[inline]
+    fn span(&self, g: u32) -> (usize, usize) {
+        let g = g as usize;
+        (self.ptr[g], self.ptr[g + 1] - self.ptr[g])
+    }
+    fn count(&self, _n: usize) -> usize {
+        self.ptr.len() - 1
+    }
+    fn max_size(&self) -> usize {
+        self.max
     }
 }
 
@@ -714,33 +968,63 @@ impl Csr32 {
 /// twice; when the supports overlap so much that this would cost more than half of A P again
 /// (an ordering without locality), the product is made in one block. A row's entries are
 /// summed in the same order either way: the result does not depend on the blocking.
-fn galerkin_product(r: &Csr32, a: &Csr32, p: &Csr32) -> Csr32 {
-    galerkin_product_in_blocks(r, a, p, GALERKIN_BLOCK_NNZ)
+///
+/// `a_rows` groups A's rows (the level's nodes) and `groups` P's columns and so R's rows (the
+/// coarse nodes when P was fitted to a near-nullspace): [`Runs`], or `None` for one index
+/// each. The product is the same to the bit either way ([`Csr32::product_rows`]).
+fn galerkin_product(
+    r: &Csr32,
+    a: &Csr32,
+    p: &Csr32,
+    a_rows: &Option<Runs>,
+    groups: &Option<Runs>,
+) -> Csr32 {
+    galerkin_product_in_blocks(r, a, p, a_rows, groups, GALERKIN_BLOCK_NNZ)
 }
 
 /// [`galerkin_product`] with blocks of about `block_nnz` entries of A.
-fn galerkin_product_in_blocks(r: &Csr32, a: &Csr32, p: &Csr32, block_nnz: usize) -> Csr32 {
-    let supports = galerkin_blocks(r, a, block_nnz);
-    if supports.len() <= 1 {
-        return r.matmul(&a.matmul_chunked(p));
-    }
-    let mut local = vec![NONE; a.n_rows];
-    let mut parts = Vec::new();
-    for (rows, support) in supports {
-        for (k, &i) in support.iter().enumerate() {
-            local[i as usize] = k as u32;
+fn galerkin_product_in_blocks(
+    r: &Csr32,
+    a: &Csr32,
+    p: &Csr32,
+    a_rows: &Option<Runs>,
+    groups: &Option<Runs>,
+    block_nnz: usize,
+) -> Csr32 {
+    let supports = galerkin_blocks(r, a, groups, block_nnz);
+    let parts = if supports.len() <= 1 {
+        let ap = a.matmul_chunked(p, a_rows, groups);
+        r.product_rows(groups.count(r.n_rows), |g| g, &ap, groups, groups)
+    } else {
+        let mut local = vec![NONE; a.n_rows];
+        let mut parts = Vec::new();
+        for (block_groups, support) in supports {
+            // whole groups of A's rows (a group's rows are computed together)
+            let mut support_groups: Vec<u32> = support.iter().map(|&i| a_rows.of(i)).collect();
+            support_groups.dedup();
+            let mut k = 0u32;
+            for &g in &support_groups {
+                let (s, h) = a_rows.span(g);
+                for i in s..s + h {
+                    local[i] = k;
+                    k += 1;
+                }
+            }
+            let at = |k| support_groups[k] as usize;
+            let ap = ChunkedRows::new(
+                p.n_cols,
+                a.product_rows(support_groups.len(), at, p, a_rows, groups),
+            );
+            let block = SupportRows { rows: &ap, local: &local, n_rows: a.n_rows };
+            let at = |k| block_groups.start + k;
+            parts.extend(r.product_rows(block_groups.len(), at, &block, groups, groups));
+            for &g in &support_groups {
+                let (s, h) = a_rows.span(g);
+                local[s..s + h].fill(NONE);
+            }
         }
-        let ap = ChunkedRows::new(
-            support.len(),
-            p.n_cols,
-            a.product_rows(support.len(), |k| support[k] as usize, p),
-        );
-        let block = SupportRows { rows: &ap, local: &local, n_rows: a.n_rows };
-        parts.extend(r.product_rows(rows.len(), |k| rows.start + k, &block));
-        for &i in &support {
-            local[i as usize] = NONE;
-        }
-    }
+        parts
+    };
     let (row_ptr, col, val) = concat_rows(r.n_rows, parts);
     Csr32 { n_rows: r.n_rows, n_cols: p.n_cols, row_ptr, col, val }
 }
@@ -749,27 +1033,36 @@ fn galerkin_product_in_blocks(r: &Csr32, a: &Csr32, p: &Csr32, block_nnz: usize)
 /// rows of A P take about 2–3 times as many.
 const GALERKIN_BLOCK_NNZ: usize = 4 << 20;
 
-/// The blocks of coarse rows of [`galerkin_product`] with the fine rows each reads (sorted):
-/// one block (and no supports computed) when A is small or the supports overlap too much.
+/// The blocks of [`galerkin_product`] as ranges of R's row groups, with the fine rows each
+/// reads (sorted): one block (and no supports computed) when A is small or the supports
+/// overlap too much.
 #[allow(clippy::type_complexity)]
 fn galerkin_blocks(
     r: &Csr32,
     a: &Csr32,
+    groups: &impl Groups,
     block_nnz: usize,
 ) -> Vec<(std::ops::Range<usize>, Vec<u32>)> {
-    let n_blocks = a.nnz().div_ceil(block_nnz).min(r.n_rows);
+    let n_groups = groups.count(r.n_rows);
+    let n_blocks = a.nnz().div_ceil(block_nnz).min(n_groups);
     if n_blocks <= 1 {
         return Vec::new();
     }
-    let size = r.n_rows.div_ceil(n_blocks);
-    let blocks: Vec<_> = (0..r.n_rows.div_ceil(size))
+    let size = n_groups.div_ceil(n_blocks);
+    let blocks: Vec<_> = (0..n_groups.div_ceil(size))
         .into_par_iter()
         .map(|b| {
-            let rows = b * size..((b + 1) * size).min(r.n_rows);
-            let mut support = r.col[r.row_ptr[rows.start]..r.row_ptr[rows.end]].to_vec();
-            support.sort_unstable();
-            support.dedup();
-            (rows, support)
+            let block_groups = b * size..((b + 1) * size).min(n_groups);
+            // the rows of a group have the same columns: the first row's stand for them all
+            let mut read = vec![false; a.n_rows];
+            for g in block_groups.clone() {
+                let first = groups.span(g as u32).0;
+                for &i in &r.col[r.row_ptr[first]..r.row_ptr[first + 1]] {
+                    read[i as usize] = true;
+                }
+            }
+            let support: Vec<u32> = (0..a.n_rows as u32).filter(|&i| read[i as usize]).collect();
+            (block_groups, support)
         })
         .collect();
     let read: usize = blocks.iter().map(|(_, s)| s.len()).sum();
@@ -819,43 +1112,49 @@ impl Rows for Csr32 {
     }
 }
 
-/// The rows of a product as computed, chunk by chunk: chunk c holds rows
-/// c · PRODUCT_ROWS … (row lengths, columns, values).
+/// The rows of a product as computed, chunk by chunk (row lengths, columns, values), the
+/// rows numbered through the chunks in order.
 struct ChunkedRows {
-    n_rows: usize,
     n_cols: usize,
+    /// Per row: its chunk.
+    chunk_of: Vec<u32>,
+    /// Per chunk: its first row.
+    first: Vec<usize>,
     /// Per chunk: the offsets of its rows into its own arrays (lengths turned into starts).
     starts: Vec<Vec<usize>>,
     parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>,
 }
 
 impl ChunkedRows {
-    fn new(n_rows: usize, n_cols: usize, parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>) -> Self {
-        let starts = parts
-            .iter()
-            .map(|(lens, _, _)| {
-                let mut s = Vec::with_capacity(lens.len() + 1);
-                s.push(0);
-                for l in lens {
-                    s.push(s.last().unwrap() + l);
-                }
-                s
-            })
-            .collect();
-        ChunkedRows { n_rows, n_cols, starts, parts }
+    fn new(n_cols: usize, parts: Vec<(Vec<usize>, Vec<u32>, Vec<f64>)>) -> Self {
+        let mut chunk_of = Vec::new();
+        let mut first = Vec::with_capacity(parts.len());
+        let mut starts = Vec::with_capacity(parts.len());
+        for (c, (lens, _, _)) in parts.iter().enumerate() {
+            first.push(chunk_of.len());
+            chunk_of.resize(chunk_of.len() + lens.len(), c as u32);
+            let mut s = Vec::with_capacity(lens.len() + 1);
+            s.push(0);
+            for l in lens {
+                s.push(s.last().unwrap() + l);
+            }
+            starts.push(s);
+        }
+        ChunkedRows { n_cols, chunk_of, first, starts, parts }
     }
 }
 
 impl Rows for ChunkedRows {
     fn n_rows(&self) -> usize {
-        self.n_rows
+        self.chunk_of.len()
     }
     fn n_cols(&self) -> usize {
         self.n_cols
     }
     #[inline]
     fn row(&self, i: usize) -> (&[u32], &[f64]) {
-        let (c, k) = (i / PRODUCT_ROWS, i % PRODUCT_ROWS);
+        let c = self.chunk_of[i] as usize;
+        let k = i - self.first[c];
         let r = self.starts[c][k]..self.starts[c][k + 1];
         let (_, col, val) = &self.parts[c];
         (&col[r.clone()], &val[r])
@@ -871,15 +1170,27 @@ fn concat_rows(
     let nnz = parts.iter().map(|p| p.1.len()).sum();
     let mut row_ptr = Vec::with_capacity(n_rows + 1);
     row_ptr.push(0);
-    let mut col = Vec::with_capacity(nnz);
-    let mut val = Vec::with_capacity(nnz);
-    for (lens, c, v) in parts {
+    for (lens, _, _) in &parts {
         for l in lens {
             row_ptr.push(row_ptr.last().unwrap() + l);
         }
-        col.extend_from_slice(&c);
-        val.extend_from_slice(&v);
     }
+    // The copies run in parallel: at the set-up's sizes (10⁸ bytes) the first touch of the
+    // fresh pages costs more than the copy itself, and it divides between the threads.
+    let mut col = vec![0u32; nnz];
+    let mut val = vec![0.0; nnz];
+    let mut copies = Vec::with_capacity(parts.len());
+    let (mut col_rest, mut val_rest) = (&mut col[..], &mut val[..]);
+    for (_, c, v) in &parts {
+        let (col_here, col_after) = std::mem::take(&mut col_rest).split_at_mut(c.len());
+        let (val_here, val_after) = std::mem::take(&mut val_rest).split_at_mut(v.len());
+        (col_rest, val_rest) = (col_after, val_after);
+        copies.push((col_here, val_here, c, v));
+    }
+    copies.into_par_iter().for_each(|(col_here, val_here, c, v)| {
+        col_here.copy_from_slice(c);
+        val_here.copy_from_slice(v);
+    });
     (row_ptr, col, val)
 }
 
@@ -1664,7 +1975,7 @@ impl AmgHierarchy {
                 }
                 let p = c.p.clone();
                 let r = p.transpose();
-                let ac = galerkin_product(&r, &a, &p);
+                let ac = galerkin_product(&r, &a, &p, &None, &None);
                 tracing::debug!(n, nnz = a.nnz(), coarse = ac.n_rows, "AMG: given coarse space");
                 levels.push(Level { a, inv_diag, lambda_max: 1.1 * rho });
                 let none = Aggregates { of_node: Vec::new(), count: 0 };
@@ -1690,16 +2001,25 @@ impl AmgHierarchy {
                 break;
             };
             // smoothed prolongator P = (I − ω D⁻¹ A) P_tent
-            let t = match fitted.take() {
+            let level_space = fitted.take();
+            let t = match &level_space {
                 None => tentative_prolongator(&aggs, block),
                 Some((layout, b)) => {
-                    let f = fit_near_nullspace(&aggs, &layout, &b, k);
+                    let f = fit_near_nullspace(&aggs, layout, b, k);
                     fitted = Some((Layout::from_ptr(f.coarse_ptr), f.coarse_b));
                     f.t
                 }
             };
+            // The set-up's products take a node's unknowns together: A's rows by this level's
+            // nodes, P's columns by the coarse nodes of a fitted near-nullspace (T holds each
+            // aggregate's columns whole: checked, as the products rely on it).
+            let rows = level_space.as_ref().and_then(|(layout, _)| Runs::of_layout(layout));
+            let runs = fitted
+                .as_ref()
+                .and_then(|(layout, _)| Runs::of_layout(layout))
+                .filter(|g| t.columns_grouped(g));
             let omega = 4.0 / (3.0 * rho);
-            let mut p = a.matmul(&t);
+            let mut p = a.matmul(&t, &rows, &runs);
             for i in 0..p.n_rows {
                 let scale = -omega * inv_diag[i];
                 let rr = p.row_ptr[i]..p.row_ptr[i + 1];
@@ -1712,8 +2032,11 @@ impl AmgHierarchy {
                     p.val[rr.start + pos] += t.val[k];
                 }
             }
-            let r = p.transpose();
-            let ac = galerkin_product(&r, &a, &p);
+            let r = match &runs {
+                Some(g) => p.transpose_grouped(g),
+                None => p.transpose(),
+            };
+            let ac = galerkin_product(&r, &a, &p, &rows, &runs);
             tracing::debug!(level = lvl, n, nnz = a.nnz(), coarse = ac.n_rows, "AMG level built");
             levels.push(Level { a, inv_diag, lambda_max: 1.1 * rho });
             transfers.push(Transfer { aggregates: aggs, p, r });
@@ -2362,11 +2685,14 @@ mod tests {
         CsrMatrix { n_rows: n * n, n_cols: n * n, row_ptr, col_idx, values }
     }
 
+    /// Every index its own group (the scalar products).
+    const UNGROUPED: &Option<Runs<'static>> = &None;
+
     #[test]
     fn sparse_product_and_transpose_match_dense() {
         let a = Csr32::from_csr(&laplace_2d(5), false);
         let t = a.transpose();
-        let p = a.matmul(&t);
+        let p = a.matmul(&t, UNGROUPED, UNGROUPED);
         let dense = |m: &Csr32| {
             let mut d = vec![0.0; m.n_rows * m.n_cols];
             for i in 0..m.n_rows {
@@ -2394,15 +2720,15 @@ mod tests {
         // the one-block product's to the bit.
         let a = Csr32::from_csr(&laplace_2d(40), true);
         let aggs = aggregate(&strength(&a, &Layout::Uniform(1), 0.0));
-        let p = a.matmul(&tentative_prolongator(&aggs, 1));
+        let p = a.matmul(&tentative_prolongator(&aggs, 1), UNGROUPED, UNGROUPED);
         let r = p.transpose();
         let budget = a.nnz() / 8;
-        let blocks = galerkin_blocks(&r, &a, budget);
+        let blocks = galerkin_blocks(&r, &a, UNGROUPED, budget);
         assert_eq!(blocks.len(), 8);
         let read: usize = blocks.iter().map(|(_, s)| s.len()).sum();
         assert!(read < 3 * a.n_rows / 2, "{read} rows of A P read for {}", a.n_rows);
-        let one = r.matmul(&a.matmul(&p));
-        let blocked = galerkin_product_in_blocks(&r, &a, &p, budget);
+        let one = r.matmul(&a.matmul(&p, UNGROUPED, UNGROUPED), UNGROUPED, UNGROUPED);
+        let blocked = galerkin_product_in_blocks(&r, &a, &p, &None, &None, budget);
         assert_eq!(to_csr(&blocked), to_csr(&one));
         // Supports that cover A many times over fall back to one block.
         let mut shuffled = r.clone();
@@ -2411,7 +2737,80 @@ mod tests {
             let cols = &mut shuffled.col[row[0]..row[1]];
             cols.sort_unstable();
         }
-        assert!(galerkin_blocks(&shuffled, &a, a.nnz() / 64).is_empty());
+        assert!(galerkin_blocks(&shuffled, &a, UNGROUPED, a.nnz() / 64).is_empty());
+    }
+
+    #[test]
+    fn grouped_products_are_the_scalar_products_to_the_bit() {
+        // Three unknowns per node of a 2D grid, coupled through a 3×3 block (L ⊗ M + I), the
+        // first component's coupling to the right neighbour numerically zero (so the copy
+        // without it has rows of one node with different columns, and rows that reach fewer
+        // aggregates than their node's others), the rigid-body modes fitted on its aggregates: the products that
+        // take a node's rows and a coarse node's unknowns at once equal the scalar ones entry by
+        // entry, blocked or not.
+        let n = 24;
+        let l = laplace_2d(n);
+        let m = [[2.0, 0.3, -0.1], [0.3, 1.5, 0.2], [-0.1, 0.2, 1.0]];
+        let mut row_ptr = vec![0usize];
+        let (mut col_idx, mut values) = (Vec::new(), Vec::new());
+        for i in 0..l.n_rows {
+            for c in 0..3 {
+                let (cols, vals) = l.row(i);
+                for (&j, &v) in cols.iter().zip(vals) {
+                    for d in 0..3 {
+                        col_idx.push(j * 3 + d as u32);
+                        let (row, column) = (3 * i + c, 3 * j as usize + d);
+                        values.push(if row == column {
+                            v * m[c][d] + 1.0
+                        } else if c == 0 && j as usize == i + 1 {
+                            // the first component does not see its right neighbour
+                            1e-17
+                        } else {
+                            v * m[c][d]
+                        });
+                    }
+                }
+                row_ptr.push(col_idx.len());
+            }
+        }
+        let big =
+            CsrMatrix { n_rows: 3 * l.n_rows, n_cols: 3 * l.n_rows, row_ptr, col_idx, values };
+        let a = Csr32::from_csr(&big, true);
+        assert!(a.nnz() < big.nnz());
+        let coords: Vec<[f64; 3]> =
+            (0..l.n_rows).map(|i| [(i % n) as f64, (i / n) as f64, 0.0]).collect();
+        let unknowns: Vec<(usize, usize)> =
+            (0..l.n_rows).flat_map(|p| (0..3).map(move |c| (p, c))).collect();
+        let nns = NearNullspace::rigid_body_modes(&coords, &unknowns).unwrap();
+        let layout = Layout::from_ptr(nns.node_ptr.clone());
+        let nodes = Runs::of_layout(&layout);
+        assert_eq!(nodes.max_size(), 3);
+        let aggs = aggregate(&strength(&a, &layout, 0.02));
+        let f = fit_near_nullspace(&aggs, &layout, &nns.values, 6);
+        let coarse = Layout::from_ptr(f.coarse_ptr.clone());
+        let runs = Runs::of_layout(&coarse);
+        assert_eq!(runs.max_size(), 6);
+        assert!(f.t.columns_grouped(runs.as_ref().unwrap()));
+        let p = a.matmul(&f.t, UNGROUPED, UNGROUPED);
+        for (rows, cols) in [(&nodes, &None), (&None, &runs), (&nodes, &runs)] {
+            assert_eq!(to_csr(&a.matmul(&f.t, rows, cols)), to_csr(&p));
+        }
+        assert!(p.columns_grouped(runs.as_ref().unwrap()));
+        let r = p.transpose();
+        assert_eq!(to_csr(&p.transpose_grouped(runs.as_ref().unwrap())), to_csr(&r));
+        let one = galerkin_product_in_blocks(&r, &a, &p, &None, &None, usize::MAX);
+        for budget in [usize::MAX, a.nnz() / 3] {
+            for (rows, cols) in [(&nodes, &None), (&None, &runs), (&nodes, &runs)] {
+                let g = galerkin_product_in_blocks(&r, &a, &p, rows, cols, budget);
+                assert_eq!(to_csr(&g), to_csr(&one), "block budget {budget}");
+            }
+        }
+        assert!(galerkin_blocks(&r, &a, &runs, a.nnz() / 3).len() > 1);
+        // A prolongator with one unknown of a group per row is not grouped.
+        let uniform =
+            tentative_prolongator(&aggregate(&strength(&a, &Layout::Uniform(3), 0.02)), 3);
+        let triples = Layout::from_ptr((0..=uniform.n_cols / 3).map(|g| 3 * g).collect());
+        assert!(!uniform.columns_grouped(&Runs::of_layout(&triples).unwrap()));
     }
 
     #[test]
@@ -2523,7 +2922,7 @@ mod tests {
             }
         }
         // orthonormal columns
-        let tt = f.t.transpose().matmul(&f.t);
+        let tt = f.t.transpose().matmul(&f.t, UNGROUPED, UNGROUPED);
         for c in 0..tt.n_rows {
             for k in tt.row_ptr[c]..tt.row_ptr[c + 1] {
                 let expect = if tt.col[k] as usize == c { 1.0 } else { 0.0 };
