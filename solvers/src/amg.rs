@@ -770,15 +770,20 @@ impl Csr32 {
         let width = b.n_cols();
         let per_chunk = chunk_len(count, H);
         let n_chunks = count.div_ceil(per_chunk);
-        // The accumulators span B's width (a coarse level's unknowns, millions on a fine
-        // mesh): one per rayon job, not per chunk, and left zeroed by every group.
-        let fresh = || (vec![0.0; H * width], vec![0u8; cols.count(width)], Vec::<u32>::new());
+        // A sparse accumulator: the column groups a row group reaches get slots in the order
+        // they are reached (`slot_of`, per group of B's columns, NONE when unreached), each
+        // slot holding its group's columns × H rows; `reached` per slot, bit r set when row r
+        // of the group reached it. Only `slot_of` spans B's width (4 bytes per group, one per
+        // rayon job): a dense accumulator of H × width values, megabytes per job on a fine
+        // mesh, made the allocator keep memory it freed.
+        let stride = H * cols.max_size().max(1);
+        let fresh = || (vec![NONE; cols.count(width)], Vec::<f64>::new(), Vec::<u8>::new());
         (0..n_chunks)
             .into_par_iter()
-            // `reached`: per column group, bit r set when row r of the group reached it
-            .map_init(fresh, |(acc, reached, touched), c| {
+            .map_init(fresh, |(slot_of, acc, reached), c| {
                 let range = c * per_chunk..((c + 1) * per_chunk).min(count);
                 let (mut next, mut end) = ([0usize; H], [0usize; H]);
+                let mut touched: Vec<u32> = Vec::new();
                 let mut lens = Vec::with_capacity(range.len() * H);
                 let mut col = Vec::new();
                 let mut val = Vec::new();
@@ -812,12 +817,19 @@ impl Csr32 {
                         let mut q = 0;
                         while q < bc.len() {
                             let cg = cols.of(bc[q]);
-                            let (s, w) = cols.span(cg);
-                            if reached[cg as usize] == 0 {
+                            let w = cols.span(cg).1;
+                            let mut k = slot_of[cg as usize] as usize;
+                            if k == NONE as usize {
+                                k = touched.len();
+                                slot_of[cg as usize] = k as u32;
                                 touched.push(cg);
+                                if acc.len() < (k + 1) * stride {
+                                    acc.resize((k + 1) * stride, 0.0);
+                                    reached.resize(k + 1, 0);
+                                }
                             }
-                            reached[cg as usize] |= present;
-                            let block = &mut acc[s * H..(s + w) * H];
+                            reached[k] |= present;
+                            let block = &mut acc[k * stride..k * stride + w * H];
                             for (cell, &y) in block.chunks_exact_mut(H).zip(&bv[q..q + w]) {
                                 for r in 0..H {
                                     cell[r] += a[r] * y;
@@ -829,20 +841,23 @@ impl Csr32 {
                     touched.sort_unstable();
                     for r in 0..h {
                         let before = col.len();
-                        for &cg in touched.iter().filter(|&&cg| reached[cg as usize] >> r & 1 == 1)
-                        {
-                            let (s, w) = cols.span(cg);
-                            for jj in s..s + w {
-                                col.push(jj as u32);
-                                val.push(acc[jj * H + r]);
+                        for &cg in &touched {
+                            let k = slot_of[cg as usize] as usize;
+                            if reached[k] >> r & 1 == 1 {
+                                let (s, w) = cols.span(cg);
+                                for t in 0..w {
+                                    col.push((s + t) as u32);
+                                    val.push(acc[k * stride + t * H + r]);
+                                }
                             }
                         }
                         lens.push(col.len() - before);
                     }
-                    for &cg in touched.iter() {
-                        let (s, w) = cols.span(cg);
-                        acc[s * H..(s + w) * H].fill(0.0);
-                        reached[cg as usize] = 0;
+                    for &cg in &touched {
+                        let k = slot_of[cg as usize] as usize;
+                        acc[k * stride..(k + 1) * stride].fill(0.0);
+                        reached[k] = 0;
+                        slot_of[cg as usize] = NONE;
                     }
                     touched.clear();
                 }
@@ -873,11 +888,14 @@ impl Csr32 {
 }
 
 /// Row groups per chunk of a set-up product of `count` groups of up to `height` rows: about
-/// [`PRODUCT_ROWS`] rows, fewer when that would leave fewer than 64 chunks (a coarse level's
-/// Galerkin rows are few but each reads hundreds of rows of A P). It depends on the sizes
-/// only, and a row's entries do not depend on the chunks anyway.
+/// [`PRODUCT_ROWS`] rows, fewer when that would leave fewer than 8 chunks (a coarse level's
+/// Galerkin rows are few but each reads hundreds of rows of A P). Smaller chunks were
+/// measured to cost memory: their outputs, below the allocator's mmap threshold, stay with
+/// the allocator after they are freed (elastic3d N = 54: 1.49 GB peak with 64 chunks at
+/// least, 1.43 GB with 8). It depends on the sizes only, and a row's entries do not depend on
+/// the chunks anyway.
 fn chunk_len(count: usize, height: usize) -> usize {
-    (PRODUCT_ROWS / height).min(count.div_ceil(64)).max(1)
+    (PRODUCT_ROWS / height).min(count.div_ceil(8)).max(1)
 }
 
 /// How the rows or columns of a matrix of the set-up's products group into runs of
@@ -1176,20 +1194,21 @@ fn concat_rows(
         }
     }
     // The copies run in parallel: at the set-up's sizes (10⁸ bytes) the first touch of the
-    // fresh pages costs more than the copy itself, and it divides between the threads.
+    // fresh pages costs more than the copy itself, and it divides between the threads. Each
+    // chunk is freed once copied, so the product does not exist twice.
     let mut col = vec![0u32; nnz];
     let mut val = vec![0.0; nnz];
     let mut copies = Vec::with_capacity(parts.len());
     let (mut col_rest, mut val_rest) = (&mut col[..], &mut val[..]);
-    for (_, c, v) in &parts {
+    for (_, c, v) in parts {
         let (col_here, col_after) = std::mem::take(&mut col_rest).split_at_mut(c.len());
         let (val_here, val_after) = std::mem::take(&mut val_rest).split_at_mut(v.len());
         (col_rest, val_rest) = (col_after, val_after);
         copies.push((col_here, val_here, c, v));
     }
     copies.into_par_iter().for_each(|(col_here, val_here, c, v)| {
-        col_here.copy_from_slice(c);
-        val_here.copy_from_slice(v);
+        col_here.copy_from_slice(&c);
+        val_here.copy_from_slice(&v);
     });
     (row_ptr, col, val)
 }
