@@ -2039,18 +2039,34 @@ impl AmgHierarchy {
                 .filter(|g| t.columns_grouped(g));
             let omega = 4.0 / (3.0 * rho);
             let mut p = a.matmul(&t, &rows, &runs);
-            for i in 0..p.n_rows {
-                let scale = -omega * inv_diag[i];
-                let rr = p.row_ptr[i]..p.row_ptr[i + 1];
-                for v in &mut p.val[rr.clone()] {
-                    *v *= scale;
-                }
-                for k in t.row_ptr[i]..t.row_ptr[i + 1] {
-                    // the pattern of A P_tent contains that of P_tent (A has its diagonal)
-                    let pos = p.col[rr.clone()].binary_search(&t.col[k]).expect("diagonal present");
-                    p.val[rr.start + pos] += t.val[k];
-                }
+            // P = T − ω D⁻¹ (A T), in parallel over runs of rows (each owns its values)
+            let bounds: Vec<usize> = (0..p.n_rows.div_ceil(CHUNK)).map(|c| c * CHUNK).collect();
+            let mut runs_of_rows = Vec::with_capacity(bounds.len());
+            let mut rest = &mut p.val[..];
+            for (c, &first) in bounds.iter().enumerate() {
+                let last = (first + CHUNK).min(p.n_rows);
+                let size = p.row_ptr[last] - p.row_ptr[first];
+                let (here, after) = std::mem::take(&mut rest).split_at_mut(size);
+                rest = after;
+                runs_of_rows.push((c * CHUNK..last, here));
             }
+            let (p_ptr, p_col) = (&p.row_ptr, &p.col);
+            runs_of_rows.into_par_iter().for_each(|(rows_here, vals)| {
+                let base = p_ptr[rows_here.start];
+                for i in rows_here {
+                    let scale = -omega * inv_diag[i];
+                    let rr = p_ptr[i] - base..p_ptr[i + 1] - base;
+                    for v in &mut vals[rr.clone()] {
+                        *v *= scale;
+                    }
+                    let cols = &p_col[p_ptr[i]..p_ptr[i + 1]];
+                    for k in t.row_ptr[i]..t.row_ptr[i + 1] {
+                        // the pattern of A P_tent contains that of P_tent (A has its diagonal)
+                        let pos = cols.binary_search(&t.col[k]).expect("diagonal present");
+                        vals[rr.start + pos] += t.val[k];
+                    }
+                }
+            });
             let r = match &runs {
                 Some(g) => p.transpose_grouped(g),
                 None => p.transpose(),
