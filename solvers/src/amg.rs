@@ -1052,8 +1052,9 @@ fn galerkin_product_in_blocks(
 const GALERKIN_BLOCK_NNZ: usize = 4 << 20;
 
 /// The blocks of [`galerkin_product`] as ranges of R's row groups, with the fine rows each
-/// reads (sorted): one block (and no supports computed) when A is small or the supports
-/// overlap too much.
+/// reads (sorted): about `block_nnz` entries of A per block, halved in number until their
+/// supports add up to at most 1.5 times A's rows; none (one block, no supports) when A is
+/// small or even two blocks overlap more.
 #[allow(clippy::type_complexity)]
 fn galerkin_blocks(
     r: &Csr32,
@@ -1062,29 +1063,36 @@ fn galerkin_blocks(
     block_nnz: usize,
 ) -> Vec<(std::ops::Range<usize>, Vec<u32>)> {
     let n_groups = groups.count(r.n_rows);
-    let n_blocks = a.nnz().div_ceil(block_nnz).min(n_groups);
-    if n_blocks <= 1 {
-        return Vec::new();
-    }
-    let size = n_groups.div_ceil(n_blocks);
-    let blocks: Vec<_> = (0..n_groups.div_ceil(size))
-        .into_par_iter()
-        .map(|b| {
-            let block_groups = b * size..((b + 1) * size).min(n_groups);
-            // the rows of a group have the same columns: the first row's stand for them all
-            let mut read = vec![false; a.n_rows];
-            for g in block_groups.clone() {
-                let first = groups.span(g as u32).0;
-                for &i in &r.col[r.row_ptr[first]..r.row_ptr[first + 1]] {
-                    read[i as usize] = true;
+    let mut n_blocks = a.nnz().div_ceil(block_nnz).min(n_groups);
+    // Thin blocks of a large mesh read supports much wider than themselves (a slab of the
+    // aggregates and the smoothed prolongator's reach on both sides): fewer, thicker blocks
+    // overlap less, at more memory per block; one block only when even two overlap too much.
+    while n_blocks > 1 {
+        let size = n_groups.div_ceil(n_blocks);
+        let blocks: Vec<_> = (0..n_groups.div_ceil(size))
+            .into_par_iter()
+            .map(|b| {
+                let block_groups = b * size..((b + 1) * size).min(n_groups);
+                // the rows of a group have the same columns: the first row's stand for them all
+                let mut read = vec![false; a.n_rows];
+                for g in block_groups.clone() {
+                    let first = groups.span(g as u32).0;
+                    for &i in &r.col[r.row_ptr[first]..r.row_ptr[first + 1]] {
+                        read[i as usize] = true;
+                    }
                 }
-            }
-            let support: Vec<u32> = (0..a.n_rows as u32).filter(|&i| read[i as usize]).collect();
-            (block_groups, support)
-        })
-        .collect();
-    let read: usize = blocks.iter().map(|(_, s)| s.len()).sum();
-    if 2 * read > 3 * a.n_rows { Vec::new() } else { blocks }
+                let support: Vec<u32> =
+                    (0..a.n_rows as u32).filter(|&i| read[i as usize]).collect();
+                (block_groups, support)
+            })
+            .collect();
+        let read: usize = blocks.iter().map(|(_, s)| s.len()).sum();
+        if 2 * read <= 3 * a.n_rows {
+            return blocks;
+        }
+        n_blocks /= 2;
+    }
+    Vec::new()
 }
 
 /// The rows of A P that one block of [`galerkin_product`] computed, addressed by fine row
@@ -2765,14 +2773,20 @@ mod tests {
         let one = r.matmul(&a.matmul(&p, UNGROUPED, UNGROUPED), UNGROUPED, UNGROUPED);
         let blocked = galerkin_product_in_blocks(&r, &a, &p, &None, &None, budget);
         assert_eq!(to_csr(&blocked), to_csr(&one));
-        // Supports that cover A many times over fall back to one block.
+        // Supports that cover A many times over: the 64 blocks asked for halve until the
+        // supports add up to at most 1.5 n.
         let mut shuffled = r.clone();
-        shuffled.col.iter_mut().for_each(|c| *c = (*c * 7919) % a.n_rows as u32);
+        let scatter = |c: u32| ((c as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32;
+        shuffled.col.iter_mut().for_each(|c| *c = scatter(*c) % a.n_rows as u32);
         for row in shuffled.row_ptr.windows(2) {
             let cols = &mut shuffled.col[row[0]..row[1]];
             cols.sort_unstable();
         }
-        assert!(galerkin_blocks(&shuffled, &a, UNGROUPED, a.nnz() / 64).is_empty());
+        let many = a.nnz().div_ceil(a.nnz() / 64);
+        let fewer = galerkin_blocks(&shuffled, &a, UNGROUPED, a.nnz() / 64);
+        assert!(fewer.len() < many / 2, "{} blocks of {many}", fewer.len());
+        let read: usize = fewer.iter().map(|(_, s)| s.len()).sum();
+        assert!(2 * read <= 3 * a.n_rows, "{read} rows of A P read for {}", a.n_rows);
     }
 
     #[test]
