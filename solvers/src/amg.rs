@@ -774,8 +774,8 @@ impl Csr32 {
         // they are reached (`slot_of`, per group of B's columns, NONE when unreached), each
         // slot holding its group's columns × H rows; `reached` per slot, bit r set when row r
         // of the group reached it. Only `slot_of` spans B's width (4 bytes per group, one per
-        // rayon job): a dense accumulator of H × width values, megabytes per job on a fine
-        // mesh, made the allocator keep memory it freed.
+        // rayon job), where a dense accumulator would hold H × width values (11 MB per job on
+        // the fine level of elastic3d N = 54) and be scattered over.
         let stride = H * cols.max_size().max(1);
         let fresh = || (vec![NONE; cols.count(width)], Vec::<f64>::new(), Vec::<u8>::new());
         (0..n_chunks)
@@ -983,9 +983,10 @@ impl Groups for Runs<'_> {
 /// each block computes the rows of A P that its rows of R read (their support), multiplies,
 /// and drops them, so A P, the largest matrix of the set-up (2–3 × A for elasticity's six
 /// rigid-body modes), never exists whole. Rows of A P in two blocks' supports are computed
-/// twice; when the supports overlap so much that this would cost more than half of A P again
-/// (an ordering without locality), the product is made in one block. A row's entries are
-/// summed in the same order either way: the result does not depend on the blocking.
+/// twice; while the supports overlap so much that this would cost more than half of A P again
+/// (thin blocks of a large mesh, an ordering without locality), the blocks are halved in
+/// number ([`galerkin_blocks`]). A row's entries are summed in the same order either way: the
+/// result does not depend on the blocking.
 ///
 /// `a_rows` groups A's rows (the level's nodes) and `groups` P's columns and so R's rows (the
 /// coarse nodes when P was fitted to a near-nullspace): [`Runs`], or `None` for one index
