@@ -58,6 +58,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use gradfem_kernel::split_runs;
 use rayon::prelude::*;
 
 use crate::cg::{
@@ -674,17 +675,13 @@ impl Csr32 {
         }
         let mut col = vec![0u32; self.nnz()];
         let mut val = vec![0.0; self.nnz()];
-        let mut runs = Vec::with_capacity(n_groups);
-        let (mut col_rest, mut val_rest) = (&mut col[..], &mut val[..]);
-        for g in 0..n_groups {
+        let sizes = (0..n_groups).map(|g| {
             let (first, w) = groups.span(g as u32);
-            let size = row_ptr[first + w] - row_ptr[first];
-            let (col_here, col_after) = std::mem::take(&mut col_rest).split_at_mut(size);
-            let (val_here, val_after) = std::mem::take(&mut val_rest).split_at_mut(size);
-            (col_rest, val_rest) = (col_after, val_after);
-            runs.push((g, col_here, val_here));
-        }
-        runs.into_par_iter().for_each(|(g, col_here, val_here)| {
+            row_ptr[first + w] - row_ptr[first]
+        });
+        let col_runs = split_runs(&mut col, sizes.clone());
+        let val_runs = split_runs(&mut val, sizes);
+        col_runs.into_par_iter().zip(val_runs).enumerate().for_each(|(g, (col_here, val_here))| {
             let held = &holders[group_ptr[g]..group_ptr[g + 1]];
             let w = groups.span(g as u32).1;
             for t in 0..w {
@@ -1207,15 +1204,9 @@ fn concat_rows(
     // chunk is freed once copied, so the product does not exist twice.
     let mut col = vec![0u32; nnz];
     let mut val = vec![0.0; nnz];
-    let mut copies = Vec::with_capacity(parts.len());
-    let (mut col_rest, mut val_rest) = (&mut col[..], &mut val[..]);
-    for (_, c, v) in parts {
-        let (col_here, col_after) = std::mem::take(&mut col_rest).split_at_mut(c.len());
-        let (val_here, val_after) = std::mem::take(&mut val_rest).split_at_mut(v.len());
-        (col_rest, val_rest) = (col_after, val_after);
-        copies.push((col_here, val_here, c, v));
-    }
-    copies.into_par_iter().for_each(|(col_here, val_here, c, v)| {
+    let col_runs = split_runs(&mut col, parts.iter().map(|p| p.1.len()));
+    let val_runs = split_runs(&mut val, parts.iter().map(|p| p.2.len()));
+    (col_runs, val_runs, parts).into_par_iter().for_each(|(col_here, val_here, (_, c, v))| {
         col_here.copy_from_slice(&c);
         val_here.copy_from_slice(&v);
     });
@@ -2049,18 +2040,15 @@ impl AmgHierarchy {
             let omega = 4.0 / (3.0 * rho);
             let mut p = a.matmul(&t, &rows, &runs);
             // P = T − ω D⁻¹ (A T), in parallel over runs of rows (each owns its values)
-            let bounds: Vec<usize> = (0..p.n_rows.div_ceil(CHUNK)).map(|c| c * CHUNK).collect();
-            let mut runs_of_rows = Vec::with_capacity(bounds.len());
-            let mut rest = &mut p.val[..];
-            for (c, &first) in bounds.iter().enumerate() {
-                let last = (first + CHUNK).min(p.n_rows);
-                let size = p.row_ptr[last] - p.row_ptr[first];
-                let (here, after) = std::mem::take(&mut rest).split_at_mut(size);
-                rest = after;
-                runs_of_rows.push((c * CHUNK..last, here));
-            }
             let (p_ptr, p_col) = (&p.row_ptr, &p.col);
-            runs_of_rows.into_par_iter().for_each(|(rows_here, vals)| {
+            let row_runs = |c: usize| c * CHUNK..((c + 1) * CHUNK).min(p.n_rows);
+            let sizes = (0..p.n_rows.div_ceil(CHUNK)).map(|c| {
+                let rows_here = row_runs(c);
+                p_ptr[rows_here.end] - p_ptr[rows_here.start]
+            });
+            let runs_of_vals = split_runs(&mut p.val, sizes);
+            runs_of_vals.into_par_iter().enumerate().for_each(|(c, vals)| {
+                let rows_here = row_runs(c);
                 let base = p_ptr[rows_here.start];
                 for i in rows_here {
                     let scale = -omega * inv_diag[i];
